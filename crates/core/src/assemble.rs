@@ -1,0 +1,484 @@
+//! Stream assembly: normalized fragments in, one assistant turn out.
+//!
+//! The rules (each one answers a bug seen in another runtime):
+//! - Fragments are bucketed by `stream_index`; within a bucket, the last
+//!   non-empty id and name win and argument pieces concatenate.
+//! - A fragment whose index already holds a *different* id starts a new call
+//!   (OpenAI-compatible Gemini endpoints put every parallel call at index 0).
+//! - A fragment with no index but an id joins the call with that id; one with
+//!   neither continues the most recent call.
+//! - A fragment that carries nothing creates no call (no phantom call from an
+//!   empty leading index-0 chunk); a call that never got a name is dropped
+//!   with a diagnostic.
+//! - Calls come out in ascending index order (arrival order breaks ties), so
+//!   the result does not depend on how the wire interleaved them.
+//! - Nothing is final until [`StreamAssembler::finish`]: a `finish_reason` of
+//!   `""` mid-stream flushes nothing.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::message::{AssistantMessage, ReasoningPart, ToolCall};
+use crate::outcome::{ErrorReason, ToolError};
+use crate::stream::{FinishReason, StreamEvent, ToolCallFragment, Usage};
+use crate::validate::json_type_name;
+
+/// How many bytes of unparseable arguments an error message quotes.
+const QUOTED_PREFIX_BYTES: usize = 80;
+
+/// Something the assembler noticed and corrected or dropped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Diagnostic {
+    /// A call never received a name, so it cannot be run or replayed.
+    NamelessCallDropped {
+        stream_index: u32,
+        argument_bytes: usize,
+    },
+    /// The raw argument text was blank or not JSON: a sign that a codec or
+    /// adapter lost the argument pieces. Never raised for `{}`.
+    ArgumentsLookDropped { call_id: String, tool: String },
+    /// Bare unit values (`20s`) were quoted so the arguments parse.
+    ArgumentsRepaired { call_id: String, tool: String },
+    /// The call arrived without an id (or with one already used in this
+    /// turn) and was given this one.
+    IdAssigned { call_id: String, tool: String },
+}
+
+/// One call of an assembled turn, with the reason it must not run, if any.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AssembledCall {
+    pub call: ToolCall,
+    /// Set when the arguments could not be turned into an object; such a
+    /// call is answered with this error and never executed.
+    pub argument_error: Option<ToolError>,
+}
+
+/// The result of one streamed model turn.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AssembledTurn {
+    pub text: String,
+    pub reasoning: Vec<ReasoningPart>,
+    pub calls: Vec<AssembledCall>,
+    pub usage: Usage,
+    pub finish_reason: Option<FinishReason>,
+    pub diagnostics: Vec<Diagnostic>,
+}
+
+impl AssembledTurn {
+    /// The assistant message to store and replay: text once, every call.
+    pub fn message(&self) -> AssistantMessage {
+        AssistantMessage {
+            content: self.text.clone(),
+            reasoning: self.reasoning.clone(),
+            tool_calls: self.calls.iter().map(|c| c.call.clone()).collect(),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Bucket {
+    index: u32,
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+/// Accumulates one turn's stream events. Feed it with [`push`](Self::push),
+/// then call [`finish`](Self::finish) when the stream has ended.
+#[derive(Debug, Default)]
+pub struct StreamAssembler {
+    text: String,
+    reasoning: Vec<ReasoningPart>,
+    /// The last reasoning part is still receiving deltas.
+    reasoning_open: bool,
+    /// Buckets in creation order; sorted by index only at the end.
+    buckets: Vec<Bucket>,
+    /// For each stream index, the bucket currently receiving its fragments.
+    current_at_index: HashMap<u32, usize>,
+    last: Option<usize>,
+    usage: Usage,
+    finish_reason: Option<FinishReason>,
+}
+
+impl StreamAssembler {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn push(&mut self, event: StreamEvent) {
+        match event {
+            StreamEvent::TextDelta { text } => self.text.push_str(&text),
+            StreamEvent::ReasoningDelta { text } => {
+                if !self.reasoning_open {
+                    self.reasoning.push(ReasoningPart::default());
+                    self.reasoning_open = true;
+                }
+                if let Some(part) = self.reasoning.last_mut() {
+                    part.text.push_str(&text);
+                }
+            }
+            StreamEvent::ReasoningMetadata { metadata } => {
+                if !self.reasoning_open {
+                    self.reasoning.push(ReasoningPart::default());
+                }
+                if let Some(part) = self.reasoning.last_mut() {
+                    part.metadata = Some(metadata);
+                }
+                self.reasoning_open = false;
+            }
+            StreamEvent::ToolCall(fragment) => self.push_fragment(fragment),
+            StreamEvent::Usage(usage) => self.usage.merge(usage),
+            StreamEvent::Finish { reason } => {
+                if let Some(reason) = FinishReason::parse(&reason) {
+                    self.finish_reason = Some(reason);
+                }
+            }
+        }
+    }
+
+    /// The text streamed so far (for display while the turn is running).
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    fn push_fragment(&mut self, fragment: ToolCallFragment) {
+        let ToolCallFragment {
+            stream_index,
+            id,
+            name,
+            raw_arguments,
+        } = fragment;
+        let id = id.filter(|s| !s.is_empty());
+        let name = name.filter(|s| !s.is_empty());
+        let carries_nothing = id.is_none() && name.is_none() && raw_arguments.is_empty();
+
+        let target = match stream_index {
+            Some(index) => match self.current_at_index.get(&index).copied() {
+                Some(pos) => {
+                    let held = &self.buckets[pos].id;
+                    match &id {
+                        Some(new) if !held.is_empty() && held != new => {
+                            Some(self.open_bucket(index))
+                        }
+                        _ => Some(pos),
+                    }
+                }
+                None if carries_nothing => None,
+                None => Some(self.open_bucket(index)),
+            },
+            None => match &id {
+                Some(id) => match self.buckets.iter().rposition(|b| &b.id == id) {
+                    Some(pos) => Some(pos),
+                    None => {
+                        let index = self.next_free_index();
+                        Some(self.open_bucket(index))
+                    }
+                },
+                None => match self.last {
+                    Some(pos) => Some(pos),
+                    None if carries_nothing => None,
+                    None => {
+                        let index = self.next_free_index();
+                        Some(self.open_bucket(index))
+                    }
+                },
+            },
+        };
+        let Some(pos) = target else { return };
+        let bucket = &mut self.buckets[pos];
+        if let Some(id) = id {
+            bucket.id = id;
+        }
+        if let Some(name) = name {
+            bucket.name = name;
+        }
+        bucket.arguments.push_str(&raw_arguments);
+        self.last = Some(pos);
+    }
+
+    fn open_bucket(&mut self, index: u32) -> usize {
+        self.buckets.push(Bucket {
+            index,
+            id: String::new(),
+            name: String::new(),
+            arguments: String::new(),
+        });
+        let pos = self.buckets.len() - 1;
+        self.current_at_index.insert(index, pos);
+        pos
+    }
+
+    fn next_free_index(&self) -> u32 {
+        self.buckets
+            .iter()
+            .map(|b| b.index.saturating_add(1))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Ends the turn: orders the calls, assigns missing ids and parses every
+    /// call's arguments.
+    pub fn finish(self) -> AssembledTurn {
+        let StreamAssembler {
+            text,
+            reasoning,
+            mut buckets,
+            usage,
+            finish_reason,
+            ..
+        } = self;
+        // Stable sort: calls sharing an index keep their arrival order.
+        buckets.sort_by_key(|b| b.index);
+        let truncated_turn = finish_reason == Some(FinishReason::Length);
+        let mut diagnostics = Vec::new();
+        let mut calls: Vec<AssembledCall> = Vec::with_capacity(buckets.len());
+        for (position, bucket) in buckets.into_iter().enumerate() {
+            if bucket.name.is_empty() {
+                tracing::warn!(
+                    stream_index = bucket.index,
+                    "dropping a streamed tool call that never received a name"
+                );
+                diagnostics.push(Diagnostic::NamelessCallDropped {
+                    stream_index: bucket.index,
+                    argument_bytes: bucket.arguments.len(),
+                });
+                continue;
+            }
+            let mut id = bucket.id;
+            if id.is_empty() || calls.iter().any(|c| c.call.id == id) {
+                id = unused_id(&calls, position);
+                diagnostics.push(Diagnostic::IdAssigned {
+                    call_id: id.clone(),
+                    tool: bucket.name.clone(),
+                });
+            }
+            let parsed = parse_arguments(&bucket.name, &bucket.arguments, truncated_turn);
+            if parsed.looks_dropped {
+                diagnostics.push(Diagnostic::ArgumentsLookDropped {
+                    call_id: id.clone(),
+                    tool: bucket.name.clone(),
+                });
+            }
+            if parsed.repaired {
+                diagnostics.push(Diagnostic::ArgumentsRepaired {
+                    call_id: id.clone(),
+                    tool: bucket.name.clone(),
+                });
+            }
+            calls.push(AssembledCall {
+                call: ToolCall {
+                    id,
+                    name: bucket.name,
+                    arguments: parsed.arguments,
+                    raw_arguments: bucket.arguments,
+                },
+                argument_error: parsed.error,
+            });
+        }
+        AssembledTurn {
+            text,
+            reasoning,
+            calls,
+            usage,
+            finish_reason,
+            diagnostics,
+        }
+    }
+}
+
+fn unused_id(calls: &[AssembledCall], position: usize) -> String {
+    let mut n = position;
+    loop {
+        let candidate = format!("call_{n}");
+        if !calls.iter().any(|c| c.call.id == candidate) {
+            return candidate;
+        }
+        n += 1;
+    }
+}
+
+/// The arguments of one call, parsed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParsedArguments {
+    /// Always an object: `{}` when the text could not be used.
+    pub arguments: Value,
+    pub error: Option<ToolError>,
+    pub repaired: bool,
+    /// Blank or unparseable text: the diagnostic for lost argument pieces.
+    pub looks_dropped: bool,
+}
+
+/// Parses a call's raw argument text.
+///
+/// Blank → `{}`. A JSON object → itself. Other JSON → `invalid_arguments`.
+/// Invalid JSON gets one conservative repair (bare unit values such as `20s`
+/// in value position are quoted), kept only if the result parses; otherwise
+/// the error is `truncated` when the turn hit the output token limit and
+/// `invalid_arguments` (which never mentions truncation) when it did not.
+pub fn parse_arguments(tool: &str, raw: &str, turn_hit_length_limit: bool) -> ParsedArguments {
+    let empty = || Value::Object(serde_json::Map::new());
+    if raw.trim().is_empty() {
+        return ParsedArguments {
+            arguments: empty(),
+            error: None,
+            repaired: false,
+            looks_dropped: true,
+        };
+    }
+    let fail = |error: ToolError| ParsedArguments {
+        arguments: empty(),
+        error: Some(error),
+        repaired: false,
+        looks_dropped: true,
+    };
+    match serde_json::from_str::<Value>(raw) {
+        Ok(value @ Value::Object(_)) => ParsedArguments {
+            arguments: value,
+            error: None,
+            repaired: false,
+            looks_dropped: false,
+        },
+        Ok(other) => ParsedArguments {
+            looks_dropped: false,
+            ..fail(
+                ToolError::new(
+                    ErrorReason::InvalidArguments,
+                    format!(
+                        "arguments of {tool} must be a JSON object, got {}; the call was not run",
+                        json_type_name(&other)
+                    ),
+                )
+                .with_hint("send the arguments as an object, for example {\"key\": \"value\"}"),
+            )
+        },
+        Err(_) => {
+            if let Some(repaired) = quote_bare_unit_values(raw)
+                && let Ok(value @ Value::Object(_)) = serde_json::from_str::<Value>(&repaired)
+            {
+                return ParsedArguments {
+                    arguments: value,
+                    error: None,
+                    repaired: true,
+                    looks_dropped: false,
+                };
+            }
+            if turn_hit_length_limit {
+                fail(
+                    ToolError::new(
+                        ErrorReason::Truncated,
+                        format!(
+                            "the arguments of {tool} were cut off by the output token limit after {} bytes (finish_reason=length); the call was not run",
+                            raw.len()
+                        ),
+                    )
+                    .with_hint(
+                        "split the work into several smaller calls (for example write a large file in parts); do not repeat the same call unchanged",
+                    ),
+                )
+            } else {
+                fail(
+                    ToolError::new(
+                        ErrorReason::InvalidArguments,
+                        format!(
+                            "the arguments of {tool} are not valid JSON ({} bytes, starting with {:?}); the call was not run",
+                            raw.len(),
+                            prefix(raw, QUOTED_PREFIX_BYTES)
+                        ),
+                    )
+                    .with_hint(
+                        "send one JSON object with every string quoted, e.g. {\"timeout\": \"20s\"}",
+                    ),
+                )
+            }
+        }
+    }
+}
+
+fn prefix(text: &str, max: usize) -> &str {
+    &text[..text.floor_char_boundary(max)]
+}
+
+/// Quotes bare values like `20s`, `1.5h` or `100ms` that stand where a JSON
+/// value belongs (after `:`, `[` or `,`) and end before `,`, `}` or `]`.
+/// Returns `None` when there was nothing to quote. Text inside strings is
+/// never touched. Scanning bytes is safe for UTF-8 input because every byte
+/// this looks for is ASCII, and ASCII bytes never occur inside a multi-byte
+/// character.
+fn quote_bare_unit_values(raw: &str) -> Option<String> {
+    let bytes = raw.as_bytes();
+    let mut spans: Vec<(usize, usize)> = Vec::new();
+    let mut in_string = false;
+    let mut escaped = false;
+    let mut prev_significant = b'\0';
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if c == b'\\' {
+                escaped = true;
+            } else if c == b'"' {
+                in_string = false;
+                prev_significant = c;
+            }
+            i += 1;
+            continue;
+        }
+        if c == b'"' {
+            in_string = true;
+            i += 1;
+            continue;
+        }
+        if matches!(prev_significant, b':' | b'[' | b',') && (c.is_ascii_digit() || c == b'-') {
+            let end = bytes[i..]
+                .iter()
+                .position(|b| matches!(b, b',' | b'}' | b']') || b.is_ascii_whitespace())
+                .map_or(bytes.len(), |p| i + p);
+            let closes = raw[end..].trim_start().starts_with([',', '}', ']']);
+            if closes && is_number_with_unit(&raw[i..end]) {
+                spans.push((i, end));
+                prev_significant = b'"';
+                i = end;
+                continue;
+            }
+        }
+        if !c.is_ascii_whitespace() {
+            prev_significant = c;
+        }
+        i += 1;
+    }
+    if spans.is_empty() {
+        return None;
+    }
+    let mut out = String::with_capacity(raw.len() + 2 * spans.len());
+    let mut copied = 0;
+    for (start, end) in spans {
+        out.push_str(&raw[copied..start]);
+        out.push('"');
+        out.push_str(&raw[start..end]);
+        out.push('"');
+        copied = end;
+    }
+    out.push_str(&raw[copied..]);
+    Some(out)
+}
+
+/// `20s`, `-3m`, `1.5h`, `100ms`: digits, at most one dot, then letters only.
+fn is_number_with_unit(token: &str) -> bool {
+    let digits_end = token
+        .char_indices()
+        .find(|(i, c)| !(c.is_ascii_digit() || *c == '.' || (*i == 0 && *c == '-')))
+        .map_or(token.len(), |(i, _)| i);
+    let (number, unit) = token.split_at(digits_end);
+    let number = number.strip_prefix('-').unwrap_or(number);
+    !number.is_empty()
+        && number.starts_with(|c: char| c.is_ascii_digit())
+        && number.matches('.').count() <= 1
+        && !unit.is_empty()
+        && unit.len() <= 3
+        && unit.chars().all(|c| c.is_ascii_alphabetic())
+}

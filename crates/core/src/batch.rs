@@ -1,0 +1,521 @@
+//! Batch execution: one assistant turn's calls in, one outcome per call out.
+//!
+//! A batch runs concurrently only when it has more than one call, every
+//! call's tool declares itself parallel-safe (and not serial), and no two
+//! calls share an order key. Otherwise the whole batch runs in index order:
+//! there is no partial parallelism, because a model that mixes a write into a
+//! batch of reads cannot know which reads would see it.
+//!
+//! Whatever happens inside (denial, bad arguments, timeout, panic, stop),
+//! every call gets exactly one outcome and the results are finalized in index
+//! order, so the next request always pairs every call id with one result.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::FutureExt;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::assemble::{AssembledCall, AssembledTurn};
+use crate::event::{EventSink, ToolEvent};
+use crate::hooks::{CallInfo, HookFuture, PostToolHook, PreDecision, PreToolHook};
+use crate::message::{AssistantMessage, Message, ToolMessage};
+use crate::outcome::{ErrorReason, ToolError, ToolOutcome, cap_text};
+use crate::registry::{ToolContext, ToolSource};
+use crate::tool::ToolDef;
+
+/// Knobs of the executor.
+#[derive(Debug, Clone)]
+pub struct ExecutorOptions {
+    /// When false, every batch runs serially (and the prompt says so).
+    pub parallel: bool,
+    /// Timeout of a call whose tool declares none.
+    pub default_timeout: Duration,
+    /// Most bytes of one result's text sent to the model.
+    pub result_text_cap: usize,
+    /// How long a stopped handler gets to unwind before it is abandoned and
+    /// reported (a handler that blocks its thread cannot be interrupted).
+    pub abandon_grace: Duration,
+}
+
+impl Default for ExecutorOptions {
+    fn default() -> Self {
+        ExecutorOptions {
+            parallel: true,
+            default_timeout: Duration::from_secs(60),
+            result_text_cap: 32 * 1024,
+            abandon_grace: Duration::from_millis(250),
+        }
+    }
+}
+
+/// How a batch will run, and if serially, why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "mode", rename_all = "snake_case")]
+pub enum BatchMode {
+    Parallel,
+    Serial { reason: SerialReason },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum SerialReason {
+    /// Zero or one call that will run: nothing to overlap.
+    SingleCall,
+    /// Parallel execution is switched off.
+    Disabled,
+    UnknownTool {
+        tool: String,
+    },
+    NotParallelSafe {
+        tool: String,
+    },
+    SharedOrderKey {
+        key: String,
+    },
+    /// The tool keys on an argument that this call did not supply.
+    MissingOrderKey {
+        tool: String,
+    },
+}
+
+/// What a batch runs under: its id, the caller's extras and its stop switch.
+#[derive(Debug, Clone, Default)]
+pub struct BatchContext {
+    pub batch_id: String,
+    /// Copied into every call's context.
+    pub extras: Map<String, Value>,
+    /// Cancelling it stops running calls and answers unstarted ones with
+    /// `cancelled` outcomes. A mere preemption should not cancel it.
+    pub cancel: CancellationToken,
+}
+
+/// The finalized batch: the assistant message and one tool message per call,
+/// in index order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BatchResult {
+    pub mode: BatchMode,
+    pub assistant: AssistantMessage,
+    pub outcomes: Vec<ToolOutcome>,
+    pub tool_messages: Vec<ToolMessage>,
+}
+
+impl BatchResult {
+    /// The messages to append to the history, in order.
+    pub fn messages(&self) -> Vec<Message> {
+        std::iter::once(Message::Assistant(self.assistant.clone()))
+            .chain(self.tool_messages.iter().cloned().map(Message::Tool))
+            .collect()
+    }
+}
+
+/// Runs batches of tool calls against a [`ToolSource`].
+#[derive(Clone)]
+pub struct Executor {
+    inner: Arc<Inner>,
+}
+
+#[derive(Clone)]
+struct Inner {
+    source: Arc<dyn ToolSource>,
+    pre_hooks: Vec<Arc<dyn PreToolHook>>,
+    post_hooks: Vec<Arc<dyn PostToolHook>>,
+    events: Option<Arc<dyn EventSink>>,
+    options: ExecutorOptions,
+}
+
+impl Executor {
+    pub fn new(source: Arc<dyn ToolSource>) -> Self {
+        Executor {
+            inner: Arc::new(Inner {
+                source,
+                pre_hooks: Vec::new(),
+                post_hooks: Vec::new(),
+                events: None,
+                options: ExecutorOptions::default(),
+            }),
+        }
+    }
+
+    fn inner_mut(&mut self) -> &mut Inner {
+        // Builders run before the executor is shared; after that a clone is
+        // made on write so running batches keep their configuration.
+        Arc::make_mut(&mut self.inner)
+    }
+
+    pub fn with_options(mut self, options: ExecutorOptions) -> Self {
+        self.inner_mut().options = options;
+        self
+    }
+
+    pub fn with_pre_hook(mut self, hook: Arc<dyn PreToolHook>) -> Self {
+        self.inner_mut().pre_hooks.push(hook);
+        self
+    }
+
+    pub fn with_post_hook(mut self, hook: Arc<dyn PostToolHook>) -> Self {
+        self.inner_mut().post_hooks.push(hook);
+        self
+    }
+
+    pub fn with_events(mut self, sink: Arc<dyn EventSink>) -> Self {
+        self.inner_mut().events = Some(sink);
+        self
+    }
+
+    pub fn options(&self) -> &ExecutorOptions {
+        &self.inner.options
+    }
+
+    pub fn source(&self) -> &Arc<dyn ToolSource> {
+        &self.inner.source
+    }
+
+    /// Whether calls of this tool may run beside others, as the planner sees
+    /// it. The prompt's list of parallel-safe tools is built from this.
+    pub fn tool_runs_in_parallel(&self, def: &ToolDef) -> bool {
+        self.inner.options.parallel && def.runs_in_parallel()
+    }
+
+    /// Decides how a turn's calls will run. Calls whose arguments failed to
+    /// parse never run, so they do not constrain the others.
+    pub fn plan(&self, calls: &[AssembledCall]) -> BatchMode {
+        let runnable: Vec<&AssembledCall> = calls
+            .iter()
+            .filter(|c| c.argument_error.is_none())
+            .collect();
+        let serial = |reason| BatchMode::Serial { reason };
+        if runnable.len() <= 1 {
+            return serial(SerialReason::SingleCall);
+        }
+        if !self.inner.options.parallel {
+            return serial(SerialReason::Disabled);
+        }
+        let mut keys = std::collections::HashSet::new();
+        for c in runnable {
+            let tool = c.call.name.clone();
+            let Some(def) = self.inner.source.definition(&c.call.name) else {
+                return serial(SerialReason::UnknownTool { tool });
+            };
+            if !self.tool_runs_in_parallel(&def) {
+                return serial(SerialReason::NotParallelSafe { tool });
+            }
+            match def.order_key_for(&c.call.arguments) {
+                Err(()) => return serial(SerialReason::MissingOrderKey { tool }),
+                Ok(Some(key)) => {
+                    if !keys.insert(key.clone()) {
+                        return serial(SerialReason::SharedOrderKey { key });
+                    }
+                }
+                Ok(None) => {}
+            }
+        }
+        BatchMode::Parallel
+    }
+
+    /// Runs one turn's calls and finalizes them in index order.
+    pub async fn run(&self, turn: &AssembledTurn, batch: &BatchContext) -> BatchResult {
+        let mode = self.plan(&turn.calls);
+        let parallel = mode == BatchMode::Parallel;
+        let size = turn.calls.len();
+        let outcomes = if parallel {
+            futures_util::future::join_all(
+                turn.calls
+                    .iter()
+                    .map(|c| self.run_one(c, batch, size, true)),
+            )
+            .await
+        } else {
+            let mut outcomes = Vec::with_capacity(size);
+            for c in &turn.calls {
+                outcomes.push(self.run_one(c, batch, size, false).await);
+            }
+            outcomes
+        };
+        let tool_messages = outcomes
+            .iter()
+            .map(|o| ToolMessage {
+                tool_call_id: o.call_id.clone(),
+                name: o.tool.clone(),
+                content: o.text.clone(),
+                success: o.success,
+            })
+            .collect();
+        BatchResult {
+            mode,
+            assistant: turn.message(),
+            outcomes,
+            tool_messages,
+        }
+    }
+
+    async fn run_one(
+        &self,
+        call: &AssembledCall,
+        batch: &BatchContext,
+        batch_size: usize,
+        parallel: bool,
+    ) -> ToolOutcome {
+        let started = Instant::now();
+        self.emit(ToolEvent::Start {
+            call_id: call.call.id.clone(),
+            tool: call.call.name.clone(),
+            args: call.call.arguments.clone(),
+            batch_id: batch.batch_id.clone(),
+            batch_size,
+            parallel,
+        });
+        let mut outcome = self.execute(call, batch).await;
+        if let std::borrow::Cow::Owned(capped) =
+            cap_text(&outcome.text, self.inner.options.result_text_cap)
+        {
+            outcome.text = capped;
+        }
+        self.emit(ToolEvent::End {
+            call_id: outcome.call_id.clone(),
+            tool: outcome.tool.clone(),
+            batch_id: batch.batch_id.clone(),
+            batch_size,
+            parallel,
+            status: outcome.status(),
+            success: outcome.success,
+            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            error: outcome.error.clone(),
+        });
+        outcome
+    }
+
+    fn emit(&self, event: ToolEvent) {
+        if let Some(sink) = &self.inner.events {
+            sink.emit(event);
+        }
+    }
+
+    async fn execute(&self, call: &AssembledCall, batch: &BatchContext) -> ToolOutcome {
+        let id = call.call.id.as_str();
+        let name = call.call.name.as_str();
+        let fail = |error: ToolError| ToolOutcome::failure(id, name, error);
+        if let Some(error) = &call.argument_error {
+            return fail(error.clone());
+        }
+        if batch.cancel.is_cancelled() {
+            return fail(ToolError::new(
+                ErrorReason::Cancelled,
+                "the batch was stopped before this call started; it did not run",
+            ));
+        }
+        let inner = &self.inner;
+        let def = inner.source.definition(name);
+        let mut warnings = Vec::new();
+        let mut info = CallInfo {
+            call_id: id.to_owned(),
+            tool: name.to_owned(),
+            arguments: call.call.arguments.clone(),
+            batch_id: batch.batch_id.clone(),
+            extras: batch.extras.clone(),
+        };
+        if let Some(def) = &def {
+            match def.compiled_schema().prepare(name, &mut info.arguments) {
+                Ok(w) => warnings.extend(w),
+                Err(error) => return fail(error),
+            }
+        }
+        for hook in &inner.pre_hooks {
+            let hook_name = hook.name().to_owned();
+            match guarded(|| hook.before(&info)).await {
+                Ok(PreDecision::Allow) => {}
+                Ok(PreDecision::Deny { reason }) => {
+                    let mut outcome = fail(ToolError::new(ErrorReason::Denied, reason));
+                    outcome.warnings = warnings;
+                    return outcome;
+                }
+                Ok(PreDecision::Rewrite { arguments }) => {
+                    info.arguments = arguments;
+                    let checked = match &def {
+                        Some(def) => def.compiled_schema().prepare(name, &mut info.arguments),
+                        None if info.arguments.is_object() => Ok(Vec::new()),
+                        None => Err(ToolError::new(
+                            ErrorReason::InvalidArguments,
+                            "arguments must be a JSON object",
+                        )),
+                    };
+                    match checked {
+                        Ok(w) => warnings.extend(w),
+                        Err(mut error) => {
+                            error.detail = format!(
+                                "{} (after hook {hook_name} rewrote the arguments)",
+                                error.detail
+                            );
+                            return fail(error);
+                        }
+                    }
+                }
+                Err(problem) => {
+                    return fail(ToolError::new(
+                        ErrorReason::Denied,
+                        format!(
+                            "pre-tool hook {hook_name} {problem}; the call was not run (hooks fail closed)"
+                        ),
+                    ));
+                }
+            }
+        }
+
+        let timeout = def
+            .as_ref()
+            .and_then(|d| d.timeout)
+            .unwrap_or(inner.options.default_timeout);
+        let call_cancel = batch.cancel.child_token();
+        let ctx = ToolContext {
+            call_id: id.to_owned(),
+            tool: name.to_owned(),
+            arguments: info.arguments.clone(),
+            batch_id: batch.batch_id.clone(),
+            extras: batch.extras.clone(),
+            cancel: call_cancel.clone(),
+        };
+        let mut outcome = match self
+            .dispatch(name, ctx, timeout, &call_cancel, &batch.cancel)
+            .await
+        {
+            Ok(value) => ToolOutcome::from_value(id, name, value),
+            Err(error) => fail(error),
+        };
+        for hook in &inner.post_hooks {
+            let hook_name = hook.name().to_owned();
+            match guarded(|| hook.after(&info, &outcome)).await {
+                Ok(Some(value)) => outcome.replace_value(value),
+                Ok(None) => {}
+                Err(problem) => warnings.push(format!(
+                    "post-tool hook {hook_name} {problem}; the result was kept as the tool returned it"
+                )),
+            }
+        }
+        outcome.warnings.splice(0..0, warnings);
+        outcome
+    }
+
+    /// Runs the handler on its own task, so that a panic stays inside it and
+    /// a stop can drop it wherever it is.
+    async fn dispatch(
+        &self,
+        name: &str,
+        ctx: ToolContext,
+        timeout: Duration,
+        call_cancel: &CancellationToken,
+        batch_cancel: &CancellationToken,
+    ) -> Result<Value, ToolError> {
+        let source = &self.inner.source;
+        let future = match std::panic::catch_unwind(AssertUnwindSafe(|| source.invoke(name, ctx))) {
+            Ok(future) => future,
+            Err(payload) => return Err(panic_error(name, &payload)),
+        };
+        let mut handle = tokio::spawn(future);
+        enum Ended {
+            Joined(Result<Result<Value, ToolError>, tokio::task::JoinError>),
+            TimedOut,
+            Stopped,
+        }
+        let ended = tokio::select! {
+            biased;
+            joined = &mut handle => Ended::Joined(joined),
+            () = batch_cancel.cancelled() => Ended::Stopped,
+            () = tokio::time::sleep(timeout) => Ended::TimedOut,
+        };
+        match ended {
+            Ended::Joined(Ok(result)) => result,
+            Ended::Joined(Err(join_error)) => match join_error.try_into_panic() {
+                Ok(payload) => Err(panic_error(name, &payload)),
+                Err(_) => Err(ToolError::new(
+                    ErrorReason::Cancelled,
+                    "the call's task was cancelled before it finished",
+                )),
+            },
+            Ended::TimedOut => {
+                call_cancel.cancel();
+                let abandoned = self.stop(handle).await;
+                Err(ToolError::new(
+                    ErrorReason::Timeout,
+                    format!(
+                        "tool {name} did not finish within {}; it was stopped{}",
+                        human_duration(timeout),
+                        abandoned_note(abandoned)
+                    ),
+                )
+                .with_hint("do less per call (a narrower query, a smaller file), or ask for a longer timeout if the tool takes one"))
+            }
+            Ended::Stopped => {
+                call_cancel.cancel();
+                let abandoned = self.stop(handle).await;
+                Err(ToolError::new(
+                    ErrorReason::Cancelled,
+                    format!(
+                        "the call was stopped before it finished{}",
+                        abandoned_note(abandoned)
+                    ),
+                ))
+            }
+        }
+    }
+
+    /// Drops a running handler. Returns true when it did not unwind within
+    /// the grace period (it blocks its thread) and was abandoned.
+    async fn stop<T>(&self, handle: tokio::task::JoinHandle<T>) -> bool {
+        handle.abort();
+        tokio::time::timeout(self.inner.options.abandon_grace, handle)
+            .await
+            .is_err()
+    }
+}
+
+/// Runs a hook, turning its error or panic into a description.
+async fn guarded<T>(make: impl FnOnce() -> HookFuture<T>) -> Result<T, String> {
+    let future = match std::panic::catch_unwind(AssertUnwindSafe(make)) {
+        Ok(future) => future,
+        Err(payload) => return Err(format!("panicked: {}", panic_message(&payload))),
+    };
+    match AssertUnwindSafe(future).catch_unwind().await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(message)) => Err(format!("failed: {message}")),
+        Err(payload) => Err(format!("panicked: {}", panic_message(&payload))),
+    }
+}
+
+fn panic_error(tool: &str, payload: &Box<dyn std::any::Any + Send>) -> ToolError {
+    ToolError::new(
+        ErrorReason::Panic,
+        format!("tool {tool} crashed (panic: {})", panic_message(payload)),
+    )
+    .with_hint(
+        "this is a fault in the tool, not in your arguments; do not retry the same call as-is",
+    )
+}
+
+fn panic_message(payload: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "no message".to_owned()
+    }
+}
+
+fn abandoned_note(abandoned: bool) -> &'static str {
+    if abandoned {
+        " (its handler blocks its thread and did not stop; it was abandoned and may still be running)"
+    } else {
+        ""
+    }
+}
+
+fn human_duration(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}

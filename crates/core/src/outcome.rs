@@ -1,0 +1,287 @@
+//! The result contract: every call ends in exactly one [`ToolOutcome`], whose
+//! `success` is honest and whose text is what the model reads.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Why a call failed. Callers match on this, never on message text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorReason {
+    /// A required argument is missing.
+    Required,
+    /// An argument has the wrong JSON type.
+    Type,
+    /// The arguments are not a JSON object, or break the schema in another way.
+    InvalidArguments,
+    /// The arguments were cut off by the model's output token limit.
+    Truncated,
+    /// No tool of that name is available.
+    NotFound,
+    /// The agent may not use this tool (or this device).
+    Unauthorized,
+    /// A hook or a person refused the call.
+    Denied,
+    Timeout,
+    Cancelled,
+    /// The handler panicked.
+    Panic,
+    /// The handler ran and reported an error.
+    Execution,
+}
+
+impl ErrorReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorReason::Required => "required",
+            ErrorReason::Type => "type",
+            ErrorReason::InvalidArguments => "invalid_arguments",
+            ErrorReason::Truncated => "truncated",
+            ErrorReason::NotFound => "not_found",
+            ErrorReason::Unauthorized => "unauthorized",
+            ErrorReason::Denied => "denied",
+            ErrorReason::Timeout => "timeout",
+            ErrorReason::Cancelled => "cancelled",
+            ErrorReason::Panic => "panic",
+            ErrorReason::Execution => "execution",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A structured tool failure: what went wrong, on which field, and what the
+/// model should do about it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{reason}: {detail}")]
+pub struct ToolError {
+    pub reason: ErrorReason,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    pub detail: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hint: Option<String>,
+}
+
+impl ToolError {
+    pub fn new(reason: ErrorReason, detail: impl Into<String>) -> Self {
+        ToolError {
+            reason,
+            field: None,
+            detail: detail.into(),
+            hint: None,
+        }
+    }
+
+    /// The handler ran and failed; the most common error a tool returns.
+    pub fn execution(detail: impl Into<String>) -> Self {
+        Self::new(ErrorReason::Execution, detail)
+    }
+
+    pub fn with_field(mut self, field: impl Into<String>) -> Self {
+        self.field = Some(field.into());
+        self
+    }
+
+    pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+
+    /// The text the model reads for this failure:
+    /// `tool T failed (field F): reason — detail`, then the hint on its own line.
+    pub fn render(&self, tool: &str) -> String {
+        let mut text = format!("tool {tool} failed");
+        if let Some(field) = &self.field {
+            text.push_str(&format!(" (field {field})"));
+        }
+        text.push_str(&format!(": {} — {}", self.reason, self.detail));
+        if let Some(hint) = &self.hint {
+            text.push_str("\nhint: ");
+            text.push_str(hint);
+        }
+        text
+    }
+}
+
+/// How a call ended, as events and the dashboard report it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallStatus {
+    Ok,
+    Error,
+    Denied,
+    Cancelled,
+    Timeout,
+}
+
+/// The one result of one call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolOutcome {
+    pub call_id: String,
+    pub tool: String,
+    /// True only when the handler returned a value that is not an error shape.
+    pub success: bool,
+    /// The structured value; kept whole even when `text` is capped.
+    pub value: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ToolError>,
+    /// What the model reads: rendered from `value` or `error`.
+    pub text: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+impl ToolOutcome {
+    /// The outcome of a handler's return value, with honest success.
+    pub fn from_value(call_id: impl Into<String>, tool: impl Into<String>, value: Value) -> Self {
+        let tool = tool.into();
+        let error = error_in_value(&value);
+        let text = match &error {
+            Some(err) => err.render(&tool),
+            None => render_value(&value),
+        };
+        ToolOutcome {
+            call_id: call_id.into(),
+            success: error.is_none(),
+            tool,
+            value,
+            error,
+            text,
+            warnings: Vec::new(),
+        }
+    }
+
+    /// A failed outcome; `value` holds the error as JSON so that after-hooks
+    /// and stores see the same structure the model was told about.
+    pub fn failure(call_id: impl Into<String>, tool: impl Into<String>, error: ToolError) -> Self {
+        let tool = tool.into();
+        ToolOutcome {
+            call_id: call_id.into(),
+            text: error.render(&tool),
+            value: serde_json::to_value(&error).unwrap_or(Value::Null),
+            success: false,
+            tool,
+            error: Some(error),
+            warnings: Vec::new(),
+        }
+    }
+
+    /// The status reported in events.
+    pub fn status(&self) -> CallStatus {
+        match &self.error {
+            None if self.success => CallStatus::Ok,
+            None => CallStatus::Error,
+            Some(e) => match e.reason {
+                ErrorReason::Denied | ErrorReason::Unauthorized => CallStatus::Denied,
+                ErrorReason::Cancelled => CallStatus::Cancelled,
+                ErrorReason::Timeout => CallStatus::Timeout,
+                _ => CallStatus::Error,
+            },
+        }
+    }
+
+    /// Replaces the structured value (an after-hook did) and re-renders the
+    /// text and success from it, so text and value never disagree.
+    pub fn replace_value(&mut self, value: Value) {
+        let warnings = std::mem::take(&mut self.warnings);
+        *self = ToolOutcome::from_value(
+            std::mem::take(&mut self.call_id),
+            std::mem::take(&mut self.tool),
+            value,
+        );
+        self.warnings = warnings;
+    }
+}
+
+/// Recognises a value that reports a failure.
+///
+/// Error shapes: a serialised [`ToolError`], `{"error": non-empty string}`,
+/// `{"error": object}`, `{"isError": true}`. Everything else is success,
+/// including strings that mention "error", `{"error": null}` and non-zero
+/// exit codes (a command that ran and exited 1 is a successful call).
+pub fn error_in_value(value: &Value) -> Option<ToolError> {
+    let Value::Object(map) = value else {
+        return None;
+    };
+    // Only a value with both keys can be a serialised ToolError; checking
+    // first keeps large successful values from being cloned.
+    if map.contains_key("reason")
+        && map.contains_key("detail")
+        && let Ok(err) = serde_json::from_value::<ToolError>(value.clone())
+    {
+        return Some(err);
+    }
+    if map.get("isError") == Some(&Value::Bool(true)) {
+        return Some(ToolError::execution(
+            detail_of(map).unwrap_or_else(|| "the tool reported isError: true".into()),
+        ));
+    }
+    match map.get("error") {
+        Some(Value::String(s)) if !s.trim().is_empty() => Some(ToolError::execution(s.trim())),
+        Some(obj @ Value::Object(inner)) => {
+            let detail = inner
+                .get("message")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .unwrap_or_else(|| compact_json(obj));
+            Some(ToolError::execution(detail))
+        }
+        _ => None,
+    }
+}
+
+/// The most useful text a failing value carries: its `error` message, or its
+/// `content` text (MCP results put the failure there).
+fn detail_of(map: &serde_json::Map<String, Value>) -> Option<String> {
+    if let Some(Value::String(s)) = map.get("error")
+        && !s.trim().is_empty()
+    {
+        return Some(s.clone());
+    }
+    match map.get("content") {
+        Some(Value::String(s)) if !s.is_empty() => Some(s.clone()),
+        Some(Value::Array(items)) => {
+            let texts: Vec<&str> = items
+                .iter()
+                .filter_map(|item| item.get("text").and_then(Value::as_str))
+                .collect();
+            (!texts.is_empty()).then(|| texts.join("\n"))
+        }
+        _ => None,
+    }
+}
+
+/// The text the model reads for a successful value: strings verbatim,
+/// structures as compact JSON, null as nothing. Never Rust `Debug` output.
+pub fn render_value(value: &Value) -> String {
+    match value {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        other => compact_json(other),
+    }
+}
+
+fn compact_json(value: &Value) -> String {
+    // Serialising a `Value` cannot fail: its keys are strings and it holds no
+    // non-finite floats.
+    serde_json::to_string(value).unwrap_or_default()
+}
+
+/// Caps the text sent to the model, keeping the full value elsewhere. The
+/// marker says how much there was, so the model knows it saw a part.
+pub fn cap_text(text: &str, limit: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= limit {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let cut = text.floor_char_boundary(limit);
+    std::borrow::Cow::Owned(format!(
+        "{}\n[output truncated: showing the first {cut} of {} bytes]",
+        &text[..cut],
+        text.len()
+    ))
+}

@@ -1,0 +1,295 @@
+//! Tool definitions: what a tool is called, what it accepts, and how its calls
+//! may be scheduled.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::validate::CompiledSchema;
+
+/// Longest tool name any provider accepts.
+pub const MAX_TOOL_NAME_LEN: usize = 64;
+
+/// Why a tool name was refused at registration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ToolNameError {
+    #[error("tool name is empty; names match ^[A-Za-z0-9_-]{{1,64}}$")]
+    Empty,
+    #[error(
+        "tool name `{name}` is {len} characters long; providers accept at most {MAX_TOOL_NAME_LEN}"
+    )]
+    TooLong { name: String, len: usize },
+    #[error(
+        "tool name `{name}` contains {bad:?}; only ASCII letters, digits, `_` and `-` are accepted by every provider"
+    )]
+    BadCharacter { name: String, bad: char },
+}
+
+/// Checks a name against `^[A-Za-z0-9_-]{1,64}$`, the rule every provider enforces.
+pub fn check_tool_name(name: &str) -> Result<(), ToolNameError> {
+    if name.is_empty() {
+        return Err(ToolNameError::Empty);
+    }
+    if let Some(bad) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
+    {
+        return Err(ToolNameError::BadCharacter {
+            name: name.to_owned(),
+            bad,
+        });
+    }
+    if name.len() > MAX_TOOL_NAME_LEN {
+        return Err(ToolNameError::TooLong {
+            name: name.to_owned(),
+            len: name.len(),
+        });
+    }
+    Ok(())
+}
+
+/// What calls of a tool must not overlap on.
+///
+/// Two calls with the same key keep their order: a batch that contains them
+/// runs serially even when every tool in it is parallel-safe.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "value", rename_all = "snake_case")]
+pub enum OrderKey {
+    /// Every call of the tool shares this key (an output channel's name).
+    Fixed(String),
+    /// The value of this argument is the key (a device tool's `device_id`).
+    Argument(String),
+}
+
+/// A tool's definition: its name, its argument schema, and its scheduling
+/// declarations. Each tool declares these itself; the kernel keeps no table of
+/// tool names.
+#[derive(Clone, Serialize, Deserialize)]
+pub struct ToolDef {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    /// JSON Schema of the arguments object. `null` or `{}` accepts anything.
+    #[serde(default)]
+    pub parameters: Value,
+    /// The tool may run at the same time as other calls of the same batch.
+    #[serde(default)]
+    pub parallel_safe: bool,
+    /// The tool never runs beside another call; wins over `parallel_safe`.
+    #[serde(default)]
+    pub serial: bool,
+    /// Advisory: the tool does not change anything. Used for MCP annotations,
+    /// never as a reason to run in parallel.
+    #[serde(default)]
+    pub read_only: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order_key: Option<OrderKey>,
+    /// Per-tool override of the executor's default timeout.
+    #[serde(default, with = "duration_ms", skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<Duration>,
+    /// Compiled argument schema, built on first use and shared by clones.
+    #[serde(skip)]
+    compiled: Arc<OnceLock<CompiledSchema>>,
+}
+
+impl ToolDef {
+    /// A serial tool with no argument schema; refine it with the builder methods.
+    pub fn new(name: impl Into<String>, description: impl Into<String>) -> Self {
+        ToolDef {
+            name: name.into(),
+            description: description.into(),
+            parameters: Value::Null,
+            parallel_safe: false,
+            serial: false,
+            read_only: false,
+            order_key: None,
+            timeout: None,
+            compiled: Arc::default(),
+        }
+    }
+
+    pub fn with_parameters(mut self, schema: Value) -> Self {
+        self.parameters = schema;
+        self.compiled = Arc::default();
+        self
+    }
+
+    pub fn parallel_safe(mut self) -> Self {
+        self.parallel_safe = true;
+        self
+    }
+
+    pub fn serial(mut self) -> Self {
+        self.serial = true;
+        self
+    }
+
+    pub fn read_only(mut self) -> Self {
+        self.read_only = true;
+        self
+    }
+
+    pub fn with_order_key(mut self, key: OrderKey) -> Self {
+        self.order_key = Some(key);
+        self
+    }
+
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// The single predicate behind both the executor's batch decision and the
+    /// prompt's list of parallel-safe tools: declared safe and not serial.
+    pub fn runs_in_parallel(&self) -> bool {
+        self.parallel_safe && !self.serial
+    }
+
+    /// The order key of one call of this tool, if the tool declares one.
+    ///
+    /// `Err(())` means the tool keys on an argument the call did not supply as
+    /// a string or number; the planner treats such a call as conflicting.
+    pub(crate) fn order_key_for(&self, arguments: &Value) -> Result<Option<String>, ()> {
+        match &self.order_key {
+            None => Ok(None),
+            Some(OrderKey::Fixed(key)) => Ok(Some(format!("fixed:{key}"))),
+            Some(OrderKey::Argument(arg)) => match arguments.get(arg) {
+                Some(Value::String(s)) if !s.is_empty() => Ok(Some(format!("{arg}={s}"))),
+                Some(Value::Number(n)) => Ok(Some(format!("{arg}={n}"))),
+                _ => Err(()),
+            },
+        }
+    }
+
+    pub(crate) fn compiled_schema(&self) -> &CompiledSchema {
+        self.compiled
+            .get_or_init(|| CompiledSchema::compile(&self.parameters))
+    }
+}
+
+impl std::fmt::Debug for ToolDef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolDef")
+            .field("name", &self.name)
+            .field("parallel_safe", &self.parallel_safe)
+            .field("serial", &self.serial)
+            .field("read_only", &self.read_only)
+            .field("order_key", &self.order_key)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for ToolDef {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+            && self.description == other.description
+            && self.parameters == other.parameters
+            && self.parallel_safe == other.parallel_safe
+            && self.serial == other.serial
+            && self.read_only == other.read_only
+            && self.order_key == other.order_key
+            && self.timeout == other.timeout
+    }
+}
+
+mod duration_ms {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(d: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match d {
+            Some(d) => s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        Ok(Option::<u64>::deserialize(d)?.map(Duration::from_millis))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn tool_names_follow_the_provider_rule() {
+        for good in [
+            "a",
+            "cmd_run",
+            "output_send__console",
+            "A-9_z",
+            &"x".repeat(64),
+        ] {
+            assert_eq!(check_tool_name(good), Ok(()), "{good}");
+        }
+        assert_eq!(check_tool_name(""), Err(ToolNameError::Empty));
+        assert!(matches!(
+            check_tool_name(&"x".repeat(65)),
+            Err(ToolNameError::TooLong { len: 65, .. })
+        ));
+        for (bad, ch) in [
+            ("a.b", '.'),
+            ("a b", ' '),
+            ("é", 'é'),
+            ("a/b", '/'),
+            ("a:b", ':'),
+        ] {
+            assert!(
+                matches!(check_tool_name(bad), Err(ToolNameError::BadCharacter { bad, .. }) if bad == ch),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn serial_wins_over_parallel_safe() {
+        assert!(ToolDef::new("t", "").parallel_safe().runs_in_parallel());
+        assert!(
+            !ToolDef::new("t", "")
+                .parallel_safe()
+                .serial()
+                .runs_in_parallel()
+        );
+        assert!(!ToolDef::new("t", "").runs_in_parallel());
+        // read_only is advisory and never makes a tool parallel.
+        assert!(!ToolDef::new("t", "").read_only().runs_in_parallel());
+    }
+
+    #[test]
+    fn order_keys_come_from_the_definition_or_the_argument() {
+        let fixed = ToolDef::new("s", "").with_order_key(OrderKey::Fixed("console".into()));
+        assert_eq!(
+            fixed.order_key_for(&json!({})),
+            Ok(Some("fixed:console".into()))
+        );
+        let by_arg = ToolDef::new("d", "").with_order_key(OrderKey::Argument("device_id".into()));
+        assert_eq!(
+            by_arg.order_key_for(&json!({"device_id": "nas"})),
+            Ok(Some("device_id=nas".into()))
+        );
+        assert_eq!(by_arg.order_key_for(&json!({})), Err(()));
+        assert_eq!(
+            ToolDef::new("x", "").order_key_for(&json!({"device_id": "nas"})),
+            Ok(None)
+        );
+    }
+
+    #[test]
+    fn definitions_round_trip_through_json() {
+        let def = ToolDef::new("d", "desc")
+            .with_parameters(json!({"type": "object"}))
+            .parallel_safe()
+            .with_order_key(OrderKey::Argument("device_id".into()))
+            .with_timeout(Duration::from_millis(1500));
+        let text = serde_json::to_string(&def).unwrap();
+        let back: ToolDef = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, def);
+        assert!(text.contains("\"timeout\":1500"), "{text}");
+    }
+}

@@ -1,0 +1,1056 @@
+//! Argument pre-validation: catches the mistakes a model can fix (a missing
+//! argument, a wrong type) before the handler runs, and says how to fix them.
+//!
+//! The rule throughout is "never stricter than the tool": a schema we cannot
+//! use, or one that says nothing, lets every call through, because refusing a
+//! call the tool would have accepted costs the user more than letting the tool
+//! report its own error.
+
+use std::borrow::Cow;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use jsonschema::Validator;
+use jsonschema::error::{TypeKind, ValidationErrorKind};
+use jsonschema::types::JsonType;
+use serde_json::{Map, Number, Value};
+
+use crate::outcome::{ErrorReason, ToolError};
+
+/// Bounds the schema/value walks so a hostile, deeply nested schema or value
+/// cannot exhaust the stack.
+const MAX_DEPTH: usize = 64;
+
+/// Keeps details and hints readable when a schema carries a long description
+/// or the offending value is large (jsonschema's messages quote the value).
+const MAX_TEXT: usize = 300;
+
+/// A tool's argument schema, compiled once and reused for every call.
+pub struct CompiledSchema {
+    /// The raw schema: coercion and hints read `properties`, `required`,
+    /// `type` and `description` from it directly.
+    schema: Value,
+    /// `None` means "do not enforce": no schema, or one we could not use.
+    validator: Option<Validator>,
+    /// Why the schema is not enforced, for the caller to attach to outcomes.
+    warning: Option<String>,
+}
+
+// `ToolDef` shares the compiled schema across threads in an `Arc<OnceLock<_>>`.
+const _: () = {
+    const fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<CompiledSchema>();
+};
+
+impl CompiledSchema {
+    /// Compile once per tool definition (cached by the caller in ToolDef).
+    ///
+    /// Never fails: a schema that cannot be compiled is recorded as a warning
+    /// and the tool's calls pass unchecked.
+    pub fn compile(schema: &Value) -> Self {
+        let unenforced = |warning: Option<String>| CompiledSchema {
+            schema: Value::Null,
+            validator: None,
+            warning,
+        };
+        match schema {
+            Value::Null | Value::Bool(true) => return unenforced(None),
+            Value::Object(map) if map.is_empty() => return unenforced(None),
+            // `false` would refuse every call, which no working tool means.
+            Value::Bool(false) => {
+                return unenforced(Some(
+                    "argument schema is `false` (rejects everything); not enforced".into(),
+                ));
+            }
+            _ => {}
+        }
+        // `offline()` keeps compilation from fetching remote or file `$ref`s
+        // even if another crate turns jsonschema's resolver features back on.
+        // Formats are annotations here: tools routinely accept more than their
+        // declared `format`. The catch is there because this runs third-party
+        // code on schemas from untrusted servers, inside a `OnceLock` init
+        // that every call of the tool goes through.
+        let built = catch_unwind(|| {
+            jsonschema::options()
+                .offline()
+                .should_validate_formats(false)
+                .build(schema)
+                .map_err(|err| err.to_string())
+        });
+        match built {
+            Ok(Ok(_)) if !root_may_be_object(schema) => unenforced(Some(format!(
+                "argument schema's root type is {} rather than object; not enforced",
+                plain_types(schema).unwrap_or_default().join(" or ")
+            ))),
+            Ok(Ok(validator)) => CompiledSchema {
+                schema: schema.clone(),
+                validator: Some(validator),
+                warning: None,
+            },
+            Ok(Err(err)) => unenforced(Some(format!(
+                "argument schema could not be compiled ({}); not enforced",
+                cap(&err, MAX_TEXT)
+            ))),
+            Err(_) => unenforced(Some(
+                "argument schema could not be compiled (the validator panicked); not enforced"
+                    .into(),
+            )),
+        }
+    }
+
+    /// Coerce lenient forms in place, then validate. Ok(warnings) or the ToolError.
+    ///
+    /// Coercion happens first and in place so the handler receives the same
+    /// values the validator accepted.
+    pub fn prepare(&self, tool: &str, arguments: &mut Value) -> Result<Vec<String>, ToolError> {
+        let Some(validator) = &self.validator else {
+            return Ok(self.warning.iter().cloned().collect());
+        };
+        if !arguments.is_object() {
+            return Err(ToolError::new(
+                ErrorReason::InvalidArguments,
+                format!(
+                    "arguments must be a JSON object, got {}",
+                    json_type_name(arguments)
+                ),
+            )
+            .with_hint(
+                "send the arguments as a JSON object of named arguments, e.g. {\"name\": value}",
+            ));
+        }
+        coerce(&self.schema, arguments, 0);
+        let arguments: &Value = arguments;
+        match catch_unwind(AssertUnwindSafe(|| {
+            first_error(validator, &self.schema, arguments)
+        })) {
+            Ok(None) => Ok(Vec::new()),
+            Ok(Some(err)) => Err(err),
+            // A validator bug must not block the tool; say so instead.
+            Err(_) => Ok(vec![format!(
+                "argument validation for tool {tool} panicked; arguments passed unchecked"
+            )]),
+        }
+    }
+}
+
+/// Picks the error the model can act on best: a missing argument first, then
+/// a wrong type, then anything else, each the first jsonschema reports.
+fn first_error(validator: &Validator, schema: &Value, arguments: &Value) -> Option<ToolError> {
+    let mut type_error = None;
+    let mut other = None;
+    for error in validator.iter_errors(arguments) {
+        match error.kind() {
+            ValidationErrorKind::Required { property } => {
+                return Some(required_error(
+                    schema,
+                    arguments,
+                    error.instance_path().as_str(),
+                    property,
+                ));
+            }
+            ValidationErrorKind::Type { kind } => {
+                if type_error.is_none() {
+                    type_error = Some(type_mismatch(
+                        schema,
+                        arguments,
+                        error.instance_path().as_str(),
+                        kind,
+                        error.instance(),
+                    ));
+                }
+            }
+            kind => {
+                if other.is_none() {
+                    other = Some(other_error(
+                        schema,
+                        arguments,
+                        error.instance_path().as_str(),
+                        kind,
+                        &error.to_string(),
+                    ));
+                }
+            }
+        }
+    }
+    type_error.or(other)
+}
+
+fn required_error(schema: &Value, arguments: &Value, pointer: &str, property: &Value) -> ToolError {
+    let name = match property {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let (parent, parent_schema) = locate(pointer, arguments, schema);
+    let field = join_field(&parent, &name);
+    let description = parent_schema
+        .and_then(|s| s.get("properties"))
+        .and_then(|p| p.get(&name))
+        .and_then(description_of);
+    let hint = match description {
+        Some(d) => format!("add the `{field}` argument ({d}; required) and call the tool again"),
+        None => format!("add the `{field}` argument (required) and call the tool again"),
+    };
+    ToolError::new(
+        ErrorReason::Required,
+        format!("missing required argument `{field}`"),
+    )
+    .with_field(field)
+    .with_hint(hint)
+}
+
+fn type_mismatch(
+    schema: &Value,
+    arguments: &Value,
+    pointer: &str,
+    kind: &TypeKind,
+    instance: &Value,
+) -> ToolError {
+    let expected: Vec<JsonType> = match kind {
+        TypeKind::Single(t) => vec![*t],
+        TypeKind::Multiple(set) => set.iter().collect(),
+    };
+    let names: Vec<&str> = expected.iter().map(|t| t.as_str()).collect();
+    let (field, _) = locate(pointer, arguments, schema);
+    let got = json_type_name(instance);
+    let how: Vec<&str> = expected.iter().map(|t| how_to_send(*t)).collect();
+    if field.is_empty() {
+        return ToolError::new(
+            ErrorReason::Type,
+            format!("arguments must be {}, got {got}", names.join(" or ")),
+        )
+        .with_hint(format!("send the arguments as {}", how.join(" or ")));
+    }
+    ToolError::new(
+        ErrorReason::Type,
+        format!(
+            "argument `{field}` must be {}, got {got}",
+            names.join(" or ")
+        ),
+    )
+    .with_hint(format!(
+        "send `{field}` as {} and call the tool again",
+        how.join(" or ")
+    ))
+    .with_field(field)
+}
+
+fn other_error(
+    schema: &Value,
+    arguments: &Value,
+    pointer: &str,
+    kind: &ValidationErrorKind,
+    message: &str,
+) -> ToolError {
+    let (mut field, located) = locate(pointer, arguments, schema);
+    let message = cap(message, MAX_TEXT);
+    let detail = if field.is_empty() {
+        format!("arguments: {message}")
+    } else {
+        format!("argument `{field}`: {message}")
+    };
+    let hint = match kind {
+        ValidationErrorKind::AdditionalProperties { unexpected } => {
+            if let Some(extra) = unexpected.first() {
+                field = join_field(&field, extra);
+            }
+            let known: Vec<&str> = located
+                .and_then(|s| s.get("properties"))
+                .and_then(Value::as_object)
+                .map(|p| p.keys().map(String::as_str).collect())
+                .unwrap_or_default();
+            let extra = unexpected.join("`, `");
+            if known.is_empty() {
+                format!("remove `{extra}` (the tool does not take it) and call the tool again")
+            } else {
+                cap(
+                    &format!(
+                        "remove `{extra}` (the tool does not take it; it takes: {}) and call the tool again",
+                        known.join(", ")
+                    ),
+                    MAX_TEXT,
+                )
+            }
+        }
+        ValidationErrorKind::Enum { options } => cap(
+            &format!(
+                "use one of the allowed values for `{field}`: {options} and call the tool again"
+            ),
+            MAX_TEXT,
+        ),
+        _ if field.is_empty() => {
+            "fix the arguments to match the tool's schema and call the tool again".into()
+        }
+        _ => format!("change `{field}` to satisfy the tool's schema and call the tool again"),
+    };
+    let err = ToolError::new(ErrorReason::InvalidArguments, detail).with_hint(hint);
+    if field.is_empty() {
+        err
+    } else {
+        err.with_field(field)
+    }
+}
+
+/// Turns jsonschema's JSON Pointer into the dotted path a model reads
+/// (`options.depth`, `files[1].name`) and finds the subschema at that place.
+///
+/// The pointer alone cannot tell the key `"0"` from index 0, so the walk
+/// follows the arguments themselves to decide.
+fn locate<'s>(pointer: &str, arguments: &Value, schema: &'s Value) -> (String, Option<&'s Value>) {
+    let mut path = String::new();
+    let mut value = Some(arguments);
+    let mut sub = Some(schema);
+    for raw in pointer.split('/').skip(1) {
+        let segment = unescape_pointer(raw);
+        let index = match value {
+            Some(Value::Array(_)) => segment.parse::<usize>().ok(),
+            _ => None,
+        };
+        match index {
+            Some(i) => {
+                path.push_str(&format!("[{i}]"));
+                value = value.and_then(|v| v.get(i));
+                sub = sub.and_then(|s| s.get("items")).filter(|s| s.is_object());
+            }
+            None => {
+                path = join_field(&path, &segment);
+                value = value.and_then(|v| v.get(segment.as_ref()));
+                sub = sub
+                    .and_then(|s| s.get("properties"))
+                    .and_then(|p| p.get(segment.as_ref()));
+            }
+        }
+    }
+    (path, sub)
+}
+
+fn unescape_pointer(raw: &str) -> Cow<'_, str> {
+    if raw.contains('~') {
+        Cow::Owned(raw.replace("~1", "/").replace("~0", "~"))
+    } else {
+        Cow::Borrowed(raw)
+    }
+}
+
+fn join_field(parent: &str, name: &str) -> String {
+    if parent.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{parent}.{name}")
+    }
+}
+
+fn description_of(schema: &Value) -> Option<String> {
+    let text = schema
+        .get("description")?
+        .as_str()?
+        .trim()
+        .trim_end_matches('.')
+        .trim_end();
+    (!text.is_empty()).then(|| cap(text, MAX_TEXT / 2))
+}
+
+/// How to write a value of the type, in words a model follows.
+fn how_to_send(t: JsonType) -> &'static str {
+    match t {
+        JsonType::Integer => "an integer (a whole number without quotes, e.g. 20)",
+        JsonType::Number => "a number without quotes (e.g. 1.5)",
+        JsonType::Boolean => "a boolean (true or false, without quotes)",
+        JsonType::String => "a string (in double quotes)",
+        JsonType::Array => "a JSON array ([...])",
+        JsonType::Object => "a JSON object ({...})",
+        JsonType::Null => "null",
+    }
+}
+
+/// The type a model would call the value: whole numbers are integers.
+pub(crate) fn json_type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+fn cap(text: &str, limit: usize) -> String {
+    if text.len() <= limit {
+        return text.to_owned();
+    }
+    format!("{}…", &text[..text.floor_char_boundary(limit)])
+}
+
+/// Arguments are always an object, so a schema whose root cannot be one
+/// would make the tool uncallable.
+fn root_may_be_object(schema: &Value) -> bool {
+    plain_types(schema).is_none_or(|types| types.contains(&"object"))
+}
+
+/// The `type` keyword when it is plain: a name or a list of names.
+fn plain_types(schema: &Value) -> Option<Vec<&str>> {
+    match schema.get("type")? {
+        Value::String(t) => Some(vec![t.as_str()]),
+        Value::Array(list) => list.iter().map(Value::as_str).collect(),
+        _ => None,
+    }
+}
+
+/// Rewrites the forms models really send into what the schema asks for.
+///
+/// Only unambiguous cases are touched, and only where the schema states a
+/// plain `type`: a value the schema already accepts is never changed.
+fn coerce(schema: &Value, value: &mut Value, depth: usize) {
+    if depth > MAX_DEPTH || !schema.is_object() {
+        return;
+    }
+    match value {
+        Value::Object(map) => coerce_object(schema, map, depth),
+        Value::Array(items) => {
+            if let Some(item_schema) = schema.get("items").filter(|s| s.is_object()) {
+                for item in items {
+                    coerce(item_schema, item, depth + 1);
+                }
+            }
+        }
+        Value::String(s) => {
+            if let Some(coerced) = coerce_string(schema, s) {
+                *value = coerced;
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Drops `null`s the model sent to mean "no value", then coerces each
+/// declared property.
+fn coerce_object(schema: &Value, map: &mut Map<String, Value>, depth: usize) {
+    let properties = schema.get("properties").and_then(Value::as_object);
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let property = |key: &str| properties.and_then(|p| p.get(key));
+    let drop: Vec<String> = map
+        .iter()
+        .filter(|(key, v)| {
+            v.is_null()
+                && if required.contains(&key.as_str()) {
+                    // A required null is treated as missing, so the model is
+                    // told to supply it, unless null is a declared value.
+                    !property(key).is_some_and(|s| allows_null(s, depth))
+                } else {
+                    property(key).is_some()
+                }
+        })
+        .map(|(key, _)| key.clone())
+        .collect();
+    for key in drop {
+        map.remove(&key);
+    }
+    if let Some(properties) = properties {
+        for (key, sub) in properties {
+            if let Some(v) = map.get_mut(key) {
+                coerce(sub, v, depth + 1);
+            }
+        }
+    }
+}
+
+/// Whether the schema accepts `null`, judged from its own keywords; a
+/// `$ref`, `allOf` or `not` is not followed and counts as "no".
+fn allows_null(schema: &Value, depth: usize) -> bool {
+    let Value::Object(map) = schema else {
+        return schema == &Value::Bool(true);
+    };
+    if depth > MAX_DEPTH {
+        return false;
+    }
+    if let Some(types) = plain_types(schema) {
+        return types.contains(&"null");
+    }
+    if map.get("nullable") == Some(&Value::Bool(true)) || map.get("const") == Some(&Value::Null) {
+        return true;
+    }
+    if let Some(Value::Array(options)) = map.get("enum") {
+        return options.contains(&Value::Null);
+    }
+    for key in ["anyOf", "oneOf"] {
+        if let Some(Value::Array(branches)) = map.get(key) {
+            return branches.iter().any(|b| allows_null(b, depth + 1));
+        }
+    }
+    // No constraint on the value at all: null is valid.
+    ![
+        "type", "enum", "const", "anyOf", "oneOf", "allOf", "not", "$ref",
+    ]
+    .iter()
+    .any(|k| map.contains_key(*k))
+}
+
+/// `"true"`/`"false"` for booleans and numeric strings for numbers, only when
+/// the schema does not also accept a string.
+fn coerce_string(schema: &Value, s: &str) -> Option<Value> {
+    let types = plain_types(schema)?;
+    if types.contains(&"string") {
+        return None;
+    }
+    if types.contains(&"boolean") {
+        match s {
+            "true" => return Some(Value::Bool(true)),
+            "false" => return Some(Value::Bool(false)),
+            _ => {}
+        }
+    }
+    let wants_integer = types.contains(&"integer");
+    let wants_number = types.contains(&"number");
+    if !wants_integer && !wants_number {
+        return None;
+    }
+    // serde_json's grammar: no "NaN", "inf", "+1" or ".5", and out-of-range
+    // values are errors rather than infinities.
+    let number: Number = s.trim().parse().ok()?;
+    if let Some(integral) = as_integral(&number) {
+        return Some(integral);
+    }
+    wants_number.then_some(Value::Number(number))
+}
+
+/// `20` and `20.0` as a JSON integer; `None` when there is a fraction.
+fn as_integral(number: &Number) -> Option<Value> {
+    if number.is_i64() || number.is_u64() {
+        return Some(Value::Number(number.clone()));
+    }
+    let f = number.as_f64()?;
+    if !f.is_finite() || f.fract() != 0.0 {
+        return None;
+    }
+    // i64::MAX as f64 rounds up to 2^63, hence the strict upper bound.
+    if f >= i64::MIN as f64 && f < i64::MAX as f64 {
+        Some(Value::from(f as i64))
+    } else {
+        // Too large for i64 but integral: jsonschema still counts it as an integer.
+        Some(Value::Number(number.clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn prepare(schema: Value, mut args: Value) -> (Result<Vec<String>, ToolError>, Value) {
+        let compiled = CompiledSchema::compile(&schema);
+        let result = compiled.prepare("t", &mut args);
+        (result, args)
+    }
+
+    fn fail(schema: Value, args: Value) -> ToolError {
+        match prepare(schema, args.clone()).0 {
+            Err(err) => err,
+            Ok(w) => panic!("expected an error for {args}, passed with warnings {w:?}"),
+        }
+    }
+
+    fn pass(schema: Value, args: Value) -> (Vec<String>, Value) {
+        let (result, coerced) = prepare(schema, args.clone());
+        match result {
+            Ok(w) => (w, coerced),
+            Err(err) => panic!("expected {args} to pass, got {err:?}"),
+        }
+    }
+
+    fn read_file_schema() -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "The file to read."},
+                "count": {"type": "integer"},
+                "ratio": {"type": "number"},
+                "verbose": {"type": "boolean"},
+                "mode": {"type": "string", "enum": ["text", "binary"]},
+                "options": {
+                    "type": "object",
+                    "properties": {
+                        "depth": {"type": "integer", "description": "how deep to recurse"},
+                        "follow": {"type": "boolean"}
+                    },
+                    "required": ["depth"]
+                },
+                "files": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {"name": {"type": "string"}, "size": {"type": "integer"}},
+                        "required": ["name"]
+                    }
+                },
+                "limits": {"type": "array", "items": {"type": "integer"}}
+            },
+            "required": ["path"]
+        })
+    }
+
+    #[test]
+    fn compiled_schema_is_send_and_sync() {
+        fn assert_send_sync<T: Send + Sync>() {}
+        assert_send_sync::<CompiledSchema>();
+    }
+
+    #[test]
+    fn missing_required_with_empty_arguments() {
+        let err = fail(read_file_schema(), json!({}));
+        assert_eq!(err.reason, ErrorReason::Required);
+        assert_eq!(err.field.as_deref(), Some("path"));
+        assert_eq!(err.detail, "missing required argument `path`");
+        assert_eq!(
+            err.hint.as_deref(),
+            Some("add the `path` argument (The file to read; required) and call the tool again")
+        );
+    }
+
+    #[test]
+    fn missing_required_among_other_arguments() {
+        let err = fail(read_file_schema(), json!({"count": 3, "verbose": true}));
+        assert_eq!(err.reason, ErrorReason::Required);
+        assert_eq!(err.field.as_deref(), Some("path"));
+    }
+
+    #[test]
+    fn missing_nested_required_names_dotted_path_and_description() {
+        let err = fail(
+            read_file_schema(),
+            json!({"path": "a", "options": {"follow": true}}),
+        );
+        assert_eq!(err.reason, ErrorReason::Required);
+        assert_eq!(err.field.as_deref(), Some("options.depth"));
+        assert_eq!(err.detail, "missing required argument `options.depth`");
+        let hint = err.hint.unwrap_or_default();
+        assert!(hint.contains("`options.depth`"), "{hint}");
+        assert!(hint.contains("how deep to recurse"), "{hint}");
+    }
+
+    #[test]
+    fn missing_required_inside_array_item() {
+        let err = fail(
+            read_file_schema(),
+            json!({"path": "a", "files": [{"name": "x"}, {"size": 1}]}),
+        );
+        assert_eq!(err.reason, ErrorReason::Required);
+        assert_eq!(err.field.as_deref(), Some("files[1].name"));
+    }
+
+    #[test]
+    fn required_without_description_still_hints_the_field() {
+        let schema =
+            json!({"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]});
+        let err = fail(schema, json!({}));
+        assert_eq!(
+            err.hint.as_deref(),
+            Some("add the `q` argument (required) and call the tool again")
+        );
+    }
+
+    #[test]
+    fn required_listed_without_properties_is_reported() {
+        let schema = json!({"type": "object", "required": ["q"]});
+        let err = fail(schema, json!({}));
+        assert_eq!(err.reason, ErrorReason::Required);
+        assert_eq!(err.field.as_deref(), Some("q"));
+    }
+
+    #[test]
+    fn several_missing_report_the_same_first_one_every_time() {
+        let schema = json!({
+            "type": "object",
+            "properties": {"b": {"type": "string"}, "a": {"type": "string"}},
+            "required": ["b", "a"]
+        });
+        let first = fail(schema.clone(), json!({}));
+        assert_eq!(first.field.as_deref(), Some("b"));
+        for _ in 0..5 {
+            assert_eq!(fail(schema.clone(), json!({})), first);
+        }
+    }
+
+    #[test]
+    fn required_null_is_treated_as_missing() {
+        let err = fail(read_file_schema(), json!({"path": null}));
+        assert_eq!(err.reason, ErrorReason::Required);
+        assert_eq!(err.field.as_deref(), Some("path"));
+    }
+
+    #[test]
+    fn required_null_is_kept_when_the_schema_allows_null() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "a": {"type": ["string", "null"]},
+                "b": {"anyOf": [{"type": "integer"}, {"type": "null"}]}
+            },
+            "required": ["a", "b"]
+        });
+        let (_, args) = pass(schema, json!({"a": null, "b": null}));
+        assert_eq!(args, json!({"a": null, "b": null}));
+    }
+
+    #[test]
+    fn required_error_wins_over_type_and_other_errors() {
+        let err = fail(
+            read_file_schema(),
+            json!({"count": "many", "mode": "weird"}),
+        );
+        assert_eq!(err.reason, ErrorReason::Required);
+        assert_eq!(err.field.as_deref(), Some("path"));
+        // jsonschema reports `count` (type) and `mode` (enum) before the
+        // nested required error; the required one must still be chosen.
+        let err = fail(
+            read_file_schema(),
+            json!({"path": "a", "count": "many", "mode": "weird", "options": {}}),
+        );
+        assert_eq!(err.reason, ErrorReason::Required);
+        assert_eq!(err.field.as_deref(), Some("options.depth"));
+    }
+
+    #[test]
+    fn type_error_wins_over_other_errors() {
+        let err = fail(
+            read_file_schema(),
+            json!({"path": "a", "mode": "weird", "count": "many"}),
+        );
+        assert_eq!(err.reason, ErrorReason::Type);
+        assert_eq!(err.field.as_deref(), Some("count"));
+    }
+
+    #[test]
+    fn lenient_forms_are_coerced_in_place() {
+        let (warnings, args) = pass(
+            read_file_schema(),
+            json!({
+                "path": "a",
+                "verbose": "true",
+                "count": "20",
+                "ratio": "1.5",
+                "mode": null,
+                "options": {"depth": " 7 ", "follow": "false"},
+                "files": [{"name": "x", "size": "20.0"}],
+                "limits": ["1", 2, "3"]
+            }),
+        );
+        assert!(warnings.is_empty());
+        assert_eq!(
+            args,
+            json!({
+                "path": "a",
+                "verbose": true,
+                "count": 20,
+                "ratio": 1.5,
+                "options": {"depth": 7, "follow": false},
+                "files": [{"name": "x", "size": 20}],
+                "limits": [1, 2, 3]
+            })
+        );
+        assert!(args["count"].is_i64());
+        assert!(args.get("mode").is_none());
+    }
+
+    #[test]
+    fn integral_string_for_a_number_becomes_a_number() {
+        let (_, args) = pass(read_file_schema(), json!({"path": "a", "ratio": "2"}));
+        assert_eq!(args["ratio"], json!(2));
+    }
+
+    #[test]
+    fn fractional_string_for_an_integer_fails_as_type() {
+        let err = fail(read_file_schema(), json!({"path": "a", "count": "1.5"}));
+        assert_eq!(err.reason, ErrorReason::Type);
+        assert_eq!(err.field.as_deref(), Some("count"));
+        assert_eq!(err.detail, "argument `count` must be integer, got string");
+        assert!(err.hint.unwrap_or_default().contains("whole number"));
+    }
+
+    #[test]
+    fn nothing_else_is_coerced() {
+        // A string the schema also accepts stays a string.
+        let schema =
+            json!({"type": "object", "properties": {"v": {"type": ["string", "integer"]}}});
+        let (_, args) = pass(schema, json!({"v": "20"}));
+        assert_eq!(args, json!({"v": "20"}));
+        // Nearly-boolean and non-JSON numeric spellings are not guessed at.
+        for bad in ["True", "yes", "1", " true"] {
+            let err = fail(read_file_schema(), json!({"path": "a", "verbose": bad}));
+            assert_eq!(err.reason, ErrorReason::Type, "{bad}");
+        }
+        for bad in ["NaN", "inf", "+1", "1e999", "", "0x10"] {
+            let err = fail(read_file_schema(), json!({"path": "a", "ratio": bad}));
+            assert_eq!(err.reason, ErrorReason::Type, "{bad}");
+        }
+        // A number is not turned into a string, and an undeclared null stays.
+        let schema = json!({"type": "object", "properties": {"s": {"type": "string"}}});
+        let err = fail(schema.clone(), json!({"s": 5}));
+        assert_eq!(err.reason, ErrorReason::Type);
+        let (_, args) = pass(schema, json!({"other": null}));
+        assert_eq!(args, json!({"other": null}));
+    }
+
+    #[test]
+    fn wrong_types_name_field_expected_and_received() {
+        let err = fail(read_file_schema(), json!({"path": {"p": 1}}));
+        assert_eq!(err.reason, ErrorReason::Type);
+        assert_eq!(err.field.as_deref(), Some("path"));
+        assert_eq!(err.detail, "argument `path` must be string, got object");
+        assert!(
+            err.hint
+                .unwrap_or_default()
+                .contains("send `path` as a string")
+        );
+
+        let err = fail(read_file_schema(), json!({"path": "a", "count": "abc"}));
+        assert_eq!(err.reason, ErrorReason::Type);
+        assert_eq!(err.detail, "argument `count` must be integer, got string");
+
+        let err = fail(read_file_schema(), json!({"path": "a", "options": [1, 2]}));
+        assert_eq!(err.reason, ErrorReason::Type);
+        assert_eq!(err.field.as_deref(), Some("options"));
+        assert_eq!(err.detail, "argument `options` must be object, got array");
+
+        let err = fail(
+            read_file_schema(),
+            json!({"path": "a", "files": [{"name": "x", "size": true}]}),
+        );
+        assert_eq!(err.field.as_deref(), Some("files[0].size"));
+        assert_eq!(
+            err.detail,
+            "argument `files[0].size` must be integer, got boolean"
+        );
+    }
+
+    #[test]
+    fn several_allowed_types_are_all_named() {
+        let schema = json!({"type": "object", "properties": {"v": {"type": ["integer", "null"]}}});
+        let err = fail(schema, json!({"v": [1]}));
+        assert_eq!(err.reason, ErrorReason::Type);
+        assert_eq!(
+            err.detail,
+            "argument `v` must be null or integer, got array"
+        );
+    }
+
+    #[test]
+    fn numeric_looking_object_keys_are_keys_not_indices() {
+        let schema = json!({
+            "type": "object",
+            "properties": {"m": {"type": "object", "properties": {"0": {"type": "string"}}}}
+        });
+        let err = fail(schema, json!({"m": {"0": 1}}));
+        assert_eq!(err.field.as_deref(), Some("m.0"));
+    }
+
+    #[test]
+    fn non_object_arguments_are_invalid() {
+        for args in [json!("path=a"), json!([1]), json!(null), json!(3)] {
+            let err = fail(read_file_schema(), args.clone());
+            assert_eq!(err.reason, ErrorReason::InvalidArguments, "{args}");
+            assert!(
+                err.detail.contains("must be a JSON object"),
+                "{}",
+                err.detail
+            );
+        }
+    }
+
+    #[test]
+    fn schema_less_tools_pass_anything() {
+        for schema in [json!(null), json!({}), json!(true)] {
+            for args in [
+                json!({}),
+                json!({"x": "1", "y": null}),
+                json!("text"),
+                json!(null),
+            ] {
+                let (warnings, after) = pass(schema.clone(), args.clone());
+                assert!(warnings.is_empty(), "{schema}");
+                assert_eq!(after, args, "schema-less arguments are left untouched");
+            }
+        }
+    }
+
+    #[test]
+    fn object_schema_without_properties_passes_any_object() {
+        let (warnings, args) = pass(
+            json!({"type": "object"}),
+            json!({"a": 1, "b": [null], "c": "x"}),
+        );
+        assert!(warnings.is_empty());
+        assert_eq!(args, json!({"a": 1, "b": [null], "c": "x"}));
+    }
+
+    #[test]
+    fn invalid_schemas_pass_with_a_warning() {
+        let cases = [
+            (json!({"type": "not-a-type"}), "could not be compiled"),
+            (
+                json!({"type": "object", "properties": {"a": {"pattern": "(unclosed"}}}),
+                "could not be compiled",
+            ),
+            (
+                json!({"type": "object", "required": "path"}),
+                "could not be compiled",
+            ),
+            (json!(false), "`false`"),
+            (json!({"type": "string"}), "root type is string"),
+            (json!("a string"), "could not be compiled"),
+        ];
+        for (schema, expected) in cases {
+            let (warnings, args) = pass(schema.clone(), json!({"anything": [1, "2"]}));
+            assert_eq!(warnings.len(), 1, "{schema}");
+            assert!(warnings[0].contains(expected), "{schema}: {}", warnings[0]);
+            assert_eq!(args, json!({"anything": [1, "2"]}));
+        }
+    }
+
+    #[test]
+    fn enum_violation_is_invalid_arguments_with_field() {
+        let err = fail(read_file_schema(), json!({"path": "a", "mode": "hex"}));
+        assert_eq!(err.reason, ErrorReason::InvalidArguments);
+        assert_eq!(err.field.as_deref(), Some("mode"));
+        assert!(
+            err.detail.starts_with("argument `mode`: "),
+            "{}",
+            err.detail
+        );
+        assert!(err.detail.contains("is not one of"), "{}", err.detail);
+        assert!(err.hint.unwrap_or_default().contains("\"text\""));
+    }
+
+    #[test]
+    fn other_violations_are_invalid_arguments() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "n": {"type": "integer", "minimum": 1},
+                "id": {"type": "string", "pattern": "^[a-z]+$"}
+            },
+            "additionalProperties": false
+        });
+        let err = fail(schema.clone(), json!({"n": "0"}));
+        assert_eq!(err.reason, ErrorReason::InvalidArguments);
+        assert_eq!(err.field.as_deref(), Some("n"));
+        assert!(
+            err.detail.contains("less than the minimum"),
+            "{}",
+            err.detail
+        );
+
+        let err = fail(schema.clone(), json!({"id": "ABC"}));
+        assert_eq!(err.reason, ErrorReason::InvalidArguments);
+        assert_eq!(err.field.as_deref(), Some("id"));
+
+        let err = fail(schema, json!({"n": 2, "extra": 1}));
+        assert_eq!(err.reason, ErrorReason::InvalidArguments);
+        assert_eq!(err.field.as_deref(), Some("extra"));
+        assert!(
+            err.detail.contains("Additional properties are not allowed"),
+            "{}",
+            err.detail
+        );
+        let hint = err.hint.unwrap_or_default();
+        assert!(hint.contains("`extra`") && hint.contains("id, n"), "{hint}");
+    }
+
+    #[test]
+    fn formats_are_not_enforced() {
+        let schema = json!({
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "type": "object",
+            "properties": {"url": {"type": "string", "format": "uri"}}
+        });
+        pass(schema, json!({"url": "./relative/path"}));
+    }
+
+    #[test]
+    fn remote_ref_is_never_fetched_and_passes_with_a_warning() {
+        let (warnings, _) = pass(
+            json!({"$ref": "https://example.com/s.json"}),
+            json!({"a": 1}),
+        );
+        assert_eq!(warnings.len(), 1);
+        assert!(
+            warnings[0].contains("https://example.com/s.json"),
+            "{}",
+            warnings[0]
+        );
+
+        // A listener the schema points at must see no connection attempt.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let schema = json!({
+            "type": "object",
+            "properties": {"a": {"$ref": format!("http://127.0.0.1:{port}/s.json")}}
+        });
+        let (warnings, _) = pass(schema, json!({"a": 1}));
+        assert_eq!(warnings.len(), 1);
+        assert!(warnings[0].contains("not enforced"), "{}", warnings[0]);
+        match listener.accept() {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            other => panic!("the schema's $ref was fetched: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn local_refs_still_validate() {
+        let schema = json!({
+            "type": "object",
+            "properties": {"p": {"$ref": "#/$defs/point"}},
+            "$defs": {"point": {"type": "object", "required": ["x"]}}
+        });
+        let err = fail(schema, json!({"p": {}}));
+        assert_eq!(err.reason, ErrorReason::Required);
+        assert_eq!(err.field.as_deref(), Some("p.x"));
+    }
+
+    #[test]
+    fn odd_schemas_and_arguments_do_not_panic() {
+        let mut deep = json!({"type": "integer"});
+        let mut deep_args = json!("1");
+        for _ in 0..100 {
+            deep = json!({"type": "object", "properties": {"a": deep}, "required": ["a"]});
+            deep_args = json!({"a": deep_args});
+        }
+        let schemas = [
+            json!({"properties": "nope"}),
+            json!({"properties": {"a": 5}, "required": [1, null]}),
+            json!({"type": "object", "properties": {"a": {"type": []}}}),
+            json!({"items": [{"type": "integer"}], "properties": {"a": {"items": true}}}),
+            json!({"type": "object", "properties": {"a": {"type": "integer", "maximum": 1e308}}}),
+            json!({"type": "object", "properties": {"a~/b": {"type": "integer"}}, "required": ["a~/b"]}),
+            deep,
+        ];
+        let args = [
+            json!({}),
+            json!({"a": null}),
+            json!({"a": "9".repeat(400)}),
+            json!({"a": "-0"}),
+            json!({"a": ["1", {"b": null}]}),
+            json!({"a~/b": "x"}),
+            deep_args,
+        ];
+        for schema in &schemas {
+            let compiled = CompiledSchema::compile(schema);
+            for a in &args {
+                let _ = compiled.prepare("t", &mut a.clone());
+            }
+        }
+        let err = fail(schemas[5].clone(), json!({"a~/b": "x"}));
+        assert_eq!(err.field.as_deref(), Some("a~/b"));
+    }
+
+    #[test]
+    fn huge_integral_string_for_integer_is_accepted() {
+        let schema = json!({"type": "object", "properties": {"n": {"type": "integer"}}});
+        let (_, args) = pass(schema, json!({"n": "1e20"}));
+        assert_eq!(args["n"].as_f64(), Some(1e20));
+    }
+}

@@ -1,0 +1,462 @@
+//! Stream assembly against the transcripts that broke other runtimes.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a test failure
+
+use homeagent_core::assemble::{Diagnostic, StreamAssembler, parse_arguments};
+use homeagent_core::{ErrorReason, FinishReason, StreamEvent, ToolCallFragment, Usage};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{Value, json};
+
+fn frag(index: Option<u32>, id: Option<&str>, name: Option<&str>, args: &str) -> StreamEvent {
+    StreamEvent::ToolCall(ToolCallFragment {
+        stream_index: index,
+        id: id.map(str::to_owned),
+        name: name.map(str::to_owned),
+        raw_arguments: args.to_owned(),
+    })
+}
+
+fn finish(reason: &str) -> StreamEvent {
+    StreamEvent::Finish {
+        reason: reason.to_owned(),
+    }
+}
+
+fn assemble(events: impl IntoIterator<Item = StreamEvent>) -> homeagent_core::AssembledTurn {
+    let mut asm = StreamAssembler::new();
+    for e in events {
+        asm.push(e);
+    }
+    asm.finish()
+}
+
+/// Splits `text` into `parts` pieces at char boundaries (some may be empty).
+fn split_into(text: &str, rng: &mut SmallRng, parts: usize) -> Vec<String> {
+    let chars: Vec<char> = text.chars().collect();
+    let mut cuts: Vec<usize> = (0..parts - 1)
+        .map(|_| rng.random_range(0..=chars.len()))
+        .collect();
+    cuts.sort_unstable();
+    let mut out = Vec::new();
+    let mut prev = 0;
+    for cut in cuts.into_iter().chain([chars.len()]) {
+        out.push(chars[prev..cut].iter().collect());
+        prev = cut;
+    }
+    out
+}
+
+#[test]
+fn eight_calls_over_200_shuffled_rounds_always_come_out_in_index_order() {
+    let mut rng = SmallRng::seed_from_u64(0x5eed);
+    for round in 0..200 {
+        let expected: Vec<(String, String, Value)> = (0..8)
+            .map(|i| {
+                let args = json!({"round": round, "i": i, "path": format!("/tmp/f{i}"), "note": "naïve ✓"});
+                (format!("call_{round}_{i}"), format!("tool_{i}"), args)
+            })
+            .collect();
+        // Each call becomes a queue of fragments that must stay in order;
+        // the queues are drained in a random interleaving.
+        let mut queues: Vec<std::collections::VecDeque<StreamEvent>> = expected
+            .iter()
+            .enumerate()
+            .map(|(i, (id, name, args))| {
+                let text = args.to_string();
+                let pieces = split_into(&text, &mut rng, 2 + i % 4);
+                let mut q: std::collections::VecDeque<StreamEvent> = pieces
+                    .iter()
+                    .map(|p| frag(Some(i as u32), None, None, p))
+                    .collect();
+                q.push_front(frag(Some(i as u32), Some(id), Some(name), ""));
+                q
+            })
+            .collect();
+        let mut events = Vec::new();
+        while queues.iter().any(|q| !q.is_empty()) {
+            let live: Vec<usize> = (0..8).filter(|i| !queues[*i].is_empty()).collect();
+            let pick = live[rng.random_range(0..live.len())];
+            events.push(queues[pick].pop_front().unwrap());
+        }
+        events.push(finish("tool_calls"));
+        let turn = assemble(events);
+        let got: Vec<(String, String, Value)> = turn
+            .calls
+            .iter()
+            .map(|c| {
+                (
+                    c.call.id.clone(),
+                    c.call.name.clone(),
+                    c.call.arguments.clone(),
+                )
+            })
+            .collect();
+        assert_eq!(got, expected, "round {round}");
+        assert!(turn.calls.iter().all(|c| c.argument_error.is_none()));
+    }
+}
+
+#[test]
+fn interleaved_calls_with_non_ascii_and_empty_arguments_assemble_exactly() {
+    let turn = assemble([
+        StreamEvent::TextDelta {
+            text: "Let me ".into(),
+        },
+        frag(Some(0), Some("a"), Some("files_read"), "{\"pa"),
+        frag(Some(1), Some("b"), Some("note"), "{\"text\": \"你好，"),
+        frag(Some(2), Some("c"), Some("get_tools"), "{}"),
+        frag(Some(0), None, None, "th\": \"/etc/"),
+        frag(Some(3), Some("d"), Some("cmd_run"), "{\"command\":"),
+        frag(Some(1), None, None, "世界 🌍\"}"),
+        StreamEvent::TextDelta {
+            text: "check.".into(),
+        },
+        frag(Some(3), None, None, " \"date\"}"),
+        frag(Some(0), None, None, "hosts\"}"),
+        finish("tool_calls"),
+    ]);
+    assert_eq!(turn.text, "Let me check.");
+    let calls: Vec<(&str, &str, &Value)> = turn
+        .calls
+        .iter()
+        .map(|c| (c.call.id.as_str(), c.call.name.as_str(), &c.call.arguments))
+        .collect();
+    assert_eq!(
+        calls,
+        vec![
+            ("a", "files_read", &json!({"path": "/etc/hosts"})),
+            ("b", "note", &json!({"text": "你好，世界 🌍"})),
+            ("c", "get_tools", &json!({})),
+            ("d", "cmd_run", &json!({"command": "date"})),
+        ]
+    );
+    assert_eq!(
+        turn.calls[1].call.raw_arguments,
+        "{\"text\": \"你好，世界 🌍\"}"
+    );
+    // `{}` is a real answer, not lost arguments.
+    assert!(turn.diagnostics.is_empty(), "{:?}", turn.diagnostics);
+    assert_eq!(turn.finish_reason, Some(FinishReason::ToolCalls));
+}
+
+#[test]
+fn same_index_with_a_new_id_starts_a_new_call() {
+    // OpenAI-compatible Gemini endpoints send every parallel call at index 0.
+    let turn = assemble([
+        frag(Some(0), Some("g1"), Some("weather"), "{\"city\":"),
+        frag(Some(0), None, None, "\"Paris\"}"),
+        frag(Some(0), Some("g2"), Some("weather"), "{\"city\":\"Oslo\"}"),
+        frag(Some(0), Some("g3"), Some("time"), ""),
+        frag(Some(0), None, None, "{\"tz\":\"UTC\"}"),
+        finish("stop"),
+    ]);
+    let calls: Vec<(&str, &str, &Value)> = turn
+        .calls
+        .iter()
+        .map(|c| (c.call.id.as_str(), c.call.name.as_str(), &c.call.arguments))
+        .collect();
+    assert_eq!(
+        calls,
+        vec![
+            ("g1", "weather", &json!({"city": "Paris"})),
+            ("g2", "weather", &json!({"city": "Oslo"})),
+            ("g3", "time", &json!({"tz": "UTC"})),
+        ]
+    );
+}
+
+#[test]
+fn the_same_id_repeated_at_its_index_stays_one_call() {
+    let turn = assemble([
+        frag(Some(0), Some("x"), Some("t"), "{\"a\":"),
+        frag(Some(0), Some("x"), None, "1}"),
+    ]);
+    assert_eq!(turn.calls.len(), 1);
+    assert_eq!(turn.calls[0].call.arguments, json!({"a": 1}));
+}
+
+#[test]
+fn fragments_without_index_match_by_id_or_continue_the_last_call() {
+    let turn = assemble([
+        frag(None, Some("p"), Some("first"), "{\"n\":"),
+        frag(None, Some("q"), Some("second"), "{\"m\":"),
+        frag(None, Some("p"), None, "1}"),
+        frag(None, Some("q"), None, "2"),
+        // Neither index nor id: continues the most recent call (q).
+        frag(None, None, None, "}"),
+    ]);
+    let calls: Vec<(&str, &str, &Value)> = turn
+        .calls
+        .iter()
+        .map(|c| (c.call.id.as_str(), c.call.name.as_str(), &c.call.arguments))
+        .collect();
+    assert_eq!(
+        calls,
+        vec![
+            ("p", "first", &json!({"n": 1})),
+            ("q", "second", &json!({"m": 2}))
+        ]
+    );
+}
+
+#[test]
+fn later_deltas_without_id_are_keyed_by_index() {
+    // codex keyed calls by id, which later deltas do not carry.
+    let turn = assemble([
+        frag(Some(0), Some("c0"), Some("a"), ""),
+        frag(Some(1), Some("c1"), Some("b"), ""),
+        frag(Some(1), None, None, "{\"y\":2}"),
+        frag(Some(0), None, None, "{\"x\":1}"),
+    ]);
+    assert_eq!(turn.calls[0].call.arguments, json!({"x": 1}));
+    assert_eq!(turn.calls[1].call.arguments, json!({"y": 2}));
+}
+
+#[test]
+fn an_empty_leading_index_zero_fragment_makes_no_phantom_call() {
+    let turn = assemble([
+        frag(Some(0), None, None, ""),
+        frag(Some(1), Some("only"), Some("t"), "{\"k\":true}"),
+        finish("tool_calls"),
+    ]);
+    assert_eq!(turn.calls.len(), 1);
+    assert_eq!(turn.calls[0].call.id, "only");
+    assert!(turn.diagnostics.is_empty(), "{:?}", turn.diagnostics);
+}
+
+#[test]
+fn a_call_that_never_gets_a_name_is_dropped_with_a_diagnostic() {
+    let turn = assemble([
+        frag(Some(0), Some("n0"), None, "{\"lost\":1}"),
+        frag(Some(1), Some("n1"), Some("kept"), "{}"),
+    ]);
+    assert_eq!(turn.calls.len(), 1);
+    assert_eq!(turn.calls[0].call.name, "kept");
+    assert_eq!(
+        turn.diagnostics,
+        vec![Diagnostic::NamelessCallDropped {
+            stream_index: 0,
+            argument_bytes: 10
+        }]
+    );
+}
+
+#[test]
+fn an_empty_finish_reason_is_not_the_end() {
+    let turn = assemble([
+        frag(Some(0), Some("c"), Some("t"), "{\"a\""),
+        finish(""),
+        frag(Some(0), None, None, ":1}"),
+        finish(""),
+    ]);
+    assert_eq!(turn.finish_reason, None);
+    assert_eq!(turn.calls[0].call.arguments, json!({"a": 1}));
+    assert!(turn.calls[0].argument_error.is_none());
+}
+
+#[test]
+fn a_truncated_turn_marks_the_cut_call_and_keeps_the_complete_ones() {
+    let turn = assemble([
+        frag(Some(0), Some("ok"), Some("files_list"), "{\"dir\":\"/\"}"),
+        frag(
+            Some(1),
+            Some("cut"),
+            Some("files_write"),
+            "{\"path\":\"a.txt\",\"content\":\"long te",
+        ),
+        finish("length"),
+    ]);
+    assert!(turn.calls[0].argument_error.is_none());
+    let err = turn.calls[1]
+        .argument_error
+        .as_ref()
+        .expect("cut call has an error");
+    assert_eq!(err.reason, ErrorReason::Truncated);
+    assert!(err.detail.contains("output token limit"), "{}", err.detail);
+    let hint = err.hint.as_deref().unwrap_or_default();
+    assert!(
+        hint.contains("smaller calls") && hint.contains("do not repeat"),
+        "{hint}"
+    );
+    // Replayed with an object, as providers require.
+    assert_eq!(turn.calls[1].call.arguments, json!({}));
+    assert_eq!(
+        turn.calls[1].call.raw_arguments,
+        "{\"path\":\"a.txt\",\"content\":\"long te"
+    );
+}
+
+#[test]
+fn malformed_arguments_are_invalid_and_never_called_truncated() {
+    let raw = "{\"path\": /etc/hosts}";
+    let turn = assemble([
+        frag(Some(0), Some("m"), Some("files_read"), raw),
+        finish("tool_calls"),
+    ]);
+    let err = turn.calls[0]
+        .argument_error
+        .as_ref()
+        .expect("malformed call has an error");
+    assert_eq!(err.reason, ErrorReason::InvalidArguments);
+    let text = err.render("files_read").to_lowercase();
+    assert!(
+        !text.contains("truncat") && !text.contains("token limit") && !text.contains("cut off"),
+        "{text}"
+    );
+    assert!(text.contains(&format!("{} bytes", raw.len())), "{text}");
+    assert!(
+        text.contains("{\\\"path\\\": /etc/hosts}"),
+        "quotes the first bytes: {text}"
+    );
+    assert_eq!(
+        turn.diagnostics,
+        vec![Diagnostic::ArgumentsLookDropped {
+            call_id: "m".into(),
+            tool: "files_read".into()
+        }]
+    );
+}
+
+#[test]
+fn arguments_that_are_json_but_not_an_object_are_invalid() {
+    for raw in ["[1,2]", "\"ls\"", "42", "null", "true"] {
+        let parsed = parse_arguments("t", raw, false);
+        assert_eq!(
+            parsed.error.map(|e| e.reason),
+            Some(ErrorReason::InvalidArguments),
+            "{raw}"
+        );
+        assert_eq!(parsed.arguments, json!({}));
+    }
+}
+
+#[test]
+fn blank_arguments_are_an_empty_object_and_look_dropped() {
+    for raw in ["", "   ", "\n\t"] {
+        let parsed = parse_arguments("t", raw, false);
+        assert_eq!(parsed.arguments, json!({}));
+        assert!(parsed.error.is_none());
+        assert!(parsed.looks_dropped, "{raw:?}");
+    }
+    for raw in ["{}", " { } ", "{\"a\":1}"] {
+        assert!(!parse_arguments("t", raw, false).looks_dropped, "{raw:?}");
+    }
+}
+
+#[test]
+fn bare_unit_values_are_quoted_by_the_one_repair() {
+    // Shapes seen in real logs.
+    let cases = [
+        (
+            "{\"command\":\"sleep 1\",\"timeout\": 20s}",
+            json!({"command":"sleep 1","timeout":"20s"}),
+        ),
+        (
+            "{\"timeout\":5m,\"retries\":2}",
+            json!({"timeout":"5m","retries":2}),
+        ),
+        ("{\"every\": 1.5h }", json!({"every":"1.5h"})),
+        ("{\"delays\":[100ms, 2s]}", json!({"delays":["100ms","2s"]})),
+        (
+            "{\"note\":\"wait 20s, then 5m\",\"t\":30s}",
+            json!({"note":"wait 20s, then 5m","t":"30s"}),
+        ),
+    ];
+    for (raw, expected) in cases {
+        let parsed = parse_arguments("t", raw, false);
+        assert_eq!(parsed.arguments, expected, "{raw}");
+        assert!(parsed.repaired && parsed.error.is_none(), "{raw}");
+    }
+}
+
+#[test]
+fn the_repair_leaves_valid_arguments_and_strings_alone() {
+    let raw = "{\"text\":\"wait 20s\",\"n\":20}";
+    let parsed = parse_arguments("t", raw, false);
+    assert!(!parsed.repaired);
+    assert_eq!(parsed.arguments, json!({"text": "wait 20s", "n": 20}));
+    // Not a unit value: still invalid.
+    let parsed = parse_arguments("t", "{\"n\": 20abcd}", false);
+    assert_eq!(
+        parsed.error.map(|e| e.reason),
+        Some(ErrorReason::InvalidArguments)
+    );
+}
+
+#[test]
+fn truncated_arguments_are_not_made_valid_by_the_repair() {
+    let parsed = parse_arguments("t", "{\"timeout\": 20s, \"cmd\": \"ls", true);
+    assert_eq!(parsed.error.map(|e| e.reason), Some(ErrorReason::Truncated));
+    assert!(!parsed.repaired);
+}
+
+#[test]
+fn calls_without_ids_get_unique_ones() {
+    let turn = assemble([
+        frag(Some(0), None, Some("a"), "{}"),
+        frag(Some(1), Some("call_0"), Some("b"), "{}"),
+        frag(Some(2), Some("dup"), Some("c"), "{}"),
+        frag(Some(3), Some("dup"), Some("d"), "{}"),
+    ]);
+    let ids: Vec<&str> = turn.calls.iter().map(|c| c.call.id.as_str()).collect();
+    let unique: std::collections::HashSet<&str> = ids.iter().copied().collect();
+    assert_eq!(unique.len(), 4, "{ids:?}");
+    assert_eq!(ids[2], "dup");
+}
+
+#[test]
+fn reasoning_parts_keep_their_provider_metadata() {
+    let turn = assemble([
+        StreamEvent::ReasoningDelta {
+            text: "think ".into(),
+        },
+        StreamEvent::ReasoningDelta {
+            text: "hard".into(),
+        },
+        StreamEvent::ReasoningMetadata {
+            metadata: json!({"signature": "sig-1"}),
+        },
+        StreamEvent::ReasoningDelta {
+            text: "again".into(),
+        },
+        StreamEvent::ReasoningMetadata {
+            metadata: json!({"signature": "sig-2"}),
+        },
+        StreamEvent::TextDelta {
+            text: "done".into(),
+        },
+    ]);
+    assert_eq!(turn.reasoning.len(), 2);
+    assert_eq!(turn.reasoning[0].text, "think hard");
+    assert_eq!(
+        turn.reasoning[0].metadata,
+        Some(json!({"signature": "sig-1"}))
+    );
+    assert_eq!(turn.reasoning[1].text, "again");
+    assert_eq!(turn.message().content, "done");
+}
+
+#[test]
+fn usage_reports_merge_with_non_zero_counts_winning() {
+    let turn = assemble([
+        StreamEvent::Usage(Usage {
+            prompt_tokens: 100,
+            completion_tokens: 0,
+            total_tokens: 0,
+        }),
+        StreamEvent::Usage(Usage {
+            prompt_tokens: 0,
+            completion_tokens: 7,
+            total_tokens: 0,
+        }),
+    ]);
+    assert_eq!(
+        turn.usage,
+        Usage {
+            prompt_tokens: 100,
+            completion_tokens: 7,
+            total_tokens: 107
+        }
+    );
+}

@@ -1,0 +1,995 @@
+//! Batch execution: the acceptance criteria of the kernel's parallel layer.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a test failure
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use homeagent_core::assemble::AssembledCall;
+use homeagent_core::hooks::HookFuture;
+use homeagent_core::{
+    AssembledTurn, BatchContext, BatchMode, CallInfo, CallStatus, ErrorReason, Executor,
+    ExecutorOptions, Message, OrderKey, PostToolHook, PreDecision, PreToolHook, Registry,
+    SerialReason, ToolCall, ToolContext, ToolDef, ToolError, ToolEvent, ToolOutcome, check_pairing,
+};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+/// Counts calls in flight and remembers the peak.
+#[derive(Default)]
+struct Gauge {
+    now: AtomicUsize,
+    peak: AtomicUsize,
+    invoked: AtomicUsize,
+}
+
+impl Gauge {
+    fn enter(&self) {
+        self.invoked.fetch_add(1, Ordering::SeqCst);
+        let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(now, Ordering::SeqCst);
+    }
+    fn leave(&self) {
+        self.now.fetch_sub(1, Ordering::SeqCst);
+    }
+    fn peak(&self) -> usize {
+        self.peak.load(Ordering::SeqCst)
+    }
+    fn invoked(&self) -> usize {
+        self.invoked.load(Ordering::SeqCst)
+    }
+}
+
+fn call(id: &str, name: &str, args: Value) -> AssembledCall {
+    AssembledCall {
+        call: ToolCall {
+            id: id.into(),
+            name: name.into(),
+            raw_arguments: args.to_string(),
+            arguments: args,
+        },
+        argument_error: None,
+    }
+}
+
+fn turn(text: &str, calls: Vec<AssembledCall>) -> AssembledTurn {
+    AssembledTurn {
+        text: text.into(),
+        calls,
+        ..Default::default()
+    }
+}
+
+/// A tool that sleeps `ms` and reports its own call id, watching the gauge.
+fn sleeper(reg: &Registry, name: &str, gauge: &Arc<Gauge>, safe: bool) {
+    let g = gauge.clone();
+    let mut def = ToolDef::new(name, "sleeps");
+    if safe {
+        def = def.parallel_safe();
+    }
+    reg.register(def, move |ctx: ToolContext| {
+        let g = g.clone();
+        async move {
+            g.enter();
+            let ms = ctx
+                .arguments
+                .get("ms")
+                .and_then(Value::as_u64)
+                .unwrap_or(20);
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            g.leave();
+            Ok(json!({"call_id": ctx.call_id}))
+        }
+    })
+    .unwrap();
+}
+
+/// A tool that waits until `n` calls are in flight at once (or gives up
+/// after a while), so full overlap is observed without timing assumptions.
+fn rendezvous(reg: &Registry, gauge: &Arc<Gauge>, n: usize) {
+    let g = gauge.clone();
+    reg.register(
+        ToolDef::new("meet", "waits for its siblings").parallel_safe(),
+        move |_ctx: ToolContext| {
+            let g = g.clone();
+            async move {
+                g.enter();
+                for _ in 0..500 {
+                    if g.now.load(Ordering::SeqCst) >= n {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                // Stay a little so late siblings still see us in flight.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                g.leave();
+                Ok(json!("met"))
+            }
+        },
+    )
+    .unwrap();
+}
+
+fn executor(reg: Registry) -> Executor {
+    Executor::new(Arc::new(reg))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_all_safe_batch_reaches_full_concurrency_and_pairs_every_call_once() {
+    let gauge = Arc::new(Gauge::default());
+    let reg = Registry::new();
+    rendezvous(&reg, &gauge, 8);
+    let calls = (0..8)
+        .map(|i| call(&format!("c{i}"), "meet", json!({})))
+        .collect();
+    let result = executor(reg)
+        .run(&turn("Running 8 checks.", calls), &BatchContext::default())
+        .await;
+
+    assert_eq!(result.mode, BatchMode::Parallel);
+    assert_eq!(gauge.peak(), 8, "all 8 calls were in flight at once");
+    assert_eq!(gauge.invoked(), 8, "every call executed exactly once");
+    let messages = result.messages();
+    // One assistant message with all calls and the text once, then one tool
+    // message per call in index order.
+    assert_eq!(messages.len(), 9);
+    let Message::Assistant(assistant) = &messages[0] else {
+        panic!("first is the assistant")
+    };
+    assert_eq!(assistant.content, "Running 8 checks.");
+    assert_eq!(assistant.tool_calls.len(), 8);
+    let answered: Vec<&str> = messages[1..]
+        .iter()
+        .map(|m| match m {
+            Message::Tool(t) => t.tool_call_id.as_str(),
+            other => panic!("expected a tool message, got {other:?}"),
+        })
+        .collect();
+    let expected: Vec<String> = (0..8).map(|i| format!("c{i}")).collect();
+    assert_eq!(answered, expected);
+    let mut history = vec![Message::user("go")];
+    history.extend(messages);
+    assert_eq!(check_pairing(&history), Ok(()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_unsafe_tool_makes_the_whole_batch_serial() {
+    let gauge = Arc::new(Gauge::default());
+    let reg = Registry::new();
+    sleeper(&reg, "read", &gauge, true);
+    sleeper(&reg, "write", &gauge, false);
+    let calls = vec![
+        call("a", "read", json!({"ms": 30})),
+        call("b", "write", json!({"ms": 30})),
+        call("c", "read", json!({"ms": 30})),
+        call("d", "read", json!({"ms": 30})),
+    ];
+    let result = executor(reg)
+        .run(&turn("", calls), &BatchContext::default())
+        .await;
+    assert_eq!(
+        result.mode,
+        BatchMode::Serial {
+            reason: SerialReason::NotParallelSafe {
+                tool: "write".into()
+            }
+        }
+    );
+    assert_eq!(gauge.peak(), 1);
+    assert_eq!(gauge.invoked(), 4);
+    assert!(result.outcomes.iter().all(|o| o.success));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn serial_wins_and_unknown_tools_are_unsafe() {
+    let gauge = Arc::new(Gauge::default());
+    let reg = Registry::new();
+    sleeper(&reg, "read", &gauge, true);
+    reg.register(
+        ToolDef::new("both", "").parallel_safe().serial(),
+        |_c: ToolContext| async { Ok(json!(1)) },
+    )
+    .unwrap();
+    let exec = executor(reg);
+    let plan = |calls: Vec<AssembledCall>| exec.plan(&calls);
+    assert_eq!(
+        plan(vec![
+            call("a", "read", json!({})),
+            call("b", "both", json!({}))
+        ]),
+        BatchMode::Serial {
+            reason: SerialReason::NotParallelSafe {
+                tool: "both".into()
+            }
+        }
+    );
+    assert_eq!(
+        plan(vec![
+            call("a", "read", json!({})),
+            call("b", "nope", json!({}))
+        ]),
+        BatchMode::Serial {
+            reason: SerialReason::UnknownTool {
+                tool: "nope".into()
+            }
+        }
+    );
+    assert_eq!(
+        plan(vec![call("a", "read", json!({}))]),
+        BatchMode::Serial {
+            reason: SerialReason::SingleCall
+        }
+    );
+    assert_eq!(
+        plan(vec![
+            call("a", "read", json!({})),
+            call("b", "read", json!({}))
+        ]),
+        BatchMode::Parallel
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn parallel_execution_can_be_switched_off() {
+    let gauge = Arc::new(Gauge::default());
+    let reg = Registry::new();
+    sleeper(&reg, "read", &gauge, true);
+    let exec = executor(reg).with_options(ExecutorOptions {
+        parallel: false,
+        ..Default::default()
+    });
+    let calls = (0..4)
+        .map(|i| call(&format!("c{i}"), "read", json!({"ms": 20})))
+        .collect();
+    let result = exec.run(&turn("", calls), &BatchContext::default()).await;
+    assert_eq!(
+        result.mode,
+        BatchMode::Serial {
+            reason: SerialReason::Disabled
+        }
+    );
+    assert_eq!(gauge.peak(), 1);
+}
+
+/// Registers `send` (keyed on a fixed channel) and `device_run` (keyed on
+/// its `device_id` argument). Earlier calls sleep longer, so running them
+/// concurrently would finish them out of order.
+fn ordered_tools(reg: &Registry, log: &Arc<Mutex<Vec<String>>>) {
+    for (name, key) in [
+        ("send", OrderKey::Fixed("console".into())),
+        ("device_run", OrderKey::Argument("device_id".into())),
+    ] {
+        let log = log.clone();
+        reg.register(
+            ToolDef::new(name, "").parallel_safe().with_order_key(key),
+            move |ctx: ToolContext| {
+                let log = log.clone();
+                async move {
+                    let ms = ctx.arguments["ms"].as_u64().unwrap_or(0);
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    log.lock()
+                        .unwrap()
+                        .push(ctx.arguments["text"].as_str().unwrap_or("").to_owned());
+                    Ok(json!("sent"))
+                }
+            },
+        )
+        .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sends_to_one_channel_keep_their_order() {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let reg = Registry::new();
+    ordered_tools(&reg, &log);
+    let calls = vec![
+        call("a", "send", json!({"text": "first", "ms": 60})),
+        call("b", "send", json!({"text": "second", "ms": 30})),
+        call("c", "send", json!({"text": "third", "ms": 0})),
+    ];
+    let result = executor(reg)
+        .run(&turn("", calls), &BatchContext::default())
+        .await;
+    assert_eq!(
+        result.mode,
+        BatchMode::Serial {
+            reason: SerialReason::SharedOrderKey {
+                key: "fixed:console".into()
+            }
+        }
+    );
+    assert_eq!(*log.lock().unwrap(), vec!["first", "second", "third"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn commands_for_different_devices_overlap_and_for_one_device_keep_order() {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let reg = Registry::new();
+    ordered_tools(&reg, &log);
+    let exec = executor(reg);
+    let different = vec![
+        call(
+            "a",
+            "device_run",
+            json!({"device_id": "nas", "text": "nas", "ms": 60}),
+        ),
+        call(
+            "b",
+            "device_run",
+            json!({"device_id": "pi", "text": "pi", "ms": 0}),
+        ),
+    ];
+    let result = exec
+        .run(&turn("", different), &BatchContext::default())
+        .await;
+    assert_eq!(result.mode, BatchMode::Parallel);
+    assert_eq!(*log.lock().unwrap(), vec!["pi", "nas"], "they overlapped");
+
+    log.lock().unwrap().clear();
+    let same = vec![
+        call(
+            "a",
+            "device_run",
+            json!({"device_id": "nas", "text": "1", "ms": 60}),
+        ),
+        call(
+            "b",
+            "device_run",
+            json!({"device_id": "nas", "text": "2", "ms": 0}),
+        ),
+    ];
+    let result = exec.run(&turn("", same), &BatchContext::default()).await;
+    assert!(matches!(
+        result.mode,
+        BatchMode::Serial {
+            reason: SerialReason::SharedOrderKey { .. }
+        }
+    ));
+    assert_eq!(*log.lock().unwrap(), vec!["1", "2"]);
+
+    // A device call without its device id cannot be placed: serial.
+    let missing = vec![
+        call("a", "device_run", json!({"text": "x"})),
+        call("b", "device_run", json!({"device_id": "pi", "text": "y"})),
+    ];
+    assert_eq!(
+        exec.plan(&missing),
+        BatchMode::Serial {
+            reason: SerialReason::MissingOrderKey {
+                tool: "device_run".into()
+            }
+        }
+    );
+}
+
+struct DenyTool(&'static str);
+
+impl PreToolHook for DenyTool {
+    fn name(&self) -> &str {
+        "deny-tool"
+    }
+    fn before(&self, call: &CallInfo) -> HookFuture<PreDecision> {
+        let verdict = if call.tool == self.0 {
+            PreDecision::Deny {
+                reason: format!("policy forbids {}", call.tool),
+            }
+        } else {
+            PreDecision::Allow
+        };
+        Box::pin(async move { Ok(verdict) })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_denied_call_does_not_stop_the_next_one() {
+    let gauge = Arc::new(Gauge::default());
+    let reg = Registry::new();
+    sleeper(&reg, "danger", &gauge, false);
+    sleeper(&reg, "fine", &gauge, false);
+    let exec = executor(reg).with_pre_hook(Arc::new(DenyTool("danger")));
+    let calls = vec![
+        call("c1", "danger", json!({})),
+        call("c2", "fine", json!({})),
+    ];
+    let result = exec.run(&turn("", calls), &BatchContext::default()).await;
+    let denied = &result.outcomes[0];
+    assert_eq!(denied.status(), CallStatus::Denied);
+    assert!(
+        denied.text.contains("policy forbids danger"),
+        "{}",
+        denied.text
+    );
+    assert!(result.outcomes[1].success);
+    assert_eq!(gauge.invoked(), 1, "only the allowed call ran");
+    assert_eq!(result.tool_messages[0].content, denied.text);
+}
+
+/// Checks inside the handler that its context is its own, and changes its
+/// own copy of the extras to prove that siblings do not see it.
+fn isolated(reg: &Registry) {
+    reg.register(
+        ToolDef::new("iso", "").parallel_safe(),
+        |mut ctx: ToolContext| async move {
+            let expect = ctx.arguments["expect"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            if ctx.call_id != expect {
+                return Err(ToolError::execution(format!(
+                    "saw {} but expected {expect}",
+                    ctx.call_id
+                )));
+            }
+            if ctx.extras.contains_key("touched_by") {
+                return Err(ToolError::execution("extras were shared with a sibling"));
+            }
+            ctx.extras.insert("touched_by".into(), json!(ctx.call_id));
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            Ok(json!({"call_id": ctx.call_id, "session": ctx.extras["session"]}))
+        },
+    )
+    .unwrap();
+}
+
+struct TagWithOwnCall;
+
+impl PostToolHook for TagWithOwnCall {
+    fn name(&self) -> &str {
+        "tag"
+    }
+    fn after(&self, call: &CallInfo, outcome: &ToolOutcome) -> HookFuture<Option<Value>> {
+        let same =
+            call.call_id == outcome.call_id && outcome.value["call_id"] == json!(call.call_id);
+        let value = json!({"hook_saw": call.call_id, "consistent": same});
+        Box::pin(async move { Ok(Some(value)) })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn each_call_and_its_after_hook_see_only_their_own_call() {
+    let reg = Registry::new();
+    isolated(&reg);
+    let exec = executor(reg).with_post_hook(Arc::new(TagWithOwnCall));
+    let mut extras = serde_json::Map::new();
+    extras.insert("session".into(), json!("s1"));
+    for round in 0..100 {
+        let calls: Vec<AssembledCall> = (0..8)
+            .map(|i| {
+                let id = format!("r{round}c{i}");
+                call(&id, "iso", json!({"expect": id}))
+            })
+            .collect();
+        let batch = BatchContext {
+            batch_id: format!("b{round}"),
+            extras: extras.clone(),
+            ..Default::default()
+        };
+        let result = exec.run(&turn("", calls), &batch).await;
+        assert_eq!(result.mode, BatchMode::Parallel);
+        for (i, outcome) in result.outcomes.iter().enumerate() {
+            let id = format!("r{round}c{i}");
+            assert!(outcome.success, "{}", outcome.text);
+            assert_eq!(outcome.value, json!({"hook_saw": id, "consistent": true}));
+            assert_eq!(
+                outcome.text,
+                format!("{{\"consistent\":true,\"hook_saw\":\"{id}\"}}")
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_timed_out_call_and_a_panicking_call_do_not_disturb_their_siblings() {
+    let gauge = Arc::new(Gauge::default());
+    let reg = Registry::new();
+    sleeper(&reg, "ok", &gauge, true);
+    reg.register(
+        ToolDef::new("slow", "")
+            .parallel_safe()
+            .with_timeout(Duration::from_millis(100)),
+        |_c: ToolContext| async {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            Ok(json!("late"))
+        },
+    )
+    .unwrap();
+    reg.register(
+        ToolDef::new("boom", "").parallel_safe(),
+        |_c: ToolContext| async {
+            if true {
+                panic!("index out of bounds in the tool");
+            }
+            Ok(json!(null))
+        },
+    )
+    .unwrap();
+    let calls = vec![
+        call("a", "ok", json!({"ms": 10})),
+        call("b", "slow", json!({})),
+        call("c", "boom", json!({})),
+        call("d", "ok", json!({"ms": 200})),
+    ];
+    let result = executor(reg)
+        .run(&turn("", calls), &BatchContext::default())
+        .await;
+    assert_eq!(result.mode, BatchMode::Parallel);
+    let reasons: Vec<Option<ErrorReason>> = result
+        .outcomes
+        .iter()
+        .map(|o| o.error.as_ref().map(|e| e.reason))
+        .collect();
+    assert_eq!(
+        reasons,
+        vec![
+            None,
+            Some(ErrorReason::Timeout),
+            Some(ErrorReason::Panic),
+            None
+        ]
+    );
+    assert!(
+        result.outcomes[1].text.contains("100ms"),
+        "{}",
+        result.outcomes[1].text
+    );
+    assert!(
+        result.outcomes[2].text.contains("index out of bounds"),
+        "{}",
+        result.outcomes[2].text
+    );
+    assert_eq!(result.outcomes[1].status(), CallStatus::Timeout);
+    assert_eq!(gauge.invoked(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn stopping_a_batch_cancels_running_calls_and_still_pairs_them() {
+    let gauge = Arc::new(Gauge::default());
+    let reg = Registry::new();
+    sleeper(&reg, "long", &gauge, true);
+    sleeper(&reg, "long_serial", &gauge, false);
+    let exec = executor(reg);
+
+    let cancel = CancellationToken::new();
+    let stopper = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        stopper.cancel();
+    });
+    let calls = (0..3)
+        .map(|i| call(&format!("p{i}"), "long", json!({"ms": 30_000})))
+        .collect();
+    let batch = BatchContext {
+        cancel,
+        ..Default::default()
+    };
+    let result = exec.run(&turn("", calls), &batch).await;
+    assert!(
+        result
+            .outcomes
+            .iter()
+            .all(|o| o.status() == CallStatus::Cancelled)
+    );
+    assert_eq!(result.tool_messages.len(), 3);
+    assert_eq!(
+        gauge.now.load(Ordering::SeqCst),
+        3,
+        "dropped handlers never reached leave()"
+    );
+
+    // Serial: the running call is stopped, the later ones never start.
+    let gauge_before = gauge.invoked();
+    let cancel = CancellationToken::new();
+    let stopper = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        stopper.cancel();
+    });
+    let calls = (0..3)
+        .map(|i| call(&format!("s{i}"), "long_serial", json!({"ms": 30_000})))
+        .collect();
+    let batch = BatchContext {
+        cancel,
+        ..Default::default()
+    };
+    let result = exec.run(&turn("", calls), &batch).await;
+    assert_eq!(
+        gauge.invoked() - gauge_before,
+        1,
+        "only the first serial call started"
+    );
+    assert!(
+        result
+            .outcomes
+            .iter()
+            .all(|o| o.status() == CallStatus::Cancelled)
+    );
+    assert!(
+        result.outcomes[2].text.contains("did not run"),
+        "{}",
+        result.outcomes[2].text
+    );
+}
+
+fn process_is_running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the parenthesised command name; Z is a zombie.
+        Ok(stat) => stat
+            .rsplit(')')
+            .next()
+            .map(|rest| !rest.trim_start().starts_with('Z'))
+            .unwrap_or(false),
+        Err(_) => false,
+    }
+}
+
+async fn wait_until_gone(pid: u32) -> bool {
+    for _ in 0..200 {
+        if !process_is_running(pid) {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    false
+}
+
+fn child_spawner(reg: &Registry, pids: &Arc<Mutex<Vec<u32>>>) {
+    let pids = pids.clone();
+    reg.register(
+        ToolDef::new("spawn_child", "")
+            .parallel_safe()
+            .with_timeout(Duration::from_millis(300)),
+        move |_c: ToolContext| {
+            let pids = pids.clone();
+            async move {
+                let mut child = tokio::process::Command::new("sleep")
+                    .arg("30")
+                    .kill_on_drop(true)
+                    .spawn()
+                    .map_err(|e| ToolError::execution(e.to_string()))?;
+                if let Some(pid) = child.id() {
+                    pids.lock().unwrap().push(pid);
+                }
+                let status = child
+                    .wait()
+                    .await
+                    .map_err(|e| ToolError::execution(e.to_string()))?;
+                Ok(json!({"exit": status.code()}))
+            }
+        },
+    )
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_timed_out_or_stopped_call_leaves_no_child_process_running() {
+    let pids = Arc::new(Mutex::new(Vec::new()));
+    let reg = Registry::new();
+    child_spawner(&reg, &pids);
+    let exec = executor(reg);
+
+    // Timeout.
+    let result = exec
+        .run(
+            &turn("", vec![call("t", "spawn_child", json!({}))]),
+            &BatchContext::default(),
+        )
+        .await;
+    assert_eq!(result.outcomes[0].status(), CallStatus::Timeout);
+    // Stop.
+    let cancel = CancellationToken::new();
+    let stopper = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        stopper.cancel();
+    });
+    let batch = BatchContext {
+        cancel,
+        ..Default::default()
+    };
+    let result = exec
+        .run(&turn("", vec![call("s", "spawn_child", json!({}))]), &batch)
+        .await;
+    assert_eq!(result.outcomes[0].status(), CallStatus::Cancelled);
+
+    let pids = pids.lock().unwrap().clone();
+    assert_eq!(pids.len(), 2, "both calls spawned their child");
+    for pid in pids {
+        assert!(wait_until_gone(pid).await, "child {pid} still running");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_handler_that_blocks_its_thread_is_abandoned_and_reported() {
+    let reg = Registry::new();
+    reg.register(
+        ToolDef::new("blocker", "").with_timeout(Duration::from_millis(100)),
+        |_c: ToolContext| async {
+            std::thread::sleep(Duration::from_millis(1500));
+            Ok(json!("finally"))
+        },
+    )
+    .unwrap();
+    let result = executor(reg)
+        .run(
+            &turn("", vec![call("b", "blocker", json!({}))]),
+            &BatchContext::default(),
+        )
+        .await;
+    let outcome = &result.outcomes[0];
+    assert_eq!(outcome.status(), CallStatus::Timeout);
+    assert!(outcome.text.contains("abandoned"), "{}", outcome.text);
+}
+
+fn counting_path_tool(reg: &Registry, gauge: &Arc<Gauge>) {
+    let g = gauge.clone();
+    reg.register(
+        ToolDef::new("files_read", "reads a file").with_parameters(json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "the file to read"},
+                "lines": {"type": "integer"},
+                "follow": {"type": "boolean"}
+            },
+            "required": ["path"]
+        })),
+        move |ctx: ToolContext| {
+            let g = g.clone();
+            async move {
+                g.enter();
+                g.leave();
+                Ok(ctx.arguments)
+            }
+        },
+    )
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn invalid_arguments_never_reach_the_handler_and_lenient_forms_do() {
+    let gauge = Arc::new(Gauge::default());
+    let reg = Registry::new();
+    counting_path_tool(&reg, &gauge);
+    let exec = executor(reg);
+    let calls = vec![
+        call("none", "files_read", json!({})),
+        call("wrong", "files_read", json!({"path": ["a"]})),
+        call(
+            "lenient",
+            "files_read",
+            json!({"path": "/etc/hosts", "lines": "20", "follow": "true"}),
+        ),
+    ];
+    let result = exec.run(&turn("", calls), &BatchContext::default()).await;
+    assert_eq!(
+        gauge.invoked(),
+        1,
+        "only the valid call reached the handler"
+    );
+    let missing = result.outcomes[0].error.as_ref().unwrap();
+    assert_eq!(
+        (missing.reason, missing.field.as_deref()),
+        (ErrorReason::Required, Some("path"))
+    );
+    assert!(
+        missing
+            .hint
+            .as_deref()
+            .unwrap_or_default()
+            .contains("the file to read")
+    );
+    let wrong = result.outcomes[1].error.as_ref().unwrap();
+    assert_eq!(
+        (wrong.reason, wrong.field.as_deref()),
+        (ErrorReason::Type, Some("path"))
+    );
+    assert_eq!(
+        result.outcomes[2].value,
+        json!({"path": "/etc/hosts", "lines": 20, "follow": true})
+    );
+}
+
+struct Rewrite(Value);
+
+impl PreToolHook for Rewrite {
+    fn name(&self) -> &str {
+        "rewrite"
+    }
+    fn before(&self, _call: &CallInfo) -> HookFuture<PreDecision> {
+        let arguments = self.0.clone();
+        Box::pin(async move { Ok(PreDecision::Rewrite { arguments }) })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn rewritten_arguments_are_validated_again() {
+    let gauge = Arc::new(Gauge::default());
+    let reg = Registry::new();
+    counting_path_tool(&reg, &gauge);
+    let reg = Arc::new(reg);
+    let bad = Executor::new(reg.clone()).with_pre_hook(Arc::new(Rewrite(json!({"lines": 3}))));
+    let result = bad
+        .run(
+            &turn("", vec![call("a", "files_read", json!({"path": "x"}))]),
+            &BatchContext::default(),
+        )
+        .await;
+    assert_eq!(
+        result.outcomes[0].error.as_ref().map(|e| e.reason),
+        Some(ErrorReason::Required)
+    );
+    assert_eq!(gauge.invoked(), 0);
+
+    let good = Executor::new(reg).with_pre_hook(Arc::new(Rewrite(json!({"path": "/safe"}))));
+    let result = good
+        .run(
+            &turn("", vec![call("a", "files_read", json!({"path": "x"}))]),
+            &BatchContext::default(),
+        )
+        .await;
+    assert_eq!(result.outcomes[0].value, json!({"path": "/safe"}));
+}
+
+struct Broken {
+    panics: bool,
+}
+
+impl PreToolHook for Broken {
+    fn name(&self) -> &str {
+        "broken-pre"
+    }
+    fn before(&self, _call: &CallInfo) -> HookFuture<PreDecision> {
+        if self.panics {
+            panic!("hook bug");
+        }
+        Box::pin(async { Err("policy server unreachable".to_owned()) })
+    }
+}
+
+impl PostToolHook for Broken {
+    fn name(&self) -> &str {
+        "broken-post"
+    }
+    fn after(&self, _call: &CallInfo, _outcome: &ToolOutcome) -> HookFuture<Option<Value>> {
+        let panics = self.panics;
+        Box::pin(async move {
+            if panics {
+                panic!("post hook bug");
+            }
+            Err("audit log full".to_owned())
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn failing_or_panicking_hooks_are_recorded_and_never_abort_the_batch() {
+    for panics in [false, true] {
+        let gauge = Arc::new(Gauge::default());
+        let reg = Arc::new(Registry::new());
+        sleeper(&reg, "t", &gauge, true);
+        // Pre-hooks fail closed: the call is denied, the batch goes on.
+        let pre = Executor::new(reg.clone()).with_pre_hook(Arc::new(Broken { panics }));
+        let calls = vec![
+            call("a", "t", json!({"ms": 1})),
+            call("b", "t", json!({"ms": 1})),
+        ];
+        let result = pre
+            .run(&turn("", calls.clone()), &BatchContext::default())
+            .await;
+        assert!(
+            result
+                .outcomes
+                .iter()
+                .all(|o| o.status() == CallStatus::Denied)
+        );
+        let expected = if panics {
+            "panicked: hook bug"
+        } else {
+            "failed: policy server unreachable"
+        };
+        assert!(
+            result.outcomes[0].text.contains(expected),
+            "{}",
+            result.outcomes[0].text
+        );
+        assert_eq!(gauge.invoked(), 0);
+        // Post-hooks fail open: the result stands, with a warning.
+        let post = Executor::new(reg).with_post_hook(Arc::new(Broken { panics }));
+        let result = post.run(&turn("", calls), &BatchContext::default()).await;
+        for outcome in &result.outcomes {
+            assert!(outcome.success);
+            assert_eq!(outcome.warnings.len(), 1, "{:?}", outcome.warnings);
+            assert!(outcome.warnings[0].contains("broken-post"));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn result_text_is_capped_with_a_marker_and_the_value_kept_whole() {
+    let reg = Registry::new();
+    reg.register(ToolDef::new("big", ""), |_c: ToolContext| async {
+        Ok(json!("é".repeat(50_000)))
+    })
+    .unwrap();
+    let exec = executor(reg).with_options(ExecutorOptions {
+        result_text_cap: 1001,
+        ..Default::default()
+    });
+    let result = exec
+        .run(
+            &turn("", vec![call("a", "big", json!({}))]),
+            &BatchContext::default(),
+        )
+        .await;
+    let outcome = &result.outcomes[0];
+    assert_eq!(outcome.value.as_str().map(str::len), Some(100_000));
+    // 1001 bytes would split a two-byte character: the cut backs off to 1000.
+    assert!(outcome.text.starts_with(&"é".repeat(500)));
+    assert!(
+        outcome
+            .text
+            .contains("showing the first 1000 of 100000 bytes"),
+        "{}",
+        &outcome.text[1000..]
+    );
+    assert_eq!(result.tool_messages[0].content, outcome.text);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_call_gets_a_start_and_an_end_event_even_when_it_never_ran() {
+    let events = Arc::new(Mutex::new(Vec::<ToolEvent>::new()));
+    let sink = events.clone();
+    let gauge = Arc::new(Gauge::default());
+    let reg = Registry::new();
+    sleeper(&reg, "t", &gauge, true);
+    let exec = executor(reg)
+        .with_pre_hook(Arc::new(DenyTool("denied_tool")))
+        .with_events(Arc::new(move |e: ToolEvent| sink.lock().unwrap().push(e)));
+    let mut truncated = call("cut", "t", json!({}));
+    truncated.argument_error = Some(ToolError::new(ErrorReason::Truncated, "cut off"));
+    let calls = vec![
+        call("ok", "t", json!({"ms": 1})),
+        truncated,
+        call("missing", "no_such_tool", json!({"q": 1})),
+        call("denied", "denied_tool", json!({})),
+    ];
+    let batch = BatchContext {
+        batch_id: "b7".into(),
+        ..Default::default()
+    };
+    exec.run(&turn("", calls), &batch).await;
+    let events = events.lock().unwrap().clone();
+    assert_eq!(events.len(), 8);
+    for id in ["ok", "cut", "missing", "denied"] {
+        let mine: Vec<&ToolEvent> = events.iter().filter(|e| e.call_id() == id).collect();
+        assert_eq!(mine.len(), 2, "{id}");
+        assert!(
+            matches!(mine[0], ToolEvent::Start { batch_id, batch_size: 4, parallel: false, args, .. }
+            if batch_id == "b7" && args.is_object())
+        );
+        let ToolEvent::End {
+            status,
+            success,
+            error,
+            ..
+        } = mine[1]
+        else {
+            panic!("end second")
+        };
+        let expected = match id {
+            "ok" => CallStatus::Ok,
+            "denied" => CallStatus::Denied,
+            _ => CallStatus::Error,
+        };
+        assert_eq!(*status, expected, "{id}");
+        assert_eq!(*success, id == "ok");
+        assert_eq!(error.is_some(), id != "ok");
+    }
+    let missing_end = events
+        .iter()
+        .find(|e| e.call_id() == "missing" && matches!(e, ToolEvent::End { .. }));
+    assert!(
+        matches!(missing_end, Some(ToolEvent::End { error: Some(e), .. }) if e.reason == ErrorReason::NotFound)
+    );
+}

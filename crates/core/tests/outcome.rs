@@ -1,0 +1,144 @@
+//! Honest success and rendering: the shape table.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a test failure
+
+use homeagent_core::outcome::{error_in_value, render_value};
+use homeagent_core::{CallStatus, ErrorReason, ToolError, ToolOutcome};
+use serde_json::json;
+
+#[test]
+fn failure_shapes_are_failures() {
+    let failures = [
+        serde_json::to_value(ToolError::new(ErrorReason::Timeout, "slow").with_field("x")).unwrap(),
+        json!({"error": "disk full"}),
+        json!({"error": "  permission denied  ", "path": "/x"}),
+        json!({"error": {"code": 404, "message": "no such page"}}),
+        json!({"error": {}}),
+        json!({"isError": true, "content": [{"type": "text", "text": "server says no"}]}),
+        json!({"isError": true}),
+        json!({"reason": "execution", "detail": "exploded"}),
+    ];
+    for value in failures {
+        let outcome = ToolOutcome::from_value("c", "t", value.clone());
+        assert!(!outcome.success, "{value} must be a failure");
+        assert!(outcome.error.is_some(), "{value}");
+        assert!(
+            outcome.text.starts_with("tool t failed"),
+            "{value}: {}",
+            outcome.text
+        );
+    }
+    let mcp = error_in_value(
+        &json!({"isError": true, "content": [{"type": "text", "text": "server says no"}]}),
+    );
+    assert_eq!(mcp.map(|e| e.detail), Some("server says no".to_owned()));
+    let nested = error_in_value(&json!({"error": {"code": 404, "message": "no such page"}}));
+    assert_eq!(nested.map(|e| e.detail), Some("no such page".to_owned()));
+    let typed = error_in_value(
+        &serde_json::to_value(ToolError::new(ErrorReason::Timeout, "slow")).unwrap(),
+    );
+    assert_eq!(typed.map(|e| e.reason), Some(ErrorReason::Timeout));
+}
+
+#[test]
+fn success_shapes_are_successes() {
+    let successes = [
+        json!("an error occurred in the log, line 3"),
+        json!("error"),
+        json!({"error": null}),
+        json!({"error": ""}),
+        json!({"exit_code": 1, "stdout": "", "stderr": "grep: no match"}),
+        json!({"isError": false, "content": []}),
+        json!(42),
+        json!(0),
+        json!(true),
+        json!(false),
+        json!([1, "error", {"error": "inside an array"}]),
+        json!({}),
+        json!(null),
+        json!({"errors": ["a", "b"]}),
+        json!({"reason": "fine", "status": "ok"}),
+    ];
+    for value in successes {
+        let outcome = ToolOutcome::from_value("c", "t", value.clone());
+        assert!(outcome.success, "{value} must be a success");
+        assert_eq!(outcome.error, None, "{value}");
+        assert_eq!(outcome.status(), CallStatus::Ok);
+    }
+}
+
+#[test]
+fn values_render_verbatim_compact_or_empty() {
+    assert_eq!(
+        render_value(&json!("line 1\nline \"2\"")),
+        "line 1\nline \"2\""
+    );
+    assert_eq!(
+        render_value(&json!({"a": [1, 2], "b": {"c": null}})),
+        r#"{"a":[1,2],"b":{"c":null}}"#
+    );
+    assert_eq!(render_value(&json!([1, "x"])), r#"[1,"x"]"#);
+    assert_eq!(render_value(&json!(null)), "");
+    assert_eq!(render_value(&json!(3.5)), "3.5");
+    let text = ToolOutcome::from_value("c", "t", json!({"k": "v"})).text;
+    assert!(
+        !text.contains("Object") && !text.contains("String("),
+        "never Debug output: {text}"
+    );
+}
+
+#[test]
+fn failures_render_with_field_reason_detail_and_hint() {
+    let err = ToolError::new(ErrorReason::Required, "missing required argument `path`")
+        .with_field("path")
+        .with_hint("add the `path` argument (the file to read)");
+    assert_eq!(
+        err.render("files_read"),
+        "tool files_read failed (field path): required — missing required argument `path`\nhint: add the `path` argument (the file to read)"
+    );
+    assert_eq!(
+        ToolError::execution("boom").render("x"),
+        "tool x failed: execution — boom"
+    );
+}
+
+#[test]
+fn replacing_the_value_re_renders_text_and_success() {
+    let mut outcome = ToolOutcome::from_value("c", "t", json!({"rows": 3}));
+    outcome.warnings.push("kept".into());
+    outcome.replace_value(json!({"error": "redacted by policy"}));
+    assert!(!outcome.success);
+    assert!(outcome.text.contains("redacted by policy"));
+    assert_eq!(outcome.warnings, vec!["kept".to_owned()]);
+    outcome.replace_value(json!("clean"));
+    assert!(outcome.success);
+    assert_eq!(outcome.text, "clean");
+    assert_eq!(
+        (outcome.call_id.as_str(), outcome.tool.as_str()),
+        ("c", "t")
+    );
+}
+
+#[test]
+fn statuses_follow_the_error_reason() {
+    let status = |reason| ToolOutcome::failure("c", "t", ToolError::new(reason, "x")).status();
+    assert_eq!(status(ErrorReason::Denied), CallStatus::Denied);
+    assert_eq!(status(ErrorReason::Unauthorized), CallStatus::Denied);
+    assert_eq!(status(ErrorReason::Cancelled), CallStatus::Cancelled);
+    assert_eq!(status(ErrorReason::Timeout), CallStatus::Timeout);
+    assert_eq!(status(ErrorReason::Execution), CallStatus::Error);
+    assert_eq!(status(ErrorReason::Truncated), CallStatus::Error);
+}
+
+#[test]
+fn error_reasons_serialise_as_snake_case() {
+    let json = serde_json::to_value(ToolError::new(ErrorReason::InvalidArguments, "d")).unwrap();
+    assert_eq!(json, json!({"reason": "invalid_arguments", "detail": "d"}));
+    for (reason, name) in [
+        (ErrorReason::NotFound, "not_found"),
+        (ErrorReason::Panic, "panic"),
+    ] {
+        assert_eq!(serde_json::to_value(reason).unwrap(), json!(name));
+        assert_eq!(reason.as_str(), name);
+    }
+}

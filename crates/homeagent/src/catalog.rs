@@ -1,0 +1,143 @@
+//! The tool catalog: one registry holding every tool the program offers,
+//! and where each tool came from.
+//!
+//! The kernel's [`Registry`] knows definitions and handlers, not origins, so
+//! the catalog records the source of each tool as it is registered. Later
+//! sources (MCP servers, plugins, device adapters) register through
+//! [`Catalog::add`] the same way and get their own label.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use homeagent_core::{Registry, RegistryError, ToolDef, ToolSource};
+use homeagent_tools::{DemoState, register_demo_tools};
+use serde_json::Value;
+
+/// Every registered tool and its source.
+#[derive(Default)]
+pub struct Catalog {
+    pub registry: Arc<Registry>,
+    sources: BTreeMap<String, &'static str>,
+}
+
+impl Catalog {
+    /// The catalog at this stage of the project: the demo tools only.
+    pub fn with_demo_tools() -> anyhow::Result<(Self, DemoState)> {
+        let mut catalog = Catalog::default();
+        let demo = catalog.add("demo", register_demo_tools)?;
+        Ok((catalog, demo))
+    }
+
+    /// Runs one source's registration and labels the tools it added.
+    pub fn add<T>(
+        &mut self,
+        source: &'static str,
+        register: impl FnOnce(&Registry) -> Result<T, RegistryError>,
+    ) -> anyhow::Result<T> {
+        let before: BTreeSet<String> = self.names();
+        let registered = register(&self.registry)
+            .with_context(|| format!("could not register the {source} tools"))?;
+        for name in self.names().difference(&before) {
+            self.sources.insert(name.clone(), source);
+        }
+        Ok(registered)
+    }
+
+    fn names(&self) -> BTreeSet<String> {
+        self.registry
+            .definitions()
+            .iter()
+            .map(|d| d.name.clone())
+            .collect()
+    }
+
+    /// Every tool, sorted by name, with its source.
+    pub fn entries(&self) -> Vec<(Arc<ToolDef>, &'static str)> {
+        self.registry
+            .definitions()
+            .into_iter()
+            .map(|def| {
+                let source = self.sources.get(&def.name).copied().unwrap_or("unknown");
+                (def, source)
+            })
+            .collect()
+    }
+}
+
+/// `homeagent tools [--json]`.
+pub fn print_tools(json: bool, out: &mut dyn Write) -> anyhow::Result<()> {
+    let (catalog, _demo) = Catalog::with_demo_tools()?;
+    let entries = catalog.entries();
+    if json {
+        let mut items = Vec::with_capacity(entries.len());
+        for (def, source) in &entries {
+            // The definition's own serde form, so the JSON never drifts from
+            // what the kernel stores; the source is added beside it.
+            let mut item = serde_json::to_value(def.as_ref())
+                .with_context(|| format!("could not serialise tool {}", def.name))?;
+            if let Value::Object(map) = &mut item {
+                map.insert("source".into(), Value::from(*source));
+            }
+            items.push(item);
+        }
+        writeln!(out, "{}", serde_json::to_string_pretty(&items)?)?;
+        return Ok(());
+    }
+
+    let rows: Vec<[String; 5]> = entries
+        .iter()
+        .map(|(def, source)| {
+            [
+                def.name.clone(),
+                (*source).to_owned(),
+                yes_no(def.parallel_safe),
+                yes_no(def.serial),
+                first_sentence(&def.description).to_owned(),
+            ]
+        })
+        .collect();
+    let header = ["NAME", "SOURCE", "PARALLEL_SAFE", "SERIAL", "DESCRIPTION"];
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: [&str; 5]| {
+        let mut text = String::new();
+        for (i, cell) in cells.iter().enumerate() {
+            if i + 1 == cells.len() {
+                text.push_str(cell);
+            } else {
+                text.push_str(&format!("{cell:<width$}  ", width = widths[i]));
+            }
+        }
+        text
+    };
+    writeln!(out, "{}", line(header))?;
+    for row in &rows {
+        writeln!(out, "{}", line(row.each_ref().map(String::as_str)))?;
+    }
+    writeln!(
+        out,
+        "\n{} tools. Calls of parallel-safe tools in one model reply run at the same time; \
+         a serial tool (or any tool not declared parallel-safe) makes its whole batch run \
+         one call at a time. `homeagent tools --json` shows the full definitions.",
+        rows.len()
+    )?;
+    Ok(())
+}
+
+fn yes_no(flag: bool) -> String {
+    if flag { "yes" } else { "no" }.to_owned()
+}
+
+/// The description up to its first sentence end, for a one-line table.
+fn first_sentence(description: &str) -> &str {
+    match description.find(". ") {
+        Some(end) => &description[..=end],
+        None => description,
+    }
+}

@@ -1,0 +1,25 @@
+//! The `homeagent` program. Each subcommand lives in its own module; this
+//! file only parses the command line and dispatches.
+
+mod catalog;
+mod cli;
+mod demo;
+
+use clap::Parser;
+
+use crate::cli::{Cli, Command};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let mut out = std::io::stdout().lock();
+    match cli.command {
+        Command::Demo(args) => {
+            let options = demo::DemoOptions {
+                tool_sleep_ms: args.tool_sleep_ms,
+            };
+            demo::run(&options, &mut out).await
+        }
+        Command::Tools(args) => catalog::print_tools(args.json, &mut out),
+    }
+}

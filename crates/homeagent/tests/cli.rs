@@ -1,0 +1,150 @@
+//! The built binary, run as a user runs it.
+
+// The helpers below are test code too: a failure to run the binary should
+// fail the test loudly. (Clippy's test allowance covers only `#[test]` fns.)
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn homeagent(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_homeagent"))
+        .args(args)
+        .output()
+        .expect("the homeagent binary runs")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8(output.stdout.clone()).expect("stdout is UTF-8")
+}
+
+/// The demo's section for one input: from its `==> [k/n] user: <input>`
+/// header to the next header (or the closing lines).
+fn section<'a>(text: &'a str, input: &str) -> &'a str {
+    let header = format!("user: {input}\n");
+    let start = text
+        .find(&header)
+        .unwrap_or_else(|| panic!("no section for {input} in:\n{text}"));
+    let rest = &text[start..];
+    let end = rest[header.len()..]
+        .find("\n==> [")
+        .or_else(|| rest.find("\nDone:"))
+        .map_or(rest.len(), |e| e + header.len());
+    &rest[..end]
+}
+
+#[test]
+fn demo_shows_a_parallel_batch_a_serial_batch_and_a_cut_call() {
+    let output = homeagent(&["demo"]);
+    let text = stdout(&output);
+    assert!(
+        output.status.success(),
+        "exit {:?}\nstdout:\n{text}\nstderr:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    let slow = section(&text, "!slowbatch4");
+    assert!(slow.contains("kernel: PARALLEL"), "{slow}");
+    assert!(slow.contains("executed=4 "), "{slow}");
+    assert!(slow.contains("max_in_flight=4 "), "{slow}");
+    assert_eq!(slow.matches(" demo_sleep  ok ").count(), 4, "{slow}");
+
+    let serial = section(&text, "!serialbatch4");
+    assert!(
+        serial.contains("kernel: SERIAL, reason not_parallel_safe demo_note"),
+        "{serial}"
+    );
+    // The note call carries no tag: four sleeps are counted, not five.
+    assert!(serial.contains("executed=4 "), "{serial}");
+    assert!(serial.contains("max_in_flight=1 "), "{serial}");
+
+    let cut = section(&text, "!truncate");
+    assert!(cut.contains("finish_reason: length"), "{cut}");
+    assert!(cut.contains("(not executed)"), "{cut}");
+    assert!(cut.contains("was NOT executed"), "{cut}");
+    assert!(
+        cut.contains("failed: truncated —"),
+        "the model is told why: {cut}"
+    );
+    assert!(cut.contains("executed=0 "), "{cut}");
+
+    let plain = section(&text, "!text");
+    assert!(plain.contains("no tool calls"), "{plain}");
+
+    let last = text.trim_end().lines().last().unwrap_or_default();
+    assert!(
+        last.contains("real model providers arrive with the providers issue"),
+        "{last}"
+    );
+}
+
+#[test]
+fn tools_json_lists_the_demo_tools_with_their_flags() {
+    let output = homeagent(&["tools", "--json"]);
+    assert!(output.status.success());
+    let tools: Vec<Value> =
+        serde_json::from_str(&stdout(&output)).expect("tools --json is a JSON array");
+    let flags: Vec<(&str, &str, bool, bool)> = tools
+        .iter()
+        .map(|t| {
+            assert!(
+                t["description"].as_str().is_some_and(|d| !d.is_empty()),
+                "{t}"
+            );
+            (
+                t["name"].as_str().unwrap(),
+                t["source"].as_str().unwrap(),
+                t["parallel_safe"].as_bool().unwrap(),
+                t["serial"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        flags,
+        [
+            ("demo_echo", "demo", true, false),
+            ("demo_note", "demo", false, true),
+            ("demo_sleep", "demo", true, false),
+        ]
+    );
+}
+
+#[test]
+fn tools_prints_a_table() {
+    let output = homeagent(&["tools"]);
+    assert!(output.status.success());
+    let text = stdout(&output);
+    assert!(text.starts_with("NAME"), "{text}");
+    let note = text
+        .lines()
+        .find(|l| l.starts_with("demo_note"))
+        .expect("a demo_note row");
+    let cells: Vec<&str> = note.split_whitespace().collect();
+    assert_eq!(&cells[..4], ["demo_note", "demo", "no", "yes"], "{note}");
+}
+
+#[test]
+fn version_and_help_work_everywhere() {
+    let version = homeagent(&["--version"]);
+    assert!(version.status.success());
+    assert_eq!(
+        stdout(&version).trim(),
+        format!("homeagent {}", env!("CARGO_PKG_VERSION"))
+    );
+    for args in [
+        &["--help"][..],
+        &["demo", "--help"],
+        &["tools", "--help"],
+        &["help", "demo"],
+    ] {
+        let output = homeagent(args);
+        assert!(output.status.success(), "{args:?}");
+        assert!(stdout(&output).contains("Usage: homeagent"), "{args:?}");
+    }
+    // No subcommand: help on stderr and a usage error, not a silent success.
+    let bare = homeagent(&[]);
+    assert!(!bare.status.success());
+    assert!(String::from_utf8_lossy(&bare.stderr).contains("Usage: homeagent"));
+}
