@@ -993,3 +993,39 @@ async fn every_call_gets_a_start_and_an_end_event_even_when_it_never_ran() {
         matches!(missing_end, Some(ToolEvent::End { error: Some(e), .. }) if e.reason == ErrorReason::NotFound)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn end_to_end_a_truncated_turn_runs_the_complete_call_and_not_the_cut_one() {
+    use homeagent_core::{StreamAssembler, StreamEvent, ToolCallFragment};
+    let gauge = Arc::new(Gauge::default());
+    let reg = Registry::new();
+    sleeper(&reg, "t", &gauge, true);
+    let mut assembler = StreamAssembler::new();
+    for (index, id, args) in [
+        (0, "whole", "{\"ms\": 1}"),
+        (1, "cut", "{\"ms\": 1, \"note\": \"this was go"),
+    ] {
+        assembler.push(StreamEvent::ToolCall(ToolCallFragment {
+            stream_index: Some(index),
+            id: Some(id.into()),
+            name: Some("t".into()),
+            raw_arguments: args.into(),
+        }));
+    }
+    assembler.push(StreamEvent::Finish {
+        reason: "length".into(),
+    });
+    let turn = assembler.finish();
+    let result = executor(reg).run(&turn, &BatchContext::default()).await;
+    assert_eq!(gauge.invoked(), 1, "only the complete call ran");
+    assert!(result.outcomes[0].success);
+    assert_eq!(
+        result.outcomes[1].error.as_ref().map(|e| e.reason),
+        Some(ErrorReason::Truncated)
+    );
+    // The cut call is still in the history, with {} and its error result.
+    assert_eq!(result.assistant.tool_calls[1].arguments, json!({}));
+    let mut history = vec![Message::user("go")];
+    history.extend(result.messages());
+    assert_eq!(check_pairing(&history), Ok(()));
+}
