@@ -218,6 +218,17 @@ fn bench_assembler(c: &mut Criterion) {
         b.iter_batched(
             || stream.events.clone(),
             |events| assemble(black_box(events)),
+            // One fresh clone right before each timed run: a codec pushes each
+            // fragment just after decoding it, while it is still in cache.
+            BatchSize::PerIteration,
+        );
+    });
+    // The same work on inputs prepared long before (cold in cache), for
+    // comparison: what a pipeline that buffers whole responses would see.
+    group.bench_function("push_finish_64_interleaved_calls_cold_input", |b| {
+        b.iter_batched(
+            || stream.events.clone(),
+            |events| assemble(black_box(events)),
             BatchSize::LargeInput,
         );
     });
@@ -230,3 +241,7 @@ fn bench_assembler(c: &mut Criterion) {
 
 criterion_group!(benches, bench_assembler);
 criterion_main!(benches);
+
+// Measure with the allocator the `homeagent` binary ships with.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

@@ -209,3 +209,7 @@ fn bench_sleep(c: &mut Criterion) {
 
 criterion_group!(benches, bench_overhead, bench_sleep);
 criterion_main!(benches);
+
+// Measure with the allocator the `homeagent` binary ships with.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;

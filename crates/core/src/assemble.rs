@@ -15,7 +15,7 @@
 //! - Nothing is final until [`StreamAssembler::finish`]: a `finish_reason` of
 //!   `""` mid-stream flushes nothing.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -24,6 +24,9 @@ use crate::message::{AssistantMessage, ReasoningPart, ToolCall};
 use crate::outcome::{ErrorReason, ToolError};
 use crate::stream::{FinishReason, StreamEvent, ToolCallFragment, Usage};
 use crate::validate::json_type_name;
+
+/// Room reserved for a call's argument text when its first piece arrives.
+const ARGUMENT_BUFFER_HINT: usize = 256;
 
 /// How many bytes of unparseable arguments an error message quotes.
 const QUOTED_PREFIX_BYTES: usize = 80;
@@ -86,6 +89,60 @@ struct Bucket {
     arguments: String,
 }
 
+impl Bucket {
+    fn absorb(&mut self, id: Option<String>, name: Option<String>, piece: String) {
+        if let Some(id) = id {
+            self.id = id;
+        }
+        if let Some(name) = name {
+            self.name = name;
+        }
+        if self.arguments.is_empty() {
+            // Take the codec's allocation instead of copying the first piece,
+            // and make room for the pieces to come: argument text arrives a
+            // few bytes at a time, and growing from a 10-byte buffer would
+            // reallocate every few fragments.
+            self.arguments = piece;
+            self.arguments.reserve(ARGUMENT_BUFFER_HINT);
+        } else {
+            self.arguments.push_str(&piece);
+        }
+    }
+}
+
+/// Maps a stream index to the bucket receiving it. Indices are small in
+/// practice, so a vector serves them; a hostile or odd server sending huge
+/// indices gets a map instead of a huge allocation.
+#[derive(Debug, Default)]
+struct IndexTable {
+    dense: Vec<Option<usize>>,
+    sparse: HashMap<u32, usize>,
+}
+
+impl IndexTable {
+    const DENSE_LIMIT: u32 = 1024;
+
+    fn get(&self, index: u32) -> Option<usize> {
+        if index < Self::DENSE_LIMIT {
+            self.dense.get(index as usize).copied().flatten()
+        } else {
+            self.sparse.get(&index).copied()
+        }
+    }
+
+    fn insert(&mut self, index: u32, bucket: usize) {
+        if index < Self::DENSE_LIMIT {
+            let slot = index as usize;
+            if self.dense.len() <= slot {
+                self.dense.resize(slot + 1, None);
+            }
+            self.dense[slot] = Some(bucket);
+        } else {
+            self.sparse.insert(index, bucket);
+        }
+    }
+}
+
 /// Accumulates one turn's stream events. Feed it with [`push`](Self::push),
 /// then call [`finish`](Self::finish) when the stream has ended.
 #[derive(Debug, Default)]
@@ -97,7 +154,7 @@ pub struct StreamAssembler {
     /// Buckets in creation order; sorted by index only at the end.
     buckets: Vec<Bucket>,
     /// For each stream index, the bucket currently receiving its fragments.
-    current_at_index: HashMap<u32, usize>,
+    current_at_index: IndexTable,
     last: Option<usize>,
     usage: Usage,
     finish_reason: Option<FinishReason>,
@@ -155,8 +212,21 @@ impl StreamAssembler {
         let name = name.filter(|s| !s.is_empty());
         let carries_nothing = id.is_none() && name.is_none() && raw_arguments.is_empty();
 
+        // Fast path: most fragments continue the call the previous one fed.
+        if let (Some(index), Some(last)) = (stream_index, self.last) {
+            let current = self.current_at_index.get(index);
+            let bucket = &mut self.buckets[last];
+            let same_call = match &id {
+                Some(new) => bucket.id.is_empty() || bucket.id == *new,
+                None => true,
+            };
+            if bucket.index == index && same_call && current == Some(last) {
+                bucket.absorb(id, name, raw_arguments);
+                return;
+            }
+        }
         let target = match stream_index {
-            Some(index) => match self.current_at_index.get(&index).copied() {
+            Some(index) => match self.current_at_index.get(index) {
                 Some(pos) => {
                     let held = &self.buckets[pos].id;
                     match &id {
@@ -188,14 +258,7 @@ impl StreamAssembler {
             },
         };
         let Some(pos) = target else { return };
-        let bucket = &mut self.buckets[pos];
-        if let Some(id) = id {
-            bucket.id = id;
-        }
-        if let Some(name) = name {
-            bucket.name = name;
-        }
-        bucket.arguments.push_str(&raw_arguments);
+        self.buckets[pos].absorb(id, name, raw_arguments);
         self.last = Some(pos);
     }
 
@@ -235,6 +298,7 @@ impl StreamAssembler {
         let truncated_turn = finish_reason == Some(FinishReason::Length);
         let mut diagnostics = Vec::new();
         let mut calls: Vec<AssembledCall> = Vec::with_capacity(buckets.len());
+        let mut ids: HashSet<String> = HashSet::with_capacity(buckets.len());
         for (position, bucket) in buckets.into_iter().enumerate() {
             if bucket.name.is_empty() {
                 tracing::warn!(
@@ -248,8 +312,8 @@ impl StreamAssembler {
                 continue;
             }
             let mut id = bucket.id;
-            if id.is_empty() || calls.iter().any(|c| c.call.id == id) {
-                id = unused_id(&calls, position);
+            if id.is_empty() || ids.contains(&id) {
+                id = unused_id(&ids, position);
                 diagnostics.push(Diagnostic::IdAssigned {
                     call_id: id.clone(),
                     tool: bucket.name.clone(),
@@ -268,6 +332,7 @@ impl StreamAssembler {
                     tool: bucket.name.clone(),
                 });
             }
+            ids.insert(id.clone());
             calls.push(AssembledCall {
                 call: ToolCall {
                     id,
@@ -289,15 +354,11 @@ impl StreamAssembler {
     }
 }
 
-fn unused_id(calls: &[AssembledCall], position: usize) -> String {
-    let mut n = position;
-    loop {
-        let candidate = format!("call_{n}");
-        if !calls.iter().any(|c| c.call.id == candidate) {
-            return candidate;
-        }
-        n += 1;
-    }
+fn unused_id(taken: &HashSet<String>, position: usize) -> String {
+    (position..)
+        .map(|n| format!("call_{n}"))
+        .find(|candidate| !taken.contains(candidate))
+        .unwrap_or_else(|| format!("call_{position}_x"))
 }
 
 /// The arguments of one call, parsed.

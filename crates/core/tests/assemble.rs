@@ -328,6 +328,8 @@ fn arguments_that_are_json_but_not_an_object_are_invalid() {
             "{raw}"
         );
         assert_eq!(parsed.arguments, json!({}));
+        // Parsed fine, just the wrong shape: nothing was lost on the way.
+        assert!(!parsed.looks_dropped, "{raw}");
     }
 }
 
@@ -459,4 +461,74 @@ fn usage_reports_merge_with_non_zero_counts_winning() {
             total_tokens: 107
         }
     );
+}
+
+#[test]
+fn an_id_matched_fragment_does_not_divert_later_index_fragments() {
+    // a and b share index 0; an index-less fragment for `a` arrives after b
+    // opened; the next index-0 fragment without id belongs to b, the call
+    // currently at that index.
+    let turn = assemble([
+        frag(Some(0), Some("a"), Some("first"), "{\"x\":"),
+        frag(Some(0), Some("b"), Some("second"), "{\"y\":"),
+        frag(None, Some("a"), None, "1}"),
+        frag(Some(0), None, None, "2}"),
+    ]);
+    let args: Vec<&Value> = turn.calls.iter().map(|c| &c.call.arguments).collect();
+    assert_eq!(args, vec![&json!({"x": 1}), &json!({"y": 2})]);
+}
+
+#[test]
+fn a_new_call_without_index_takes_the_next_free_index() {
+    // Calls at 0 and 1, then an index-less call with its own id: it must not
+    // take over index 0, whose continuation arrives afterwards.
+    let turn = assemble([
+        frag(Some(0), Some("a"), Some("first"), "{\"x\":"),
+        frag(Some(1), Some("b"), Some("second"), "{}"),
+        frag(None, Some("c"), Some("third"), "{\"z\":3}"),
+        frag(Some(0), None, None, "1}"),
+    ]);
+    let calls: Vec<(&str, &Value)> = turn
+        .calls
+        .iter()
+        .map(|c| (c.call.id.as_str(), &c.call.arguments))
+        .collect();
+    assert_eq!(
+        calls,
+        vec![
+            ("a", &json!({"x": 1})),
+            ("b", &json!({})),
+            ("c", &json!({"z": 3}))
+        ]
+    );
+}
+
+#[test]
+fn a_first_fragment_without_index_or_id_starts_a_call_only_if_it_carries_something() {
+    let empty_then_real = assemble([
+        frag(None, None, None, ""),
+        frag(None, None, Some("t"), "{\"a\":1}"),
+    ]);
+    assert_eq!(empty_then_real.calls.len(), 1);
+    assert_eq!(empty_then_real.calls[0].call.arguments, json!({"a": 1}));
+    assert!(
+        empty_then_real
+            .diagnostics
+            .iter()
+            .all(|d| !matches!(d, Diagnostic::NamelessCallDropped { .. }))
+    ); // An empty keep-alive fragment alone opens nothing, so nothing is dropped.
+    let lone = assemble([
+        frag(None, None, None, ""),
+        StreamEvent::TextDelta { text: "hi".into() },
+    ]);
+    assert!(lone.calls.is_empty());
+    assert_eq!(lone.diagnostics, vec![]);
+}
+
+#[test]
+fn streamed_text_is_visible_before_the_turn_ends() {
+    let mut asm = StreamAssembler::new();
+    asm.push(StreamEvent::TextDelta { text: "Hel".into() });
+    asm.push(StreamEvent::TextDelta { text: "lo".into() });
+    assert_eq!(asm.text(), "Hello");
 }
