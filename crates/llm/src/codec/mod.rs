@@ -1,0 +1,177 @@
+//! Wire codecs: one per protocol, each a pure function of bytes.
+//!
+//! Every codec answers three questions for its wire: how to write a request
+//! ([`WireCodec::build_request`]), how to read a streamed response one frame
+//! at a time ([`WireCodec::stream_decoder`]), and how to read a whole one
+//! ([`WireCodec::decode_response`]). Streamed and whole responses produce the
+//! same events, so the kernel cannot tell them apart.
+//!
+//! A codec must pass each tool call's provider position through as
+//! `stream_index` (OpenAI's `index`, Anthropic's block index, the position of
+//! Gemini's and Ollama's whole calls): without it parallel calls collapse.
+
+use homeagent_core::StreamEvent;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::CodecError;
+use crate::request::ChatRequest;
+
+pub mod anthropic;
+pub mod gemini;
+pub mod ollama;
+pub mod openai;
+
+/// The wire protocols HomeAgent speaks natively.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// OpenAI Chat Completions, and every server that copies it (DeepSeek,
+    /// Groq, Mistral, OpenRouter, vLLM, llama.cpp, LM Studio).
+    Openai,
+    Anthropic,
+    Gemini,
+    Ollama,
+}
+
+impl Protocol {
+    pub const ALL: [Protocol; 4] = [
+        Protocol::Openai,
+        Protocol::Anthropic,
+        Protocol::Gemini,
+        Protocol::Ollama,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Openai => "openai",
+            Protocol::Anthropic => "anthropic",
+            Protocol::Gemini => "gemini",
+            Protocol::Ollama => "ollama",
+        }
+    }
+}
+
+/// Where and as whom to send a request.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    /// Each provider's own SDK convention: OpenAI-compatible with `/v1`,
+    /// Anthropic, Gemini and Ollama without a version path.
+    pub base_url: String,
+    pub api_key: Option<String>,
+}
+
+impl std::fmt::Debug for Endpoint {
+    // Never print the key.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// An HTTP request ready to send (always a POST with a JSON body).
+#[derive(Clone, PartialEq)]
+pub struct WireRequest {
+    pub url: String,
+    /// Header names in lowercase. May hold the API key: never log them.
+    pub headers: Vec<(String, String)>,
+    pub body: Value,
+}
+
+impl std::fmt::Debug for WireRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.headers.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("WireRequest")
+            .field("url", &self.url)
+            .field("header_names", &names)
+            .field("body", &self.body)
+            .finish()
+    }
+}
+
+/// How a streamed body is cut into frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// Server-sent events: `event:` / `data:` lines, blank-line separated.
+    Sse,
+    /// One JSON object per line (Ollama).
+    Ndjson,
+}
+
+/// One frame of a streamed body: an SSE event or an NDJSON line.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Frame {
+    /// The SSE `event:` field, when there was one.
+    pub event: Option<String>,
+    /// The SSE `data:` lines joined with `\n`, or the NDJSON line.
+    pub data: String,
+}
+
+/// Whether the stream goes on after a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    /// The wire said the response is complete (`[DONE]`, `message_stop`,
+    /// Ollama's `done: true`). Frames after it are ignored.
+    Done,
+}
+
+/// Decodes the frames of one streamed response.
+pub trait StreamDecoder: Send {
+    /// Appends the events of one frame to `out`.
+    fn decode(&mut self, frame: &Frame, out: &mut Vec<StreamEvent>) -> Result<Flow, CodecError>;
+    /// Frames skipped because they were not JSON (counted, never fatal).
+    fn skipped_frames(&self) -> u64;
+}
+
+/// One protocol's codec.
+pub trait WireCodec: Send + Sync {
+    fn protocol(&self) -> Protocol;
+    /// The HTTP request for `request` (streamed or not, as it asks).
+    fn build_request(
+        &self,
+        endpoint: &Endpoint,
+        request: &ChatRequest,
+    ) -> Result<WireRequest, CodecError>;
+    fn framing(&self) -> Framing;
+    /// A fresh decoder for one streamed response.
+    fn stream_decoder(&self) -> Box<dyn StreamDecoder>;
+    /// The events of a whole (non-streamed) response body.
+    fn decode_response(&self, body: &[u8]) -> Result<Vec<StreamEvent>, CodecError>;
+    /// The provider's own message from an HTTP error body, or a short
+    /// excerpt of the body when it has none.
+    fn error_message(&self, status: u16, body: &[u8]) -> String;
+}
+
+/// The native codec for a protocol.
+pub fn codec_for(protocol: Protocol) -> Box<dyn WireCodec> {
+    match protocol {
+        Protocol::Openai => Box::new(openai::OpenAiCodec),
+        Protocol::Anthropic => Box::new(anthropic::AnthropicCodec),
+        Protocol::Gemini => Box::new(gemini::GeminiCodec),
+        Protocol::Ollama => Box::new(ollama::OllamaCodec),
+    }
+}
+
+/// Decodes a complete streamed body in one go: framing, then the codec's
+/// decoder, stopping at the wire's own end marker. Used by tests, the
+/// benchmarks and anything that already holds the whole body.
+pub fn decode_stream_body(
+    codec: &dyn WireCodec,
+    body: &[u8],
+) -> Result<Vec<StreamEvent>, CodecError> {
+    let mut decoder = codec.stream_decoder();
+    let mut frames = crate::framing::FrameReader::new(codec.framing());
+    let mut out = Vec::new();
+    let mut pending = Vec::new();
+    frames.feed(body, &mut pending);
+    frames.finish(&mut pending);
+    for frame in &pending {
+        if decoder.decode(frame, &mut out)? == Flow::Done {
+            break;
+        }
+    }
+    Ok(out)
+}
