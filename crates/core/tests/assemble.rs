@@ -17,6 +17,14 @@ fn frag(index: Option<u32>, id: Option<&str>, name: Option<&str>, args: &str) ->
     })
 }
 
+/// The turn's calls as (id, name, arguments), for comparing with a literal.
+fn calls_of(turn: &homeagent_core::AssembledTurn) -> Vec<(&str, &str, &Value)> {
+    turn.calls
+        .iter()
+        .map(|c| (c.call.id.as_str(), c.call.name.as_str(), &c.call.arguments))
+        .collect()
+}
+
 fn finish(reason: &str) -> StreamEvent {
     StreamEvent::Finish {
         reason: reason.to_owned(),
@@ -117,11 +125,7 @@ fn interleaved_calls_with_non_ascii_and_empty_arguments_assemble_exactly() {
         finish("tool_calls"),
     ]);
     assert_eq!(turn.text, "Let me check.");
-    let calls: Vec<(&str, &str, &Value)> = turn
-        .calls
-        .iter()
-        .map(|c| (c.call.id.as_str(), c.call.name.as_str(), &c.call.arguments))
-        .collect();
+    let calls = calls_of(&turn);
     assert_eq!(
         calls,
         vec![
@@ -151,11 +155,7 @@ fn same_index_with_a_new_id_starts_a_new_call() {
         frag(Some(0), None, None, "{\"tz\":\"UTC\"}"),
         finish("stop"),
     ]);
-    let calls: Vec<(&str, &str, &Value)> = turn
-        .calls
-        .iter()
-        .map(|c| (c.call.id.as_str(), c.call.name.as_str(), &c.call.arguments))
-        .collect();
+    let calls = calls_of(&turn);
     assert_eq!(
         calls,
         vec![
@@ -186,11 +186,7 @@ fn fragments_without_index_match_by_id_or_continue_the_last_call() {
         // Neither index nor id: continues the most recent call (q).
         frag(None, None, None, "}"),
     ]);
-    let calls: Vec<(&str, &str, &Value)> = turn
-        .calls
-        .iter()
-        .map(|c| (c.call.id.as_str(), c.call.name.as_str(), &c.call.arguments))
-        .collect();
+    let calls = calls_of(&turn);
     assert_eq!(
         calls,
         vec![

@@ -115,6 +115,17 @@ fn executor(reg: Registry) -> Executor {
     Executor::new(Arc::new(reg))
 }
 
+/// A stop switch that a person flips after `delay`.
+fn stop_after(delay: Duration) -> CancellationToken {
+    let cancel = CancellationToken::new();
+    let stopper = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(delay).await;
+        stopper.cancel();
+    });
+    cancel
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_all_safe_batch_reaches_full_concurrency_and_pairs_every_call_once() {
     let gauge = Arc::new(Gauge::default());
@@ -551,12 +562,7 @@ async fn stopping_a_batch_cancels_running_calls_and_still_pairs_them() {
     sleeper(&reg, "long_serial", &gauge, false);
     let exec = executor(reg);
 
-    let cancel = CancellationToken::new();
-    let stopper = cancel.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        stopper.cancel();
-    });
+    let cancel = stop_after(Duration::from_millis(100));
     let calls = (0..3)
         .map(|i| call(&format!("p{i}"), "long", json!({"ms": 30_000})))
         .collect();
@@ -580,12 +586,7 @@ async fn stopping_a_batch_cancels_running_calls_and_still_pairs_them() {
 
     // Serial: the running call is stopped, the later ones never start.
     let gauge_before = gauge.invoked();
-    let cancel = CancellationToken::new();
-    let stopper = cancel.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        stopper.cancel();
-    });
+    let cancel = stop_after(Duration::from_millis(100));
     let calls = (0..3)
         .map(|i| call(&format!("s{i}"), "long_serial", json!({"ms": 30_000})))
         .collect();
@@ -678,12 +679,7 @@ async fn a_timed_out_or_stopped_call_leaves_no_child_process_running() {
         .await;
     assert_eq!(result.outcomes[0].status(), CallStatus::Timeout);
     // Stop.
-    let cancel = CancellationToken::new();
-    let stopper = cancel.clone();
-    tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        stopper.cancel();
-    });
+    let cancel = stop_after(Duration::from_millis(100));
     let batch = BatchContext {
         cancel,
         ..Default::default()
