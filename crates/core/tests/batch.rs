@@ -1025,3 +1025,42 @@ async fn end_to_end_a_truncated_turn_runs_the_complete_call_and_not_the_cut_one(
     history.extend(result.messages());
     assert_eq!(check_pairing(&history), Ok(()));
 }
+
+/// A source that can run tools it has no definition for (a dynamic proxy):
+/// it echoes its arguments.
+struct Dynamic;
+
+impl homeagent_core::ToolSource for Dynamic {
+    fn definition(&self, _name: &str) -> Option<Arc<ToolDef>> {
+        None
+    }
+    fn definitions(&self) -> Vec<Arc<ToolDef>> {
+        Vec::new()
+    }
+    fn invoke(&self, _name: &str, ctx: ToolContext) -> homeagent_core::ToolFuture {
+        Box::pin(async move { Ok(ctx.arguments) })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rewrite_for_a_tool_without_definition_must_still_be_an_object() {
+    let bad = Executor::new(Arc::new(Dynamic)).with_pre_hook(Arc::new(Rewrite(json!("ls -la"))));
+    let result = bad
+        .run(
+            &turn("", vec![call("a", "anything", json!({"x": 1}))]),
+            &BatchContext::default(),
+        )
+        .await;
+    assert_eq!(
+        result.outcomes[0].error.as_ref().map(|e| e.reason),
+        Some(ErrorReason::InvalidArguments)
+    );
+    let good = Executor::new(Arc::new(Dynamic)).with_pre_hook(Arc::new(Rewrite(json!({"y": 2}))));
+    let result = good
+        .run(
+            &turn("", vec![call("a", "anything", json!({"x": 1}))]),
+            &BatchContext::default(),
+        )
+        .await;
+    assert_eq!(result.outcomes[0].value, json!({"y": 2}));
+}

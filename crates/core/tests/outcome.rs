@@ -142,3 +142,25 @@ fn error_reasons_serialise_as_snake_case() {
         assert_eq!(reason.as_str(), name);
     }
 }
+
+#[test]
+fn is_error_values_report_their_best_text() {
+    // A blank `error` is skipped in favour of the content text.
+    let err = error_in_value(&json!({"isError": true, "error": "  ", "content": "real reason"}));
+    assert_eq!(err.map(|e| e.detail), Some("real reason".to_owned()));
+    // Nothing useful at all: a generic but honest detail.
+    let err = error_in_value(&json!({"isError": true, "content": ""}));
+    assert_eq!(
+        err.map(|e| e.detail),
+        Some("the tool reported isError: true".to_owned())
+    );
+    let err = error_in_value(&json!({"isError": true, "error": "quota exceeded"}));
+    assert_eq!(err.map(|e| e.detail), Some("quota exceeded".to_owned()));
+}
+
+#[test]
+fn a_hand_built_unsuccessful_outcome_without_error_reports_error_status() {
+    let mut outcome = ToolOutcome::from_value("c", "t", json!("fine"));
+    outcome.success = false;
+    assert_eq!(outcome.status(), CallStatus::Error);
+}
