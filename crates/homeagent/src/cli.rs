@@ -22,6 +22,12 @@ pub enum Command {
     /// List every registered tool with its source and how its calls are
     /// scheduled (parallel-safe or serial).
     Tools(ToolsArgs),
+    /// Run the scripted mock model as an HTTP server speaking the OpenAI,
+    /// Anthropic, Gemini and Ollama wires (streamed and not), for tests,
+    /// demos and benchmarks. Put a trigger such as !slowbatch4, !batch8,
+    /// !truncate, !badjson, !text, !calls [...], !err or !hang in the user
+    /// message; GET /stats shows the counters. Stops on Ctrl-C.
+    MockLlm(MockLlmArgs),
 }
 
 #[derive(Debug, Args)]
@@ -35,6 +41,47 @@ pub struct DemoArgs {
         value_parser = clap::value_parser!(u64).range(0..=10_000)
     )]
     pub tool_sleep_ms: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct MockLlmArgs {
+    /// Address to listen on (port 0 picks a free port).
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "127.0.0.1:9099",
+        env = "HOMEAGENT_MOCK_LISTEN"
+    )]
+    pub listen: String,
+    /// Time before the first byte of every model response, in milliseconds.
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = 0,
+        env = "HOMEAGENT_MOCK_DELAY_MS"
+    )]
+    pub delay_ms: u64,
+    /// Time between the chunks of a streamed response, in milliseconds.
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = 0,
+        env = "HOMEAGENT_MOCK_CHUNK_DELAY_MS"
+    )]
+    pub chunk_delay_ms: u64,
+    /// S: how long the first demo_sleep call of a batch sleeps; call i
+    /// sleeps S + 5·i milliseconds.
+    #[arg(
+        long,
+        value_name = "MS",
+        default_value_t = DEFAULT_TOOL_SLEEP_MS,
+        env = "HOMEAGENT_MOCK_TOOL_SLEEP_MS"
+    )]
+    pub tool_sleep_ms: u64,
+    /// Emit this tool name instead of the demo tools' names (the calls of
+    /// !calls keep the names they were given).
+    #[arg(long, value_name = "NAME", env = "HOMEAGENT_MOCK_TOOL")]
+    pub tool: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -64,5 +111,33 @@ mod tests {
             Command::Demo(DemoArgs { tool_sleep_ms: 20 })
         ));
         assert!(Cli::try_parse_from(["homeagent", "demo", "--tool-sleep-ms", "99999"]).is_err());
+    }
+
+    #[test]
+    fn mock_llm_takes_its_flags() {
+        let cli = Cli::try_parse_from([
+            "homeagent",
+            "mock-llm",
+            "--listen",
+            "127.0.0.1:0",
+            "--delay-ms",
+            "5",
+            "--chunk-delay-ms",
+            "2",
+            "--tool-sleep-ms",
+            "40",
+            "--tool",
+            "other_tool",
+        ])
+        .unwrap();
+        let Command::MockLlm(args) = cli.command else {
+            panic!("not mock-llm: {:?}", cli.command);
+        };
+        assert_eq!(args.listen, "127.0.0.1:0");
+        assert_eq!(
+            (args.delay_ms, args.chunk_delay_ms, args.tool_sleep_ms),
+            (5, 2, 40)
+        );
+        assert_eq!(args.tool.as_deref(), Some("other_tool"));
     }
 }

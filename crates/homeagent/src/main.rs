@@ -4,6 +4,7 @@
 mod catalog;
 mod cli;
 mod demo;
+mod mock_llm;
 
 use clap::Parser;
 
@@ -26,5 +27,6 @@ async fn main() -> anyhow::Result<()> {
             demo::run(&options, &mut out).await
         }
         Command::Tools(args) => catalog::print_tools(args.json, &mut out),
+        Command::MockLlm(args) => mock_llm::run(args, &mut out).await,
     }
 }

@@ -7,11 +7,16 @@
 //!
 //! [`script::respond`] is the whole model: messages in, one turn of
 //! normalized [`homeagent_core::StreamEvent`]s out. It knows no wire format;
-//! the HTTP server that speaks OpenAI, Anthropic, Gemini and Ollama (see the
-//! providers issue) encodes these same events, so every protocol sees the
-//! same calls.
+//! the HTTP server in [`server`] (`homeagent mock-llm`) speaks OpenAI,
+//! Anthropic, Gemini and Ollama on their native paths and encodes these same
+//! events onto each wire, so every protocol sees the same calls.
 
 pub mod script;
+pub mod server;
+mod stats;
+mod wire;
+
+pub use server::{MockServer, ServerConfig, serve};
 
 pub use script::{
     DEFAULT_TOOL_SLEEP_MS, MAX_BATCH, Reply, Report, ScriptOptions, ScriptedCall, ScriptedTurn,

@@ -145,6 +145,29 @@ pub trait WireCodec: Send + Sync {
     fn error_message(&self, status: u16, body: &[u8]) -> String;
 }
 
+/// The JSON payload of a frame, for decoders whose frames are plain JSON.
+///
+/// A blank frame (a keep-alive) gives `None`. So does a frame that is not
+/// JSON (a proxy banner, a half-written line): streams go on past those, and
+/// they are counted in `skipped` so that a stream made only of them shows.
+pub(crate) fn frame_json(frame: &Frame, skipped: &mut u64) -> Option<Value> {
+    let data = frame.data.trim();
+    if data.is_empty() {
+        return None;
+    }
+    match serde_json::from_str(data) {
+        Ok(value) => Some(value),
+        Err(_) => {
+            *skipped += 1;
+            tracing::debug!(
+                bytes = data.len(),
+                "skipping a stream frame that is not JSON"
+            );
+            None
+        }
+    }
+}
+
 /// The native codec for a protocol.
 pub fn codec_for(protocol: Protocol) -> Box<dyn WireCodec> {
     match protocol {

@@ -1,0 +1,311 @@
+//! Reading Anthropic responses: the SSE event stream and the whole message.
+//!
+//! Both produce the same events: a content block's `index` becomes the
+//! `stream_index` of a `tool_use` block's fragments, so interleaved blocks
+//! stay apart, and the assembler orders the calls by it.
+
+use homeagent_core::{StreamEvent, ToolCallFragment, Usage};
+use serde_json::{Value, json};
+
+use super::PROTOCOL;
+use crate::codec::{Flow, Frame, StreamDecoder, frame_json};
+use crate::error::CodecError;
+
+/// A `tool_use` block that has started and not yet stopped.
+#[derive(Debug)]
+struct OpenToolBlock {
+    index: u32,
+    /// Some `input_json_delta` carried argument text.
+    saw_arguments: bool,
+    /// A non-empty `input` given in `content_block_start` (some proxies send
+    /// the whole input there instead of as deltas).
+    start_input: Option<Value>,
+}
+
+/// Decodes one streamed Messages response.
+#[derive(Debug, Default)]
+pub(crate) struct Decoder {
+    skipped: u64,
+    /// Few blocks are open at once: a vector beats a map here.
+    open_tools: Vec<OpenToolBlock>,
+}
+
+impl StreamDecoder for Decoder {
+    fn decode(&mut self, frame: &Frame, out: &mut Vec<StreamEvent>) -> Result<Flow, CodecError> {
+        let Some(event) = frame_json(frame, &mut self.skipped) else {
+            return Ok(Flow::Continue);
+        };
+        // Every payload names its own type; the SSE `event:` line is the
+        // fallback for servers that leave it out of the JSON.
+        let kind = event
+            .get("type")
+            .and_then(Value::as_str)
+            .or(frame.event.as_deref())
+            .unwrap_or("");
+        match kind {
+            "message_start" => {
+                if let Some(usage) = event.pointer("/message/usage").and_then(usage_of) {
+                    out.push(StreamEvent::Usage(usage));
+                }
+            }
+            "content_block_start" => {
+                let index = block_index(&event);
+                if let Some(block) = event.get("content_block") {
+                    self.block_start(index, block, out);
+                }
+            }
+            "content_block_delta" => {
+                let index = block_index(&event);
+                if let Some(delta) = event.get("delta") {
+                    self.block_delta(index, delta, out);
+                }
+            }
+            "content_block_stop" => self.block_stop(block_index(&event), out),
+            "message_delta" => {
+                if let Some(reason) = event.pointer("/delta/stop_reason").and_then(Value::as_str) {
+                    out.push(StreamEvent::Finish {
+                        reason: reason.to_owned(),
+                    });
+                }
+                if let Some(usage) = event.get("usage").and_then(usage_of) {
+                    out.push(StreamEvent::Usage(usage));
+                }
+            }
+            "message_stop" => return Ok(Flow::Done),
+            "error" => return Err(reported(&event)),
+            // `ping` and event types added after this was written.
+            _ => {}
+        }
+        Ok(Flow::Continue)
+    }
+
+    fn skipped_frames(&self) -> u64 {
+        self.skipped
+    }
+}
+
+impl Decoder {
+    fn block_start(&mut self, index: Option<u32>, block: &Value, out: &mut Vec<StreamEvent>) {
+        match block.get("type").and_then(Value::as_str) {
+            Some("text") => push_text(block.get("text"), out),
+            Some("thinking") => {
+                push_reasoning(block.get("thinking"), out);
+                push_signature(block.get("signature"), out);
+            }
+            Some("redacted_thinking") => push_redacted(block, out),
+            Some("tool_use") => {
+                // The `input: {}` sent here is a placeholder: the real input
+                // follows as `input_json_delta` text. It is only used if no
+                // delta ever comes (see `block_stop`).
+                let start_input = block
+                    .get("input")
+                    .filter(|v| v.as_object().is_some_and(|m| !m.is_empty()))
+                    .cloned();
+                out.push(StreamEvent::ToolCall(ToolCallFragment {
+                    stream_index: index,
+                    id: string_field(block, "id"),
+                    name: string_field(block, "name"),
+                    raw_arguments: String::new(),
+                }));
+                if let Some(index) = index {
+                    self.open_tools.push(OpenToolBlock {
+                        index,
+                        saw_arguments: false,
+                        start_input,
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn block_delta(&mut self, index: Option<u32>, delta: &Value, out: &mut Vec<StreamEvent>) {
+        match delta.get("type").and_then(Value::as_str) {
+            Some("text_delta") => push_text(delta.get("text"), out),
+            Some("thinking_delta") => push_reasoning(delta.get("thinking"), out),
+            Some("signature_delta") => push_signature(delta.get("signature"), out),
+            Some("input_json_delta") => {
+                let piece = delta
+                    .get("partial_json")
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                if piece.is_empty() {
+                    return;
+                }
+                if let Some(open) = self.open_tools.iter_mut().find(|b| Some(b.index) == index) {
+                    open.saw_arguments = true;
+                }
+                out.push(StreamEvent::ToolCall(ToolCallFragment {
+                    stream_index: index,
+                    id: None,
+                    name: None,
+                    raw_arguments: piece.to_owned(),
+                }));
+            }
+            _ => {}
+        }
+    }
+
+    /// A `tool_use` block that ends without argument text had an empty (or
+    /// start-supplied) input: say so explicitly, so the assembler sees `{}`
+    /// rather than blank text, which it reports as lost arguments. A block
+    /// cut off before its stop keeps its blank text, and stays suspect.
+    fn block_stop(&mut self, index: Option<u32>, out: &mut Vec<StreamEvent>) {
+        let Some(position) = self.open_tools.iter().position(|b| Some(b.index) == index) else {
+            return;
+        };
+        let open = self.open_tools.swap_remove(position);
+        if open.saw_arguments {
+            return;
+        }
+        let raw_arguments = match &open.start_input {
+            Some(input) => input.to_string(),
+            None => "{}".to_owned(),
+        };
+        out.push(StreamEvent::ToolCall(ToolCallFragment {
+            stream_index: Some(open.index),
+            id: None,
+            name: None,
+            raw_arguments,
+        }));
+    }
+}
+
+/// The events of a whole (non-streamed) Messages response.
+pub(super) fn decode_message(body: &[u8]) -> Result<Vec<StreamEvent>, CodecError> {
+    let message: Value =
+        serde_json::from_slice(body).map_err(|e| CodecError::MalformedResponse {
+            protocol: PROTOCOL,
+            detail: format!("the body is not JSON: {e}"),
+        })?;
+    if message.get("type").and_then(Value::as_str) == Some("error") {
+        return Err(reported(&message));
+    }
+    let Some(blocks) = message.get("content").and_then(Value::as_array) else {
+        return Err(CodecError::MalformedResponse {
+            protocol: PROTOCOL,
+            detail: "the message has no `content` array".into(),
+        });
+    };
+    let mut out = Vec::with_capacity(blocks.len() + 2);
+    if let Some(usage) = message.get("usage").and_then(usage_of) {
+        out.push(StreamEvent::Usage(usage));
+    }
+    for (index, block) in blocks.iter().enumerate() {
+        match block.get("type").and_then(Value::as_str) {
+            Some("text") => push_text(block.get("text"), &mut out),
+            Some("thinking") => {
+                push_reasoning(block.get("thinking"), &mut out);
+                push_signature(block.get("signature"), &mut out);
+            }
+            Some("redacted_thinking") => push_redacted(block, &mut out),
+            Some("tool_use") => {
+                // Only an object is a usable input. Anything else is handed
+                // to the assembler as it came, so that it is judged (cut off
+                // by max_tokens, not JSON, not an object) and never run as
+                // an innocent `{}`.
+                let raw_arguments = match block.get("input") {
+                    Some(input @ Value::Object(_)) => input.to_string(),
+                    Some(Value::String(text)) => text.clone(),
+                    None | Some(Value::Null) => String::new(),
+                    Some(other) => other.to_string(),
+                };
+                out.push(StreamEvent::ToolCall(ToolCallFragment {
+                    stream_index: u32::try_from(index).ok(),
+                    id: string_field(block, "id"),
+                    name: string_field(block, "name"),
+                    raw_arguments,
+                }));
+            }
+            _ => {}
+        }
+    }
+    if let Some(reason) = message.get("stop_reason").and_then(Value::as_str) {
+        out.push(StreamEvent::Finish {
+            reason: reason.to_owned(),
+        });
+    }
+    Ok(out)
+}
+
+fn block_index(event: &Value) -> Option<u32> {
+    event
+        .get("index")
+        .and_then(Value::as_u64)
+        .and_then(|i| u32::try_from(i).ok())
+}
+
+fn string_field(value: &Value, key: &str) -> Option<String> {
+    value
+        .get(key)
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+}
+
+fn push_text(text: Option<&Value>, out: &mut Vec<StreamEvent>) {
+    if let Some(text) = text.and_then(Value::as_str).filter(|t| !t.is_empty()) {
+        out.push(StreamEvent::TextDelta {
+            text: text.to_owned(),
+        });
+    }
+}
+
+fn push_reasoning(text: Option<&Value>, out: &mut Vec<StreamEvent>) {
+    if let Some(text) = text.and_then(Value::as_str).filter(|t| !t.is_empty()) {
+        out.push(StreamEvent::ReasoningDelta {
+            text: text.to_owned(),
+        });
+    }
+}
+
+fn push_signature(signature: Option<&Value>, out: &mut Vec<StreamEvent>) {
+    if let Some(signature) = signature.and_then(Value::as_str).filter(|s| !s.is_empty()) {
+        out.push(StreamEvent::ReasoningMetadata {
+            metadata: json!({PROTOCOL: {"signature": signature}}),
+        });
+    }
+}
+
+fn push_redacted(block: &Value, out: &mut Vec<StreamEvent>) {
+    if let Some(data) = block.get("data").and_then(Value::as_str) {
+        out.push(StreamEvent::ReasoningMetadata {
+            metadata: json!({PROTOCOL: {"redacted_data": data}}),
+        });
+    }
+}
+
+/// Token counts from a `usage` object. Cached input is still input: the
+/// prompt is what was read, from cache or not.
+fn usage_of(usage: &Value) -> Option<Usage> {
+    let count = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
+    let prompt_tokens = count("input_tokens")
+        + count("cache_read_input_tokens")
+        + count("cache_creation_input_tokens");
+    let completion_tokens = count("output_tokens");
+    if prompt_tokens == 0 && completion_tokens == 0 {
+        return None;
+    }
+    Some(Usage {
+        prompt_tokens,
+        completion_tokens,
+        total_tokens: 0,
+    })
+}
+
+/// An `error` event or body: `{"type":"error","error":{"type","message"}}`.
+fn reported(event: &Value) -> CodecError {
+    let error = event.get("error");
+    let message = error
+        .and_then(|e| e.get("message"))
+        .and_then(Value::as_str)
+        .unwrap_or("unspecified error");
+    let message = match error.and_then(|e| e.get("type")).and_then(Value::as_str) {
+        Some(kind) if !kind.is_empty() => format!("{kind}: {message}"),
+        _ => message.to_owned(),
+    };
+    CodecError::ProviderReported {
+        protocol: PROTOCOL,
+        message,
+    }
+}

@@ -1,0 +1,166 @@
+//! Building the Anthropic request body.
+
+use homeagent_core::{AssistantMessage, Message, ToolMessage};
+use serde_json::{Map, Value, json};
+
+use super::{API_VERSION, PROTOCOL};
+use crate::codec::{Endpoint, WireRequest};
+use crate::error::CodecError;
+use crate::request::ChatRequest;
+
+/// The `POST /v1/messages` request for `request`.
+pub(super) fn build(endpoint: &Endpoint, request: &ChatRequest) -> Result<WireRequest, CodecError> {
+    let url = format!("{}/v1/messages", endpoint.base_url.trim_end_matches('/'));
+    let mut headers = Vec::with_capacity(3);
+    if let Some(key) = &endpoint.api_key {
+        headers.push(("x-api-key".to_owned(), key.clone()));
+    }
+    headers.push(("anthropic-version".to_owned(), API_VERSION.to_owned()));
+    headers.push(("content-type".to_owned(), "application/json".to_owned()));
+
+    let mut system: Vec<&str> = Vec::new();
+    let mut messages: Vec<Value> = Vec::with_capacity(request.messages.len());
+    for message in &request.messages {
+        match message {
+            Message::System { content } => system.push(content),
+            Message::User { content } => {
+                // Anthropic rejects empty text blocks.
+                if !content.is_empty() {
+                    push_user_block(&mut messages, json!({"type": "text", "text": content}));
+                }
+            }
+            Message::Assistant(assistant) => {
+                let blocks = assistant_blocks(assistant);
+                // An assistant turn with nothing Anthropic can replay (e.g.
+                // only another provider's reasoning) is left out rather than
+                // sent empty, which the API rejects.
+                if !blocks.is_empty() {
+                    messages.push(json!({"role": "assistant", "content": blocks}));
+                }
+            }
+            Message::Tool(tool) => push_user_block(&mut messages, tool_result(tool)),
+        }
+    }
+    if messages.is_empty() {
+        return Err(CodecError::Unencodable {
+            protocol: PROTOCOL,
+            detail: "Anthropic needs at least one user or assistant message".into(),
+        });
+    }
+
+    let mut body = Map::new();
+    body.insert("model".into(), json!(request.model));
+    body.insert("max_tokens".into(), json!(request.max_tokens));
+    if !system.is_empty() {
+        body.insert("system".into(), json!(system.join("\n\n")));
+    }
+    body.insert("messages".into(), Value::Array(messages));
+    if !request.tools.is_empty() {
+        let tools: Vec<Value> = request
+            .tools
+            .iter()
+            .map(|tool| {
+                json!({
+                    "name": tool.name,
+                    "description": tool.description,
+                    "input_schema": tool.parameters,
+                })
+            })
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    body.insert("stream".into(), json!(request.stream));
+    if let Some(temperature) = request.temperature {
+        body.insert("temperature".into(), temperature_value(temperature)?);
+    }
+    Ok(WireRequest {
+        url,
+        headers,
+        body: Value::Object(body),
+    })
+}
+
+/// Appends a block to the trailing user message, or opens one.
+///
+/// Anthropic wants user and assistant turns to alternate, so the results of
+/// one batch of calls travel as a single user message of `tool_result`
+/// blocks, and a user message that follows them joins that same message.
+fn push_user_block(messages: &mut Vec<Value>, block: Value) {
+    if let Some(last) = messages.last_mut()
+        && last.get("role").and_then(Value::as_str) == Some("user")
+        && let Some(Value::Array(content)) = last.get_mut("content")
+    {
+        content.push(block);
+        return;
+    }
+    messages.push(json!({"role": "user", "content": [block]}));
+}
+
+/// Thinking blocks first (the API requires it), then the text, then every
+/// call of the turn.
+fn assistant_blocks(message: &AssistantMessage) -> Vec<Value> {
+    let mut blocks = Vec::with_capacity(message.reasoning.len() + 1 + message.tool_calls.len());
+    for part in &message.reasoning {
+        let Some(ours) = part.metadata.as_ref().and_then(|m| m.get(PROTOCOL)) else {
+            continue;
+        };
+        if let Some(signature) = ours.get("signature").and_then(Value::as_str) {
+            blocks.push(json!({
+                "type": "thinking",
+                "thinking": part.text,
+                "signature": signature,
+            }));
+        } else if let Some(data) = ours.get("redacted_data").and_then(Value::as_str) {
+            blocks.push(json!({"type": "redacted_thinking", "data": data}));
+        }
+    }
+    if !message.content.is_empty() {
+        blocks.push(json!({"type": "text", "text": message.content}));
+    }
+    for call in &message.tool_calls {
+        // `input` must be an object; the kernel guarantees it, but a
+        // hand-built history might not.
+        let input = match &call.arguments {
+            Value::Object(_) => call.arguments.clone(),
+            _ => Value::Object(Map::new()),
+        };
+        blocks.push(json!({
+            "type": "tool_use",
+            "id": call.id,
+            "name": call.name,
+            "input": input,
+        }));
+    }
+    blocks
+}
+
+/// A tool result; failures use the wire's native `is_error` flag.
+fn tool_result(tool: &ToolMessage) -> Value {
+    let mut block = json!({
+        "type": "tool_result",
+        "tool_use_id": tool.tool_call_id,
+        "content": tool.content,
+    });
+    if !tool.success
+        && let Value::Object(map) = &mut block
+    {
+        map.insert("is_error".into(), Value::Bool(true));
+    }
+    block
+}
+
+/// The temperature as JSON, going through its shortest decimal form so that
+/// `0.7f32` is sent as `0.7`, not `0.699999988079071`.
+fn temperature_value(temperature: f32) -> Result<Value, CodecError> {
+    let unencodable = || CodecError::Unencodable {
+        protocol: PROTOCOL,
+        detail: format!("temperature {temperature} is not a finite number"),
+    };
+    if !temperature.is_finite() {
+        return Err(unencodable());
+    }
+    let value: f64 = temperature.to_string().parse().map_err(|_| unencodable())?;
+    serde_json::Number::from_f64(value)
+        .map(Value::Number)
+        .ok_or_else(unencodable)
+}

@@ -1,0 +1,131 @@
+//! Fitting a tool's JSON Schema into Gemini's `parameters` Schema.
+//!
+//! `functionDeclarations[].parameters` is not JSON Schema but a subset of
+//! the OpenAPI 3.0 Schema object, parsed strictly: one unknown keyword
+//! anywhere fails the whole request with `Invalid JSON payload received.
+//! Unknown name "additionalProperties" ... Cannot find field` (the same for
+//! `$schema`, `const`, `exclusiveMinimum`, `propertyNames`, `$ref`, ...).
+//! MCP servers and schema generators emit those keywords all the time.
+//!
+//! Newer API versions also accept raw JSON Schema as `parametersJsonSchema`,
+//! but not every model or Gemini-compatible server does; `parameters` with
+//! the unsupported keywords removed works everywhere, at the cost of the
+//! constraints the subset cannot express (they are still checked by the
+//! kernel's own validation before a call runs).
+
+use serde_json::{Map, Value};
+
+/// Keywords of the Schema object that are copied as they are. The ones
+/// holding sub-schemas (`properties`, `items`, `anyOf`) and the ones that
+/// need translating (`type`, `enum`, `const`, `oneOf`) are handled apart.
+const PLAIN_KEYWORDS: &[&str] = &[
+    "format",
+    "title",
+    "description",
+    "nullable",
+    "required",
+    "minItems",
+    "maxItems",
+    "minProperties",
+    "maxProperties",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "minimum",
+    "maximum",
+    "example",
+    "default",
+    "propertyOrdering",
+];
+
+/// The Gemini form of one schema; keywords outside the subset are dropped.
+pub(super) fn sanitize(schema: &Value) -> Value {
+    let Value::Object(map) = schema else {
+        return schema.clone();
+    };
+    let mut out = Map::new();
+    for (key, value) in map {
+        match key.as_str() {
+            "type" => set_type(value, &mut out),
+            "properties" => {
+                if let Value::Object(properties) = value {
+                    let properties = properties
+                        .iter()
+                        .map(|(name, sub)| (name.clone(), sanitize(sub)))
+                        .collect();
+                    out.insert(key.clone(), Value::Object(properties));
+                }
+            }
+            "items" => {
+                // Tuple-form `items: [..]` has no equivalent; keep the first.
+                let items = match value {
+                    Value::Array(list) => list.first(),
+                    other => Some(other),
+                };
+                if let Some(items @ Value::Object(_)) = items {
+                    out.insert(key.clone(), sanitize(items));
+                }
+            }
+            // `oneOf` is stricter than `anyOf`, but closest in the subset.
+            "anyOf" | "oneOf" => {
+                if let Value::Array(list) = value
+                    && !out.contains_key("anyOf")
+                {
+                    out.insert("anyOf".into(), list.iter().map(sanitize).collect());
+                }
+            }
+            // Gemini enums are string lists; anything else would be rejected.
+            "enum" => {
+                if let Value::Array(list) = value
+                    && list.iter().all(Value::is_string)
+                {
+                    out.insert(key.clone(), value.clone());
+                }
+            }
+            "const" if value.is_string() && !map.contains_key("enum") => {
+                out.insert("enum".into(), Value::Array(vec![value.clone()]));
+            }
+            other if PLAIN_KEYWORDS.contains(&other) => {
+                out.insert(key.clone(), value.clone());
+            }
+            _ => {}
+        }
+    }
+    Value::Object(out)
+}
+
+/// `type` is a single upper-case enum value in the subset: `"string"`
+/// becomes `"STRING"`, and `["string", "null"]` becomes `"STRING"` with
+/// `nullable: true` (a list fails with "Proto field is not repeating").
+fn set_type(value: &Value, out: &mut Map<String, Value>) {
+    match value {
+        Value::String(name) => {
+            out.insert("type".into(), Value::String(name.to_ascii_uppercase()));
+        }
+        Value::Array(names) => {
+            let names: Vec<&str> = names.iter().filter_map(Value::as_str).collect();
+            if let Some(first) = names.iter().find(|n| **n != "null") {
+                out.insert("type".into(), Value::String(first.to_ascii_uppercase()));
+            }
+            if names.contains(&"null") {
+                out.insert("nullable".into(), Value::Bool(true));
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Whether a sanitized root schema declares no parameters at all. Gemini
+/// rejects an OBJECT schema with empty `properties` ("should be non-empty
+/// for OBJECT type"); a function without parameters leaves `parameters`
+/// out instead.
+pub(super) fn declares_nothing(schema: &Value) -> bool {
+    match schema {
+        Value::Object(map) => match map.get("properties") {
+            Some(Value::Object(properties)) => properties.is_empty(),
+            Some(_) => true,
+            None => !map.contains_key("anyOf"),
+        },
+        _ => true,
+    }
+}

@@ -1,0 +1,295 @@
+//! Reading Chat Completions responses, streamed and whole.
+//!
+//! A streamed chunk looks like
+//!
+//! ```json
+//! {"id":"chatcmpl-B9MHDbslfkBeAs8l4bebGdFOJ6PeG","object":"chat.completion.chunk","choices":[{"index":0,
+//!   "delta":{"tool_calls":[{"index":1,"id":"call_y3Tlb0RPCbf4bfLbcPUVvi0W","type":"function",
+//!   "function":{"name":"get_weather","arguments":""}}]},"finish_reason":null}]}
+//! ```
+//!
+//! and each entry of `delta.tool_calls` becomes one [`ToolCallFragment`]
+//! whose `stream_index` is the entry's `index`, passed through untouched.
+//!
+//! # Several entries for one call in one chunk (openai/openai-python#3201)
+//!
+//! Kimi-style servers, vLLM with speculative decoding and Dynamo put the
+//! opening entry of a call *and* its first argument piece in the same chunk,
+//! both at the same `index`:
+//!
+//! ```json
+//! "tool_calls":[{"index":0,"id":"functions.list_files:0","type":"function","function":{"name":"list_files"}},
+//!               {"index":0,"function":{"arguments":" {\""}}]
+//! ```
+//!
+//! Clients that merged a chunk's list *by position* kept two entries and
+//! later lost the `{"` piece. Here every entry is its own fragment, in wire
+//! order, so the pieces concatenate. Dynamo also repeats a `choices` entry
+//! with the same choice index in one chunk; every entry of choice 0 is read.
+//! On top of that, an *exact* repeat of a call's opening fragment arriving
+//! right after it (a re-sent first chunk) is dropped, so its argument piece
+//! is not doubled; any other repeat is kept, since identical argument
+//! pieces in a row are legitimate.
+
+use homeagent_core::{StreamEvent, ToolCallFragment, Usage};
+use serde_json::{Map, Value};
+
+use super::{PROTOCOL, provider_message};
+use crate::codec::{Flow, Frame, StreamDecoder};
+use crate::error::CodecError;
+
+/// Decodes the SSE frames of one streamed response.
+#[derive(Debug, Default)]
+pub(super) struct ChunkDecoder {
+    skipped: u64,
+    calls: OpeningTracker,
+}
+
+impl StreamDecoder for ChunkDecoder {
+    fn decode(&mut self, frame: &Frame, out: &mut Vec<StreamEvent>) -> Result<Flow, CodecError> {
+        let data = frame.data.trim();
+        if data == "[DONE]" {
+            return Ok(Flow::Done);
+        }
+        let chunk = match serde_json::from_str::<Value>(data) {
+            Ok(Value::Object(chunk)) => chunk,
+            Ok(_) | Err(_) => {
+                if frame.event.as_deref() == Some("error") {
+                    return Err(reported(data.to_owned()));
+                }
+                // Keep-alives, proxy banners, half-written lines: not fatal.
+                self.skipped += 1;
+                tracing::debug!(
+                    bytes = data.len(),
+                    "skipping a stream frame that is not a JSON object"
+                );
+                return Ok(Flow::Continue);
+            }
+        };
+        check_error(&chunk, frame.event.as_deref() == Some("error"))?;
+        if let Some(Value::Array(choices)) = chunk.get("choices") {
+            for choice in choices.iter().filter(|c| is_first_choice(c)) {
+                if let Some(Value::Object(delta)) = choice.get("delta") {
+                    push_content(delta, out);
+                    if let Some(Value::Array(calls)) = delta.get("tool_calls") {
+                        for call in calls {
+                            let fragment = fragment(call, None);
+                            if self.calls.admit(&fragment) {
+                                out.push(StreamEvent::ToolCall(fragment));
+                            } else {
+                                tracing::debug!(
+                                    stream_index = fragment.stream_index,
+                                    "dropping an exact repeat of a tool call's opening fragment"
+                                );
+                            }
+                        }
+                    }
+                }
+                push_finish(choice, out);
+            }
+        }
+        push_usage(&chunk, out);
+        Ok(Flow::Continue)
+    }
+
+    fn skipped_frames(&self) -> u64 {
+        self.skipped
+    }
+}
+
+/// Remembers each call's opening fragment until the next tool-call fragment
+/// arrives, to recognise a re-sent first chunk.
+#[derive(Debug, Default)]
+struct OpeningTracker {
+    /// The id currently open at each stream index (`None` key: no index).
+    open: Vec<(Option<u32>, Option<String>)>,
+    /// The fragment that opened a call, if it is the latest fragment.
+    last_opening: Option<ToolCallFragment>,
+}
+
+impl OpeningTracker {
+    /// Whether `fragment` should be passed on.
+    fn admit(&mut self, fragment: &ToolCallFragment) -> bool {
+        if self.last_opening.as_ref() == Some(fragment) {
+            return false;
+        }
+        let id = fragment.id.as_ref().filter(|id| !id.is_empty());
+        let opens = match self
+            .open
+            .iter_mut()
+            .rev()
+            .find(|(index, _)| *index == fragment.stream_index)
+        {
+            None => {
+                self.open.push((fragment.stream_index, id.cloned()));
+                true
+            }
+            Some((_, held)) => match (id, held.as_ref()) {
+                // Same index, new id: a new call (Gemini's all-at-index-0).
+                (Some(new), Some(old)) if new != old => {
+                    *held = Some(new.clone());
+                    true
+                }
+                (Some(new), None) => {
+                    *held = Some(new.clone());
+                    false
+                }
+                _ => false,
+            },
+        };
+        let carries_header = id.is_some() || fragment.name.as_ref().is_some_and(|n| !n.is_empty());
+        self.last_opening = (opens && carries_header).then(|| fragment.clone());
+        true
+    }
+}
+
+/// The events of a whole `chat.completion` body.
+pub(super) fn decode_completion(body: &[u8]) -> Result<Vec<StreamEvent>, CodecError> {
+    let completion = match serde_json::from_slice::<Value>(body) {
+        Ok(Value::Object(completion)) => completion,
+        Ok(_) => return Err(malformed("the body is not a JSON object".into())),
+        Err(e) => return Err(malformed(format!("the body is not JSON: {e}"))),
+    };
+    check_error(&completion, false)?;
+    let Some(Value::Array(choices)) = completion.get("choices") else {
+        return Err(malformed("the body has no `choices` array".into()));
+    };
+    let mut out = Vec::new();
+    if let Some(choice) = choices.iter().find(|c| is_first_choice(c)) {
+        if let Some(Value::Object(message)) = choice.get("message") {
+            push_content(message, &mut out);
+            if let Some(Value::Array(calls)) = message.get("tool_calls") {
+                for (position, call) in calls.iter().enumerate() {
+                    let position = u32::try_from(position).unwrap_or(u32::MAX);
+                    out.push(StreamEvent::ToolCall(fragment(call, Some(position))));
+                }
+            }
+        }
+        push_finish(choice, &mut out);
+    }
+    push_usage(&completion, &mut out);
+    Ok(out)
+}
+
+/// Choice 0, or a choice without an index (some servers omit it). Other
+/// choices only exist for `n > 1`, which HomeAgent never asks for.
+fn is_first_choice(choice: &Value) -> bool {
+    match choice.get("index") {
+        None | Some(Value::Null) => true,
+        Some(index) => index.as_u64() == Some(0),
+    }
+}
+
+/// Reasoning, then text, from a `delta` or a `message`.
+fn push_content(message: &Map<String, Value>, out: &mut Vec<StreamEvent>) {
+    // DeepSeek and older vLLM say `reasoning_content`, OpenRouter and newer
+    // vLLM `reasoning`; some vLLM versions send both with the same text, so
+    // only one is read.
+    let reasoning = non_empty_str(message.get("reasoning_content"))
+        .or_else(|| non_empty_str(message.get("reasoning")));
+    if let Some(text) = reasoning {
+        out.push(StreamEvent::ReasoningDelta {
+            text: text.to_owned(),
+        });
+    }
+    match message.get("content") {
+        Some(Value::String(text)) if !text.is_empty() => {
+            out.push(StreamEvent::TextDelta { text: text.clone() });
+        }
+        // Mistral sends content as a list of typed parts.
+        Some(Value::Array(parts)) => {
+            for part in parts {
+                if part.get("type").and_then(Value::as_str) == Some("text")
+                    && let Some(text) = non_empty_str(part.get("text"))
+                {
+                    out.push(StreamEvent::TextDelta {
+                        text: text.to_owned(),
+                    });
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// One `tool_calls` entry. `position` replaces the wire's index for whole
+/// responses, where the index is the call's place in the list.
+fn fragment(call: &Value, position: Option<u32>) -> ToolCallFragment {
+    let function = call.get("function");
+    // The nested `function` object is standard; a few servers send the
+    // fields flat on the entry.
+    let field = |key: &str| {
+        function
+            .and_then(|f| f.get(key))
+            .filter(|v| !v.is_null())
+            .or_else(|| call.get(key).filter(|v| !v.is_null()))
+    };
+    let stream_index = position.or_else(|| {
+        call.get("index")
+            .and_then(Value::as_u64)
+            .and_then(|i| u32::try_from(i).ok())
+    });
+    let raw_arguments = match field("arguments") {
+        Some(Value::String(text)) => text.clone(),
+        // Some servers send the arguments as an object, not a string.
+        Some(other) => other.to_string(),
+        None => String::new(),
+    };
+    ToolCallFragment {
+        stream_index,
+        id: call.get("id").and_then(Value::as_str).map(str::to_owned),
+        name: field("name").and_then(Value::as_str).map(str::to_owned),
+        raw_arguments,
+    }
+}
+
+/// `finish_reason` as sent, `""` included (the assembler ignores it). A
+/// per-chunk `"stop"` ends nothing here: only `[DONE]` does.
+fn push_finish(choice: &Value, out: &mut Vec<StreamEvent>) {
+    if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+        out.push(StreamEvent::Finish {
+            reason: reason.to_owned(),
+        });
+    }
+}
+
+fn push_usage(object: &Map<String, Value>, out: &mut Vec<StreamEvent>) {
+    if let Some(Value::Object(usage)) = object.get("usage") {
+        let count = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
+        out.push(StreamEvent::Usage(Usage {
+            prompt_tokens: count("prompt_tokens"),
+            completion_tokens: count("completion_tokens"),
+            total_tokens: count("total_tokens"),
+        }));
+    }
+}
+
+/// An `error` member (OpenRouter and vLLM report mid-stream failures this
+/// way), or any object in an `event: error` frame.
+fn check_error(object: &Map<String, Value>, error_event: bool) -> Result<(), CodecError> {
+    let has_error = object.get("error").is_some_and(|e| !e.is_null());
+    if !has_error && !error_event {
+        return Ok(());
+    }
+    let value = Value::Object(object.clone());
+    let message = provider_message(&value).unwrap_or_else(|| value.to_string());
+    Err(reported(message))
+}
+
+fn non_empty_str(value: Option<&Value>) -> Option<&str> {
+    value.and_then(Value::as_str).filter(|s| !s.is_empty())
+}
+
+fn reported(message: String) -> CodecError {
+    CodecError::ProviderReported {
+        protocol: PROTOCOL,
+        message,
+    }
+}
+
+fn malformed(detail: String) -> CodecError {
+    CodecError::MalformedResponse {
+        protocol: PROTOCOL,
+        detail,
+    }
+}

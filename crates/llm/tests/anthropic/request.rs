@@ -1,0 +1,160 @@
+//! Anthropic request building and HTTP error bodies.
+
+use super::*;
+
+#[test]
+fn request_has_the_documented_shape() {
+    let request = ChatRequest {
+        model: "claude-sonnet-4-5".into(),
+        messages: vec![
+            Message::system("You are HomeAgent."),
+            Message::user("Weather in Paris and Rome?"),
+            Message::Assistant(AssistantMessage {
+                content: "Checking both.".into(),
+                reasoning: vec![
+                    // Another provider's reasoning: never sent to Anthropic.
+                    ReasoningPart {
+                        text: "think".into(),
+                        metadata: Some(
+                            json!({"gemini": {"thought_signature": "sig", "part": "text"}}),
+                        ),
+                    },
+                    ReasoningPart {
+                        text: "unsigned".into(),
+                        metadata: None,
+                    },
+                ],
+                tool_calls: vec![
+                    call("toolu_01Paris", "get_weather", json!({"city": "Paris"}), ""),
+                    call("toolu_01Rome", "get_weather", json!({"city": "Rome"}), ""),
+                ],
+            }),
+            Message::Tool(ToolMessage {
+                tool_call_id: "toolu_01Paris".into(),
+                name: "get_weather".into(),
+                content: "18°C, cloudy".into(),
+                success: true,
+            }),
+            Message::Tool(ToolMessage {
+                tool_call_id: "toolu_01Rome".into(),
+                name: "get_weather".into(),
+                content: "weather service timed out after 10s".into(),
+                success: false,
+            }),
+            Message::user("Also, keep it short."),
+            Message::system("Answer in English."),
+        ],
+        tools: vec![ToolSpec {
+            name: "get_weather".into(),
+            description: "Current weather for a city".into(),
+            parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+        }],
+        max_tokens: 2048,
+        temperature: Some(0.7),
+        stream: true,
+    };
+    let wire = AnthropicCodec
+        .build_request(&endpoint(Some("sk-ant-test")), &request)
+        .unwrap();
+    assert_eq!(wire.url, "https://api.anthropic.com/v1/messages");
+    assert_eq!(
+        wire.headers,
+        vec![
+            ("x-api-key".to_owned(), "sk-ant-test".to_owned()),
+            ("anthropic-version".to_owned(), "2023-06-01".to_owned()),
+            ("content-type".to_owned(), "application/json".to_owned()),
+        ]
+    );
+    assert_eq!(
+        wire.body,
+        json!({
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 2048,
+            "system": "You are HomeAgent.\n\nAnswer in English.",
+            "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "Weather in Paris and Rome?"}]},
+                {"role": "assistant", "content": [
+                    {"type": "text", "text": "Checking both."},
+                    {"type": "tool_use", "id": "toolu_01Paris", "name": "get_weather", "input": {"city": "Paris"}},
+                    {"type": "tool_use", "id": "toolu_01Rome", "name": "get_weather", "input": {"city": "Rome"}},
+                ]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_01Paris", "content": "18°C, cloudy"},
+                    {"type": "tool_result", "tool_use_id": "toolu_01Rome", "content": "weather service timed out after 10s", "is_error": true},
+                    {"type": "text", "text": "Also, keep it short."},
+                ]},
+            ],
+            "tools": [{
+                "name": "get_weather",
+                "description": "Current weather for a city",
+                "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+            }],
+            "stream": true,
+            "temperature": 0.7,
+        })
+    );
+}
+
+#[test]
+fn minimal_request_omits_optional_fields_and_the_key_header() {
+    let request = ChatRequest {
+        model: "claude-haiku-4-5".into(),
+        messages: vec![Message::user("hi")],
+        tools: vec![],
+        max_tokens: 64,
+        temperature: None,
+        stream: false,
+    };
+    let wire = AnthropicCodec
+        .build_request(&endpoint(None), &request)
+        .unwrap();
+    assert!(wire.headers.iter().all(|(k, _)| k != "x-api-key"));
+    assert_eq!(
+        wire.body,
+        json!({
+            "model": "claude-haiku-4-5",
+            "max_tokens": 64,
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+            "stream": false,
+        })
+    );
+}
+
+#[test]
+fn a_request_with_only_system_messages_cannot_be_encoded() {
+    let request = ChatRequest {
+        model: "claude-haiku-4-5".into(),
+        messages: vec![Message::system("only a system prompt")],
+        tools: vec![],
+        max_tokens: 64,
+        temperature: None,
+        stream: false,
+    };
+    let err = AnthropicCodec
+        .build_request(&endpoint(None), &request)
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        CodecError::Unencodable {
+            protocol: "anthropic",
+            ..
+        }
+    ));
+}
+
+#[test]
+fn http_error_bodies_become_status_type_and_message() {
+    let body = br#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"},"request_id":"req_011CSHoEeqs5C35K2UUqR7Fy"}"#;
+    assert_eq!(
+        AnthropicCodec.error_message(401, body),
+        "HTTP 401: authentication_error: invalid x-api-key"
+    );
+    assert_eq!(
+        AnthropicCodec.error_message(502, b"<html>Bad Gateway</html>\n"),
+        "HTTP 502: <html>Bad Gateway</html>"
+    );
+    assert_eq!(AnthropicCodec.error_message(503, b""), "HTTP 503");
+    let long = "x".repeat(1000);
+    let message = AnthropicCodec.error_message(500, long.as_bytes());
+    assert!(message.len() < 300, "{message}");
+}

@@ -1,0 +1,249 @@
+//! Gemini request building, schema sanitizing and HTTP error bodies.
+
+use super::*;
+
+#[test]
+fn request_has_the_documented_shape() {
+    let request = ChatRequest {
+        model: "models/gemini-2.5-flash".into(),
+        messages: vec![
+            Message::system("You are HomeAgent."),
+            Message::user("Switch off the kitchen light and list devices."),
+            Message::Assistant(AssistantMessage {
+                content: String::new(),
+                reasoning: vec![
+                    // Another protocol's signature: not Gemini's to replay.
+                    ReasoningPart {
+                        text: "plan".into(),
+                        metadata: Some(json!({"anthropic": {"signature": "EqQBanthropic"}})),
+                    },
+                ],
+                tool_calls: vec![
+                    ToolCall {
+                        id: "toolu_01Kitchen".into(),
+                        name: "set_light".into(),
+                        arguments: json!({"room": "kitchen", "on": false}),
+                        raw_arguments: String::new(),
+                    },
+                    ToolCall {
+                        id: "toolu_01List".into(),
+                        name: "list_devices".into(),
+                        arguments: json!({}),
+                        raw_arguments: String::new(),
+                    },
+                ],
+            }),
+            Message::Tool(ToolMessage {
+                tool_call_id: "toolu_01Kitchen".into(),
+                name: "set_light".into(),
+                content: "kitchen light is off".into(),
+                success: true,
+            }),
+            Message::Tool(ToolMessage {
+                tool_call_id: "toolu_01List".into(),
+                // A name the kernel did not fill in comes from the call.
+                name: String::new(),
+                content: r#"["kitchen light", "hall light"]"#.into(),
+                success: true,
+            }),
+            Message::system("Be brief."),
+        ],
+        tools: vec![
+            ToolSpec {
+                name: "set_light".into(),
+                description: "Switch a light".into(),
+                parameters: json!({
+                    "$schema": "http://json-schema.org/draft-07/schema#",
+                    "type": "object",
+                    "properties": {
+                        "room": {"type": "string", "description": "Room name"},
+                        "on": {"type": "boolean"},
+                    },
+                    "required": ["room", "on"],
+                    "additionalProperties": false,
+                }),
+            },
+            ToolSpec {
+                name: "list_devices".into(),
+                description: "List devices".into(),
+                parameters: json!({"type": "object", "properties": {}}),
+            },
+        ],
+        max_tokens: 1024,
+        temperature: Some(0.2),
+        stream: true,
+    };
+    let wire = GeminiCodec.build_request(&endpoint(), &request).unwrap();
+    assert_eq!(
+        wire.url,
+        "https://generativelanguage.googleapis.com/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse"
+    );
+    assert!(!wire.url.contains("AIza"), "the key never goes in the URL");
+    assert_eq!(
+        wire.headers,
+        vec![
+            ("x-goog-api-key".to_owned(), "AIzaSyTestKey".to_owned()),
+            ("content-type".to_owned(), "application/json".to_owned()),
+        ]
+    );
+    assert_eq!(
+        wire.body,
+        json!({
+            "systemInstruction": {"parts": [{"text": "You are HomeAgent.\n\nBe brief."}]},
+            "contents": [
+                {"role": "user", "parts": [{"text": "Switch off the kitchen light and list devices."}]},
+                {"role": "model", "parts": [
+                    {"functionCall": {"name": "set_light", "args": {"room": "kitchen", "on": false}, "id": "toolu_01Kitchen"}},
+                    {"functionCall": {"name": "list_devices", "args": {}, "id": "toolu_01List"}},
+                ]},
+                {"role": "user", "parts": [
+                    {"functionResponse": {"name": "set_light", "id": "toolu_01Kitchen",
+                                          "response": {"result": "kitchen light is off"}}},
+                    {"functionResponse": {"name": "list_devices", "id": "toolu_01List",
+                                          "response": {"result": "[\"kitchen light\", \"hall light\"]"}}},
+                ]},
+            ],
+            "tools": [{"functionDeclarations": [
+                {"name": "set_light", "description": "Switch a light", "parameters": {
+                    "type": "OBJECT",
+                    "properties": {
+                        "room": {"type": "STRING", "description": "Room name"},
+                        "on": {"type": "BOOLEAN"},
+                    },
+                    "required": ["room", "on"],
+                }},
+                {"name": "list_devices", "description": "List devices"},
+            ]}],
+            "generationConfig": {"maxOutputTokens": 1024, "temperature": 0.2},
+        })
+    );
+
+    let whole = GeminiCodec
+        .build_request(
+            &Endpoint {
+                base_url: "http://127.0.0.1:9099".into(),
+                api_key: None,
+            },
+            &ChatRequest {
+                stream: false,
+                ..request
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        whole.url,
+        "http://127.0.0.1:9099/v1beta/models/gemini-2.5-flash:generateContent"
+    );
+    assert_eq!(
+        whole.headers,
+        vec![("content-type".to_owned(), "application/json".to_owned())]
+    );
+}
+
+#[test]
+fn schemas_lose_the_keywords_gemini_rejects() {
+    // The kind of schema MCP servers and zod-to-json-schema emit.
+    let request = ChatRequest {
+        model: "gemini-2.5-flash".into(),
+        messages: vec![Message::user("go")],
+        tools: vec![ToolSpec {
+            name: "search".into(),
+            description: "Search files".into(),
+            parameters: json!({
+                "$schema": "https://json-schema.org/draft/2020-12/schema",
+                "type": "object",
+                "properties": {
+                    "query": {"type": "string", "minLength": 1},
+                    "limit": {"type": "integer", "exclusiveMinimum": 0, "maximum": 100},
+                    "mode": {"const": "fast"},
+                    "cursor": {"type": ["string", "null"]},
+                    "filters": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "properties": {"field": {"type": "string", "enum": ["name", "size"]}},
+                            "additionalProperties": false,
+                            "propertyNames": {"pattern": "^[a-z]+$"},
+                        },
+                    },
+                    "level": {"oneOf": [{"type": "integer", "enum": [1, 2]}, {"type": "string"}]},
+                },
+                "required": ["query"],
+                "additionalProperties": false,
+                "$defs": {"unused": {"type": "string"}},
+            }),
+        }],
+        max_tokens: 100,
+        temperature: None,
+        stream: false,
+    };
+    let wire = GeminiCodec.build_request(&endpoint(), &request).unwrap();
+    assert_eq!(
+        wire.body["tools"][0]["functionDeclarations"][0]["parameters"],
+        json!({
+            "type": "OBJECT",
+            "properties": {
+                "query": {"type": "STRING", "minLength": 1},
+                "limit": {"type": "INTEGER", "maximum": 100},
+                "mode": {"enum": ["fast"]},
+                "cursor": {"type": "STRING", "nullable": true},
+                "filters": {
+                    "type": "ARRAY",
+                    "items": {
+                        "type": "OBJECT",
+                        "properties": {"field": {"type": "STRING", "enum": ["name", "size"]}},
+                    },
+                },
+                "level": {"anyOf": [{"type": "INTEGER"}, {"type": "STRING"}]},
+            },
+            "required": ["query"],
+        })
+    );
+}
+
+#[test]
+fn bad_model_names_are_refused() {
+    let request = ChatRequest {
+        model: "gemini-2.5-flash:generateContent?key=oops".into(),
+        messages: vec![Message::user("hi")],
+        tools: vec![],
+        max_tokens: 10,
+        temperature: None,
+        stream: true,
+    };
+    assert!(matches!(
+        GeminiCodec.build_request(&endpoint(), &request),
+        Err(CodecError::Unencodable {
+            protocol: "gemini",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn http_error_bodies_become_status_and_message() {
+    let body = br#"{
+  "error": {
+    "code": 400,
+    "message": "API key not valid. Please pass a valid API key.",
+    "status": "INVALID_ARGUMENT"
+  }
+}"#;
+    assert_eq!(
+        GeminiCodec.error_message(400, body),
+        "HTTP 400: INVALID_ARGUMENT: API key not valid. Please pass a valid API key."
+    );
+    let array = br#"[{"error": {"code": 429, "message": "Resource has been exhausted (e.g. check quota).", "status": "RESOURCE_EXHAUSTED"}}]"#;
+    assert_eq!(
+        GeminiCodec.error_message(429, array),
+        "HTTP 429: RESOURCE_EXHAUSTED: Resource has been exhausted (e.g. check quota)."
+    );
+    assert_eq!(
+        GeminiCodec.error_message(502, b"Bad Gateway"),
+        "HTTP 502: Bad Gateway"
+    );
+    assert!(matches!(
+        GeminiCodec.decode_response(b"not json"),
+        Err(CodecError::MalformedResponse { .. })
+    ));
+}

@@ -1,0 +1,158 @@
+//! The request the codec writes.
+
+use homeagent_core::{AssistantMessage, Message, ToolCall, ToolMessage};
+use homeagent_llm::codec::openai::OpenAiCodec;
+use homeagent_llm::{ChatRequest, Endpoint, ToolSpec, WireCodec};
+use serde_json::{Value, json};
+
+fn spec(name: &str, description: &str, parameters: Value) -> ToolSpec {
+    ToolSpec {
+        name: name.into(),
+        description: description.into(),
+        parameters,
+    }
+}
+
+fn parallel_batch_history() -> ChatRequest {
+    ChatRequest {
+        model: "gpt-4o-mini".into(),
+        messages: vec![
+            Message::system("You are HomeAgent."),
+            Message::user("Turn on the kitchen light and read the hallway temperature."),
+            Message::Assistant(AssistantMessage {
+                content: String::new(),
+                reasoning: vec![],
+                tool_calls: vec![
+                    ToolCall {
+                        id: "call_kL1x9QmZ".into(),
+                        name: "light_set".into(),
+                        arguments: json!({"entity": "light.kitchen", "on": true}),
+                        raw_arguments: "{\"entity\": \"light.kitchen\", \"on\": true}".into(),
+                    },
+                    ToolCall {
+                        id: "call_T2pWq7Rv".into(),
+                        name: "sensor_read".into(),
+                        arguments: json!({"entity": "sensor.hallway_temperature"}),
+                        raw_arguments: "{\"entity\":\"sensor.hallway_temperature\"}".into(),
+                    },
+                ],
+            }),
+            Message::Tool(ToolMessage {
+                tool_call_id: "call_kL1x9QmZ".into(),
+                name: "light_set".into(),
+                content: "light.kitchen is on".into(),
+                success: true,
+            }),
+            Message::Tool(ToolMessage {
+                tool_call_id: "call_T2pWq7Rv".into(),
+                name: "sensor_read".into(),
+                content: "sensor.hallway_temperature is unavailable".into(),
+                success: false,
+            }),
+            Message::Assistant(AssistantMessage {
+                content: "The light is on; the hallway sensor is unavailable.".into(),
+                ..AssistantMessage::default()
+            }),
+            Message::user("Thanks."),
+        ],
+        tools: vec![
+            spec(
+                "light_set",
+                "Switch a light.",
+                json!({"type": "object", "properties": {"entity": {"type": "string"}, "on": {"type": "boolean"}}, "required": ["entity", "on"]}),
+            ),
+            spec(
+                "sensor_read",
+                "Read a sensor.",
+                json!({"type": "object", "properties": {"entity": {"type": "string"}}}),
+            ),
+        ],
+        max_tokens: 1024,
+        temperature: Some(0.2),
+        stream: true,
+    }
+}
+
+#[test]
+fn request_for_a_parallel_batch_history_is_exactly_the_openai_shape() {
+    let endpoint = Endpoint {
+        base_url: "https://api.openai.com/v1/".into(),
+        api_key: Some("sk-test-123".into()),
+    };
+    let wire = OpenAiCodec
+        .build_request(&endpoint, &parallel_batch_history())
+        .unwrap();
+    assert_eq!(wire.url, "https://api.openai.com/v1/chat/completions");
+    let mut headers = wire.headers.clone();
+    headers.sort();
+    assert_eq!(
+        headers,
+        [
+            ("authorization".to_owned(), "Bearer sk-test-123".to_owned()),
+            ("content-type".to_owned(), "application/json".to_owned()),
+        ]
+    );
+    let expected: Value = serde_json::from_str(
+        r#"{
+        "model": "gpt-4o-mini",
+        "messages": [
+            {"role": "system", "content": "You are HomeAgent."},
+            {"role": "user", "content": "Turn on the kitchen light and read the hallway temperature."},
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_kL1x9QmZ", "type": "function",
+                 "function": {"name": "light_set", "arguments": "{\"entity\":\"light.kitchen\",\"on\":true}"}},
+                {"id": "call_T2pWq7Rv", "type": "function",
+                 "function": {"name": "sensor_read", "arguments": "{\"entity\":\"sensor.hallway_temperature\"}"}}
+            ]},
+            {"role": "tool", "tool_call_id": "call_kL1x9QmZ", "content": "light.kitchen is on"},
+            {"role": "tool", "tool_call_id": "call_T2pWq7Rv",
+             "content": "{\"error\":\"sensor.hallway_temperature is unavailable\"}"},
+            {"role": "assistant", "content": "The light is on; the hallway sensor is unavailable."},
+            {"role": "user", "content": "Thanks."}
+        ],
+        "tools": [
+            {"type": "function", "function": {"name": "light_set", "description": "Switch a light.",
+              "parameters": {"type": "object", "properties": {"entity": {"type": "string"}, "on": {"type": "boolean"}}, "required": ["entity", "on"]}}},
+            {"type": "function", "function": {"name": "sensor_read", "description": "Read a sensor.",
+              "parameters": {"type": "object", "properties": {"entity": {"type": "string"}}}}}
+        ],
+        "max_tokens": 1024,
+        "temperature": 0.2,
+        "stream": true,
+        "stream_options": {"include_usage": true}
+    }"#,
+    )
+    .unwrap();
+    assert_eq!(wire.body, expected);
+}
+
+#[test]
+fn request_without_key_tools_or_streaming() {
+    let endpoint = Endpoint {
+        base_url: "http://127.0.0.1:8080/v1".into(),
+        api_key: None,
+    };
+    let request = ChatRequest {
+        model: "qwen3".into(),
+        messages: vec![Message::user("hi")],
+        tools: vec![],
+        max_tokens: 256,
+        temperature: None,
+        stream: false,
+    };
+    let wire = OpenAiCodec.build_request(&endpoint, &request).unwrap();
+    assert_eq!(wire.url, "http://127.0.0.1:8080/v1/chat/completions");
+    assert_eq!(
+        wire.headers,
+        [("content-type".to_owned(), "application/json".to_owned())]
+    );
+    assert_eq!(
+        wire.body,
+        json!({
+            "model": "qwen3",
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 256,
+            "stream": false
+        })
+    );
+}

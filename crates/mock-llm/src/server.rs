@@ -1,0 +1,552 @@
+//! The mock LLM as a real HTTP server (`homeagent mock-llm`).
+//!
+//! It speaks the four provider wires on their native paths, streamed and
+//! not, and plays [`crate::script::respond`] for every request:
+//!
+//! | wire      | path                                                        |
+//! |-----------|-------------------------------------------------------------|
+//! | OpenAI    | `POST /v1/chat/completions`                                 |
+//! | Anthropic | `POST /v1/messages`                                         |
+//! | Gemini    | `POST /v1beta/models/{model}:streamGenerateContent?alt=sse`, `:generateContent` |
+//! | Ollama    | `POST /api/chat`                                            |
+//!
+//! plus `GET /v1/models`, `GET`/`HEAD /` (200) and `GET /stats`.
+//!
+//! Two triggers act at the HTTP level, in the last user message when no
+//! tool result follows it: `!err` answers HTTP 500 with an error body in the
+//! wire's own shape, and `!hang` answers 200, sends the headers and one
+//! chunk (half the body when not streaming), then sends nothing more until
+//! the client goes away or the server shuts down.
+//!
+//! `/stats` counts what the server saw, including `peak_concurrent_requests`
+//! (the most requests it was serving at once, from the request's arrival to
+//! the end of its body) and, per kind of input, the mock's own time: parsing
+//! the request, playing the script and encoding the reply, without the
+//! configured delays.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use homeagent_core::{CancellationToken, Message};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+use crate::script::{Reply, ScriptOptions, Trigger, respond};
+use crate::stats::Stats;
+use crate::wire::{self, Ctx, ParsedRequest, Wire};
+
+/// Request bodies up to this size are accepted (long benchmark sessions).
+const BODY_LIMIT: usize = 64 * 1024 * 1024;
+
+const SSE: &str = "text/event-stream";
+const NDJSON: &str = "application/x-ndjson";
+const JSON: &str = "application/json";
+
+/// How the server behaves.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// Time before the first byte of every model response.
+    pub delay_ms: u64,
+    /// Time between the chunks of a streamed response.
+    pub chunk_delay_ms: u64,
+    /// The script's knobs (`S`, `--tool`).
+    pub script: ScriptOptions,
+}
+
+/// A running server (for tests and embedding). Dropping it does not stop
+/// it; call [`MockServer::shutdown`].
+#[derive(Debug)]
+pub struct MockServer {
+    addr: SocketAddr,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl MockServer {
+    /// Binds `listen` (use port 0 for a free port) and serves in the background.
+    pub async fn start(listen: &str, config: ServerConfig) -> std::io::Result<MockServer> {
+        let listener = TcpListener::bind(listen).await?;
+        let addr = listener.local_addr()?;
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(serve(listener, config, stop.clone().cancelled_owned()));
+        Ok(MockServer { addr, stop, task })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://<addr>`, without a trailing slash.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Stops accepting, ends hanging responses, and waits for open ones.
+    pub async fn shutdown(self) -> std::io::Result<()> {
+        self.stop.cancel();
+        self.task.await.map_err(std::io::Error::other)?
+    }
+}
+
+/// Serves on `listener` until `shutdown` completes, then finishes the
+/// responses in progress (hanging ones are ended at once) and returns.
+pub async fn serve(
+    listener: TcpListener,
+    config: ServerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let stop = CancellationToken::new();
+    let state = Arc::new(ServerState {
+        config,
+        stats: Mutex::new(Stats::default()),
+        in_flight: AtomicU64::new(0),
+        peak: AtomicU64::new(0),
+        responses: AtomicU64::new(0),
+        stop: stop.clone(),
+    });
+    let trigger = stop.clone();
+    tokio::spawn(async move {
+        shutdown.await;
+        trigger.cancel();
+    });
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(stop.cancelled_owned())
+        .await
+}
+
+fn router(state: Arc<ServerState>) -> Router {
+    Router::new()
+        .route("/", get(root))
+        .route("/v1/models", get(models))
+        .route("/stats", get(stats))
+        .route("/v1/chat/completions", post(openai))
+        .route("/v1/messages", post(anthropic))
+        .route("/v1beta/models/{model_action}", post(gemini))
+        .route("/api/chat", post(ollama))
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(state)
+}
+
+struct ServerState {
+    config: ServerConfig,
+    stats: Mutex<Stats>,
+    in_flight: AtomicU64,
+    peak: AtomicU64,
+    responses: AtomicU64,
+    stop: CancellationToken,
+}
+
+impl ServerState {
+    fn enter(self: &Arc<Self>) -> InFlight {
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(now, Ordering::SeqCst);
+        InFlight(Arc::clone(self))
+    }
+
+    fn with_stats(&self, f: impl FnOnce(&mut Stats)) {
+        // A panic while holding the lock cannot leave the counters invalid.
+        let mut stats = self.stats.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut stats);
+    }
+}
+
+/// One request being served; dropped when its body is finished (or the
+/// client went away).
+struct InFlight(Arc<ServerState>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+async fn root() -> &'static str {
+    "HomeAgent mock LLM: OpenAI, Anthropic, Gemini and Ollama wires. GET /stats for counters.\n"
+}
+
+async fn models() -> Response {
+    json_response(
+        StatusCode::OK,
+        &json!({"object": "list", "data": [
+            {"id": "mock-llm", "object": "model", "created": 0, "owned_by": "homeagent"}
+        ]}),
+    )
+}
+
+async fn stats(State(state): State<Arc<ServerState>>) -> Response {
+    let mut body = json!({});
+    state.with_stats(|s| body = s.to_json());
+    body["peak_concurrent_requests"] = json!(state.peak.load(Ordering::SeqCst));
+    body["in_flight_requests"] = json!(state.in_flight.load(Ordering::SeqCst));
+    body["config"] = json!({
+        "delay_ms": state.config.delay_ms,
+        "chunk_delay_ms": state.config.chunk_delay_ms,
+        "tool_sleep_ms": state.config.script.tool_sleep_ms,
+        "tool": state.config.script.tool_name,
+    });
+    json_response(StatusCode::OK, &body)
+}
+
+async fn openai(State(state): State<Arc<ServerState>>, body: Bytes) -> Response {
+    chat(state, Wire::OpenAi, body, None).await
+}
+
+async fn anthropic(State(state): State<Arc<ServerState>>, body: Bytes) -> Response {
+    chat(state, Wire::Anthropic, body, None).await
+}
+
+async fn ollama(State(state): State<Arc<ServerState>>, body: Bytes) -> Response {
+    chat(state, Wire::Ollama, body, None).await
+}
+
+/// Gemini's model and method share a path segment: `gemini-2.5-flash:generateContent`.
+struct GeminiCall {
+    model: String,
+    stream: bool,
+    sse: bool,
+}
+
+async fn gemini(
+    State(state): State<Arc<ServerState>>,
+    Path(model_action): Path<String>,
+    uri: Uri,
+    body: Bytes,
+) -> Response {
+    let parsed = model_action.rsplit_once(':').and_then(|(model, action)| {
+        let stream = match action {
+            "streamGenerateContent" => true,
+            "generateContent" => false,
+            _ => return None,
+        };
+        let sse = uri
+            .query()
+            .is_some_and(|q| q.split('&').any(|kv| kv == "alt=sse"));
+        Some(GeminiCall {
+            model: model.to_owned(),
+            stream,
+            sse,
+        })
+    });
+    match parsed {
+        Some(call) => chat(state, Wire::Gemini, body, Some(call)).await,
+        None => json_response(
+            StatusCode::NOT_FOUND,
+            &wire::gemini::error_body(
+                404,
+                &format!(
+                    "models/{model_action} is not a generateContent or streamGenerateContent method"
+                ),
+            ),
+        ),
+    }
+}
+
+/// What the last user message asks of the HTTP layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum HttpTrigger {
+    Err,
+    Hang,
+}
+
+fn http_trigger(messages: &[Message]) -> Option<HttpTrigger> {
+    let last = messages
+        .iter()
+        .rposition(|m| matches!(m, Message::User { .. }))?;
+    if messages[last + 1..]
+        .iter()
+        .any(|m| matches!(m, Message::Tool(_)))
+    {
+        return None;
+    }
+    let Message::User { content } = &messages[last] else {
+        return None;
+    };
+    content.match_indices('!').find_map(|(at, _)| {
+        let rest = &content[at + 1..];
+        [("err", HttpTrigger::Err), ("hang", HttpTrigger::Hang)]
+            .into_iter()
+            .find(|(word, _)| {
+                rest.starts_with(word)
+                    && !rest[word.len()..].starts_with(|c: char| c.is_alphanumeric() || c == '_')
+            })
+            .map(|(_, t)| t)
+    })
+}
+
+fn input_key(reply: &Reply) -> String {
+    match reply {
+        Reply::Batch { trigger, .. } => match trigger {
+            Trigger::SlowBatch(n) => format!("slowbatch{n}"),
+            Trigger::SerialBatch(n) => format!("serialbatch{n}"),
+            Trigger::Batch(n) => format!("batch{n}"),
+            Trigger::Truncate => "truncate".into(),
+            Trigger::BadJson => "badjson".into(),
+            Trigger::Text => "text".into(),
+            Trigger::Calls(calls) => format!("calls{}", calls.len()),
+        },
+        Reply::Report(_) => "report".into(),
+        Reply::Text => "text".into(),
+        Reply::Help { .. } => "help".into(),
+    }
+}
+
+fn error_body(wire: Wire, status: u16, message: &str) -> Value {
+    match wire {
+        Wire::OpenAi => wire::openai::error_body(status, message),
+        Wire::Anthropic => wire::anthropic::error_body(status, message),
+        Wire::Gemini => wire::gemini::error_body(status, message),
+        Wire::Ollama => wire::ollama::error_body(status, message),
+    }
+}
+
+fn parse(wire: Wire, body: &Value) -> Result<ParsedRequest, String> {
+    match wire {
+        Wire::OpenAi => wire::openai::parse(body),
+        Wire::Anthropic => wire::anthropic::parse(body),
+        Wire::Gemini => wire::gemini::parse(body),
+        Wire::Ollama => wire::ollama::parse(body),
+    }
+}
+
+/// A response about to be sent: streamed chunks or one whole body.
+struct Prepared {
+    content_type: &'static str,
+    chunks: Vec<Bytes>,
+    stream: bool,
+}
+
+fn encode(
+    wire: Wire,
+    events: &[homeagent_core::StreamEvent],
+    ctx: &Ctx,
+    request: &ParsedRequest,
+    gemini_sse: bool,
+) -> Prepared {
+    if !request.stream {
+        let body = match wire {
+            Wire::OpenAi => wire::openai::whole(events, ctx),
+            Wire::Anthropic => wire::anthropic::whole(events, ctx),
+            Wire::Gemini => wire::gemini::whole(events, ctx),
+            Wire::Ollama => wire::ollama::whole(events, ctx),
+        };
+        return Prepared {
+            content_type: JSON,
+            chunks: vec![Bytes::from(body.to_string())],
+            stream: false,
+        };
+    }
+    let (content_type, chunks) = match wire {
+        Wire::OpenAi => (SSE, wire::openai::stream(events, ctx)),
+        Wire::Anthropic => (SSE, wire::anthropic::stream(events, ctx)),
+        Wire::Gemini if gemini_sse => (SSE, wire::gemini::stream_sse(events, ctx)),
+        Wire::Gemini => (JSON, wire::gemini::stream_array(events, ctx)),
+        Wire::Ollama => (NDJSON, wire::ollama::stream(events, ctx)),
+    };
+    Prepared {
+        content_type,
+        chunks,
+        stream: true,
+    }
+}
+
+async fn chat(
+    state: Arc<ServerState>,
+    wire: Wire,
+    body: Bytes,
+    gemini: Option<GeminiCall>,
+) -> Response {
+    let guard = state.enter();
+    let started = Instant::now();
+    let parsed = serde_json::from_slice::<Value>(&body)
+        .map_err(|err| format!("the request body is not JSON: {err}"))
+        .and_then(|value| parse(wire, &value));
+    let mut request = match parsed {
+        Ok(request) => request,
+        Err(problem) => {
+            state.with_stats(|s| s.bad_requests += 1);
+            return json_response(StatusCode::BAD_REQUEST, &error_body(wire, 400, &problem));
+        }
+    };
+    let gemini_sse = gemini.as_ref().is_some_and(|g| g.sse);
+    if let Some(call) = gemini {
+        request.model = call.model;
+        request.stream = call.stream;
+    }
+    state.with_stats(|s| {
+        s.requests += 1;
+        *s.by_protocol.entry(wire.name()).or_default() += 1;
+    });
+    let delay = Duration::from_millis(state.config.delay_ms);
+    let trigger = http_trigger(&request.messages);
+    if trigger == Some(HttpTrigger::Err) {
+        state.with_stats(|s| s.errors_injected += 1);
+        tokio::time::sleep(delay).await;
+        return json_response(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &error_body(wire, 500, "the mock model failed on purpose (!err)"),
+        );
+    }
+
+    let turn = respond(&request.messages, &state.config.script);
+    let n = state.responses.fetch_add(1, Ordering::Relaxed) + 1;
+    let ctx = Ctx {
+        model: if request.model.is_empty() {
+            "mock-llm".into()
+        } else {
+            request.model.clone()
+        },
+        response_id: match wire {
+            Wire::OpenAi => format!("chatcmpl-mock{n}"),
+            Wire::Anthropic => format!("msg_mock{n}"),
+            Wire::Gemini | Wire::Ollama => format!("mock{n}"),
+        },
+        created: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs()),
+        include_usage: request.include_usage,
+    };
+    let prepared = encode(wire, &turn.events, &ctx, &request, gemini_sse);
+    let own_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+    let key = input_key(&turn.reply);
+    state.with_stats(|s| {
+        match &turn.reply {
+            Reply::Batch { .. } => s.batches += 1,
+            Reply::Report(report) => {
+                let executed = report.executed as u64;
+                s.reports += 1;
+                s.executed_total += executed;
+                s.last_executed = Some(executed);
+                s.max_in_flight = s.max_in_flight.max(report.max_in_flight);
+            }
+            Reply::Text | Reply::Help { .. } => {}
+        }
+        s.per_input.entry(key).or_default().record(own_us);
+    });
+    tokio::time::sleep(delay).await;
+
+    if trigger == Some(HttpTrigger::Hang) {
+        state.with_stats(|s| s.hangs += 1);
+        let first = if prepared.stream {
+            prepared.chunks.into_iter().next().unwrap_or_default()
+        } else {
+            let whole = prepared.chunks.into_iter().next().unwrap_or_default();
+            whole.slice(..whole.len() / 2)
+        };
+        return body_response(
+            prepared.content_type,
+            vec![first],
+            Duration::ZERO,
+            guard,
+            true,
+        );
+    }
+    if !prepared.stream {
+        let whole = prepared.chunks.into_iter().next().unwrap_or_default();
+        return (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, prepared.content_type)],
+            whole,
+        )
+            .into_response();
+    }
+    let chunk_delay = Duration::from_millis(state.config.chunk_delay_ms);
+    body_response(
+        prepared.content_type,
+        prepared.chunks,
+        chunk_delay,
+        guard,
+        false,
+    )
+}
+
+/// A body sent chunk by chunk from a task that owns the in-flight guard, so
+/// the request counts as served until its last byte (or until the client
+/// goes away). With `hang`, the task sends its chunks and then waits for the
+/// client to leave or the server to stop.
+fn body_response(
+    content_type: &'static str,
+    chunks: Vec<Bytes>,
+    chunk_delay: Duration,
+    guard: InFlight,
+    hang: bool,
+) -> Response {
+    let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(1);
+    let stop = guard.0.stop.clone();
+    tokio::spawn(async move {
+        let _guard = guard;
+        for (i, chunk) in chunks.into_iter().enumerate() {
+            if i > 0 && !chunk_delay.is_zero() {
+                tokio::select! {
+                    () = tokio::time::sleep(chunk_delay) => {}
+                    () = stop.cancelled() => return,
+                }
+            }
+            if tx.send(Ok(chunk)).await.is_err() {
+                return; // the client went away
+            }
+        }
+        if hang {
+            tokio::select! {
+                () = tx.closed() => {}
+                () = stop.cancelled() => {}
+            }
+        }
+    });
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    (
+        StatusCode::OK,
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        Body::from_stream(stream),
+    )
+        .into_response()
+}
+
+fn json_response(status: StatusCode, body: &Value) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, JSON)],
+        Bytes::from(body.to_string()),
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn http_triggers_need_a_word_boundary_and_no_tool_result_after() {
+        let user = |s: &str| vec![Message::user(s)];
+        assert_eq!(
+            http_trigger(&user("please !err now")),
+            Some(HttpTrigger::Err)
+        );
+        assert_eq!(http_trigger(&user("!hang-3-1700")), Some(HttpTrigger::Hang));
+        assert_eq!(http_trigger(&user("!errand")), None);
+        assert_eq!(http_trigger(&user("!slowbatch4")), None);
+        let mut answered = user("!err");
+        answered.push(Message::Tool(homeagent_core::ToolMessage {
+            tool_call_id: "c".into(),
+            name: "t".into(),
+            content: "x".into(),
+            success: true,
+        }));
+        assert_eq!(http_trigger(&answered), None);
+    }
+}

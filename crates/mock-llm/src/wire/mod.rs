@@ -1,0 +1,214 @@
+//! The four provider wires the mock server speaks.
+//!
+//! Each wire module does three things for its protocol: parse a request body
+//! into provider-neutral [`Message`]s (so the script sees the conversation),
+//! encode a scripted turn's [`StreamEvent`]s as a streamed body (a list of
+//! chunks, sent one at a time) or as a whole response, and write an error
+//! body in the provider's own error shape.
+//!
+//! The encoders are written from the providers' documented shapes, not from
+//! HomeAgent's codecs, so a codec bug cannot be mirrored by the mock.
+
+use homeagent_core::{Message, StreamEvent, Usage};
+use serde_json::Value;
+
+pub(crate) mod anthropic;
+pub(crate) mod gemini;
+pub(crate) mod ollama;
+pub(crate) mod openai;
+
+/// The protocols the server speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wire {
+    OpenAi,
+    Anthropic,
+    Gemini,
+    Ollama,
+}
+
+impl Wire {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Wire::OpenAi => "openai",
+            Wire::Anthropic => "anthropic",
+            Wire::Gemini => "gemini",
+            Wire::Ollama => "ollama",
+        }
+    }
+}
+
+/// What the server needs from a request body.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct ParsedRequest {
+    pub model: String,
+    pub messages: Vec<Message>,
+    pub stream: bool,
+    /// OpenAI's `stream_options.include_usage`.
+    pub include_usage: bool,
+}
+
+/// Per-response values the encoders stamp into their bodies.
+#[derive(Debug, Clone)]
+pub(crate) struct Ctx {
+    pub model: String,
+    /// A response id unique to this response (`chatcmpl-...`, `msg_...`).
+    pub response_id: String,
+    /// Unix seconds.
+    pub created: u64,
+    pub include_usage: bool,
+}
+
+/// One tool call of a turn, with its argument text joined.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct WholeCall {
+    pub id: Option<String>,
+    pub name: String,
+    pub raw: String,
+}
+
+/// A turn folded into whole parts, for wires that send calls whole and for
+/// non-streamed responses.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Collected {
+    pub text: String,
+    pub calls: Vec<WholeCall>,
+    pub finish: String,
+    pub usage: Usage,
+}
+
+/// Joins a turn's fragments per `stream_index` (the script always sends
+/// one), in index order.
+pub(crate) fn collect(events: &[StreamEvent]) -> Collected {
+    let mut out = Collected::default();
+    let mut by_index: std::collections::BTreeMap<u32, WholeCall> = Default::default();
+    for event in events {
+        match event {
+            StreamEvent::TextDelta { text } => out.text.push_str(text),
+            StreamEvent::ToolCall(fragment) => {
+                let index = fragment.stream_index.unwrap_or(0);
+                let call = by_index.entry(index).or_insert_with(|| WholeCall {
+                    id: None,
+                    name: String::new(),
+                    raw: String::new(),
+                });
+                if let Some(id) = &fragment.id {
+                    call.id = Some(id.clone());
+                }
+                if let Some(name) = &fragment.name {
+                    call.name = name.clone();
+                }
+                call.raw.push_str(&fragment.raw_arguments);
+            }
+            StreamEvent::Finish { reason } => out.finish = reason.clone(),
+            StreamEvent::Usage(usage) => out.usage = *usage,
+            StreamEvent::ReasoningDelta { .. } | StreamEvent::ReasoningMetadata { .. } => {}
+        }
+    }
+    out.calls = by_index.into_values().collect();
+    out
+}
+
+/// Arguments for wires that carry them as a JSON object. Text that is not
+/// an object (a `!truncate` or `!badjson` call) is sent as a JSON string
+/// instead: there is no object to send, and a string keeps the broken text
+/// visible to the client, which must refuse to run it.
+pub(crate) fn arguments_value(raw: &str) -> Value {
+    match serde_json::from_str::<Value>(raw) {
+        Ok(value @ Value::Object(_)) => value,
+        _ => Value::String(raw.to_owned()),
+    }
+}
+
+/// Text of a content field that may be a string, null, or a list of parts
+/// (`{"type": "text", "text": ...}`).
+pub(crate) fn text_of(value: Option<&Value>) -> String {
+    match value {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| match p {
+                Value::String(s) => Some(s.as_str()),
+                _ => p.get("text").and_then(Value::as_str),
+            })
+            .collect(),
+        _ => String::new(),
+    }
+}
+
+/// Whether a tool result's text is the `{"error": ...}` object that wires
+/// without an error flag (OpenAI, Ollama) use for failures.
+pub(crate) fn is_error_payload(content: &str) -> bool {
+    matches!(
+        serde_json::from_str::<Value>(content),
+        Ok(Value::Object(map)) if map.len() == 1 && map.contains_key("error")
+    )
+}
+
+/// The string field `key` of `value`, or "".
+pub(crate) fn str_field<'a>(value: &'a Value, key: &str) -> &'a str {
+    value.get(key).and_then(Value::as_str).unwrap_or("")
+}
+
+/// One SSE event: `event:` line when named, one `data:` line, blank line.
+pub(crate) fn sse(event: Option<&str>, data: &Value) -> axum::body::Bytes {
+    let mut out = String::new();
+    if let Some(event) = event {
+        out.push_str("event: ");
+        out.push_str(event);
+        out.push('\n');
+    }
+    out.push_str("data: ");
+    out.push_str(&data.to_string());
+    out.push_str("\n\n");
+    axum::body::Bytes::from(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use homeagent_core::ToolCallFragment;
+
+    use super::*;
+
+    #[test]
+    fn collect_joins_interleaved_fragments_in_index_order() {
+        let frag = |i: u32, id: Option<&str>, name: Option<&str>, raw: &str| {
+            StreamEvent::ToolCall(ToolCallFragment {
+                stream_index: Some(i),
+                id: id.map(str::to_owned),
+                name: name.map(str::to_owned),
+                raw_arguments: raw.to_owned(),
+            })
+        };
+        let events = vec![
+            frag(1, Some("b"), Some("two"), "{\"x\""),
+            frag(0, Some("a"), Some("one"), "{}"),
+            frag(1, None, None, ":1}"),
+            StreamEvent::Finish {
+                reason: "tool_calls".into(),
+            },
+        ];
+        let collected = collect(&events);
+        assert_eq!(
+            collected.calls,
+            vec![
+                WholeCall {
+                    id: Some("a".into()),
+                    name: "one".into(),
+                    raw: "{}".into()
+                },
+                WholeCall {
+                    id: Some("b".into()),
+                    name: "two".into(),
+                    raw: "{\"x\":1}".into()
+                },
+            ]
+        );
+        assert_eq!(collected.finish, "tool_calls");
+    }
+
+    #[test]
+    fn broken_arguments_travel_as_a_string() {
+        assert_eq!(arguments_value("{\"a\":1}"), serde_json::json!({"a": 1}));
+        assert_eq!(arguments_value("{\"a\":"), Value::String("{\"a\":".into()));
+    }
+}
