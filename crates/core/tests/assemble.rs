@@ -528,3 +528,14 @@ fn streamed_text_is_visible_before_the_turn_ends() {
     asm.push(StreamEvent::TextDelta { text: "lo".into() });
     assert_eq!(asm.text(), "Hello");
 }
+
+#[test]
+fn a_reported_total_above_prompt_plus_completion_is_kept() {
+    // Reasoning tokens count in the total but in neither part on some wires.
+    let turn = assemble([StreamEvent::Usage(Usage {
+        prompt_tokens: 10,
+        completion_tokens: 5,
+        total_tokens: 40,
+    })]);
+    assert_eq!(turn.usage.total_tokens, 40);
+}

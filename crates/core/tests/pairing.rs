@@ -174,3 +174,17 @@ fn calls_must_carry_ids_and_object_arguments() {
         Err(PairingError::ArgumentsNotObject { .. })
     ));
 }
+
+#[test]
+fn roles_are_named_as_providers_spell_them() {
+    let roles: Vec<&str> = [
+        Message::system("s"),
+        Message::user("u"),
+        assistant(&[]),
+        result("x"),
+    ]
+    .iter()
+    .map(Message::role)
+    .collect();
+    assert_eq!(roles, vec!["system", "user", "assistant", "tool"]);
+}

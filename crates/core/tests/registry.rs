@@ -190,3 +190,15 @@ fn closest_names_rank_similar_names_first() {
     );
     assert!(closest_names("zzzz", &names, 3).is_empty());
 }
+
+#[test]
+fn a_name_contained_in_a_tool_name_is_suggested() {
+    let names: Vec<String> = ["files_read", "cmd_run"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    // Too different by edit distance alone; suggested because it is part of the name.
+    assert!(strsim::jaro_winkler("read", "files_read") < 0.75);
+    assert_eq!(closest_names("read", &names, 3), vec!["files_read"]);
+    assert!(closest_names("", &names, 3).is_empty());
+}
