@@ -6,16 +6,19 @@
 //! [`homeagent_core::StreamAssembler`] turns into one assistant turn.
 //!
 //! The codecs are pure: bytes in, events out, no I/O. That keeps every wire
-//! quirk testable from a transcript and measurable in a benchmark. HTTP
-//! transport, sources and fallback build on top of them.
+//! quirk testable from a transcript and measurable in a benchmark. The HTTP
+//! transport ([`transport::HttpProvider`]) carries them over the network;
+//! sources and fallback build on top of it.
 
 pub mod codec;
 pub mod error;
 pub mod framing;
 pub mod request;
+pub mod transport;
 
 pub use codec::{
     Endpoint, Flow, Frame, Protocol, StreamDecoder, WireCodec, WireRequest, codec_for,
 };
 pub use error::CodecError;
 pub use request::{ChatRequest, ToolSpec};
+pub use transport::{EventStream, HttpProvider, Options, ProviderError, SetupError};

@@ -7,7 +7,7 @@
 //! |-----------|-------------------------------------------------------------|
 //! | OpenAI    | `POST /v1/chat/completions`                                 |
 //! | Anthropic | `POST /v1/messages`                                         |
-//! | Gemini    | `POST /v1beta/models/{model}:streamGenerateContent?alt=sse`, `:generateContent` |
+//! | Gemini    | `POST /v1beta/models/{model}:streamGenerateContent?alt=sse`, `:generateContent` (also under `/v1/`) |
 //! | Ollama    | `POST /api/chat`                                            |
 //!
 //! plus `GET /v1/models`, `GET`/`HEAD /` (200) and `GET /stats`.
@@ -133,6 +133,8 @@ fn router(state: Arc<ServerState>) -> Router {
         .route("/v1/chat/completions", post(openai))
         .route("/v1/messages", post(anthropic))
         .route("/v1beta/models/{model_action}", post(gemini))
+        // google-genai 3.x asks for API version v1 by default; the real API serves both.
+        .route("/v1/models/{model_action}", post(gemini))
         .route("/api/chat", post(ollama))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state)

@@ -15,6 +15,10 @@ use homeagent_mock_llm::{MockServer, ScriptOptions, ServerConfig};
 use serde_json::{Value, json};
 
 async fn start(config: ServerConfig) -> MockServer {
+    // reqwest is built with rustls but no default crypto provider (the
+    // workspace's one is ring, installed explicitly): a client panics
+    // unless one is installed, even for plain http. Every test starts here.
+    homeagent_llm::transport::install_crypto_provider();
     MockServer::start("127.0.0.1:0", config).await.unwrap()
 }
 
@@ -419,6 +423,22 @@ async fn the_probe_endpoints_answer() {
         .await
         .unwrap();
     assert_eq!(unknown.status().as_u16(), 404);
+    // google-genai 3.x defaults to API version v1.
+    let v1 = client
+        .post(format!(
+            "{}/v1/models/gemini-2.5-flash:generateContent",
+            server.url()
+        ))
+        .body(r#"{"contents":[{"role":"user","parts":[{"text":"!text"}]}]}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(v1.status().as_u16(), 200);
+    let body: Value = serde_json::from_slice(&v1.bytes().await.unwrap()).unwrap();
+    assert!(
+        body["candidates"][0]["content"]["parts"][0]["text"].is_string(),
+        "{body}"
+    );
     server.shutdown().await.unwrap();
 }
 

@@ -1,0 +1,791 @@
+//! HTTP transport: a codec on one side, a model's HTTP API on the other.
+//!
+//! [`HttpProvider`] sends a [`ChatRequest`] to an [`Endpoint`] in the wire
+//! shape of its [`WireCodec`] and reads the answer back as normalized
+//! [`StreamEvent`]s:
+//!
+//! - [`HttpProvider::stream`] returns an [`EventStream`] as soon as the
+//!   response headers arrive. Body bytes go through a
+//!   [`FrameReader`] and then the codec's
+//!   [`StreamDecoder`] *as they arrive*, so the first event is available
+//!   while the model is still writing.
+//! - [`HttpProvider::complete`] asks for a whole (non-streamed) response and
+//!   returns the same events, decoded with [`WireCodec::decode_response`].
+//!
+//! Every failure is a [`ProviderError`] variant that callers match on (retry,
+//! fall back to another source, disable a source), never a message to parse.
+//!
+//! # What the transport guarantees
+//!
+//! - **A silent server cannot hang the agent.** No bytes for
+//!   [`Options::stream_idle_timeout`] (waiting for the headers, or between
+//!   two pieces of the body) ends the request with
+//!   [`ProviderError::IdleTimeout`].
+//! - **A cut stream is an error, not a short answer.** A streamed body that
+//!   ends before its wire's end marker (`[DONE]`, `message_stop`, Ollama's
+//!   `done: true`) is [`ProviderError::Cut`]. Gemini has no end marker — its
+//!   body's end is the stream's end — so a Gemini body that ends without any
+//!   `finishReason` is `Cut`. A response that ends before any content at all
+//!   is `Cut` on every wire.
+//! - **Cancelling stops the request.** Cancelling the token (or dropping the
+//!   [`EventStream`]) stops reading and drops the connection, so the server
+//!   sees its client go away.
+//! - **The API key is never logged.** Headers (where the codecs put the key)
+//!   are marked sensitive and never become `tracing` fields; `Debug` of the
+//!   provider, its endpoint and the wire request redacts the key.
+//!
+//! # TLS
+//!
+//! HTTPS uses rustls with the *ring* crypto provider (the only one in the
+//! workspace), which [`install_crypto_provider`] installs as the process
+//! default before the first client is built. Server certificates are
+//! checked by `rustls-platform-verifier`: the operating system's verifier on
+//! macOS and Windows, and on Linux the system's CA bundle as found by
+//! `rustls-native-certs`, which reads `SSL_CERT_FILE` / `SSL_CERT_DIR`
+//! *instead of* the system bundle when they are set (as OpenSSL does). On
+//! platforms where the verifier ignores `SSL_CERT_FILE`, this module loads
+//! that file itself as extra roots. [`Options::extra_ca_pem`] adds custom CA
+//! certificates on top, everywhere.
+
+use std::borrow::Cow;
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use futures_util::Stream;
+use homeagent_core::{CancellationToken, FinishReason, StreamEvent};
+use reqwest::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
+
+use crate::codec::{Endpoint, Flow, Frame, Protocol, StreamDecoder, WireCodec, codec_for};
+use crate::error::CodecError;
+use crate::framing::FrameReader;
+use crate::request::ChatRequest;
+
+/// How long a stream may stay silent before it is cut, by default.
+pub const DEFAULT_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long establishing a connection (TCP and TLS) may take, by default.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+/// The largest whole (non-streamed) response body read, by default.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
+/// Error bodies are read up to this size; the provider's message is at the
+/// start, and a misbehaving server cannot make us buffer more.
+const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
+
+/// What can go wrong with one model request.
+///
+/// Match on the variant, never on the text: the variant says what to do
+/// (retry, try the next source, disable the source, give up).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProviderError {
+    /// No HTTP response was obtained: DNS failure, connection refused or
+    /// reset, TLS handshake or certificate failure, connect timeout.
+    #[error("cannot reach the model server: {detail}")]
+    Connect { detail: String },
+    /// The server answered with an HTTP error status (other than 401/403).
+    #[error("the model server answered HTTP {status}: {message}")]
+    Status {
+        status: u16,
+        /// The provider's own error message (from [`WireCodec::error_message`]).
+        message: String,
+        /// The server's `Retry-After` (seconds or an HTTP date), when sent.
+        retry_after: Option<Duration>,
+    },
+    /// HTTP 401 or 403: the credentials are missing, wrong or not allowed.
+    /// Retrying will not help; the source should be disabled.
+    #[error("the model server refused the credentials (HTTP {status}): {message}")]
+    Unauthorized { status: u16, message: String },
+    /// Nothing arrived for this long, while waiting for the headers or
+    /// between two pieces of the body.
+    #[error("the model server sent nothing for {after:?}")]
+    IdleTimeout { after: Duration },
+    /// The response ended early: before the wire's end marker, without a
+    /// finish reason (Gemini), before any content, or the connection broke
+    /// mid-body.
+    #[error("the model's response was cut: {detail}")]
+    Cut { detail: String },
+    /// The request could not be encoded, or the response not decoded.
+    #[error(transparent)]
+    Codec(#[from] CodecError),
+    /// The caller's cancellation token fired.
+    #[error("the model request was cancelled")]
+    Cancelled,
+}
+
+impl ProviderError {
+    /// Whether trying the same request again (here or at another source)
+    /// may succeed: connection failures, 5xx, 408, 429, silence and cut
+    /// streams. Credentials, other 4xx, codec errors and cancellation are
+    /// final.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ProviderError::Connect { .. }
+            | ProviderError::IdleTimeout { .. }
+            | ProviderError::Cut { .. } => true,
+            ProviderError::Status { status, .. } => {
+                *status >= 500 || *status == 429 || *status == 408
+            }
+            ProviderError::Unauthorized { .. }
+            | ProviderError::Codec(_)
+            | ProviderError::Cancelled => false,
+        }
+    }
+
+    /// The server's `Retry-After`, when it sent one.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ProviderError::Status { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+}
+
+/// A provider could not be set up (before any request).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SetupError {
+    /// A CA certificate file could not be read or holds no certificate.
+    #[error("cannot use the CA certificate file {path}: {detail}")]
+    CaFile { path: PathBuf, detail: String },
+    /// The HTTP client could not be built (for example: no CA certificate
+    /// could be found on the system and none was configured).
+    #[error("cannot build the HTTP client: {detail}")]
+    Client { detail: String },
+}
+
+/// Transport settings of one provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    /// A request that receives nothing for this long fails with
+    /// [`ProviderError::IdleTimeout`]. Default 60 s.
+    pub stream_idle_timeout: Duration,
+    /// Time allowed to establish a connection. Default 15 s.
+    pub connect_timeout: Duration,
+    /// PEM files of extra CA certificates (each may hold several), trusted
+    /// in addition to the platform's roots.
+    pub extra_ca_pem: Vec<PathBuf>,
+    /// The largest whole response body [`HttpProvider::complete`] reads.
+    /// Streamed bodies are bounded per frame by the framer instead.
+    pub max_body_bytes: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            stream_idle_timeout: DEFAULT_STREAM_IDLE_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            extra_ca_pem: Vec::new(),
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+        }
+    }
+}
+
+/// Installs rustls' *ring* crypto provider as the process default, unless a
+/// default is already installed. Idempotent and cheap; [`HttpProvider::new`]
+/// calls it, so callers only need it to build their own rustls clients.
+pub fn install_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Losing a race with another thread installing one is fine.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+/// A model API over HTTP, speaking one wire protocol.
+///
+/// Cheap to share: requests take `&self`, and the underlying connection pool
+/// is reused across them.
+pub struct HttpProvider {
+    codec: Box<dyn WireCodec>,
+    endpoint: Endpoint,
+    client: reqwest::Client,
+    options: Options,
+}
+
+impl std::fmt::Debug for HttpProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpProvider")
+            .field("protocol", &self.codec.protocol())
+            // Endpoint's Debug redacts the key.
+            .field("endpoint", &self.endpoint)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HttpProvider {
+    /// A provider for `protocol`'s native codec.
+    pub fn new(
+        protocol: Protocol,
+        endpoint: Endpoint,
+        options: Options,
+    ) -> Result<Self, SetupError> {
+        Self::with_codec(codec_for(protocol), endpoint, options)
+    }
+
+    /// A provider for any codec (a Lua adapter, a test double).
+    pub fn with_codec(
+        codec: Box<dyn WireCodec>,
+        endpoint: Endpoint,
+        options: Options,
+    ) -> Result<Self, SetupError> {
+        let client = build_client(&options)?;
+        Ok(HttpProvider {
+            codec,
+            endpoint,
+            client,
+            options,
+        })
+    }
+
+    pub fn protocol(&self) -> Protocol {
+        self.codec.protocol()
+    }
+
+    pub fn endpoint(&self) -> &Endpoint {
+        &self.endpoint
+    }
+
+    pub fn options(&self) -> &Options {
+        &self.options
+    }
+
+    /// Sends `request` as a streamed request (whatever its `stream` field
+    /// says) and returns the events as they arrive.
+    ///
+    /// Returns once the response headers are in: an HTTP error status is an
+    /// error here, with the provider's message read from the error body.
+    /// Errors while the body streams (silence, a cut, a decoding error,
+    /// cancellation) come out of the [`EventStream`] after the events that
+    /// preceded them, and end it.
+    pub async fn stream(
+        &self,
+        request: &ChatRequest,
+        cancel: CancellationToken,
+    ) -> Result<EventStream, ProviderError> {
+        let request = with_stream(request, true);
+        let response = self.send(&request, &cancel).await?;
+        let reader = BodyReader {
+            response: Some(response),
+            frames: FrameReader::new(self.codec.framing()),
+            decoder: self.codec.stream_decoder(),
+            // Gemini's body ends where its stream ends; the others say so.
+            has_end_marker: self.codec.protocol() != Protocol::Gemini,
+            protocol: self.codec.protocol(),
+            cancel,
+            idle: self.options.stream_idle_timeout,
+            frame_buf: Vec::new(),
+            events: VecDeque::new(),
+            error: None,
+            ended: false,
+            any_content: false,
+            finished: false,
+        };
+        let inner = futures_util::stream::unfold(reader, |mut reader| async move {
+            reader.next().await.map(|item| (item, reader))
+        });
+        Ok(EventStream {
+            inner: Box::pin(inner),
+        })
+    }
+
+    /// Sends `request` as a non-streamed request (whatever its `stream`
+    /// field says) and returns all of the response's events.
+    ///
+    /// The idle timeout applies between pieces of the body as when
+    /// streaming, so a server that stalls mid-body is cut off too.
+    pub async fn complete(
+        &self,
+        request: &ChatRequest,
+        cancel: CancellationToken,
+    ) -> Result<Vec<StreamEvent>, ProviderError> {
+        let request = with_stream(request, false);
+        let mut response = self.send(&request, &cancel).await?;
+        let idle = self.options.stream_idle_timeout;
+        let limit = self.options.max_body_bytes;
+        let mut body = Vec::new();
+        while let Some(chunk) = next_chunk(&mut response, &cancel, idle).await? {
+            if body.len() + chunk.len() > limit {
+                return Err(ProviderError::Codec(CodecError::MalformedResponse {
+                    protocol: self.codec.protocol().as_str(),
+                    detail: format!("the response body exceeds {limit} bytes"),
+                }));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        drop(response);
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return Err(ProviderError::Cut {
+                detail: "the response body is empty".into(),
+            });
+        }
+        let events = self.codec.decode_response(&body)?;
+        if events.is_empty() {
+            return Err(ProviderError::Cut {
+                detail: "the response holds no content".into(),
+            });
+        }
+        Ok(events)
+    }
+
+    /// Encodes and sends `request`; returns a response with a success
+    /// status, or the error its status means.
+    async fn send(
+        &self,
+        request: &ChatRequest,
+        cancel: &CancellationToken,
+    ) -> Result<reqwest::Response, ProviderError> {
+        let protocol = self.codec.protocol();
+        let wire = self.codec.build_request(&self.endpoint, request)?;
+        let body = serde_json::to_vec(&wire.body).map_err(|err| CodecError::Unencodable {
+            protocol: protocol.as_str(),
+            detail: err.to_string(),
+        })?;
+        let mut builder = self
+            .client
+            .post(&wire.url)
+            .header(CONTENT_TYPE, "application/json");
+        for (name, value) in &wire.headers {
+            let name =
+                HeaderName::from_bytes(name.as_bytes()).map_err(|_| CodecError::Unencodable {
+                    protocol: protocol.as_str(),
+                    detail: format!("invalid header name {name:?}"),
+                })?;
+            let mut value = HeaderValue::from_str(value).map_err(|_| {
+                // Never echo the value: it may be the key.
+                CodecError::Unencodable {
+                    protocol: protocol.as_str(),
+                    detail: format!("the value of header {name} is not valid in HTTP"),
+                }
+            })?;
+            // Codec headers may carry the key: keep them out of any Debug
+            // output of the HTTP stack.
+            value.set_sensitive(true);
+            builder = builder.header(name, value);
+        }
+        // Only the URL and the protocol: never headers (they hold the key).
+        tracing::debug!(
+            protocol = protocol.as_str(),
+            url = %wire.url,
+            stream = request.stream,
+            body_bytes = body.len(),
+            "sending a model request"
+        );
+        let idle = self.options.stream_idle_timeout;
+        let response = tokio::select! {
+            biased;
+            () = cancel.cancelled() => return Err(ProviderError::Cancelled),
+            sent = tokio::time::timeout(idle, builder.body(body).send()) => match sent {
+                Err(_) => return Err(ProviderError::IdleTimeout { after: idle }),
+                Ok(Err(err)) => {
+                    return Err(ProviderError::Connect { detail: describe(&err) });
+                }
+                Ok(Ok(response)) => response,
+            },
+        };
+        let status = response.status();
+        if status.is_success() {
+            return Ok(response);
+        }
+        Err(self.status_error(response, cancel).await)
+    }
+
+    /// The error for a response with an error status, with the provider's
+    /// message from its body (read best-effort: a body that stalls or
+    /// breaks still gives the status).
+    async fn status_error(
+        &self,
+        mut response: reqwest::Response,
+        cancel: &CancellationToken,
+    ) -> ProviderError {
+        let status = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| parse_retry_after(value, SystemTime::now()));
+        let idle = self.options.stream_idle_timeout;
+        let mut body = Vec::new();
+        loop {
+            match next_chunk(&mut response, cancel, idle).await {
+                Ok(Some(chunk)) => {
+                    let room = MAX_ERROR_BODY_BYTES.saturating_sub(body.len());
+                    body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                    if body.len() >= MAX_ERROR_BODY_BYTES {
+                        break;
+                    }
+                }
+                Ok(None) => break,
+                Err(ProviderError::Cancelled) => return ProviderError::Cancelled,
+                Err(_) => break,
+            }
+        }
+        let message = self.codec.error_message(status, &body);
+        tracing::debug!(
+            protocol = self.codec.protocol().as_str(),
+            status,
+            "the model server answered with an error status"
+        );
+        if status == 401 || status == 403 {
+            ProviderError::Unauthorized { status, message }
+        } else {
+            ProviderError::Status {
+                status,
+                message,
+                retry_after,
+            }
+        }
+    }
+}
+
+/// The events of one streamed response, in wire order.
+///
+/// Pull them with [`EventStream::next`], or use it as a
+/// [`futures_util::Stream`]. An item is either an event or the error that
+/// ended the stream; after an error (or the wire's end), `next` gives
+/// `None`. Dropping the stream drops the connection.
+pub struct EventStream {
+    inner: Pin<Box<dyn Stream<Item = Result<StreamEvent, ProviderError>> + Send>>,
+}
+
+impl std::fmt::Debug for EventStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventStream").finish_non_exhaustive()
+    }
+}
+
+impl EventStream {
+    /// The next event, the error that ended the stream, or `None` at its end.
+    pub async fn next(&mut self) -> Option<Result<StreamEvent, ProviderError>> {
+        futures_util::StreamExt::next(&mut self.inner).await
+    }
+
+    /// Reads the stream to its end: all its events, or its error.
+    pub async fn collect(mut self) -> Result<Vec<StreamEvent>, ProviderError> {
+        let mut events = Vec::new();
+        while let Some(item) = self.next().await {
+            events.push(item?);
+        }
+        Ok(events)
+    }
+}
+
+impl Stream for EventStream {
+    type Item = Result<StreamEvent, ProviderError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.inner.as_mut().poll_next(cx)
+    }
+}
+
+/// Reads a streamed body: bytes → frames → events, one network read at a
+/// time, and decides how the stream ended.
+struct BodyReader {
+    /// `None` once reading is over: dropping it drops the connection.
+    response: Option<reqwest::Response>,
+    frames: FrameReader,
+    decoder: Box<dyn StreamDecoder>,
+    has_end_marker: bool,
+    protocol: Protocol,
+    cancel: CancellationToken,
+    idle: Duration,
+    frame_buf: Vec<Frame>,
+    /// Decoded, not yet handed out.
+    events: VecDeque<StreamEvent>,
+    /// Handed out after `events`, then the stream ends.
+    error: Option<ProviderError>,
+    ended: bool,
+    any_content: bool,
+    /// A non-empty finish reason was seen.
+    finished: bool,
+}
+
+impl BodyReader {
+    async fn next(&mut self) -> Option<Result<StreamEvent, ProviderError>> {
+        loop {
+            if let Some(event) = self.events.pop_front() {
+                return Some(Ok(event));
+            }
+            if let Some(error) = self.error.take() {
+                return Some(Err(error));
+            }
+            if self.ended {
+                return None;
+            }
+            self.advance().await;
+        }
+    }
+
+    /// Reads one piece of the body and decodes what it completes. Sets
+    /// `ended` (and maybe `error`) when the stream is over.
+    async fn advance(&mut self) {
+        let Some(response) = self.response.as_mut() else {
+            self.ended = true;
+            return;
+        };
+        let mut frames = std::mem::take(&mut self.frame_buf);
+        let body_ended = match next_chunk(response, &self.cancel, self.idle).await {
+            Ok(Some(bytes)) => {
+                self.frames.feed(&bytes, &mut frames);
+                false
+            }
+            Ok(None) => {
+                self.frames.finish(&mut frames);
+                true
+            }
+            Err(error) => {
+                self.stop(Some(error));
+                return;
+            }
+        };
+        let mut wire_done = false;
+        let mut out = Vec::new();
+        for frame in frames.drain(..) {
+            match self.decoder.decode(&frame, &mut out) {
+                Ok(Flow::Continue) => {}
+                Ok(Flow::Done) => {
+                    wire_done = true;
+                    break;
+                }
+                Err(error) => {
+                    self.take_events(out);
+                    self.stop(Some(error.into()));
+                    return;
+                }
+            }
+        }
+        frames.clear();
+        self.frame_buf = frames;
+        self.take_events(out);
+        if wire_done {
+            let error = (!self.any_content).then(|| ProviderError::Cut {
+                detail: "the stream ended before any content".into(),
+            });
+            self.stop(error);
+        } else if body_ended {
+            let error = if !self.any_content {
+                Some(ProviderError::Cut {
+                    detail: "the body ended before any content".into(),
+                })
+            } else if self.has_end_marker {
+                Some(ProviderError::Cut {
+                    detail: format!(
+                        "the body ended before the {} end marker",
+                        self.protocol.as_str()
+                    ),
+                })
+            } else if !self.finished {
+                Some(ProviderError::Cut {
+                    detail: "the body ended without a finish reason".into(),
+                })
+            } else {
+                None
+            };
+            self.stop(error);
+        }
+    }
+
+    fn take_events(&mut self, events: Vec<StreamEvent>) {
+        for event in events {
+            self.any_content = true;
+            if let StreamEvent::Finish { reason } = &event
+                && FinishReason::parse(reason).is_some()
+            {
+                self.finished = true;
+            }
+            self.events.push_back(event);
+        }
+    }
+
+    /// Ends reading: drops the connection, and queues `error` after the
+    /// events already decoded.
+    fn stop(&mut self, error: Option<ProviderError>) {
+        self.response = None;
+        self.ended = true;
+        tracing::debug!(
+            protocol = self.protocol.as_str(),
+            skipped_frames = self.decoder.skipped_frames(),
+            oversized_frames = self.frames.oversized_frames(),
+            error = error.as_ref().map(tracing::field::display),
+            "model stream ended"
+        );
+        self.error = error;
+    }
+}
+
+/// The next piece of a body, under the idle timeout and the cancel token.
+async fn next_chunk(
+    response: &mut reqwest::Response,
+    cancel: &CancellationToken,
+    idle: Duration,
+) -> Result<Option<Bytes>, ProviderError> {
+    tokio::select! {
+        biased;
+        () = cancel.cancelled() => Err(ProviderError::Cancelled),
+        read = tokio::time::timeout(idle, response.chunk()) => match read {
+            Err(_) => Err(ProviderError::IdleTimeout { after: idle }),
+            Ok(Err(err)) => Err(ProviderError::Cut {
+                detail: format!("the connection broke mid-body: {}", describe(&err)),
+            }),
+            Ok(Ok(chunk)) => Ok(chunk),
+        },
+    }
+}
+
+/// `request` with its `stream` flag set to `stream`, cloned only if needed.
+fn with_stream(request: &ChatRequest, stream: bool) -> Cow<'_, ChatRequest> {
+    if request.stream == stream {
+        Cow::Borrowed(request)
+    } else {
+        let mut owned = request.clone();
+        owned.stream = stream;
+        Cow::Owned(owned)
+    }
+}
+
+/// Parses a `Retry-After` value: delay-seconds, or an HTTP date (a date in
+/// the past means "now": zero).
+pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    let when = httpdate::parse_http_date(value).ok()?;
+    Some(when.duration_since(now).unwrap_or(Duration::ZERO))
+}
+
+/// An error and its causes on one line (reqwest's own message is terse:
+/// "error sending request"; the cause says "connection refused").
+fn describe(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+fn build_client(options: &Options) -> Result<reqwest::Client, SetupError> {
+    install_crypto_provider();
+    let mut roots = Vec::new();
+    for path in &options.extra_ca_pem {
+        roots.extend(load_ca_file(path)?);
+    }
+    // Where the platform verifier reads SSL_CERT_FILE itself (through
+    // rustls-native-certs), loading it here too would be redundant.
+    #[cfg(not(all(
+        unix,
+        not(target_os = "android"),
+        not(target_vendor = "apple"),
+        not(target_arch = "wasm32"),
+    )))]
+    if let Some(path) = std::env::var_os("SSL_CERT_FILE") {
+        roots.extend(load_ca_file(std::path::Path::new(&path))?);
+    }
+    reqwest::Client::builder()
+        .connect_timeout(options.connect_timeout)
+        .tls_certs_merge(roots)
+        .build()
+        .map_err(|err| SetupError::Client {
+            detail: describe(&err),
+        })
+}
+
+fn load_ca_file(path: &std::path::Path) -> Result<Vec<reqwest::Certificate>, SetupError> {
+    let ca_error = |detail: String| SetupError::CaFile {
+        path: path.to_owned(),
+        detail,
+    };
+    let pem = std::fs::read(path).map_err(|err| ca_error(err.to_string()))?;
+    let certs =
+        reqwest::Certificate::from_pem_bundle(&pem).map_err(|err| ca_error(describe(&err)))?;
+    if certs.is_empty() {
+        return Err(ca_error("no PEM certificate in the file".into()));
+    }
+    Ok(certs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_reads_seconds_and_http_dates() {
+        let now = httpdate::parse_http_date("Sun, 06 Nov 1994 08:49:37 GMT")
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        assert_eq!(
+            parse_retry_after("120", now),
+            Some(Duration::from_secs(120))
+        );
+        assert_eq!(parse_retry_after(" 0 ", now), Some(Duration::ZERO));
+        assert_eq!(
+            parse_retry_after("Sun, 06 Nov 1994 08:50:07 GMT", now),
+            Some(Duration::from_secs(30))
+        );
+        // In the past: retry now.
+        assert_eq!(
+            parse_retry_after("Sun, 06 Nov 1994 08:00:00 GMT", now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(parse_retry_after("soon", now), None);
+        assert_eq!(parse_retry_after("-5", now), None);
+    }
+
+    #[test]
+    fn retryable_errors_are_the_transient_ones() {
+        let status = |status| ProviderError::Status {
+            status,
+            message: String::new(),
+            retry_after: None,
+        };
+        assert!(status(500).is_retryable());
+        assert!(status(503).is_retryable());
+        assert!(status(429).is_retryable());
+        assert!(!status(400).is_retryable());
+        assert!(!status(404).is_retryable());
+        assert!(
+            !ProviderError::Unauthorized {
+                status: 401,
+                message: String::new()
+            }
+            .is_retryable()
+        );
+        assert!(
+            ProviderError::Connect {
+                detail: String::new()
+            }
+            .is_retryable()
+        );
+        assert!(
+            ProviderError::IdleTimeout {
+                after: Duration::ZERO
+            }
+            .is_retryable()
+        );
+        assert!(
+            ProviderError::Cut {
+                detail: String::new()
+            }
+            .is_retryable()
+        );
+        assert!(!ProviderError::Cancelled.is_retryable());
+    }
+
+    #[test]
+    fn a_missing_ca_file_is_a_setup_error_naming_it() {
+        let options = Options {
+            extra_ca_pem: vec![PathBuf::from("/nonexistent/homeagent-ca.pem")],
+            ..Options::default()
+        };
+        let err = build_client(&options).err();
+        assert!(
+            matches!(&err, Some(SetupError::CaFile { path, .. }) if path.ends_with("homeagent-ca.pem")),
+            "{err:?}"
+        );
+    }
+}

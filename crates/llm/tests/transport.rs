@@ -1,0 +1,578 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a test failure
+
+//! The HTTP transport over real loopback HTTP: against the mock LLM server
+//! for all four wires (calls, errors, silence, cancellation), and against a
+//! tiny scripted server for what the mock does not do (401, Retry-After,
+//! bodies that end early).
+
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use homeagent_core::{AssembledTurn, CancellationToken, Message, StreamAssembler, StreamEvent};
+use homeagent_llm::{
+    ChatRequest, Endpoint, HttpProvider, Options, Protocol, ProviderError, ToolSpec,
+};
+use homeagent_mock_llm::{MockServer, ServerConfig};
+use serde_json::{Value, json};
+
+const KEY: &str = "sk-test-4f9c1e7a-never-log-me";
+
+async fn start_mock(config: ServerConfig) -> MockServer {
+    MockServer::start("127.0.0.1:0", config).await.unwrap()
+}
+
+/// Each SDK's convention: OpenAI-compatible base URLs end in /v1.
+fn endpoint(base: &str, protocol: Protocol) -> Endpoint {
+    let base_url = match protocol {
+        Protocol::Openai => format!("{base}/v1"),
+        _ => base.to_owned(),
+    };
+    Endpoint {
+        base_url,
+        api_key: Some(KEY.into()),
+    }
+}
+
+fn provider(base: &str, protocol: Protocol, options: Options) -> HttpProvider {
+    HttpProvider::new(protocol, endpoint(base, protocol), options).unwrap()
+}
+
+fn chat(text: &str) -> ChatRequest {
+    ChatRequest {
+        model: "mock-model".into(),
+        messages: vec![Message::user(text)],
+        tools: vec![ToolSpec {
+            name: "demo_sleep".into(),
+            description: "Sleeps ms milliseconds and returns its tag.".into(),
+            parameters: json!({"type": "object", "properties": {
+                "ms": {"type": "integer"}, "tag": {"type": "string"}}}),
+        }],
+        max_tokens: 512,
+        temperature: None,
+        stream: true,
+    }
+}
+
+fn assemble(events: Vec<StreamEvent>) -> AssembledTurn {
+    let mut assembler = StreamAssembler::new();
+    for event in events {
+        assembler.push(event);
+    }
+    assembler.finish()
+}
+
+async fn stat(server: &MockServer, key: &str) -> Value {
+    let body = reqwest::get(format!("{}/stats", server.url()))
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    serde_json::from_slice::<Value>(&body).unwrap()[key].clone()
+}
+
+/// Polls `/stats` (a bounded number of times) until no request is in flight.
+async fn wait_for_no_request_in_flight(server: &MockServer) {
+    let mut left = Value::Null;
+    for _ in 0..100 {
+        left = stat(server, "in_flight_requests").await;
+        if left == json!(0) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the mock still serves {left} request(s): the connection outlived its client");
+}
+
+fn assert_four_demo_sleeps(turn: &AssembledTurn, what: &str) {
+    let tag = turn.calls[0].call.arguments["tag"].as_str().unwrap();
+    let nonce = tag
+        .strip_prefix("done-")
+        .and_then(|t| t.strip_suffix("-0"))
+        .unwrap();
+    let got: Vec<(&str, &Value)> = turn
+        .calls
+        .iter()
+        .map(|c| (c.call.name.as_str(), &c.call.arguments))
+        .collect();
+    let expected: Vec<Value> = (0..4)
+        .map(|i| json!({"ms": 150 + 5 * i, "tag": format!("done-{nonce}-{i}")}))
+        .collect();
+    let expected: Vec<(&str, &Value)> = expected.iter().map(|a| ("demo_sleep", a)).collect();
+    assert_eq!(got, expected, "{what}");
+    assert!(
+        turn.calls.iter().all(|c| c.argument_error.is_none()),
+        "{what}"
+    );
+}
+
+async fn slowbatch4_streamed_and_complete(protocol: Protocol) {
+    let server = start_mock(ServerConfig::default()).await;
+    let provider = provider(&server.url(), protocol, Options::default());
+
+    let mut stream = provider
+        .stream(&chat("!slowbatch4"), CancellationToken::new())
+        .await
+        .unwrap();
+    let mut events = Vec::new();
+    while let Some(item) = stream.next().await {
+        events.push(item.unwrap());
+    }
+    assert_four_demo_sleeps(&assemble(events), "streamed");
+
+    // A request that says stream=false is streamed all the same by `stream`.
+    let mut whole = chat("!slowbatch4");
+    whole.stream = false;
+    let events = provider
+        .stream(&whole, CancellationToken::new())
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert_four_demo_sleeps(&assemble(events), "streamed from a stream=false request");
+
+    let events = provider
+        .complete(&chat("!slowbatch4"), CancellationToken::new())
+        .await
+        .unwrap();
+    assert_four_demo_sleeps(&assemble(events), "complete");
+    assert_eq!(stat(&server, "batches").await, json!(3));
+    server.shutdown().await.unwrap();
+}
+
+async fn err_is_a_status_500_with_the_mocks_message(protocol: Protocol) {
+    let server = start_mock(ServerConfig::default()).await;
+    let provider = provider(&server.url(), protocol, Options::default());
+    let streamed = provider
+        .stream(&chat("!err"), CancellationToken::new())
+        .await
+        .err();
+    let whole = provider
+        .complete(&chat("!err"), CancellationToken::new())
+        .await
+        .err();
+    for err in [streamed, whole] {
+        match err {
+            Some(ProviderError::Status {
+                status: 500,
+                message,
+                retry_after: None,
+            }) => assert!(
+                message.contains("the mock model failed on purpose (!err)"),
+                "{message:?}"
+            ),
+            other => panic!("expected a 500 with the mock's message, got {other:?}"),
+        }
+    }
+    server.shutdown().await.unwrap();
+}
+
+async fn hang_is_cut_by_the_idle_timeout(protocol: Protocol) {
+    let server = start_mock(ServerConfig::default()).await;
+    let idle = Duration::from_millis(300);
+    let options = Options {
+        stream_idle_timeout: idle,
+        ..Options::default()
+    };
+    let provider = provider(&server.url(), protocol, options);
+
+    let started = Instant::now();
+    let mut stream = provider
+        .stream(&chat("!hang"), CancellationToken::new())
+        .await
+        .unwrap();
+    let mut error = None;
+    while let Some(item) = stream.next().await {
+        if let Err(err) = item {
+            error = Some(err);
+        }
+    }
+    assert_eq!(error, Some(ProviderError::IdleTimeout { after: idle }));
+    assert!(started.elapsed() >= idle, "{:?}", started.elapsed());
+    drop(stream);
+    wait_for_no_request_in_flight(&server).await;
+
+    let started = Instant::now();
+    let err = provider
+        .complete(&chat("!hang"), CancellationToken::new())
+        .await
+        .err();
+    assert_eq!(err, Some(ProviderError::IdleTimeout { after: idle }));
+    assert!(started.elapsed() >= idle, "{:?}", started.elapsed());
+    wait_for_no_request_in_flight(&server).await;
+    assert_eq!(stat(&server, "hangs").await, json!(2));
+    server.shutdown().await.unwrap();
+}
+
+/// Cancelling mid-stream ends the stream with `Cancelled` and drops the
+/// connection, though the caller still holds the stream. `!hang` sends part
+/// of a body and then stalls forever, so the mock's in-flight count drops
+/// only because the client went away.
+async fn cancel_mid_stream_drops_the_connection(protocol: Protocol) {
+    let server = start_mock(ServerConfig::default()).await;
+    let provider = provider(&server.url(), protocol, Options::default());
+    let cancel = CancellationToken::new();
+    let mut stream = provider
+        .stream(&chat("!hang"), cancel.clone())
+        .await
+        .unwrap();
+    assert_eq!(stat(&server, "in_flight_requests").await, json!(1));
+    let canceller = {
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            cancel.cancel();
+        })
+    };
+    // Events of the partial body may come out first; then the cancellation.
+    let error = loop {
+        match stream.next().await {
+            Some(Ok(_)) => {}
+            Some(Err(err)) => break err,
+            None => panic!("the stream ended without reporting the cancellation"),
+        }
+    };
+    assert_eq!(error, ProviderError::Cancelled);
+    canceller.await.unwrap();
+    // The connection is gone although the caller still holds the stream.
+    wait_for_no_request_in_flight(&server).await;
+    assert_eq!(stream.next().await, None);
+    server.shutdown().await.unwrap();
+}
+
+/// Events come out while the body is still streaming, not after it: the
+/// first event arrives while the mock is still serving the request (it waits
+/// between chunks). Dropping the stream then frees the server.
+async fn first_event_before_the_body_ends(protocol: Protocol) {
+    let server = start_mock(ServerConfig {
+        chunk_delay_ms: 300,
+        ..ServerConfig::default()
+    })
+    .await;
+    let provider = provider(&server.url(), protocol, Options::default());
+    let mut stream = provider
+        .stream(&chat("!slowbatch4"), CancellationToken::new())
+        .await
+        .unwrap();
+    let first = stream.next().await.unwrap();
+    assert!(first.is_ok(), "{first:?}");
+    assert_eq!(stat(&server, "in_flight_requests").await, json!(1));
+    drop(stream);
+    wait_for_no_request_in_flight(&server).await;
+    server.shutdown().await.unwrap();
+}
+
+/// The per-protocol tests against the mock.
+macro_rules! against_the_mock {
+    ($module:ident, $protocol:expr) => {
+        mod $module {
+            use super::*;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn slowbatch4_assembles_to_four_calls_streamed_and_complete() {
+                slowbatch4_streamed_and_complete($protocol).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn err_is_status_500_with_the_providers_message() {
+                err_is_a_status_500_with_the_mocks_message($protocol).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn hang_is_an_idle_timeout() {
+                hang_is_cut_by_the_idle_timeout($protocol).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn cancel_mid_stream_is_cancelled_and_frees_the_server() {
+                cancel_mid_stream_drops_the_connection($protocol).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn events_arrive_while_the_body_streams() {
+                first_event_before_the_body_ends($protocol).await;
+            }
+        }
+    };
+}
+
+against_the_mock!(openai, Protocol::Openai);
+against_the_mock!(anthropic, Protocol::Anthropic);
+against_the_mock!(gemini, Protocol::Gemini);
+against_the_mock!(ollama, Protocol::Ollama);
+
+#[tokio::test]
+async fn a_closed_port_is_a_connect_error() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    drop(listener);
+    for protocol in Protocol::ALL {
+        let provider = provider(&base, protocol, Options::default());
+        let streamed = provider
+            .stream(&chat("!text"), CancellationToken::new())
+            .await
+            .err();
+        assert!(
+            matches!(streamed, Some(ProviderError::Connect { .. })),
+            "{protocol:?}: {streamed:?}"
+        );
+        let whole = provider
+            .complete(&chat("!text"), CancellationToken::new())
+            .await
+            .err();
+        assert!(
+            matches!(whole, Some(ProviderError::Connect { .. })),
+            "{protocol:?}: {whole:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_before_the_headers_is_cancelled() {
+    let server = start_mock(ServerConfig {
+        delay_ms: 5_000,
+        ..ServerConfig::default()
+    })
+    .await;
+    let provider = provider(&server.url(), Protocol::Ollama, Options::default());
+    let cancel = CancellationToken::new();
+    let canceller = {
+        let cancel = cancel.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            cancel.cancel();
+        })
+    };
+    let err = provider.complete(&chat("!text"), cancel).await.err();
+    assert_eq!(err, Some(ProviderError::Cancelled));
+    canceller.await.unwrap();
+    wait_for_no_request_in_flight(&server).await;
+    server.shutdown().await.unwrap();
+}
+
+// ---------------------------------------------------------------------------
+// A tiny scripted server: one canned response for every request.
+
+#[derive(Clone)]
+struct Canned {
+    status: u16,
+    headers: Vec<(&'static str, String)>,
+    body: String,
+}
+
+struct TinyServer {
+    url: String,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for TinyServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn tiny_server(canned: Canned) -> TinyServer {
+    let app = Router::new().fallback(move || {
+        let canned = canned.clone();
+        async move {
+            let mut response: Response = (
+                StatusCode::from_u16(canned.status).unwrap(),
+                canned.body.clone(),
+            )
+                .into_response();
+            for (name, value) in canned.headers {
+                response.headers_mut().insert(name, value.parse().unwrap());
+            }
+            response
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    });
+    TinyServer { url, task }
+}
+
+fn canned(status: u16, body: &str) -> Canned {
+    Canned {
+        status,
+        headers: vec![("content-type", "application/json".into())],
+        body: body.into(),
+    }
+}
+
+#[tokio::test]
+async fn status_401_and_403_are_unauthorized_on_every_wire() {
+    for status in [401, 403] {
+        let server = tiny_server(canned(
+            status,
+            r#"{"error":{"message":"invalid api key","type":"authentication_error"}}"#,
+        ))
+        .await;
+        for protocol in Protocol::ALL {
+            let provider = provider(&server.url, protocol, Options::default());
+            let streamed = provider
+                .stream(&chat("hi"), CancellationToken::new())
+                .await
+                .err();
+            let whole = provider
+                .complete(&chat("hi"), CancellationToken::new())
+                .await
+                .err();
+            for err in [streamed, whole] {
+                assert!(
+                    matches!(&err, Some(ProviderError::Unauthorized { status: s, .. }) if *s == status),
+                    "{protocol:?}: {err:?}"
+                );
+                assert!(!err.unwrap().is_retryable());
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn retry_after_is_read_on_429_and_503() {
+    let cases = [
+        (429, "7".to_owned(), Duration::from_secs(7)),
+        (503, "120".to_owned(), Duration::from_secs(120)),
+        // An HTTP date about 90 s from now: whole seconds, so 88..=90 s.
+        (
+            503,
+            httpdate::fmt_http_date(std::time::SystemTime::now() + Duration::from_secs(90)),
+            Duration::from_secs(90),
+        ),
+    ];
+    for (status, header, expected) in cases {
+        let mut response = canned(
+            status,
+            r#"{"error":{"message":"slow down","type":"rate_limit_error"}}"#,
+        );
+        response.headers.push(("retry-after", header.clone()));
+        let server = tiny_server(response).await;
+        let provider = provider(&server.url, Protocol::Openai, Options::default());
+        let err = provider
+            .stream(&chat("hi"), CancellationToken::new())
+            .await
+            .err();
+        let Some(ProviderError::Status {
+            status: got,
+            message,
+            retry_after: Some(after),
+        }) = err
+        else {
+            panic!("{status} with Retry-After {header}: {err:?}");
+        };
+        assert_eq!(got, status);
+        assert!(message.contains("slow down"), "{message:?}");
+        assert!(
+            after <= expected && after + Duration::from_secs(2) >= expected,
+            "Retry-After {header}: {after:?}"
+        );
+    }
+    // No header, no delay.
+    let server = tiny_server(canned(503, "{}")).await;
+    let err = provider(&server.url, Protocol::Openai, Options::default())
+        .complete(&chat("hi"), CancellationToken::new())
+        .await
+        .err();
+    assert!(
+        matches!(
+            err,
+            Some(ProviderError::Status {
+                status: 503,
+                retry_after: None,
+                ..
+            })
+        ),
+        "{err:?}"
+    );
+}
+
+/// Reads a stream to its end; returns the events and the error, if any.
+async fn drain(provider: &HttpProvider) -> (Vec<StreamEvent>, Option<ProviderError>) {
+    let mut stream = provider
+        .stream(&chat("hi"), CancellationToken::new())
+        .await
+        .unwrap();
+    let mut events = Vec::new();
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(event) => events.push(event),
+            Err(err) => return (events, Some(err)),
+        }
+    }
+    (events, None)
+}
+
+#[tokio::test]
+async fn a_stream_without_its_end_marker_is_cut_after_its_events() {
+    let body = concat!(
+        r#"data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":"Hel"},"finish_reason":null}]}"#,
+        "\n\n",
+        r#"data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"lo"},"finish_reason":"stop"}]}"#,
+        "\n\n",
+    );
+    let server = tiny_server(canned(200, body)).await;
+    let provider = provider(&server.url, Protocol::Openai, Options::default());
+    let (events, err) = drain(&provider).await;
+    assert!(matches!(err, Some(ProviderError::Cut { .. })), "{err:?}");
+    // The events before the cut still came out, in order.
+    assert_eq!(assemble(events).text, "Hello");
+
+    // The same body with its end marker is complete.
+    let server = tiny_server(canned(200, &format!("{body}data: [DONE]\n\n"))).await;
+    let provider = self::provider(&server.url, Protocol::Openai, Options::default());
+    let (events, err) = drain(&provider).await;
+    assert_eq!(err, None);
+    assert_eq!(assemble(events).text, "Hello");
+}
+
+#[tokio::test]
+async fn a_gemini_stream_ends_with_its_body_but_only_after_a_finish_reason() {
+    let chunk = |finish: &str| {
+        format!(
+            "data: {}\n\n",
+            json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "Hi"}]},
+                                   "finishReason": finish}]})
+        )
+    };
+    let server = tiny_server(canned(200, &chunk("STOP"))).await;
+    let (events, err) = drain(&provider(&server.url, Protocol::Gemini, Options::default())).await;
+    assert_eq!(err, None);
+    assert_eq!(assemble(events).text, "Hi");
+
+    let no_finish = format!(
+        "data: {}\n\n",
+        json!({"candidates": [{"content": {"role": "model", "parts": [{"text": "Hi"}]}}]})
+    );
+    let server = tiny_server(canned(200, &no_finish)).await;
+    let (events, err) = drain(&provider(&server.url, Protocol::Gemini, Options::default())).await;
+    assert!(matches!(err, Some(ProviderError::Cut { .. })), "{err:?}");
+    assert_eq!(assemble(events).text, "Hi");
+}
+
+#[tokio::test]
+async fn an_empty_body_is_cut_on_every_wire_streamed_and_whole() {
+    let server = tiny_server(canned(200, "")).await;
+    for protocol in Protocol::ALL {
+        let provider = provider(&server.url, protocol, Options::default());
+        let (events, err) = drain(&provider).await;
+        assert!(events.is_empty());
+        assert!(
+            matches!(err, Some(ProviderError::Cut { .. })),
+            "{protocol:?}: {err:?}"
+        );
+        let whole = provider
+            .complete(&chat("hi"), CancellationToken::new())
+            .await
+            .err();
+        assert!(
+            matches!(whole, Some(ProviderError::Cut { .. })),
+            "{protocol:?}: {whole:?}"
+        );
+    }
+}
