@@ -274,9 +274,40 @@ mod tests {
             Ok(Some("device_id=nas".into()))
         );
         assert_eq!(by_arg.order_key_for(&json!({})), Err(()));
+        // Numeric ids are keys too; an empty id is no id.
+        assert_eq!(
+            by_arg.order_key_for(&json!({"device_id": 7})),
+            Ok(Some("device_id=7".into()))
+        );
+        assert_eq!(by_arg.order_key_for(&json!({"device_id": ""})), Err(()));
+        assert_eq!(by_arg.order_key_for(&json!({"device_id": ["x"]})), Err(()));
         assert_eq!(
             ToolDef::new("x", "").order_key_for(&json!({"device_id": "nas"})),
             Ok(None)
+        );
+    }
+
+    #[test]
+    fn definitions_differing_in_any_declared_field_are_not_equal() {
+        let base = ToolDef::new("t", "d").with_parameters(json!({"type": "object"}));
+        let variants = [
+            ToolDef::new("u", "d").with_parameters(json!({"type": "object"})),
+            ToolDef::new("t", "other").with_parameters(json!({"type": "object"})),
+            ToolDef::new("t", "d"),
+            base.clone().parallel_safe(),
+            base.clone().serial(),
+            base.clone().read_only(),
+            base.clone().with_order_key(OrderKey::Fixed("c".into())),
+            base.clone().with_timeout(Duration::from_secs(1)),
+        ];
+        assert_eq!(base, base.clone());
+        for v in &variants {
+            assert_ne!(&base, v, "{v:?}");
+        }
+        let shown = format!("{:?}", base.clone().parallel_safe());
+        assert!(
+            shown.contains("\"t\"") && shown.contains("parallel_safe: true"),
+            "{shown}"
         );
     }
 
