@@ -2,9 +2,9 @@
 //! (DeepSeek, Groq, Mistral, OpenRouter, vLLM, llama.cpp server, LM Studio).
 //!
 //! - Requests: `POST {base_url}/chat/completions` with a bearer key
-//!   ([`request`]).
+//!   (the `request` module).
 //! - Streamed responses: SSE `data:` frames holding `chat.completion.chunk`
-//!   objects, ended by `data: [DONE]` ([`decode`]).
+//!   objects, ended by `data: [DONE]` (the `decode` module).
 //! - Whole responses: one `chat.completion` object, turned into the same
 //!   events as its streamed form.
 //!
