@@ -462,3 +462,18 @@ fn the_codec_asks_for_ndjson_framing_and_decodes_a_whole_body() {
     assert_eq!(events, by_lines);
     assert_eq!(calls(&assemble(events)), expected_two_city_calls());
 }
+
+#[test]
+fn temperatures_are_sent_as_written_and_non_finite_ones_refused() {
+    let codec = OllamaCodec;
+    let mut request = conversation();
+    request.temperature = Some(0.7);
+    let wire = codec.build_request(&endpoint(None), &request).unwrap();
+    // 0.7f32 widened to f64 would be 0.699999988079071.
+    assert_eq!(wire.body["options"]["temperature"], json!(0.7));
+    request.temperature = Some(f32::NAN);
+    assert!(matches!(
+        codec.build_request(&endpoint(None), &request),
+        Err(CodecError::Unencodable { .. })
+    ));
+}

@@ -145,6 +145,26 @@ pub trait WireCodec: Send + Sync {
     fn error_message(&self, status: u16, body: &[u8]) -> String;
 }
 
+/// A temperature as JSON, through its shortest decimal form: `0.7f32`
+/// widened to f64 is 0.699999988079071, and providers should get the 0.7 the
+/// caller wrote.
+pub(crate) fn temperature_json(
+    protocol: &'static str,
+    temperature: f32,
+) -> Result<Value, CodecError> {
+    let unencodable = || CodecError::Unencodable {
+        protocol,
+        detail: format!("temperature {temperature} is not a finite number"),
+    };
+    if !temperature.is_finite() {
+        return Err(unencodable());
+    }
+    let value: f64 = temperature.to_string().parse().map_err(|_| unencodable())?;
+    serde_json::Number::from_f64(value)
+        .map(Value::Number)
+        .ok_or_else(unencodable)
+}
+
 /// The JSON payload of a frame, for decoders whose frames are plain JSON.
 ///
 /// A blank frame (a keep-alive) gives `None`. So does a frame that is not

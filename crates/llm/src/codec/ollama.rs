@@ -49,6 +49,7 @@ use serde_json::{Map, Value, json};
 
 use super::{
     Endpoint, Flow, Frame, Framing, Protocol, StreamDecoder, WireCodec, WireRequest, frame_json,
+    temperature_json,
 };
 use crate::error::CodecError;
 use crate::request::ChatRequest;
@@ -90,7 +91,10 @@ impl WireCodec for OllamaCodec {
         let mut options = Map::new();
         options.insert("num_predict".into(), json!(request.max_tokens));
         if let Some(t) = request.temperature {
-            options.insert("temperature".into(), json!(t));
+            options.insert(
+                "temperature".into(),
+                temperature_json(Protocol::Ollama.as_str(), t)?,
+            );
         }
         let mut body = Map::new();
         body.insert("model".into(), json!(request.model));

@@ -4,7 +4,7 @@ use homeagent_core::{AssistantMessage, Message, ToolMessage};
 use serde_json::{Map, Value, json};
 
 use super::{API_VERSION, PROTOCOL};
-use crate::codec::{Endpoint, WireRequest};
+use crate::codec::{Endpoint, WireRequest, temperature_json};
 use crate::error::CodecError;
 use crate::request::ChatRequest;
 
@@ -71,7 +71,10 @@ pub(super) fn build(endpoint: &Endpoint, request: &ChatRequest) -> Result<WireRe
     }
     body.insert("stream".into(), json!(request.stream));
     if let Some(temperature) = request.temperature {
-        body.insert("temperature".into(), temperature_value(temperature)?);
+        body.insert(
+            "temperature".into(),
+            temperature_json(PROTOCOL, temperature)?,
+        );
     }
     Ok(WireRequest {
         url,
@@ -147,20 +150,4 @@ fn tool_result(tool: &ToolMessage) -> Value {
         map.insert("is_error".into(), Value::Bool(true));
     }
     block
-}
-
-/// The temperature as JSON, going through its shortest decimal form so that
-/// `0.7f32` is sent as `0.7`, not `0.699999988079071`.
-fn temperature_value(temperature: f32) -> Result<Value, CodecError> {
-    let unencodable = || CodecError::Unencodable {
-        protocol: PROTOCOL,
-        detail: format!("temperature {temperature} is not a finite number"),
-    };
-    if !temperature.is_finite() {
-        return Err(unencodable());
-    }
-    let value: f64 = temperature.to_string().parse().map_err(|_| unencodable())?;
-    serde_json::Number::from_f64(value)
-        .map(Value::Number)
-        .ok_or_else(unencodable)
 }

@@ -6,7 +6,7 @@ use homeagent_core::{AssistantMessage, Message, ToolCall, ToolMessage};
 use serde_json::{Map, Value, json};
 
 use super::{PROTOCOL, SignatureTarget, schema, signature_of};
-use crate::codec::{Endpoint, WireRequest};
+use crate::codec::{Endpoint, WireRequest, temperature_json};
 use crate::error::CodecError;
 use crate::request::ChatRequest;
 
@@ -99,7 +99,10 @@ pub(super) fn build(endpoint: &Endpoint, request: &ChatRequest) -> Result<WireRe
     let mut generation = Map::new();
     generation.insert("maxOutputTokens".into(), json!(request.max_tokens));
     if let Some(temperature) = request.temperature {
-        generation.insert("temperature".into(), temperature_value(temperature)?);
+        generation.insert(
+            "temperature".into(),
+            temperature_json(PROTOCOL, temperature)?,
+        );
     }
     body.insert("generationConfig".into(), Value::Object(generation));
     Ok(WireRequest {
@@ -215,20 +218,4 @@ fn response_value(tool: &ToolMessage) -> Value {
         Ok(object @ Value::Object(_)) => object,
         _ => json!({"result": tool.content}),
     }
-}
-
-/// The temperature through its shortest decimal form (`0.7`, not
-/// `0.699999988079071`).
-fn temperature_value(temperature: f32) -> Result<Value, CodecError> {
-    let unencodable = || CodecError::Unencodable {
-        protocol: PROTOCOL,
-        detail: format!("temperature {temperature} is not a finite number"),
-    };
-    if !temperature.is_finite() {
-        return Err(unencodable());
-    }
-    let value: f64 = temperature.to_string().parse().map_err(|_| unencodable())?;
-    serde_json::Number::from_f64(value)
-        .map(Value::Number)
-        .ok_or_else(unencodable)
 }

@@ -4,7 +4,7 @@ use homeagent_core::{AssistantMessage, Message, ToolMessage};
 use serde_json::{Map, Value, json};
 
 use super::PROTOCOL;
-use crate::codec::{Endpoint, WireRequest};
+use crate::codec::{Endpoint, WireRequest, temperature_json};
 use crate::error::CodecError;
 use crate::request::{ChatRequest, ToolSpec};
 
@@ -34,7 +34,10 @@ pub(super) fn build(endpoint: &Endpoint, request: &ChatRequest) -> Result<WireRe
     }
     body.insert("max_tokens".into(), Value::from(request.max_tokens));
     if let Some(temperature) = request.temperature {
-        body.insert("temperature".into(), encode_temperature(temperature)?);
+        body.insert(
+            "temperature".into(),
+            temperature_json(PROTOCOL, temperature)?,
+        );
     }
     body.insert("stream".into(), Value::Bool(request.stream));
     if request.stream {
@@ -114,19 +117,4 @@ fn encode_tool(tool: &ToolSpec) -> Value {
             "parameters": tool.parameters,
         },
     })
-}
-
-/// `0.2f32` widened to f64 is 0.20000000298023224; going through the
-/// shortest decimal form sends the 0.2 the caller wrote.
-fn encode_temperature(temperature: f32) -> Result<Value, CodecError> {
-    let widened = temperature
-        .to_string()
-        .parse::<f64>()
-        .unwrap_or(f64::from(temperature));
-    serde_json::Number::from_f64(widened)
-        .map(Value::Number)
-        .ok_or_else(|| CodecError::Unencodable {
-            protocol: PROTOCOL,
-            detail: format!("temperature {temperature} is not a finite number"),
-        })
 }
