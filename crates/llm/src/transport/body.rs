@@ -1,0 +1,198 @@
+//! Reading a response body: bytes → frames → events, under the idle timeout
+//! and the cancel token, deciding how the stream ended.
+
+use super::*;
+
+/// The events of one streamed response, in wire order.
+///
+/// Pull them with [`EventStream::next`], or use it as a
+/// [`futures_util::Stream`]. An item is either an event or the error that
+/// ended the stream; after an error (or the wire's end), `next` gives
+/// `None`. Dropping the stream drops the connection.
+pub struct EventStream {
+    pub(super) inner: Pin<Box<dyn Stream<Item = Result<StreamEvent, ProviderError>> + Send>>,
+}
+
+impl std::fmt::Debug for EventStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventStream").finish_non_exhaustive()
+    }
+}
+
+impl EventStream {
+    /// The next event, the error that ended the stream, or `None` at its end.
+    pub async fn next(&mut self) -> Option<Result<StreamEvent, ProviderError>> {
+        futures_util::StreamExt::next(&mut self.inner).await
+    }
+
+    /// Reads the stream to its end: all its events, or its error.
+    pub async fn collect(mut self) -> Result<Vec<StreamEvent>, ProviderError> {
+        let mut events = Vec::new();
+        while let Some(item) = self.next().await {
+            events.push(item?);
+        }
+        Ok(events)
+    }
+}
+
+impl Stream for EventStream {
+    type Item = Result<StreamEvent, ProviderError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        self.inner.as_mut().poll_next(cx)
+    }
+}
+
+/// Reads a streamed body: bytes → frames → events, one network read at a
+/// time, and decides how the stream ended.
+pub(super) struct BodyReader {
+    /// `None` once reading is over: dropping it drops the connection.
+    pub(super) response: Option<reqwest::Response>,
+    pub(super) frames: FrameReader,
+    pub(super) decoder: Box<dyn StreamDecoder>,
+    pub(super) has_end_marker: bool,
+    pub(super) protocol: Protocol,
+    pub(super) cancel: CancellationToken,
+    pub(super) idle: Duration,
+    pub(super) frame_buf: Vec<Frame>,
+    /// Decoded, not yet handed out.
+    pub(super) events: VecDeque<StreamEvent>,
+    /// Handed out after `events`, then the stream ends.
+    pub(super) error: Option<ProviderError>,
+    pub(super) ended: bool,
+    pub(super) any_content: bool,
+    /// A non-empty finish reason was seen.
+    pub(super) finished: bool,
+}
+
+impl BodyReader {
+    pub(super) async fn next(&mut self) -> Option<Result<StreamEvent, ProviderError>> {
+        loop {
+            if let Some(event) = self.events.pop_front() {
+                return Some(Ok(event));
+            }
+            if let Some(error) = self.error.take() {
+                return Some(Err(error));
+            }
+            if self.ended {
+                return None;
+            }
+            self.advance().await;
+        }
+    }
+
+    /// Reads one piece of the body and decodes what it completes. Sets
+    /// `ended` (and maybe `error`) when the stream is over.
+    async fn advance(&mut self) {
+        let Some(response) = self.response.as_mut() else {
+            self.ended = true;
+            return;
+        };
+        let mut frames = std::mem::take(&mut self.frame_buf);
+        let body_ended = match next_chunk(response, &self.cancel, self.idle).await {
+            Ok(Some(bytes)) => {
+                self.frames.feed(&bytes, &mut frames);
+                false
+            }
+            Ok(None) => {
+                self.frames.finish(&mut frames);
+                true
+            }
+            Err(error) => {
+                self.stop(Some(error));
+                return;
+            }
+        };
+        let mut wire_done = false;
+        let mut out = Vec::new();
+        for frame in frames.drain(..) {
+            match self.decoder.decode(&frame, &mut out) {
+                Ok(Flow::Continue) => {}
+                Ok(Flow::Done) => {
+                    wire_done = true;
+                    break;
+                }
+                Err(error) => {
+                    self.take_events(out);
+                    self.stop(Some(error.into()));
+                    return;
+                }
+            }
+        }
+        frames.clear();
+        self.frame_buf = frames;
+        self.take_events(out);
+        if wire_done {
+            let error = (!self.any_content).then(|| ProviderError::Cut {
+                detail: "the stream ended before any content".into(),
+            });
+            self.stop(error);
+        } else if body_ended {
+            let error = if !self.any_content {
+                Some(ProviderError::Cut {
+                    detail: "the body ended before any content".into(),
+                })
+            } else if self.has_end_marker {
+                Some(ProviderError::Cut {
+                    detail: format!(
+                        "the body ended before the {} end marker",
+                        self.protocol.as_str()
+                    ),
+                })
+            } else if !self.finished {
+                Some(ProviderError::Cut {
+                    detail: "the body ended without a finish reason".into(),
+                })
+            } else {
+                None
+            };
+            self.stop(error);
+        }
+    }
+
+    fn take_events(&mut self, events: Vec<StreamEvent>) {
+        for event in events {
+            self.any_content = true;
+            if let StreamEvent::Finish { reason } = &event
+                && FinishReason::parse(reason).is_some()
+            {
+                self.finished = true;
+            }
+            self.events.push_back(event);
+        }
+    }
+
+    /// Ends reading: drops the connection, and queues `error` after the
+    /// events already decoded.
+    fn stop(&mut self, error: Option<ProviderError>) {
+        self.response = None;
+        self.ended = true;
+        tracing::debug!(
+            protocol = self.protocol.as_str(),
+            skipped_frames = self.decoder.skipped_frames(),
+            oversized_frames = self.frames.oversized_frames(),
+            error = error.as_ref().map(tracing::field::display),
+            "model stream ended"
+        );
+        self.error = error;
+    }
+}
+
+/// The next piece of a body, under the idle timeout and the cancel token.
+pub(super) async fn next_chunk(
+    response: &mut reqwest::Response,
+    cancel: &CancellationToken,
+    idle: Duration,
+) -> Result<Option<Bytes>, ProviderError> {
+    tokio::select! {
+        biased;
+        () = cancel.cancelled() => Err(ProviderError::Cancelled),
+        read = tokio::time::timeout(idle, response.chunk()) => match read {
+            Err(_) => Err(ProviderError::IdleTimeout { after: idle }),
+            Ok(Err(err)) => Err(ProviderError::Cut {
+                detail: format!("the connection broke mid-body: {}", describe(&err)),
+            }),
+            Ok(Ok(chunk)) => Ok(chunk),
+        },
+    }
+}

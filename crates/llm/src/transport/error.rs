@@ -1,0 +1,86 @@
+//! What can go wrong with one model request, as types callers match on.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::error::CodecError;
+
+/// What can go wrong with one model request.
+///
+/// Match on the variant, never on the text: the variant says what to do
+/// (retry, try the next source, disable the source, give up).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProviderError {
+    /// No HTTP response was obtained: DNS failure, connection refused or
+    /// reset, TLS handshake or certificate failure, connect timeout.
+    #[error("cannot reach the model server: {detail}")]
+    Connect { detail: String },
+    /// The server answered with an HTTP error status (other than 401/403).
+    #[error("the model server answered HTTP {status}: {message}")]
+    Status {
+        status: u16,
+        /// The provider's own error message (from [`crate::codec::WireCodec::error_message`]).
+        message: String,
+        /// The server's `Retry-After` (seconds or an HTTP date), when sent.
+        retry_after: Option<Duration>,
+    },
+    /// HTTP 401 or 403: the credentials are missing, wrong or not allowed.
+    /// Retrying will not help; the source should be disabled.
+    #[error("the model server refused the credentials (HTTP {status}): {message}")]
+    Unauthorized { status: u16, message: String },
+    /// Nothing arrived for this long, while waiting for the headers or
+    /// between two pieces of the body.
+    #[error("the model server sent nothing for {after:?}")]
+    IdleTimeout { after: Duration },
+    /// The response ended early: before the wire's end marker, without a
+    /// finish reason (Gemini), before any content, or the connection broke
+    /// mid-body.
+    #[error("the model's response was cut: {detail}")]
+    Cut { detail: String },
+    /// The request could not be encoded, or the response not decoded.
+    #[error(transparent)]
+    Codec(#[from] CodecError),
+    /// The caller's cancellation token fired.
+    #[error("the model request was cancelled")]
+    Cancelled,
+}
+
+impl ProviderError {
+    /// Whether trying the same request again (here or at another source)
+    /// may succeed: connection failures, 5xx, 408, 429, silence and cut
+    /// streams. Credentials, other 4xx, codec errors and cancellation are
+    /// final.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ProviderError::Connect { .. }
+            | ProviderError::IdleTimeout { .. }
+            | ProviderError::Cut { .. } => true,
+            ProviderError::Status { status, .. } => {
+                *status >= 500 || *status == 429 || *status == 408
+            }
+            ProviderError::Unauthorized { .. }
+            | ProviderError::Codec(_)
+            | ProviderError::Cancelled => false,
+        }
+    }
+
+    /// The server's `Retry-After`, when it sent one.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ProviderError::Status { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+}
+
+/// A provider could not be set up (before any request).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SetupError {
+    /// A CA certificate file could not be read or holds no certificate.
+    #[error("cannot use the CA certificate file {path}: {detail}")]
+    CaFile { path: PathBuf, detail: String },
+    /// The HTTP client could not be built (for example: no CA certificate
+    /// could be found on the system and none was configured).
+    #[error("cannot build the HTTP client: {detail}")]
+    Client { detail: String },
+}
