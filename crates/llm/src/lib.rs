@@ -13,12 +13,18 @@
 pub mod codec;
 pub mod error;
 pub mod framing;
+pub mod lua;
 pub mod request;
+pub mod source;
 pub mod transport;
 
 pub use codec::{
     Endpoint, Flow, Frame, Protocol, StreamDecoder, WireCodec, WireRequest, codec_for,
 };
 pub use error::CodecError;
+pub use lua::{AdapterError, LuaAdapter, LuaCodec};
 pub use request::{ChatRequest, ToolSpec};
+pub use source::{
+    FallbackError, FallbackOptions, SourceConfig, SourceHealth, SourceStream, Sources,
+};
 pub use transport::{EventStream, HttpProvider, Options, ProviderError, SetupError};

@@ -1,0 +1,207 @@
+-- Anthropic Messages, written as a Lua adapter.
+--
+-- Requests: the OpenAI-shaped body becomes a Messages body (system split
+-- out, tool calls as tool_use blocks, tool results as tool_result blocks
+-- with is_error). Stream: each SSE event's data carries its `type`; the
+-- content block index is the stream_index.
+
+local M = { endpoint = "/v1/messages" }
+
+local function text(value)
+  if type(value) == "string" and value ~= "" then
+    return value
+  end
+  return nil
+end
+
+-- A tool message from the OpenAI shape: failures are {"error": ...}.
+local function tool_result(message)
+  local content = message.content or ""
+  local decoded = json.decode(content)
+  local failed = type(decoded) == "table" and decoded.error ~= nil and next(decoded, next(decoded)) == nil
+  local block = { type = "tool_result", tool_use_id = message.tool_call_id, content = content }
+  if failed then
+    block.content = type(decoded.error) == "string" and decoded.error or json.encode(decoded.error)
+    block.is_error = true
+  end
+  return block
+end
+
+function M.transform_request(raw)
+  local request = json.decode(raw)
+  local system = {}
+  local messages = {}
+  local function push(role, block)
+    local last = messages[#messages]
+    if last and last.role == role then
+      last.content[#last.content + 1] = block
+    else
+      messages[#messages + 1] = { role = role, content = { block } }
+    end
+  end
+  for _, message in ipairs(request.messages or {}) do
+    if message.role == "system" then
+      system[#system + 1] = message.content
+    elseif message.role == "user" then
+      push("user", { type = "text", text = message.content or "" })
+    elseif message.role == "assistant" then
+      if text(message.content) then
+        push("assistant", { type = "text", text = message.content })
+      end
+      for _, call in ipairs(message.tool_calls or {}) do
+        local input = json.decode(call["function"].arguments or "{}")
+        if type(input) ~= "table" then
+          input = {}
+        end
+        push("assistant", { type = "tool_use", id = call.id, name = call["function"].name, input = input })
+      end
+    elseif message.role == "tool" then
+      push("user", tool_result(message))
+    end
+  end
+  local body = {
+    model = request.model,
+    max_tokens = request.max_tokens,
+    messages = messages,
+    stream = request.stream,
+    temperature = request.temperature,
+  }
+  if #system > 0 then
+    body.system = table.concat(system, "\n\n")
+  end
+  if request.tools then
+    body.tools = {}
+    for _, tool in ipairs(request.tools) do
+      local fn = tool["function"]
+      body.tools[#body.tools + 1] = {
+        name = fn.name,
+        description = fn.description,
+        input_schema = fn.parameters,
+      }
+    end
+  end
+  return json.encode(body)
+end
+
+function M.build_headers(raw)
+  local meta = json.decode(raw)
+  local headers = {
+    ["content-type"] = "application/json",
+    ["anthropic-version"] = "2023-06-01",
+  }
+  if meta and text(meta.api_key) then
+    headers["x-api-key"] = meta.api_key
+    -- Set so that no bearer header is added on top.
+    headers["authorization"] = ""
+  end
+  return json.encode(headers)
+end
+
+local function provider_error(event)
+  local e = event.error
+  if type(e) == "table" then
+    return e.message or json.encode(e)
+  end
+  return tostring(e)
+end
+
+function M.transform_stream_chunk(raw)
+  local event = json.decode(raw)
+  if type(event) ~= "table" then
+    return "{}"
+  end
+  local kind = event.type
+  local out = {}
+  if kind == "message_start" then
+    local u = (event.message or {}).usage
+    if u then
+      out.usage = {
+        prompt_tokens = (u.input_tokens or 0) + (u.cache_read_input_tokens or 0)
+          + (u.cache_creation_input_tokens or 0),
+        completion_tokens = u.output_tokens or 0,
+      }
+    end
+  elseif kind == "content_block_start" then
+    local block = event.content_block or {}
+    if block.type == "tool_use" then
+      out.tool_calls = {
+        { id = block.id, type = "function", name = block.name, raw_arguments = "", stream_index = event.index },
+      }
+    elseif block.type == "text" then
+      out.content = text(block.text)
+    elseif block.type == "thinking" then
+      out.reasoning_content = text(block.thinking)
+    end
+  elseif kind == "content_block_delta" then
+    local delta = event.delta or {}
+    if delta.type == "text_delta" then
+      out.content = text(delta.text)
+    elseif delta.type == "thinking_delta" then
+      out.reasoning_content = text(delta.thinking)
+    elseif delta.type == "input_json_delta" then
+      out.tool_calls = {
+        { raw_arguments = delta.partial_json or "", stream_index = event.index },
+      }
+    end
+  elseif kind == "message_delta" then
+    out.finish_reason = text((event.delta or {}).stop_reason)
+    local u = event.usage
+    if u then
+      out.usage = { completion_tokens = u.output_tokens or 0 }
+    end
+  elseif kind == "message_stop" then
+    out.done = true
+  elseif kind == "error" then
+    error("provider error: " .. provider_error(event))
+  end
+  return json.encode(out)
+end
+
+function M.transform_response(raw)
+  local body, err = json.decode(raw)
+  if type(body) ~= "table" then
+    error("response is not JSON: " .. tostring(err))
+  end
+  if body.type == "error" then
+    error("provider error: " .. provider_error(body))
+  end
+  local out = { finish_reason = text(body.stop_reason) }
+  local content, reasoning = {}, {}
+  for position, block in ipairs(body.content or {}) do
+    if block.type == "text" then
+      content[#content + 1] = block.text
+    elseif block.type == "thinking" then
+      reasoning[#reasoning + 1] = block.thinking
+    elseif block.type == "tool_use" then
+      out.tool_calls = out.tool_calls or {}
+      out.tool_calls[#out.tool_calls + 1] = {
+        id = block.id,
+        type = "function",
+        name = block.name,
+        raw_arguments = json.encode(block.input or {}),
+        stream_index = position - 1,
+      }
+    end
+  end
+  out.content = text(table.concat(content))
+  out.reasoning_content = text(table.concat(reasoning))
+  local u = body.usage
+  if u then
+    out.usage = {
+      prompt_tokens = (u.input_tokens or 0) + (u.cache_read_input_tokens or 0)
+        + (u.cache_creation_input_tokens or 0),
+      completion_tokens = u.output_tokens or 0,
+    }
+  end
+  return json.encode(out)
+end
+
+function M.transform_error(status, raw)
+  local body = json.decode(raw)
+  if type(body) == "table" and type(body.error) == "table" then
+    return body.error.message or ""
+  end
+  return ""
+end
+
+return M

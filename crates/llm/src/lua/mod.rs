@@ -1,0 +1,386 @@
+//! Lua adapters: a provider's odd wire format described in a `.lua` file.
+//!
+//! An adapter script returns a table:
+//!
+//! - `transform_request(json)` (required): the OpenAI-shaped request body
+//!   in, the provider's body out;
+//! - `transform_stream_chunk(json)`: one SSE `data:` payload in; out either
+//!   `""` (parse the chunk with the standard OpenAI decoder, when that
+//!   fallback is on) or an object with exactly the keys `content`,
+//!   `reasoning_content`, `done`, `finish_reason`, `usage`
+//!   (`{prompt_tokens, completion_tokens, total_tokens}`) and `tool_calls`,
+//!   each call exactly `{id, type, name, raw_arguments, stream_index}`.
+//!   Any other key is an error naming it and the file;
+//! - `transform_response(json)`: a whole response body in, one object of
+//!   the same shape as a chunk out (without it, the body is read as OpenAI);
+//! - `build_headers(meta)`: `{url, method, body, api_key, timestamp}` in, a
+//!   header map out (without it, the table's static `headers`);
+//! - `transform_error(status, body)`: a short reason string out.
+//!
+//! The table may also set `endpoint` (appended to the base URL; default
+//! `/chat/completions`) and `headers`. Every function takes and returns a
+//! string; every call runs in the sandbox (the `sandbox` module) under an
+//! instruction limit, so a loop that never ends fails that call.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use homeagent_core::StreamEvent;
+use mlua::chunk::ChunkMode;
+use mlua::{Function, Lua, Table, Value};
+
+mod codec;
+mod output;
+mod sandbox;
+
+pub use codec::LuaCodec;
+pub use sandbox::DEFAULT_INSTRUCTION_LIMIT;
+
+/// The adapters shipped with HomeAgent, by name.
+pub const BUNDLED: &[(&str, &str)] = &[
+    ("openai", include_str!("../../adapters/openai.lua")),
+    ("anthropic", include_str!("../../adapters/anthropic.lua")),
+];
+
+/// The source of a bundled adapter.
+pub fn bundled_source(name: &str) -> Option<&'static str> {
+    BUNDLED
+        .iter()
+        .find(|(bundled, _)| *bundled == name)
+        .map(|(_, source)| *source)
+}
+
+/// Something wrong with an adapter. Every variant names the adapter file.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdapterError {
+    #[error("cannot read adapter {file}: {detail}")]
+    Read { file: String, detail: String },
+    #[error("adapter {file} failed to load: {detail}")]
+    Load { file: String, detail: String },
+    #[error("adapter {file} has no `{function}` function (it is required)")]
+    MissingFunction {
+        file: String,
+        function: &'static str,
+    },
+    #[error(
+        "adapter {file}: `{function}` exceeded the instruction limit of {limit} (an endless loop?)"
+    )]
+    InstructionLimit {
+        file: String,
+        function: &'static str,
+        limit: u64,
+    },
+    #[error("adapter {file}: `{function}` failed: {detail}")]
+    Runtime {
+        file: String,
+        function: &'static str,
+        detail: String,
+    },
+    #[error("adapter {file}: `{function}` returned a bad value: {detail}")]
+    BadOutput {
+        file: String,
+        function: &'static str,
+        detail: String,
+    },
+}
+
+/// What `transform_stream_chunk` made of one chunk.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ChunkResult {
+    /// The adapter returned `""`: parse the chunk as standard OpenAI.
+    Standard,
+    /// The chunk's events, and whether the adapter said the stream is done.
+    Events {
+        events: Vec<StreamEvent>,
+        done: bool,
+    },
+}
+
+/// A loaded adapter: one sandboxed Lua state and its functions.
+pub struct LuaAdapter {
+    file: String,
+    lua: Lua,
+    budget: Arc<sandbox::Budget>,
+    /// One call at a time: the budget belongs to the call in progress.
+    calls: Mutex<()>,
+    transform_request: Function,
+    transform_response: Option<Function>,
+    transform_stream_chunk: Option<Function>,
+    build_headers: Option<Function>,
+    transform_error: Option<Function>,
+    endpoint: String,
+    headers: Vec<(String, String)>,
+}
+
+impl std::fmt::Debug for LuaAdapter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LuaAdapter")
+            .field("file", &self.file)
+            .field("endpoint", &self.endpoint)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LuaAdapter {
+    /// Loads the adapter file at `path`.
+    pub fn load(path: &Path) -> Result<Self, AdapterError> {
+        let file = path.display().to_string();
+        let source = std::fs::read_to_string(path).map_err(|e| AdapterError::Read {
+            file: file.clone(),
+            detail: e.to_string(),
+        })?;
+        Self::from_source(&file, &source)
+    }
+
+    /// Loads a bundled adapter (`openai`, `anthropic`).
+    pub fn bundled(name: &str) -> Option<Result<Self, AdapterError>> {
+        bundled_source(name).map(|source| Self::from_source(&format!("{name}.lua"), source))
+    }
+
+    /// Loads an adapter from its source; `file` names it in errors.
+    pub fn from_source(file: &str, source: &str) -> Result<Self, AdapterError> {
+        let load_error = |detail: String| AdapterError::Load {
+            file: file.to_owned(),
+            detail,
+        };
+        let (lua, budget) = sandbox::new_state(file).map_err(|e| load_error(e.to_string()))?;
+        budget.reset();
+        let value = lua
+            .load(source)
+            .set_name(format!("@{file}"))
+            .set_mode(ChunkMode::Text)
+            .eval::<Value>();
+        let table = match value {
+            Ok(Value::Table(table)) => table,
+            Ok(other) => {
+                return Err(load_error(format!(
+                    "the script must return a table, it returned a {}",
+                    other.type_name()
+                )));
+            }
+            Err(_) if budget.exceeded() => {
+                return Err(load_error(format!(
+                    "the script exceeded the instruction limit of {}",
+                    budget.limit()
+                )));
+            }
+            Err(e) => return Err(load_error(e.to_string())),
+        };
+        let function = |name: &'static str| -> Result<Option<Function>, AdapterError> {
+            match table.raw_get::<Value>(name) {
+                Ok(Value::Nil) => Ok(None),
+                Ok(Value::Function(f)) => Ok(Some(f)),
+                Ok(other) => Err(load_error(format!(
+                    "`{name}` must be a function, it is a {}",
+                    other.type_name()
+                ))),
+                Err(e) => Err(load_error(e.to_string())),
+            }
+        };
+        let transform_request =
+            function("transform_request")?.ok_or_else(|| AdapterError::MissingFunction {
+                file: file.to_owned(),
+                function: "transform_request",
+            })?;
+        let transform_response = function("transform_response")?;
+        let transform_stream_chunk = function("transform_stream_chunk")?;
+        let build_headers = function("build_headers")?;
+        let transform_error = function("transform_error")?;
+        let endpoint = match table.raw_get::<Value>("endpoint") {
+            Ok(Value::String(s)) => s.to_string_lossy(),
+            Ok(Value::Nil) => "/chat/completions".to_owned(),
+            _ => return Err(load_error("`endpoint` must be a string".to_owned())),
+        };
+        let headers = static_headers(&table).map_err(load_error)?;
+        Ok(LuaAdapter {
+            file: file.to_owned(),
+            lua,
+            budget,
+            calls: Mutex::new(()),
+            transform_request,
+            transform_response,
+            transform_stream_chunk,
+            build_headers,
+            transform_error,
+            endpoint,
+            headers,
+        })
+    }
+
+    /// The file the adapter came from (or the name it was given).
+    pub fn file(&self) -> &str {
+        &self.file
+    }
+
+    /// The path appended to the base URL.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// The instruction budget of each call (default
+    /// [`DEFAULT_INSTRUCTION_LIMIT`]).
+    pub fn set_instruction_limit(&self, limit: u64) {
+        self.budget.set_limit(limit);
+    }
+
+    pub fn has_stream_chunk(&self) -> bool {
+        self.transform_stream_chunk.is_some()
+    }
+
+    pub fn has_response(&self) -> bool {
+        self.transform_response.is_some()
+    }
+
+    /// `transform_request`: OpenAI-shaped request JSON in, provider JSON out.
+    pub fn transform_request(&self, json: &str) -> Result<String, AdapterError> {
+        self.call_string(&self.transform_request, "transform_request", json)
+    }
+
+    /// `transform_stream_chunk` on one `data:` payload. `None` when the
+    /// adapter has no such function.
+    pub fn transform_stream_chunk(&self, data: &str) -> Option<Result<ChunkResult, AdapterError>> {
+        const NAME: &str = "transform_stream_chunk";
+        let function = self.transform_stream_chunk.as_ref()?;
+        Some(self.call_string(function, NAME, data).and_then(|text| {
+            if text.trim().is_empty() {
+                return Ok(ChunkResult::Standard);
+            }
+            let chunk = output::parse(&text).map_err(|detail| self.bad_output(NAME, detail))?;
+            let done = chunk.done();
+            let mut events = Vec::new();
+            chunk.into_events(&mut events);
+            Ok(ChunkResult::Events { events, done })
+        }))
+    }
+
+    /// `transform_response` on a whole body: its events. `None` when the
+    /// adapter has no such function.
+    pub fn transform_response(&self, body: &str) -> Option<Result<Vec<StreamEvent>, AdapterError>> {
+        const NAME: &str = "transform_response";
+        let function = self.transform_response.as_ref()?;
+        Some(self.call_string(function, NAME, body).and_then(|text| {
+            let chunk = output::parse(&text).map_err(|detail| self.bad_output(NAME, detail))?;
+            let mut events = Vec::new();
+            chunk.into_events(&mut events);
+            Ok(events)
+        }))
+    }
+
+    /// The request headers: `build_headers(meta)` when the adapter has it,
+    /// else its static `headers`. Names are lowercased.
+    pub fn headers(&self, meta: &serde_json::Value) -> Result<Vec<(String, String)>, AdapterError> {
+        const NAME: &str = "build_headers";
+        let Some(function) = self.build_headers.as_ref() else {
+            return Ok(self.headers.clone());
+        };
+        let text = self.call_string(function, NAME, &meta.to_string())?;
+        let map: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(&text).map_err(|e| {
+                self.bad_output(NAME, format!("expected a JSON object of strings ({e})"))
+            })?;
+        map.into_iter()
+            .map(|(name, value)| match value {
+                serde_json::Value::String(value) => Ok((name.to_ascii_lowercase(), value)),
+                other => Err(self.bad_output(
+                    NAME,
+                    format!("header `{name}` must be a string, it is {other}"),
+                )),
+            })
+            .collect()
+    }
+
+    /// `transform_error(status, body)`: the provider's reason, if the
+    /// adapter has the function and it gave a non-empty string.
+    pub fn transform_error(&self, status: u16, body: &str) -> Option<Result<String, AdapterError>> {
+        const NAME: &str = "transform_error";
+        let function = self.transform_error.as_ref()?;
+        Some(self.guarded(NAME, || {
+            function
+                .call::<Value>((status, body))
+                .map(|value| match value {
+                    Value::String(s) => s.to_string_lossy(),
+                    _ => String::new(),
+                })
+        }))
+    }
+
+    fn call_string(
+        &self,
+        function: &Function,
+        name: &'static str,
+        input: &str,
+    ) -> Result<String, AdapterError> {
+        let value = self.guarded(name, || function.call::<Value>(input))?;
+        match value {
+            Value::String(s) => s
+                .to_str()
+                .map(|s| s.to_owned())
+                .map_err(|_| self.bad_output(name, "the string is not valid UTF-8".to_owned())),
+            other => Err(self.bad_output(
+                name,
+                format!("expected a JSON string, got a {}", other.type_name()),
+            )),
+        }
+    }
+
+    /// Runs one call under a fresh instruction budget.
+    fn guarded<R>(
+        &self,
+        name: &'static str,
+        call: impl FnOnce() -> mlua::Result<R>,
+    ) -> Result<R, AdapterError> {
+        let _one_at_a_time = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
+        self.budget.reset();
+        let result = call();
+        result.map_err(|e| {
+            if self.budget.exceeded() {
+                AdapterError::InstructionLimit {
+                    file: self.file.clone(),
+                    function: name,
+                    limit: self.budget.limit(),
+                }
+            } else {
+                AdapterError::Runtime {
+                    file: self.file.clone(),
+                    function: name,
+                    detail: e.to_string(),
+                }
+            }
+        })
+    }
+
+    fn bad_output(&self, function: &'static str, detail: String) -> AdapterError {
+        AdapterError::BadOutput {
+            file: self.file.clone(),
+            function,
+            detail,
+        }
+    }
+
+    /// Runs a snippet in the adapter's sandbox and returns its result as
+    /// JSON (for tests and `adapter check`).
+    pub fn eval_json(&self, code: &str) -> Result<serde_json::Value, AdapterError> {
+        let value = self.guarded("eval", || {
+            self.lua
+                .load(code)
+                .set_name("=eval")
+                .set_mode(ChunkMode::Text)
+                .eval::<Value>()
+        })?;
+        sandbox::lua_to_json(&value, 0).map_err(|detail| self.bad_output("eval", detail))
+    }
+}
+
+fn static_headers(table: &Table) -> Result<Vec<(String, String)>, String> {
+    match table.raw_get::<Value>("headers") {
+        Ok(Value::Nil) => Ok(Vec::new()),
+        Ok(Value::Table(headers)) => headers
+            .pairs::<String, String>()
+            .map(|pair| {
+                pair.map(|(k, v)| (k.to_ascii_lowercase(), v))
+                    .map_err(|e| format!("`headers` must map strings to strings ({e})"))
+            })
+            .collect(),
+        _ => Err("`headers` must be a table".to_owned()),
+    }
+}

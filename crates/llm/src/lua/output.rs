@@ -1,0 +1,109 @@
+//! What `transform_stream_chunk` and `transform_response` return, read
+//! strictly.
+//!
+//! The seed's original dropped unknown keys silently, so an adapter that
+//! wrote `index` instead of `stream_index` (or nested the call under
+//! `function`) put every parallel call in slot 0. Here any key outside the
+//! contract is an error that names it.
+
+use homeagent_core::{StreamEvent, ToolCallFragment, Usage};
+use serde::Deserialize;
+use serde_json::Value;
+
+/// One chunk (or a whole response) in the adapter contract's shape.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ChunkOut {
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    reasoning_content: Option<String>,
+    #[serde(default)]
+    done: Option<bool>,
+    #[serde(default)]
+    finish_reason: Option<String>,
+    #[serde(default)]
+    usage: Option<UsageOut>,
+    #[serde(default)]
+    tool_calls: Option<Vec<ToolCallOut>>,
+}
+
+/// A flat tool-call fragment. `stream_index` is required: without it
+/// parallel calls cannot be told apart.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ToolCallOut {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default, rename = "type")]
+    _kind: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    raw_arguments: Option<String>,
+    stream_index: u32,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UsageOut {
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
+    #[serde(default)]
+    completion_tokens: Option<u64>,
+    #[serde(default)]
+    total_tokens: Option<u64>,
+}
+
+const CONTRACT: &str = "expected {content, reasoning_content, done, finish_reason, usage, \
+     tool_calls: [{id, type, name, raw_arguments, stream_index}]}";
+
+/// Parses an adapter's JSON output. The error is a sentence for the
+/// adapter's author.
+pub(crate) fn parse(text: &str) -> Result<ChunkOut, String> {
+    let mut value: Value =
+        serde_json::from_str(text).map_err(|e| format!("output is not JSON ({e})"))?;
+    // A Lua table that is empty encodes as `{}`: read it as no calls.
+    if let Some(calls) = value.get_mut("tool_calls")
+        && calls.as_object().is_some_and(serde_json::Map::is_empty)
+    {
+        *calls = Value::Array(Vec::new());
+    }
+    serde_json::from_value(value).map_err(|e| format!("{e}; {CONTRACT}"))
+}
+
+impl ChunkOut {
+    /// Whether the adapter said the response is complete.
+    pub(crate) fn done(&self) -> bool {
+        self.done.unwrap_or(false)
+    }
+
+    /// Appends the chunk's events to `out`, in the order reasoning, text,
+    /// tool calls, usage, finish.
+    pub(crate) fn into_events(self, out: &mut Vec<StreamEvent>) {
+        if let Some(text) = self.reasoning_content.filter(|t| !t.is_empty()) {
+            out.push(StreamEvent::ReasoningDelta { text });
+        }
+        if let Some(text) = self.content.filter(|t| !t.is_empty()) {
+            out.push(StreamEvent::TextDelta { text });
+        }
+        for call in self.tool_calls.unwrap_or_default() {
+            out.push(StreamEvent::ToolCall(ToolCallFragment {
+                stream_index: Some(call.stream_index),
+                id: call.id.filter(|s| !s.is_empty()),
+                name: call.name.filter(|s| !s.is_empty()),
+                raw_arguments: call.raw_arguments.unwrap_or_default(),
+            }));
+        }
+        if let Some(usage) = self.usage {
+            out.push(StreamEvent::Usage(Usage {
+                prompt_tokens: usage.prompt_tokens.unwrap_or(0),
+                completion_tokens: usage.completion_tokens.unwrap_or(0),
+                total_tokens: usage.total_tokens.unwrap_or(0),
+            }));
+        }
+        if let Some(reason) = self.finish_reason.filter(|r| !r.is_empty()) {
+            out.push(StreamEvent::Finish { reason });
+        }
+    }
+}

@@ -1,0 +1,327 @@
+//! The Lua state an adapter runs in.
+//!
+//! Only the `string`, `table`, `math` and `utf8` libraries are loaded (no
+//! `os`, `io`, `package`, `coroutine`, `debug`). From the base library the
+//! functions that reach files or compile code are removed (`dofile`,
+//! `loadfile`, `load`, `loadstring`, `require`) along with `print` (stdout
+//! belongs to the CLI), `collectgarbage` and `string.dump`. `pcall` and
+//! `xpcall` are removed too: the instruction limit is raised as a Lua error,
+//! and a script could otherwise catch it and loop on. Adapters do not need
+//! them, since `json.decode` reports bad input as `nil, message`.
+//!
+//! The helpers are `json.encode`, `json.decode`, `json.null`, `log`,
+//! `sha256_hex`, `hmac_sha256_hex` and `base64_encode`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use base64::Engine as _;
+use hmac::{Hmac, KeyInit, Mac};
+use mlua::{HookTriggers, Lua, LuaOptions, StdLib, Table, Value, VmState};
+use serde_json::{Map, Number};
+use sha2::{Digest, Sha256};
+
+/// How many VM instructions run between two checks of the budget.
+const CHECK_EVERY: u32 = 1_000;
+
+/// The default instruction budget of one call: a few tens of milliseconds
+/// of pure Lua, far more than any chunk transform needs.
+pub const DEFAULT_INSTRUCTION_LIMIT: u64 = 20_000_000;
+
+/// The most memory one adapter's Lua state may hold.
+const MEMORY_LIMIT: usize = 64 * 1024 * 1024;
+
+/// The registry name of the metatable that marks a table as an array.
+const ARRAY_MT: &str = "homeagent.json.array_mt";
+/// The metatable field that marks a table as an array.
+const ARRAY_MARK: &str = "__jsontype";
+
+/// How deeply `json.encode` follows nested tables (also stops cycles).
+const MAX_JSON_DEPTH: usize = 128;
+
+/// The instruction budget of the call in progress.
+#[derive(Debug)]
+pub(crate) struct Budget {
+    used: AtomicU64,
+    limit: AtomicU64,
+    exceeded: AtomicBool,
+}
+
+impl Budget {
+    fn new() -> Self {
+        Budget {
+            used: AtomicU64::new(0),
+            limit: AtomicU64::new(DEFAULT_INSTRUCTION_LIMIT),
+            exceeded: AtomicBool::new(false),
+        }
+    }
+
+    /// Starts a new call with the whole budget.
+    pub(crate) fn reset(&self) {
+        self.used.store(0, Ordering::Relaxed);
+        self.exceeded.store(false, Ordering::Relaxed);
+    }
+
+    /// Whether the call in progress ran out of instructions.
+    pub(crate) fn exceeded(&self) -> bool {
+        self.exceeded.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn limit(&self) -> u64 {
+        self.limit.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_limit(&self, limit: u64) {
+        self.limit.store(limit, Ordering::Relaxed);
+    }
+
+    /// Called by the hook every [`CHECK_EVERY`] instructions.
+    fn charge(&self) -> mlua::Result<VmState> {
+        let used = self
+            .used
+            .fetch_add(u64::from(CHECK_EVERY), Ordering::Relaxed)
+            + u64::from(CHECK_EVERY);
+        let limit = self.limit();
+        if used > limit {
+            self.exceeded.store(true, Ordering::Relaxed);
+            return Err(mlua::Error::runtime(format!(
+                "instruction limit of {limit} exceeded"
+            )));
+        }
+        Ok(VmState::Continue)
+    }
+}
+
+/// A fresh sandboxed state for the adapter called `adapter` (used in logs).
+pub(crate) fn new_state(adapter: &str) -> mlua::Result<(Lua, Arc<Budget>)> {
+    let lua = Lua::new_with(
+        StdLib::STRING | StdLib::TABLE | StdLib::MATH | StdLib::UTF8,
+        LuaOptions::default(),
+    )?;
+    lua.set_memory_limit(MEMORY_LIMIT)?;
+    let globals = lua.globals();
+    for name in [
+        "dofile",
+        "loadfile",
+        "load",
+        "loadstring",
+        "require",
+        "print",
+        "collectgarbage",
+        "pcall",
+        "xpcall",
+    ] {
+        globals.raw_set(name, Value::Nil)?;
+    }
+    if let Value::Table(string) = globals.raw_get::<Value>("string")? {
+        string.raw_set("dump", Value::Nil)?;
+    }
+    install_helpers(&lua, &globals, adapter)?;
+
+    let budget = Arc::new(Budget::new());
+    let hook_budget = Arc::clone(&budget);
+    lua.set_hook(
+        HookTriggers::new().every_nth_instruction(CHECK_EVERY),
+        move |_lua, _debug| hook_budget.charge(),
+    )?;
+    Ok((lua, budget))
+}
+
+fn install_helpers(lua: &Lua, globals: &Table, adapter: &str) -> mlua::Result<()> {
+    let json = lua.create_table()?;
+    json.raw_set(
+        "encode",
+        lua.create_function(|_, value: Value| {
+            let json = lua_to_json(&value, 0).map_err(mlua::Error::runtime)?;
+            serde_json::to_string(&json).map_err(mlua::Error::runtime)
+        })?,
+    )?;
+    json.raw_set(
+        "decode",
+        lua.create_function(|lua, text: mlua::LuaString| {
+            match serde_json::from_slice::<serde_json::Value>(&text.as_bytes()) {
+                Ok(json) => Ok((json_to_lua(lua, &json)?, Value::Nil)),
+                Err(err) => Ok((
+                    Value::Nil,
+                    Value::String(lua.create_string(format!("invalid JSON: {err}"))?),
+                )),
+            }
+        })?,
+    )?;
+    json.raw_set("null", Value::NULL)?;
+    // Decoded arrays carry this metatable so that an empty one encodes back
+    // as `[]`; adapters can set it on a table of their own.
+    let array_mt = lua.create_table()?;
+    array_mt.raw_set(ARRAY_MARK, "array")?;
+    lua.set_named_registry_value(ARRAY_MT, &array_mt)?;
+    json.raw_set("array_mt", array_mt)?;
+    globals.raw_set("json", json)?;
+
+    let name = adapter.to_owned();
+    globals.raw_set(
+        "log",
+        lua.create_function(move |_, (level, message): (String, mlua::LuaString)| {
+            let message = message.to_string_lossy();
+            match level.to_ascii_lowercase().as_str() {
+                "error" => tracing::error!(adapter = %name, "{message}"),
+                "warn" | "warning" => tracing::warn!(adapter = %name, "{message}"),
+                "debug" => tracing::debug!(adapter = %name, "{message}"),
+                "trace" => tracing::trace!(adapter = %name, "{message}"),
+                _ => tracing::info!(adapter = %name, "{message}"),
+            }
+            Ok(())
+        })?,
+    )?;
+    globals.raw_set(
+        "sha256_hex",
+        lua.create_function(|_, data: mlua::LuaString| {
+            Ok(hex(&Sha256::digest(&*data.as_bytes())))
+        })?,
+    )?;
+    globals.raw_set(
+        "hmac_sha256_hex",
+        lua.create_function(|_, (key, data): (mlua::LuaString, mlua::LuaString)| {
+            let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(&key.as_bytes())
+                .map_err(mlua::Error::runtime)?;
+            mac.update(&data.as_bytes());
+            Ok(hex(&mac.finalize().into_bytes()))
+        })?,
+    )?;
+    globals.raw_set(
+        "base64_encode",
+        lua.create_function(|_, data: mlua::LuaString| {
+            Ok(base64::engine::general_purpose::STANDARD.encode(&*data.as_bytes()))
+        })?,
+    )?;
+    Ok(())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        out.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+    }
+    out
+}
+
+/// A Lua value as JSON. A table whose keys are exactly `1..n` (n > 0) is an
+/// array, and so is an empty table carrying `json.array_mt` (as decoded
+/// arrays do); any other table is an object (so `{}` is `{}`).
+pub(crate) fn lua_to_json(value: &Value, depth: usize) -> Result<serde_json::Value, String> {
+    if depth > MAX_JSON_DEPTH {
+        return Err(format!(
+            "json.encode: tables nested deeper than {MAX_JSON_DEPTH} (a cycle?)"
+        ));
+    }
+    Ok(match value {
+        Value::Nil => serde_json::Value::Null,
+        Value::LightUserData(data) if data.0.is_null() => serde_json::Value::Null,
+        Value::Boolean(b) => serde_json::Value::Bool(*b),
+        Value::Integer(i) => serde_json::Value::from(*i),
+        Value::Number(n) => number_json(*n)?,
+        Value::String(s) => serde_json::Value::String(
+            s.to_str()
+                .map_err(|_| "json.encode: a string is not valid UTF-8".to_owned())?
+                .to_owned(),
+        ),
+        Value::Table(table) => table_json(table, depth)?,
+        other => {
+            return Err(format!(
+                "json.encode: cannot encode a {}",
+                other.type_name()
+            ));
+        }
+    })
+}
+
+fn number_json(n: f64) -> Result<serde_json::Value, String> {
+    // Integral floats (`2^3`, `x / 1`) become integers, so a computed
+    // `stream_index` still reads as one.
+    if n.fract() == 0.0 && n.abs() < 9.0e15 {
+        #[allow(clippy::cast_possible_truncation)] // integral and in range
+        return Ok(serde_json::Value::from(n as i64));
+    }
+    Number::from_f64(n)
+        .map(serde_json::Value::Number)
+        .ok_or_else(|| format!("json.encode: {n} is not a finite number"))
+}
+
+fn table_json(table: &Table, depth: usize) -> Result<serde_json::Value, String> {
+    let length = table.raw_len();
+    let mut count = 0usize;
+    let mut entries = Vec::new();
+    for pair in table.pairs::<Value, Value>() {
+        let (key, value) = pair.map_err(|e| e.to_string())?;
+        count += 1;
+        entries.push((key, value));
+    }
+    if count == 0 && is_marked_array(table) {
+        return Ok(serde_json::Value::Array(Vec::new()));
+    }
+    if length > 0 && count == length {
+        let mut items = Vec::with_capacity(length);
+        for index in 1..=length {
+            let item: Value = table.raw_get(index).map_err(|e| e.to_string())?;
+            items.push(lua_to_json(&item, depth + 1)?);
+        }
+        return Ok(serde_json::Value::Array(items));
+    }
+    let mut object = Map::new();
+    for (key, value) in entries {
+        let key = match key {
+            Value::String(s) => s
+                .to_str()
+                .map_err(|_| "json.encode: a key is not valid UTF-8".to_owned())?
+                .to_owned(),
+            Value::Integer(i) => i.to_string(),
+            other => {
+                return Err(format!(
+                    "json.encode: cannot use a {} as an object key",
+                    other.type_name()
+                ));
+            }
+        };
+        object.insert(key, lua_to_json(&value, depth + 1)?);
+    }
+    Ok(serde_json::Value::Object(object))
+}
+
+fn is_marked_array(table: &Table) -> bool {
+    table.metatable().is_some_and(
+        |mt| matches!(mt.raw_get::<Value>(ARRAY_MARK), Ok(Value::String(s)) if s == "array"),
+    )
+}
+
+/// JSON as a Lua value. `null` inside an object drops the key (so
+/// `if x.field then` works); inside an array it is `json.null`, keeping the
+/// positions.
+pub(crate) fn json_to_lua(lua: &Lua, value: &serde_json::Value) -> mlua::Result<Value> {
+    Ok(match value {
+        serde_json::Value::Null => Value::NULL,
+        serde_json::Value::Bool(b) => Value::Boolean(*b),
+        serde_json::Value::Number(n) => match n.as_i64() {
+            Some(i) => Value::Integer(i),
+            None => Value::Number(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        serde_json::Value::String(s) => Value::String(lua.create_string(s)?),
+        serde_json::Value::Array(items) => {
+            let table = lua.create_table_with_capacity(items.len(), 0)?;
+            table.set_metatable(Some(lua.named_registry_value::<Table>(ARRAY_MT)?))?;
+            for (index, item) in items.iter().enumerate() {
+                table.raw_set(index + 1, json_to_lua(lua, item)?)?;
+            }
+            Value::Table(table)
+        }
+        serde_json::Value::Object(object) => {
+            let table = lua.create_table_with_capacity(0, object.len())?;
+            for (key, item) in object {
+                if !item.is_null() {
+                    table.raw_set(key.as_str(), json_to_lua(lua, item)?)?;
+                }
+            }
+            Value::Table(table)
+        }
+    })
+}

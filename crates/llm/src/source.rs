@@ -1,0 +1,645 @@
+//! Model sources and fallback between them.
+//!
+//! A [`Sources`] set holds the configured model servers in order (higher
+//! `priority` first, then name) and sends each request to the first one
+//! that answers:
+//!
+//! - A connect error, a 5xx, a 429, silence, or a stream that ends before
+//!   any content is retried at the same source with a short backoff
+//!   (honouring `Retry-After`, capped), then the next source is tried. The
+//!   failed source cools down (30 s doubling to 30 min by default) and is
+//!   skipped while another source can be tried; a single source, or a set
+//!   whose sources all cool down, is still tried: never locked out.
+//! - 401/403 disables the source, with a reason naming it and the
+//!   environment variable holding its key; it is never retried.
+//! - Any other 4xx (or a request the codec cannot encode) is the request's
+//!   fault: it is returned at once, without fallback.
+//! - A stream that has yielded content and then fails is not retried (the
+//!   caller already has partial output): the error comes out of the stream.
+//! - `max_concurrent` is a semaphore per source: a request waits for a
+//!   permit, held until its stream ends or is dropped.
+//!
+//! API keys are read from the environment variable a source names and never
+//! logged; `Debug` of every type here redacts them.
+
+use std::collections::BTreeSet;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use futures_util::Stream;
+use homeagent_core::{CancellationToken, StreamEvent};
+use serde::{Deserialize, Serialize};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::codec::{Endpoint, Protocol};
+use crate::request::ChatRequest;
+use crate::transport::{EventStream, HttpProvider, Options, ProviderError, SetupError};
+
+/// One model source as configured.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceConfig {
+    pub name: String,
+    pub protocol: Protocol,
+    /// Each SDK's convention: OpenAI-compatible with `/v1`, the others
+    /// without a version path.
+    pub base_url: String,
+    pub model: String,
+    /// The environment variable holding the API key (never the key itself).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key_env: Option<String>,
+    /// Higher first.
+    #[serde(default)]
+    pub priority: i32,
+    /// At most this many requests in flight at this source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_concurrent: Option<usize>,
+}
+
+/// Retry, backoff and cooldown settings, plus the transport's [`Options`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FallbackOptions {
+    /// Tries per source and request (at least 1). Default 2.
+    pub attempts_per_source: u32,
+    /// Wait before the second try at a source; doubles per try. Default 200 ms.
+    pub backoff_base: Duration,
+    /// The longest `Retry-After` honoured before a retry; a longer one is
+    /// capped to this. Default 10 s.
+    pub max_retry_after: Duration,
+    /// Cooldown after a source's first failure; doubles per failure.
+    /// Default 30 s.
+    pub cooldown_base: Duration,
+    /// The longest cooldown. Default 30 min.
+    pub cooldown_max: Duration,
+    /// Transport settings of every source.
+    pub transport: Options,
+}
+
+impl Default for FallbackOptions {
+    fn default() -> Self {
+        FallbackOptions {
+            attempts_per_source: 2,
+            backoff_base: Duration::from_millis(200),
+            max_retry_after: Duration::from_secs(10),
+            cooldown_base: Duration::from_secs(30),
+            cooldown_max: Duration::from_secs(30 * 60),
+            transport: Options::default(),
+        }
+    }
+}
+
+/// Why no stream came back.
+///
+/// (`Display` and `Error` are written out rather than derived: thiserror
+/// would take the `source` fields, which name model sources, for error
+/// sources.)
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FallbackError {
+    /// Every source tried failed; each failure, in the order tried.
+    AllFailed {
+        attempts: Vec<(String, ProviderError)>,
+    },
+    /// The only usable source(s) refused the credentials (or have no key);
+    /// the first is named, with the variable to fix.
+    Disabled {
+        source: String,
+        env_var: Option<String>,
+    },
+    /// The source rejected the request itself (a 4xx other than 401/403, or
+    /// a request that cannot be encoded): no other source is tried.
+    Rejected {
+        source: String,
+        error: ProviderError,
+    },
+    /// No source is configured.
+    NoSources,
+    /// The caller's cancellation token fired.
+    Cancelled,
+}
+
+impl std::fmt::Display for FallbackError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FallbackError::AllFailed { attempts } => {
+                write!(
+                    f,
+                    "every model source failed: {}",
+                    describe_attempts(attempts)
+                )
+            }
+            FallbackError::Disabled { source, env_var } => match env_var {
+                Some(var) => write!(
+                    f,
+                    "model source {source} is disabled: its API key is missing or was \
+                     refused; set a valid key in the environment variable {var}"
+                ),
+                None => write!(
+                    f,
+                    "model source {source} is disabled: its credentials were refused; \
+                     configure an API key for it (api_key_env)"
+                ),
+            },
+            FallbackError::Rejected { source, error } => {
+                write!(f, "model source {source} rejected the request: {error}")
+            }
+            FallbackError::NoSources => f.write_str("no model source is configured"),
+            FallbackError::Cancelled => f.write_str("the model request was cancelled"),
+        }
+    }
+}
+
+impl std::error::Error for FallbackError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            FallbackError::Rejected { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+}
+
+fn describe_attempts(attempts: &[(String, ProviderError)]) -> String {
+    attempts
+        .iter()
+        .map(|(source, error)| format!("{source}: {error}"))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn disabled_reason(source: &str, env_var: Option<&str>) -> String {
+    match env_var {
+        Some(var) => format!(
+            "model source {source} is disabled: its credentials were refused; \
+             fix the API key in the environment variable {var}"
+        ),
+        None => format!(
+            "model source {source} is disabled: its credentials were refused; \
+             configure an API key for it (api_key_env)"
+        ),
+    }
+}
+
+/// A source's state, for `/api/v1/status`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceHealth {
+    pub name: String,
+    pub protocol: Protocol,
+    pub model: String,
+    pub base_url: String,
+    /// Why the source is disabled, when it is.
+    pub disabled: Option<String>,
+    /// Time left in its cooldown, when cooling down.
+    pub cooling_down_for: Option<Duration>,
+    /// Consecutive failed requests (reset by a success).
+    pub failures: u32,
+    /// Requests holding the source now (streams not yet finished).
+    pub in_flight: usize,
+}
+
+#[derive(Debug, Default)]
+struct SourceState {
+    disabled: Option<String>,
+    failures: u32,
+    cooldown_until: Option<Instant>,
+}
+
+struct Source {
+    name: String,
+    model: String,
+    api_key_env: Option<String>,
+    priority: i32,
+    provider: HttpProvider,
+    permits: Option<Arc<Semaphore>>,
+    in_flight: Arc<AtomicUsize>,
+    state: Mutex<SourceState>,
+}
+
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // HttpProvider's Debug redacts the key.
+        f.debug_struct("Source")
+            .field("name", &self.name)
+            .field("model", &self.model)
+            .field("api_key_env", &self.api_key_env)
+            .field("priority", &self.priority)
+            .field("provider", &self.provider)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Source {
+    fn state(&self) -> MutexGuard<'_, SourceState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn cooling(&self, now: Instant) -> bool {
+        self.state().cooldown_until.is_some_and(|until| until > now)
+    }
+
+    fn succeeded(&self) {
+        let mut state = self.state();
+        state.failures = 0;
+        state.cooldown_until = None;
+    }
+
+    fn failed(&self, options: &FallbackOptions) {
+        let mut state = self.state();
+        state.failures = state.failures.saturating_add(1);
+        let doublings = state.failures.saturating_sub(1).min(20);
+        let cooldown = options
+            .cooldown_base
+            .saturating_mul(1u32 << doublings)
+            .min(options.cooldown_max);
+        state.cooldown_until = Some(Instant::now() + cooldown);
+    }
+
+    fn disable(&self, reason: String) {
+        tracing::warn!(source = %self.name, "{reason}");
+        self.state().disabled = Some(reason);
+    }
+}
+
+/// The configured model sources, in the order they are tried.
+#[derive(Debug)]
+pub struct Sources {
+    sources: Vec<Source>,
+    options: FallbackOptions,
+}
+
+/// What one source's tries came to.
+enum Outcome {
+    Stream(SourceStream),
+    /// Retryable failures used up every try.
+    Failed(ProviderError),
+    Unauthorized(ProviderError),
+    Rejected(ProviderError),
+    Cancelled,
+}
+
+impl Sources {
+    /// Sources from configuration; keys are read through `env` from each
+    /// source's `api_key_env`. A source whose key variable is unset is kept
+    /// but disabled, with a reason naming the variable.
+    pub fn from_config(
+        configs: Vec<SourceConfig>,
+        env: &impl Fn(&str) -> Option<String>,
+        options: FallbackOptions,
+    ) -> Result<Sources, SetupError> {
+        let mut sources = Vec::with_capacity(configs.len());
+        for config in configs {
+            let api_key = config.api_key_env.as_deref().and_then(env);
+            let missing = match (&config.api_key_env, &api_key) {
+                (Some(var), None) => Some(format!(
+                    "model source {} is disabled: the environment variable {var} \
+                     (its API key) is not set",
+                    config.name
+                )),
+                _ => None,
+            };
+            let provider = HttpProvider::new(
+                config.protocol,
+                Endpoint {
+                    base_url: config.base_url,
+                    api_key,
+                },
+                options.transport.clone(),
+            )?;
+            sources.push(Source {
+                name: config.name,
+                model: config.model,
+                api_key_env: config.api_key_env,
+                priority: config.priority,
+                provider,
+                permits: config
+                    .max_concurrent
+                    .map(|n| Arc::new(Semaphore::new(n.max(1)))),
+                in_flight: Arc::new(AtomicUsize::new(0)),
+                state: Mutex::new(SourceState {
+                    disabled: missing,
+                    ..SourceState::default()
+                }),
+            });
+        }
+        sources.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.name.cmp(&b.name)));
+        Ok(Sources { sources, options })
+    }
+
+    /// Sources found through the conventional environment variables:
+    /// `OPENAI_API_KEY` (with `OPENAI_BASE_URL`), `ANTHROPIC_API_KEY`,
+    /// `GEMINI_API_KEY`, `OLLAMA_HOST`. Each uses its provider's default
+    /// model unless `HOMEAGENT_MODEL` names one. Empty when none is set.
+    pub fn from_environment(
+        env: &impl Fn(&str) -> Option<String>,
+        options: FallbackOptions,
+    ) -> Result<Sources, SetupError> {
+        Self::from_config(environment_configs(env), env, options)
+    }
+
+    /// Whether the set holds no source at all.
+    pub fn is_empty(&self) -> bool {
+        self.sources.is_empty()
+    }
+
+    /// The sources' names, in the order they are tried.
+    pub fn names(&self) -> Vec<&str> {
+        self.sources.iter().map(|s| s.name.as_str()).collect()
+    }
+
+    /// Every source's state, in order.
+    pub fn health(&self) -> Vec<SourceHealth> {
+        let now = Instant::now();
+        self.sources
+            .iter()
+            .map(|source| {
+                let state = source.state();
+                SourceHealth {
+                    name: source.name.clone(),
+                    protocol: source.provider.protocol(),
+                    model: source.model.clone(),
+                    base_url: source.provider.endpoint().base_url.clone(),
+                    disabled: state.disabled.clone(),
+                    cooling_down_for: state
+                        .cooldown_until
+                        .and_then(|until| until.checked_duration_since(now))
+                        .filter(|left| !left.is_zero()),
+                    failures: state.failures,
+                    in_flight: source.in_flight.load(Ordering::SeqCst),
+                }
+            })
+            .collect()
+    }
+
+    /// Streams `request` from the first source that answers (with the
+    /// source's model filled in); returns that source's name and the stream.
+    pub async fn stream(
+        &self,
+        request: &ChatRequest,
+        cancel: CancellationToken,
+    ) -> Result<(String, SourceStream), FallbackError> {
+        if self.sources.is_empty() {
+            return Err(FallbackError::NoSources);
+        }
+        let now = Instant::now();
+        let enabled: Vec<&Source> = self
+            .sources
+            .iter()
+            .filter(|s| s.state().disabled.is_none())
+            .collect();
+        // Sources cooling down come last: skipped while another can be
+        // tried, still tried when every other one has failed.
+        let (ready, cooling): (Vec<&Source>, Vec<&Source>) =
+            enabled.into_iter().partition(|s| !s.cooling(now));
+        let mut attempts = Vec::new();
+        let mut unauthorized = BTreeSet::new();
+        for source in ready.into_iter().chain(cooling) {
+            match self.try_source(source, request, &cancel).await {
+                Outcome::Stream(stream) => return Ok((source.name.clone(), stream)),
+                Outcome::Failed(error) => {
+                    source.failed(&self.options);
+                    tracing::warn!(source = %source.name, %error, "model source failed");
+                    attempts.push((source.name.clone(), error));
+                }
+                Outcome::Unauthorized(error) => {
+                    source.disable(disabled_reason(&source.name, source.api_key_env.as_deref()));
+                    unauthorized.insert(attempts.len());
+                    attempts.push((source.name.clone(), error));
+                }
+                Outcome::Rejected(error) => {
+                    return Err(FallbackError::Rejected {
+                        source: source.name.clone(),
+                        error,
+                    });
+                }
+                Outcome::Cancelled => return Err(FallbackError::Cancelled),
+            }
+        }
+        if attempts.is_empty() || unauthorized.len() == attempts.len() {
+            // Nothing usable was left, or every source tried refused the key.
+            let first = self.sources.iter().find(|s| s.state().disabled.is_some());
+            if let Some(source) = first {
+                return Err(FallbackError::Disabled {
+                    source: source.name.clone(),
+                    env_var: source.api_key_env.clone(),
+                });
+            }
+        }
+        Err(FallbackError::AllFailed { attempts })
+    }
+
+    async fn try_source(
+        &self,
+        source: &Source,
+        request: &ChatRequest,
+        cancel: &CancellationToken,
+    ) -> Outcome {
+        let permit = match &source.permits {
+            None => None,
+            Some(permits) => tokio::select! {
+                biased;
+                () = cancel.cancelled() => return Outcome::Cancelled,
+                permit = Arc::clone(permits).acquire_owned() => match permit {
+                    Ok(permit) => Some(permit),
+                    // The semaphore is never closed.
+                    Err(_) => return Outcome::Cancelled,
+                },
+            },
+        };
+        let guard = Hold {
+            _permit: permit,
+            in_flight: InFlight::new(&source.in_flight),
+        };
+        let mut request = request.clone();
+        request.model.clone_from(&source.model);
+        let tries = self.options.attempts_per_source.max(1);
+        let mut last = None;
+        for attempt in 0..tries {
+            if attempt > 0 {
+                let backoff = self
+                    .options
+                    .backoff_base
+                    .saturating_mul(1u32 << (attempt - 1).min(20));
+                let wait = match last.as_ref().and_then(ProviderError::retry_after) {
+                    Some(after) => after.min(self.options.max_retry_after),
+                    None => backoff,
+                };
+                tokio::select! {
+                    biased;
+                    () = cancel.cancelled() => return Outcome::Cancelled,
+                    () = tokio::time::sleep(wait) => {}
+                }
+            }
+            let error = match source.provider.stream(&request, cancel.clone()).await {
+                Ok(mut stream) => match stream.next().await {
+                    Some(Ok(first)) => {
+                        source.succeeded();
+                        return Outcome::Stream(SourceStream {
+                            first: Some(first),
+                            inner: stream,
+                            hold: Some(guard),
+                        });
+                    }
+                    Some(Err(error)) => error,
+                    None => ProviderError::Cut {
+                        detail: "the response ended before any content".into(),
+                    },
+                },
+                Err(error) => error,
+            };
+            match error {
+                ProviderError::Cancelled => return Outcome::Cancelled,
+                ProviderError::Unauthorized { .. } => return Outcome::Unauthorized(error),
+                _ if error.is_retryable() => {
+                    tracing::debug!(source = %source.name, attempt, %error, "retrying");
+                    last = Some(error);
+                }
+                _ => return Outcome::Rejected(error),
+            }
+        }
+        match last {
+            Some(error) => Outcome::Failed(error),
+            None => Outcome::Cancelled,
+        }
+    }
+}
+
+/// Counts a request in a source's `in_flight` while alive.
+struct InFlight(Arc<AtomicUsize>);
+
+impl InFlight {
+    fn new(counter: &Arc<AtomicUsize>) -> Self {
+        counter.fetch_add(1, Ordering::SeqCst);
+        InFlight(Arc::clone(counter))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// What a stream holds of its source until it ends.
+struct Hold {
+    _permit: Option<OwnedSemaphorePermit>,
+    #[allow(dead_code)] // held for its Drop
+    in_flight: InFlight,
+}
+
+/// The events of a response from one source: an [`EventStream`] that also
+/// holds the source's concurrency permit until it ends or is dropped.
+///
+/// Errors after content (a cut, silence) come out of it and end it; they
+/// are never retried behind the caller's back.
+pub struct SourceStream {
+    first: Option<StreamEvent>,
+    inner: EventStream,
+    hold: Option<Hold>,
+}
+
+impl std::fmt::Debug for SourceStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SourceStream").finish_non_exhaustive()
+    }
+}
+
+impl SourceStream {
+    /// The next event, the error that ended the stream, or `None` at its end.
+    pub async fn next(&mut self) -> Option<Result<StreamEvent, ProviderError>> {
+        futures_util::StreamExt::next(self).await
+    }
+
+    /// Reads the stream to its end: all its events, or its error.
+    pub async fn collect(mut self) -> Result<Vec<StreamEvent>, ProviderError> {
+        let mut events = Vec::new();
+        while let Some(item) = self.next().await {
+            events.push(item?);
+        }
+        Ok(events)
+    }
+}
+
+impl Stream for SourceStream {
+    type Item = Result<StreamEvent, ProviderError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if let Some(first) = self.first.take() {
+            return Poll::Ready(Some(Ok(first)));
+        }
+        if self.hold.is_none() {
+            return Poll::Ready(None);
+        }
+        let item = Pin::new(&mut self.inner).poll_next(cx);
+        if matches!(item, Poll::Ready(None | Some(Err(_)))) {
+            // Ended: give the permit back now, not when the caller drops us.
+            self.hold = None;
+        }
+        item
+    }
+}
+
+/// Default models of sources found through environment variables.
+pub const DEFAULT_OPENAI_MODEL: &str = "gpt-4.1-mini";
+pub const DEFAULT_ANTHROPIC_MODEL: &str = "claude-sonnet-4-5";
+pub const DEFAULT_GEMINI_MODEL: &str = "gemini-2.5-flash";
+pub const DEFAULT_OLLAMA_MODEL: &str = "llama3.2";
+
+fn environment_configs(env: &impl Fn(&str) -> Option<String>) -> Vec<SourceConfig> {
+    let set = |name: &str| env(name).filter(|v| !v.trim().is_empty());
+    let chosen = set("HOMEAGENT_MODEL");
+    let model = |default: &str| chosen.clone().unwrap_or_else(|| default.to_owned());
+    let mut configs = Vec::new();
+    let mut keyed = |name: &str, protocol, base_url: String, default_model: &str, var: &str| {
+        if set(var).is_some() {
+            configs.push(SourceConfig {
+                name: name.into(),
+                protocol,
+                base_url,
+                model: model(default_model),
+                api_key_env: Some(var.into()),
+                priority: 0,
+                max_concurrent: None,
+            });
+        }
+    };
+    keyed(
+        "openai",
+        Protocol::Openai,
+        set("OPENAI_BASE_URL").unwrap_or_else(|| "https://api.openai.com/v1".into()),
+        DEFAULT_OPENAI_MODEL,
+        "OPENAI_API_KEY",
+    );
+    keyed(
+        "anthropic",
+        Protocol::Anthropic,
+        "https://api.anthropic.com".into(),
+        DEFAULT_ANTHROPIC_MODEL,
+        "ANTHROPIC_API_KEY",
+    );
+    keyed(
+        "gemini",
+        Protocol::Gemini,
+        "https://generativelanguage.googleapis.com".into(),
+        DEFAULT_GEMINI_MODEL,
+        "GEMINI_API_KEY",
+    );
+    if let Some(host) = set("OLLAMA_HOST") {
+        let host = host.trim().trim_end_matches('/');
+        let base_url = if host.contains("://") {
+            host.to_owned()
+        } else {
+            format!("http://{host}")
+        };
+        configs.push(SourceConfig {
+            name: "ollama".into(),
+            protocol: Protocol::Ollama,
+            base_url,
+            model: model(DEFAULT_OLLAMA_MODEL),
+            api_key_env: None,
+            priority: 0,
+            max_concurrent: None,
+        });
+    }
+    configs
+}

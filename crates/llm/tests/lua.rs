@@ -1,0 +1,718 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a test failure
+
+//! Lua adapters: the sandbox, the instruction limit, the strict chunk
+//! contract, the helpers, and the bundled adapters passing the conformance
+//! transcripts by themselves (the fallback to the standard decoder off).
+
+use std::sync::Arc;
+
+use homeagent_core::{
+    AssembledTurn, FinishReason, Message, StreamAssembler, StreamEvent, ToolCall,
+};
+use homeagent_llm::codec::decode_stream_body;
+use homeagent_llm::lua::ChunkResult;
+use homeagent_llm::{
+    AdapterError, ChatRequest, Endpoint, LuaAdapter, LuaCodec, ToolSpec, WireCodec,
+};
+use serde_json::json;
+
+fn adapter(file: &str, source: &str) -> LuaAdapter {
+    LuaAdapter::from_source(file, source).unwrap()
+}
+
+/// An adapter whose `transform_request` runs `body`.
+fn request_adapter(file: &str, body: &str) -> LuaAdapter {
+    adapter(
+        file,
+        &format!("return {{ transform_request = function(raw) {body} end }}"),
+    )
+}
+
+/// An adapter whose every chunk becomes `output` (a Lua expression).
+fn chunk_adapter(file: &str, output: &str) -> LuaAdapter {
+    adapter(
+        file,
+        &format!(
+            "return {{ transform_request = function(raw) return raw end,\n\
+             transform_stream_chunk = function(raw) return {output} end }}"
+        ),
+    )
+}
+
+fn strict(adapter: LuaAdapter) -> LuaCodec {
+    LuaCodec::new(Arc::new(adapter)).with_fallback(false)
+}
+
+fn bundled(name: &str) -> LuaAdapter {
+    LuaAdapter::bundled(name).unwrap().unwrap()
+}
+
+fn assemble(events: Vec<StreamEvent>) -> AssembledTurn {
+    let mut assembler = StreamAssembler::new();
+    for event in events {
+        assembler.push(event);
+    }
+    assembler.finish()
+}
+
+fn calls(turn: &AssembledTurn) -> Vec<ToolCall> {
+    turn.calls.iter().map(|c| c.call.clone()).collect()
+}
+
+fn call(id: &str, name: &str, arguments: serde_json::Value, raw: &str) -> ToolCall {
+    ToolCall {
+        id: id.into(),
+        name: name.into(),
+        arguments,
+        raw_arguments: raw.into(),
+    }
+}
+
+fn eval(adapter: &LuaAdapter, code: &str) -> serde_json::Value {
+    adapter.eval_json(code).unwrap()
+}
+
+// --- the sandbox ---------------------------------------------------------
+
+#[test]
+fn the_sandbox_refuses_os_io_require_and_load() {
+    for (snippet, name) in [
+        ("os.execute('echo pwned')", "os"),
+        ("io.open('/etc/passwd')", "io"),
+        ("require('socket')", "require"),
+        ("load('return 1')", "load"),
+        ("loadstring('return 1')", "loadstring"),
+        ("dofile('/etc/passwd')", "dofile"),
+        ("loadfile('/etc/passwd')", "loadfile"),
+        ("string.dump(print)", "dump"),
+        ("debug.getinfo(1)", "debug"),
+        ("pcall(print)", "pcall"),
+    ] {
+        let adapter = request_adapter("sandbox.lua", &format!("{snippet}; return raw"));
+        let err = adapter.transform_request("{}").unwrap_err();
+        let message = err.to_string();
+        assert!(
+            matches!(
+                err,
+                AdapterError::Runtime {
+                    function: "transform_request",
+                    ..
+                }
+            ),
+            "{snippet}: {err:?}"
+        );
+        assert!(message.contains("sandbox.lua"), "{snippet}: {message}");
+        assert!(
+            message.contains(&format!("'{name}'")),
+            "{snippet}: {message}"
+        );
+    }
+}
+
+#[test]
+fn only_string_table_math_and_utf8_are_loaded() {
+    let adapter = request_adapter("libs.lua", "return raw");
+    assert_eq!(
+        eval(
+            &adapter,
+            "return {string.upper('a'), table.concat({'b','c'}), math.max(1, 4), utf8.char(72), \
+             type(os), type(io), type(package), type(coroutine), type(debug)}"
+        ),
+        json!(["A", "bc", 4, "H", "nil", "nil", "nil", "nil", "nil"])
+    );
+}
+
+#[test]
+fn precompiled_bytecode_is_refused_at_load() {
+    // "\27Lua" is the bytecode signature; text mode refuses it.
+    let err = LuaAdapter::from_source("bytecode.lua", "\x1bLuaT\x00").unwrap_err();
+    assert!(matches!(err, AdapterError::Load { .. }), "{err:?}");
+    assert!(err.to_string().contains("bytecode.lua"), "{err}");
+}
+
+#[test]
+fn an_endless_loop_fails_the_call_naming_the_file_and_function() {
+    let adapter = request_adapter("spin.lua", "while true do end");
+    adapter.set_instruction_limit(1_000_000);
+    let err = adapter.transform_request("{}").unwrap_err();
+    assert_eq!(
+        err,
+        AdapterError::InstructionLimit {
+            file: "spin.lua".into(),
+            function: "transform_request",
+            limit: 1_000_000,
+        }
+    );
+    let message = err.to_string();
+    assert!(message.contains("spin.lua") && message.contains("transform_request"));
+    assert!(message.contains("instruction limit"), "{message}");
+    // The state is still usable, with a fresh budget, for the next call.
+    assert_eq!(eval(&adapter, "return 1 + 1"), json!(2));
+}
+
+#[test]
+fn an_endless_loop_at_load_fails_the_load() {
+    let err = LuaAdapter::from_source("top.lua", "while true do end").unwrap_err();
+    assert!(matches!(err, AdapterError::Load { .. }), "{err:?}");
+    let message = err.to_string();
+    assert!(
+        message.contains("top.lua") && message.contains("instruction limit"),
+        "{message}"
+    );
+}
+
+#[test]
+fn an_endless_loop_in_a_stream_chunk_fails_the_stream() {
+    let adapter = chunk_adapter("spin_chunk.lua", "(function() while true do end end)()");
+    adapter.set_instruction_limit(100_000);
+    let err = decode_stream_body(&strict(adapter), b"data: {}\n\n").unwrap_err();
+    let message = err.to_string();
+    assert!(message.contains("spin_chunk.lua"), "{message}");
+    assert!(message.contains("transform_stream_chunk"), "{message}");
+    assert!(message.contains("instruction limit"), "{message}");
+}
+
+// --- loading -------------------------------------------------------------
+
+#[test]
+fn a_missing_transform_request_fails_at_load() {
+    let err = LuaAdapter::from_source(
+        "no_request.lua",
+        "return { transform_stream_chunk = function(raw) return '' end }",
+    )
+    .unwrap_err();
+    assert_eq!(
+        err,
+        AdapterError::MissingFunction {
+            file: "no_request.lua".into(),
+            function: "transform_request",
+        }
+    );
+    let message = err.to_string();
+    assert!(message.contains("transform_request") && message.contains("no_request.lua"));
+}
+
+#[test]
+fn a_script_that_returns_no_table_or_a_non_function_fails_at_load() {
+    let err = LuaAdapter::from_source("nothing.lua", "return 42").unwrap_err();
+    assert!(err.to_string().contains("must return a table"), "{err}");
+    let err = LuaAdapter::from_source(
+        "field.lua",
+        "return { transform_request = function(r) return r end, build_headers = 'x' }",
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("`build_headers` must be a function"),
+        "{err}"
+    );
+    let err = LuaAdapter::from_source("syntax.lua", "return {").unwrap_err();
+    assert!(err.to_string().contains("syntax.lua"), "{err}");
+}
+
+#[test]
+fn load_reads_a_file_and_names_it() {
+    let dir = std::env::temp_dir().join(format!("homeagent-lua-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("disk.lua");
+    std::fs::write(&path, "return { endpoint = '/v2/chat' }").unwrap();
+    let err = LuaAdapter::load(&path).unwrap_err();
+    assert!(err.to_string().contains("disk.lua"), "{err}");
+    std::fs::write(
+        &path,
+        "return { endpoint = '/v2/chat', transform_request = function(r) return r end }",
+    )
+    .unwrap();
+    let adapter = LuaAdapter::load(&path).unwrap();
+    assert_eq!(adapter.endpoint(), "/v2/chat");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+// --- the strict chunk contract -------------------------------------------
+
+#[test]
+fn index_instead_of_stream_index_is_an_error_naming_the_key_and_file() {
+    let adapter = chunk_adapter(
+        "bad_index.lua",
+        r#"json.encode({tool_calls = {{id = "call_1", name = "a", raw_arguments = "{}", index = 1}}})"#,
+    );
+    let err = decode_stream_body(&strict(adapter), b"data: {}\n\n").unwrap_err();
+    let message = err.to_string();
+    assert!(message.contains("bad_index.lua"), "{message}");
+    assert!(message.contains("unknown field `index`"), "{message}");
+}
+
+#[test]
+fn a_nested_function_object_is_an_error_naming_function() {
+    let adapter = chunk_adapter(
+        "nested.lua",
+        r#"json.encode({tool_calls = {{id = "call_1", stream_index = 0,
+            ["function"] = {name = "a", arguments = "{}"}}}})"#,
+    );
+    let err = decode_stream_body(&strict(adapter), b"data: {}\n\n").unwrap_err();
+    let message = err.to_string();
+    assert!(message.contains("nested.lua"), "{message}");
+    assert!(message.contains("unknown field `function`"), "{message}");
+}
+
+#[test]
+fn an_unknown_top_level_key_and_a_missing_stream_index_are_errors() {
+    let adapter = chunk_adapter("top_key.lua", r#"json.encode({text = "hi"})"#);
+    let err = adapter.transform_stream_chunk("{}").unwrap().unwrap_err();
+    assert!(err.to_string().contains("unknown field `text`"), "{err}");
+    assert!(err.to_string().contains("top_key.lua"), "{err}");
+
+    let adapter = chunk_adapter(
+        "no_index.lua",
+        r#"json.encode({tool_calls = {{id = "c", raw_arguments = "{}"}}})"#,
+    );
+    let err = adapter.transform_stream_chunk("{}").unwrap().unwrap_err();
+    assert!(
+        err.to_string().contains("missing field `stream_index`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_chunk_maps_to_events_in_order() {
+    let adapter = chunk_adapter(
+        "all.lua",
+        r#"json.encode({content = "hi", reasoning_content = "hmm", finish_reason = "stop",
+            usage = {prompt_tokens = 3, completion_tokens = 4, total_tokens = 7},
+            tool_calls = {{id = "c1", type = "function", name = "f", raw_arguments = "{", stream_index = 2}},
+            done = true})"#,
+    );
+    let result = adapter.transform_stream_chunk("{}").unwrap().unwrap();
+    assert_eq!(
+        result,
+        ChunkResult::Events {
+            events: vec![
+                StreamEvent::ReasoningDelta { text: "hmm".into() },
+                StreamEvent::TextDelta { text: "hi".into() },
+                StreamEvent::ToolCall(homeagent_core::ToolCallFragment {
+                    stream_index: Some(2),
+                    id: Some("c1".into()),
+                    name: Some("f".into()),
+                    raw_arguments: "{".into(),
+                }),
+                StreamEvent::Usage(homeagent_core::Usage {
+                    prompt_tokens: 3,
+                    completion_tokens: 4,
+                    total_tokens: 7,
+                }),
+                StreamEvent::Finish {
+                    reason: "stop".into()
+                },
+            ],
+            done: true,
+        }
+    );
+    // An empty Lua table for tool_calls encodes as {} and means no calls.
+    let adapter = chunk_adapter("empty.lua", r#"json.encode({tool_calls = {}})"#);
+    assert_eq!(
+        adapter.transform_stream_chunk("{}").unwrap().unwrap(),
+        ChunkResult::Events {
+            events: vec![],
+            done: false
+        }
+    );
+}
+
+#[test]
+fn an_empty_string_falls_back_to_the_openai_decoder_only_when_allowed() {
+    let body = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"native\"}}]}\n\ndata: [DONE]\n\n";
+    let codec = LuaCodec::new(Arc::new(chunk_adapter("passthrough.lua", "''")));
+    assert_eq!(
+        decode_stream_body(&codec, body).unwrap(),
+        [StreamEvent::TextDelta {
+            text: "native".into()
+        }]
+    );
+    let err = decode_stream_body(&codec.with_fallback(false), body).unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.contains("passthrough.lua") && message.contains("fallback"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_non_string_or_non_json_output_is_an_error() {
+    let adapter = chunk_adapter("number.lua", "42");
+    let err = adapter.transform_stream_chunk("{}").unwrap().unwrap_err();
+    assert!(err.to_string().contains("expected a JSON string"), "{err}");
+    let adapter = chunk_adapter("garbage.lua", "'not json'");
+    let err = adapter.transform_stream_chunk("{}").unwrap().unwrap_err();
+    assert!(err.to_string().contains("not JSON"), "{err}");
+}
+
+// --- helpers ---------------------------------------------------------------
+
+#[test]
+fn json_helpers_round_trip_and_report_bad_input() {
+    let adapter = request_adapter("json.lua", "return raw");
+    assert_eq!(
+        eval(
+            &adapter,
+            r#"local v = json.decode('{"a":[1,2.5,"x",true],"b":{"c":null},"e":[],"f":{}}')
+               return {v.a[1], v.a[2], v.a[3], v.a[4], v.b.c == nil, json.encode(v.e), json.encode(v.f)}"#
+        ),
+        json!([1, 2.5, "x", true, true, "[]", "{}"])
+    );
+    assert_eq!(
+        eval(
+            &adapter,
+            r#"local v, err = json.decode('{"a":') return {v == nil, type(err), string.find(err, "invalid JSON") ~= nil}"#
+        ),
+        json!([true, "string", true])
+    );
+    assert_eq!(
+        eval(&adapter, r#"return json.encode({1, 2, json.null})"#),
+        json!("[1,2,null]")
+    );
+    assert_eq!(
+        eval(
+            &adapter,
+            r#"return json.encode(setmetatable({}, json.array_mt))"#
+        ),
+        json!("[]")
+    );
+    let err = adapter
+        .eval_json("return json.encode({f = function() end})")
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("cannot encode a function"),
+        "{err}"
+    );
+    let err = adapter
+        .eval_json("local t = {} t.t = t return json.encode(t)")
+        .unwrap_err();
+    assert!(err.to_string().contains("nested deeper"), "{err}");
+}
+
+#[test]
+fn hash_and_encoding_helpers_give_the_standard_answers() {
+    let adapter = request_adapter("crypto.lua", "return raw");
+    // FIPS 180-2 "abc"; RFC 4231 test case 1; RFC 4648 examples.
+    assert_eq!(
+        eval(
+            &adapter,
+            r#"return {sha256_hex("abc"), sha256_hex(""),
+                hmac_sha256_hex(string.rep("\11", 20), "Hi There"),
+                base64_encode("foobar"), base64_encode("fo"), base64_encode("")}"#
+        ),
+        json!([
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+            "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7",
+            "Zm9vYmFy",
+            "Zm8=",
+            ""
+        ])
+    );
+    // log goes to tracing and returns nothing.
+    assert_eq!(
+        eval(&adapter, r#"return log("info", "hello")"#),
+        json!(null)
+    );
+}
+
+// --- the bundled adapters, by themselves ---------------------------------
+
+/// An OpenAI chunk with one delta.
+fn delta(delta: &str) -> String {
+    format!(
+        r#"{{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{{"index":0,"delta":{delta},"finish_reason":null}}]}}"#
+    )
+}
+
+fn sse(chunks: &[String]) -> Vec<u8> {
+    let mut body = String::new();
+    for chunk in chunks {
+        body.push_str("data: ");
+        body.push_str(chunk);
+        body.push_str("\n\n");
+    }
+    body.into_bytes()
+}
+
+#[test]
+fn openai_lua_assembles_two_interleaved_parallel_calls_by_itself() {
+    let body = sse(&[
+        delta(r#"{"role":"assistant","content":""}"#),
+        delta(r#"{"content":"Checking both."}"#),
+        delta(
+            r#"{"tool_calls":[{"index":0,"id":"call_A","type":"function","function":{"name":"light_set","arguments":""}}]}"#,
+        ),
+        delta(r#"{"tool_calls":[{"index":0,"function":{"arguments":"{\"entity\": \"li"}}]}"#),
+        delta(
+            r#"{"tool_calls":[{"index":1,"id":"call_B","type":"function","function":{"name":"sensor_read","arguments":"{\"entity\""}}]}"#,
+        ),
+        delta(r#"{"tool_calls":[{"index":0,"function":{"arguments":"ght.kitchen\", \"on\": true}"}}]}"#),
+        delta(r#"{"tool_calls":[{"index":1,"function":{"arguments":": \"sensor.hallway\"}"}}]}"#),
+        r#"{"id":"chatcmpl-1","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#.to_owned(),
+        r#"{"id":"chatcmpl-1","choices":[],"usage":{"prompt_tokens":82,"completion_tokens":41,"total_tokens":123}}"#.to_owned(),
+        "[DONE]".to_owned(),
+        // After [DONE]: never read.
+        delta(r#"{"content":" IGNORED"}"#),
+    ]);
+    let codec = strict(bundled("openai"));
+    let turn = assemble(decode_stream_body(&codec, &body).unwrap());
+    assert_eq!(turn.text, "Checking both.");
+    assert_eq!(
+        calls(&turn),
+        [
+            call(
+                "call_A",
+                "light_set",
+                json!({"entity": "light.kitchen", "on": true}),
+                r#"{"entity": "light.kitchen", "on": true}"#
+            ),
+            call(
+                "call_B",
+                "sensor_read",
+                json!({"entity": "sensor.hallway"}),
+                r#"{"entity": "sensor.hallway"}"#
+            ),
+        ]
+    );
+    assert_eq!(turn.finish_reason, Some(FinishReason::ToolCalls));
+    assert_eq!(turn.usage.total_tokens, 123);
+    assert!(turn.diagnostics.is_empty(), "{:?}", turn.diagnostics);
+}
+
+#[test]
+fn openai_lua_text_only_and_done() {
+    let body = sse(&[
+        delta(r#"{"role":"assistant","content":"Hello"}"#),
+        delta(r#"{"content":", world"}"#),
+        r#"{"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#.to_owned(),
+        "[DONE]".to_owned(),
+        delta(r#"{"content":"!!"}"#),
+    ]);
+    let turn = assemble(decode_stream_body(&strict(bundled("openai")), &body).unwrap());
+    assert_eq!(turn.text, "Hello, world");
+    assert!(turn.calls.is_empty());
+    assert_eq!(turn.finish_reason, Some(FinishReason::Stop));
+}
+
+#[test]
+fn openai_lua_matches_the_native_codec_on_a_whole_response() {
+    let body = json!({
+        "id": "x", "object": "chat.completion",
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+            "role": "assistant", "content": null,
+            "tool_calls": [
+                {"id": "c0", "type": "function", "function": {"name": "a", "arguments": "{\"x\":1}"}},
+                {"id": "c1", "type": "function", "function": {"name": "b", "arguments": "{}"}}
+            ]}}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 6, "total_tokens": 11}
+    })
+    .to_string();
+    let lua = assemble(
+        strict(bundled("openai"))
+            .decode_response(body.as_bytes())
+            .unwrap(),
+    );
+    let native = assemble(
+        homeagent_llm::codec::openai::OpenAiCodec
+            .decode_response(body.as_bytes())
+            .unwrap(),
+    );
+    assert_eq!(calls(&lua), calls(&native));
+    assert_eq!(lua.calls.len(), 2);
+    assert_eq!(lua.usage, native.usage);
+    assert_eq!(lua.finish_reason, native.finish_reason);
+}
+
+fn chat_request() -> ChatRequest {
+    ChatRequest {
+        model: "m".into(),
+        messages: vec![Message::system("be brief"), Message::user("hi")],
+        tools: vec![ToolSpec {
+            name: "light_set".into(),
+            description: "Set a light".into(),
+            parameters: json!({"type": "object", "properties": {}, "required": []}),
+        }],
+        max_tokens: 100,
+        temperature: None,
+        stream: true,
+    }
+}
+
+#[test]
+fn openai_lua_builds_the_native_request() {
+    let endpoint = Endpoint {
+        base_url: "http://localhost:9099/v1/".into(),
+        api_key: Some("sk-test".into()),
+    };
+    let lua = strict(bundled("openai"))
+        .build_request(&endpoint, &chat_request())
+        .unwrap();
+    let native = homeagent_llm::codec::openai::OpenAiCodec
+        .build_request(&endpoint, &chat_request())
+        .unwrap();
+    assert_eq!(lua.url, "http://localhost:9099/v1/chat/completions");
+    assert_eq!(lua.url, native.url);
+    assert_eq!(lua.body, native.body);
+    let mut lua_headers = lua.headers.clone();
+    let mut native_headers = native.headers.clone();
+    lua_headers.sort();
+    native_headers.sort();
+    assert_eq!(lua_headers, native_headers);
+}
+
+/// The Anthropic docs' tool-use stream with a second call (the same
+/// transcript as the native codec's test).
+const ANTHROPIC_TWO_CALLS: &str = r#"event: message_start
+data: {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5","stop_sequence":null,"usage":{"input_tokens":472,"output_tokens":2},"content":[],"stop_reason":null}}
+
+event: content_block_start
+data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}
+
+event: ping
+data: {"type": "ping"}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Okay"}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":", let's check the weather and the time:"}}
+
+event: content_block_stop
+data: {"type":"content_block_stop","index":0}
+
+event: content_block_start
+data: {"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_01T1x1fJ34qAmk2tNTrN7Up6","name":"get_weather","input":{}}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":""}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"location\":"}}
+
+event: content_block_start
+data: {"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"toolu_01VZ8SpSMqHg1b4zQWRkTjy9","name":"get_time","input":{}}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":" \"San Francisco, CA\""}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"timezone\": "}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":", \"unit\": \"fahrenheit\"}"}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"\"America/Los_Angeles\"}"}}
+
+event: content_block_stop
+data: {"type":"content_block_stop","index":1}
+
+event: content_block_stop
+data: {"type":"content_block_stop","index":2}
+
+event: message_delta
+data: {"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":89}}
+
+event: message_stop
+data: {"type":"message_stop"}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":" AFTER STOP"}}
+
+"#;
+
+#[test]
+fn anthropic_lua_assembles_two_interleaved_calls_by_itself() {
+    let events = decode_stream_body(
+        &strict(bundled("anthropic")),
+        ANTHROPIC_TWO_CALLS.as_bytes(),
+    )
+    .unwrap();
+    let native = decode_stream_body(
+        &homeagent_llm::codec::anthropic::AnthropicCodec,
+        ANTHROPIC_TWO_CALLS.as_bytes(),
+    )
+    .unwrap();
+    let turn = assemble(events);
+    assert_eq!(turn.text, "Okay, let's check the weather and the time:");
+    assert_eq!(
+        calls(&turn),
+        [
+            call(
+                "toolu_01T1x1fJ34qAmk2tNTrN7Up6",
+                "get_weather",
+                json!({"location": "San Francisco, CA", "unit": "fahrenheit"}),
+                r#"{"location": "San Francisco, CA", "unit": "fahrenheit"}"#
+            ),
+            call(
+                "toolu_01VZ8SpSMqHg1b4zQWRkTjy9",
+                "get_time",
+                json!({"timezone": "America/Los_Angeles"}),
+                r#"{"timezone": "America/Los_Angeles"}"#
+            ),
+        ]
+    );
+    assert_eq!(turn.finish_reason, Some(FinishReason::ToolCalls));
+    assert_eq!(turn.usage.prompt_tokens, 472);
+    assert_eq!(turn.usage.completion_tokens, 89);
+    let native = assemble(native);
+    assert_eq!(calls(&turn), calls(&native));
+    assert_eq!(turn.text, native.text);
+    assert_eq!(turn.usage, native.usage);
+}
+
+#[test]
+fn anthropic_lua_builds_a_messages_request() {
+    let endpoint = Endpoint {
+        base_url: "https://api.anthropic.com".into(),
+        api_key: Some("sk-ant".into()),
+    };
+    let request = strict(bundled("anthropic"))
+        .build_request(&endpoint, &chat_request())
+        .unwrap();
+    assert_eq!(request.url, "https://api.anthropic.com/v1/messages");
+    let mut headers = request.headers.clone();
+    headers.sort();
+    assert_eq!(
+        headers,
+        [
+            ("anthropic-version".to_owned(), "2023-06-01".to_owned()),
+            ("content-type".to_owned(), "application/json".to_owned()),
+            ("x-api-key".to_owned(), "sk-ant".to_owned()),
+        ]
+    );
+    assert_eq!(
+        request.body,
+        json!({
+            "model": "m",
+            "max_tokens": 100,
+            "stream": true,
+            "system": "be brief",
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "hi"}]}],
+            "tools": [{
+                "name": "light_set",
+                "description": "Set a light",
+                "input_schema": {"type": "object", "properties": {}, "required": []}
+            }]
+        })
+    );
+}
+
+#[test]
+fn transform_error_gives_the_providers_message() {
+    let codec = strict(bundled("anthropic"));
+    assert_eq!(
+        codec.error_message(
+            529,
+            br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#
+        ),
+        "HTTP 529: Overloaded"
+    );
+    let codec = strict(bundled("openai"));
+    assert_eq!(
+        codec.error_message(401, br#"{"error":{"message":"Incorrect API key"}}"#),
+        "HTTP 401: Incorrect API key"
+    );
+}

@@ -1,0 +1,530 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a test failure
+
+//! Sources and fallback over real loopback HTTP: the mock LLM server for
+//! good answers, and a tiny scripted server (500, 401, 429 with
+//! Retry-After, empty bodies) for the failures.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use homeagent_core::{CancellationToken, Message, StreamEvent};
+use homeagent_llm::{
+    ChatRequest, FallbackError, FallbackOptions, Protocol, ProviderError, SourceConfig, Sources,
+};
+use homeagent_mock_llm::{MockServer, ServerConfig};
+use serde_json::{Value, json};
+
+const OK_SSE: &str = concat!(
+    "data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,",
+    "\"delta\":{\"role\":\"assistant\",\"content\":\"from tiny\"},\"finish_reason\":null}]}\n\n",
+    "data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,",
+    "\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+    "data: [DONE]\n\n",
+);
+
+#[derive(Clone)]
+struct Canned {
+    status: u16,
+    headers: Vec<(&'static str, String)>,
+    body: String,
+}
+
+fn ok() -> Canned {
+    Canned {
+        status: 200,
+        headers: vec![("content-type", "text/event-stream".into())],
+        body: OK_SSE.into(),
+    }
+}
+
+fn error(status: u16) -> Canned {
+    Canned {
+        status,
+        headers: vec![("content-type", "application/json".into())],
+        body: r#"{"error":{"message":"scripted failure"}}"#.into(),
+    }
+}
+
+/// Answers the n-th request with `script[n]` (the last one once past the
+/// end) and counts requests.
+struct TinyServer {
+    url: String,
+    hits: Arc<AtomicUsize>,
+}
+
+impl TinyServer {
+    fn hits(&self) -> usize {
+        self.hits.load(Ordering::SeqCst)
+    }
+}
+
+async fn tiny(script: Vec<Canned>) -> TinyServer {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&hits);
+    let script = Arc::new(script);
+    let app = Router::new().fallback(move || {
+        let n = counter.fetch_add(1, Ordering::SeqCst);
+        let canned = script[n.min(script.len() - 1)].clone();
+        async move {
+            let mut response: Response = (
+                StatusCode::from_u16(canned.status).unwrap(),
+                canned.body.clone(),
+            )
+                .into_response();
+            for (name, value) in canned.headers {
+                response.headers_mut().insert(name, value.parse().unwrap());
+            }
+            response
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    });
+    TinyServer { url, hits }
+}
+
+async fn start_mock(config: ServerConfig) -> MockServer {
+    MockServer::start("127.0.0.1:0", config).await.unwrap()
+}
+
+async fn stat(server: &MockServer, key: &str) -> Value {
+    let body = reqwest::get(format!("{}/stats", server.url()))
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    serde_json::from_slice::<Value>(&body).unwrap()[key].clone()
+}
+
+fn source(name: &str, base: &str, priority: i32) -> SourceConfig {
+    SourceConfig {
+        name: name.into(),
+        protocol: Protocol::Openai,
+        base_url: format!("{base}/v1"),
+        model: format!("{name}-model"),
+        api_key_env: Some(format!("{}_KEY", name.to_uppercase())),
+        priority,
+        max_concurrent: None,
+    }
+}
+
+/// Every `*_KEY` variable is set; nothing else.
+fn fake_env(name: &str) -> Option<String> {
+    name.ends_with("_KEY")
+        .then(|| "sk-fake-key-never-log".to_owned())
+}
+
+fn fast() -> FallbackOptions {
+    FallbackOptions {
+        attempts_per_source: 2,
+        backoff_base: Duration::from_millis(10),
+        max_retry_after: Duration::from_secs(5),
+        cooldown_base: Duration::from_secs(60),
+        cooldown_max: Duration::from_secs(600),
+        ..FallbackOptions::default()
+    }
+}
+
+fn sources(configs: Vec<SourceConfig>, options: FallbackOptions) -> Sources {
+    Sources::from_config(configs, &fake_env, options).unwrap()
+}
+
+fn chat() -> ChatRequest {
+    ChatRequest {
+        model: String::new(),
+        messages: vec![Message::user("!text")],
+        tools: Vec::new(),
+        max_tokens: 256,
+        temperature: None,
+        stream: true,
+    }
+}
+
+fn text(events: &[StreamEvent]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            StreamEvent::TextDelta { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_500_source_falls_back_to_the_next_one() {
+    let failing = tiny(vec![error(500)]).await;
+    let mock = start_mock(ServerConfig::default()).await;
+    let set = sources(
+        vec![
+            source("second", &mock.url(), 0),
+            source("first", &failing.url, 10),
+        ],
+        fast(),
+    );
+    let (name, stream) = set.stream(&chat(), CancellationToken::new()).await.unwrap();
+    assert_eq!(name, "second");
+    let events = stream.collect().await.unwrap();
+    assert!(!text(&events).is_empty(), "{events:?}");
+    // The first source was retried once with backoff, then abandoned.
+    assert_eq!(failing.hits(), 2);
+    assert_eq!(stat(&mock, "requests").await, json!(1));
+    let health = set.health();
+    assert_eq!(health[0].name, "first");
+    assert_eq!(health[0].failures, 1);
+    assert!(health[0].cooling_down_for.is_some());
+    assert_eq!(health[1].failures, 0);
+
+    // While it cools down, the first source is skipped.
+    let (name, _) = set.stream(&chat(), CancellationToken::new()).await.unwrap();
+    assert_eq!(name, "second");
+    assert_eq!(failing.hits(), 2);
+}
+
+#[tokio::test]
+async fn a_500_then_ok_source_answers_on_retry() {
+    let flaky = tiny(vec![error(500), ok()]).await;
+    let set = sources(vec![source("only", &flaky.url, 0)], fast());
+    let (name, stream) = set.stream(&chat(), CancellationToken::new()).await.unwrap();
+    assert_eq!(name, "only");
+    assert_eq!(text(&stream.collect().await.unwrap()), "from tiny");
+    assert_eq!(flaky.hits(), 2);
+    assert_eq!(set.health()[0].failures, 0);
+}
+
+#[tokio::test]
+async fn a_401_source_is_disabled_named_and_not_touched_again() {
+    let refusing = tiny(vec![error(401)]).await;
+    let mock = start_mock(ServerConfig::default()).await;
+    let set = sources(
+        vec![
+            source("backup", &mock.url(), 0),
+            source("main", &refusing.url, 10),
+        ],
+        fast(),
+    );
+    let (name, _) = set.stream(&chat(), CancellationToken::new()).await.unwrap();
+    assert_eq!(name, "backup");
+    assert_eq!(refusing.hits(), 1, "a 401 is never retried");
+    let reason = set.health()[0].disabled.clone().unwrap();
+    assert!(
+        reason.contains("main") && reason.contains("MAIN_KEY"),
+        "{reason}"
+    );
+
+    let (name, _) = set.stream(&chat(), CancellationToken::new()).await.unwrap();
+    assert_eq!(name, "backup");
+    assert_eq!(refusing.hits(), 1, "a disabled source is not tried again");
+    assert_eq!(stat(&mock, "requests").await, json!(2));
+}
+
+#[tokio::test]
+async fn a_lone_401_source_is_a_disabled_error_naming_its_variable() {
+    let refusing = tiny(vec![error(403)]).await;
+    let set = sources(vec![source("main", &refusing.url, 0)], fast());
+    for _ in 0..2 {
+        let err = set
+            .stream(&chat(), CancellationToken::new())
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err,
+            FallbackError::Disabled {
+                source: "main".into(),
+                env_var: Some("MAIN_KEY".into())
+            }
+        );
+        assert!(err.to_string().contains("MAIN_KEY"), "{err}");
+    }
+    assert_eq!(refusing.hits(), 1);
+}
+
+#[tokio::test]
+async fn a_missing_key_variable_disables_the_source() {
+    let mock = start_mock(ServerConfig::default()).await;
+    let set = Sources::from_config(
+        vec![source("main", &mock.url(), 0)],
+        &|_: &str| None,
+        fast(),
+    )
+    .unwrap();
+    let err = set
+        .stream(&chat(), CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, FallbackError::Disabled { source, env_var }
+            if source == "main" && env_var.as_deref() == Some("MAIN_KEY")),
+        "{err:?}"
+    );
+    assert_eq!(stat(&mock, "requests").await, json!(0));
+}
+
+#[tokio::test]
+async fn retry_after_is_honoured() {
+    let mut limited = error(429);
+    limited.headers.push(("retry-after", "1".into()));
+    let server = tiny(vec![limited, ok()]).await;
+    let set = sources(vec![source("only", &server.url, 0)], fast());
+    let started = Instant::now();
+    let (_, stream) = set.stream(&chat(), CancellationToken::new()).await.unwrap();
+    let waited = started.elapsed();
+    assert_eq!(text(&stream.collect().await.unwrap()), "from tiny");
+    assert_eq!(server.hits(), 2);
+    assert!(
+        waited >= Duration::from_secs(1),
+        "retried after {waited:?}, before the server's Retry-After of 1 s"
+    );
+}
+
+#[tokio::test]
+async fn other_4xx_is_rejected_without_fallback() {
+    let bad = tiny(vec![error(400)]).await;
+    let mock = start_mock(ServerConfig::default()).await;
+    let set = sources(
+        vec![source("a", &bad.url, 1), source("b", &mock.url(), 0)],
+        fast(),
+    );
+    let err = set
+        .stream(&chat(), CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, FallbackError::Rejected { source, error: ProviderError::Status { status: 400, .. } } if source == "a"),
+        "{err:?}"
+    );
+    assert_eq!(bad.hits(), 1);
+    assert_eq!(stat(&mock, "requests").await, json!(0));
+}
+
+#[tokio::test]
+async fn an_empty_stream_is_retried_but_a_cut_after_content_is_not() {
+    let empty = Canned {
+        status: 200,
+        headers: vec![("content-type", "text/event-stream".into())],
+        body: String::new(),
+    };
+    let server = tiny(vec![empty, ok()]).await;
+    let set = sources(vec![source("only", &server.url, 0)], fast());
+    let (_, stream) = set.stream(&chat(), CancellationToken::new()).await.unwrap();
+    assert_eq!(text(&stream.collect().await.unwrap()), "from tiny");
+    assert_eq!(server.hits(), 2, "an empty body is retried");
+
+    // Content, then the body ends without [DONE]: the caller sees the
+    // content and then the error; nothing is retried behind its back.
+    let partial = Canned {
+        status: 200,
+        headers: vec![("content-type", "text/event-stream".into())],
+        body: OK_SSE.split("data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{},").next().unwrap().into(),
+    };
+    let server = tiny(vec![partial, ok()]).await;
+    let mock = start_mock(ServerConfig::default()).await;
+    let set = sources(
+        vec![source("a", &server.url, 1), source("b", &mock.url(), 0)],
+        fast(),
+    );
+    let (name, mut stream) = set.stream(&chat(), CancellationToken::new()).await.unwrap();
+    assert_eq!(name, "a");
+    let mut items = Vec::new();
+    while let Some(item) = stream.next().await {
+        items.push(item);
+    }
+    assert!(
+        matches!(items.last(), Some(Err(ProviderError::Cut { .. }))),
+        "{items:?}"
+    );
+    assert!(matches!(&items[0], Ok(StreamEvent::TextDelta { text }) if text == "from tiny"));
+    assert_eq!(server.hits(), 1);
+    assert_eq!(stat(&mock, "requests").await, json!(0));
+}
+
+#[tokio::test]
+async fn max_concurrent_holds_under_a_burst() {
+    let mock = start_mock(ServerConfig {
+        delay_ms: 50,
+        chunk_delay_ms: 20,
+        ..ServerConfig::default()
+    })
+    .await;
+    let mut config = source("mock", &mock.url(), 0);
+    config.max_concurrent = Some(2);
+    let set = Arc::new(sources(vec![config], fast()));
+    let burst: Vec<_> = (0..6)
+        .map(|_| {
+            let set = Arc::clone(&set);
+            tokio::spawn(async move {
+                let (_, stream) = set.stream(&chat(), CancellationToken::new()).await.unwrap();
+                stream.collect().await.unwrap()
+            })
+        })
+        .collect();
+    for task in burst {
+        assert!(!text(&task.await.unwrap()).is_empty());
+    }
+    assert_eq!(stat(&mock, "requests").await, json!(6));
+    let peak = stat(&mock, "peak_concurrent_requests")
+        .await
+        .as_u64()
+        .unwrap();
+    assert!(peak <= 2, "the mock saw {peak} requests at once");
+    assert_eq!(set.health()[0].in_flight, 0);
+}
+
+#[tokio::test]
+async fn a_single_source_in_cooldown_is_still_tried() {
+    let server = tiny(vec![error(503), error(503), ok()]).await;
+    let set = sources(vec![source("only", &server.url, 0)], fast());
+    let err = set
+        .stream(&chat(), CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, FallbackError::AllFailed { attempts } if attempts.len() == 1 && attempts[0].0 == "only"),
+        "{err:?}"
+    );
+    let health = set.health();
+    assert!(health[0].cooling_down_for.is_some(), "{health:?}");
+
+    let (name, stream) = set.stream(&chat(), CancellationToken::new()).await.unwrap();
+    assert_eq!(name, "only");
+    assert_eq!(text(&stream.collect().await.unwrap()), "from tiny");
+    assert_eq!(server.hits(), 3);
+    assert!(set.health()[0].cooling_down_for.is_none());
+}
+
+#[tokio::test]
+async fn order_is_priority_then_name() {
+    let set = sources(
+        vec![
+            source("zeta", "http://127.0.0.1:9", 0),
+            source("beta", "http://127.0.0.1:9", 5),
+            source("alpha", "http://127.0.0.1:9", 0),
+            source("omega", "http://127.0.0.1:9", 5),
+            source("low", "http://127.0.0.1:9", -3),
+        ],
+        fast(),
+    );
+    assert_eq!(set.names(), ["beta", "omega", "alpha", "zeta", "low"]);
+}
+
+#[tokio::test]
+async fn no_sources_is_an_error() {
+    let set = sources(Vec::new(), fast());
+    assert_eq!(
+        set.stream(&chat(), CancellationToken::new())
+            .await
+            .unwrap_err(),
+        FallbackError::NoSources
+    );
+}
+
+#[tokio::test]
+async fn cancellation_stops_the_backoff() {
+    let mut limited = error(429);
+    limited.headers.push(("retry-after", "5".into()));
+    let server = tiny(vec![limited]).await;
+    let set = sources(vec![source("only", &server.url, 0)], fast());
+    let cancel = CancellationToken::new();
+    let trigger = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        trigger.cancel();
+    });
+    let err = set.stream(&chat(), cancel).await.unwrap_err();
+    assert_eq!(err, FallbackError::Cancelled);
+}
+
+#[test]
+fn environment_discovery_uses_conventional_variables() {
+    let vars: HashMap<&str, &str> = [
+        ("OPENAI_API_KEY", "sk-openai-secret"),
+        ("OPENAI_BASE_URL", "https://llm.example/v1"),
+        ("GEMINI_API_KEY", "gm-secret"),
+        ("OLLAMA_HOST", "127.0.0.1:11434"),
+    ]
+    .into_iter()
+    .collect();
+    let env = |name: &str| vars.get(name).map(|v| (*v).to_owned());
+    let set = Sources::from_environment(&env, FallbackOptions::default()).unwrap();
+    let health = set.health();
+    let got: Vec<(&str, Protocol, &str, &str)> = health
+        .iter()
+        .map(|h| {
+            (
+                h.name.as_str(),
+                h.protocol,
+                h.base_url.as_str(),
+                h.model.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (
+                "gemini",
+                Protocol::Gemini,
+                "https://generativelanguage.googleapis.com",
+                homeagent_llm::source::DEFAULT_GEMINI_MODEL
+            ),
+            (
+                "ollama",
+                Protocol::Ollama,
+                "http://127.0.0.1:11434",
+                homeagent_llm::source::DEFAULT_OLLAMA_MODEL
+            ),
+            (
+                "openai",
+                Protocol::Openai,
+                "https://llm.example/v1",
+                homeagent_llm::source::DEFAULT_OPENAI_MODEL
+            ),
+        ]
+    );
+    assert!(health.iter().all(|h| h.disabled.is_none()));
+    let debug = format!("{set:?}");
+    assert!(!debug.contains("secret"), "Debug leaks a key: {debug}");
+
+    // HOMEAGENT_MODEL overrides the default model; defaults otherwise.
+    let env = |name: &str| match name {
+        "ANTHROPIC_API_KEY" => Some("ak".to_owned()),
+        "HOMEAGENT_MODEL" => Some("my-model".to_owned()),
+        _ => None,
+    };
+    let set = Sources::from_environment(&env, FallbackOptions::default()).unwrap();
+    let health = set.health();
+    assert_eq!(health.len(), 1);
+    assert_eq!(health[0].name, "anthropic");
+    assert_eq!(health[0].base_url, "https://api.anthropic.com");
+    assert_eq!(health[0].model, "my-model");
+    assert_eq!(health[0].protocol, Protocol::Anthropic);
+
+    let none = Sources::from_environment(&|_: &str| None, FallbackOptions::default()).unwrap();
+    assert!(none.is_empty());
+}
+
+#[test]
+fn unknown_config_keys_are_rejected_by_name() {
+    let err = serde_json::from_value::<SourceConfig>(json!({
+        "name": "x", "protocol": "openai", "base_url": "http://h/v1", "model": "m",
+        "api_key": "sk-inline"
+    }))
+    .unwrap_err();
+    assert!(err.to_string().contains("api_key"), "{err}");
+
+    let config: SourceConfig = serde_json::from_value(json!({
+        "name": "x", "protocol": "anthropic", "base_url": "http://h", "model": "m",
+        "api_key_env": "X_KEY", "priority": 3, "max_concurrent": 4
+    }))
+    .unwrap();
+    assert_eq!(config.priority, 3);
+    assert_eq!(config.max_concurrent, Some(4));
+    assert_eq!(config.protocol, Protocol::Anthropic);
+}
