@@ -28,6 +28,33 @@ pub enum Command {
     /// !truncate, !badjson, !text, !calls [...], !err or !hang in the user
     /// message; GET /stats shows the counters. Stops on Ctrl-C.
     MockLlm(MockLlmArgs),
+    /// Work with Lua provider adapters.
+    #[command(subcommand)]
+    Adapter(AdapterCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AdapterCommand {
+    /// Feed a standard stream of two interleaved tool calls, and one of text
+    /// only, through an adapter (with the OpenAI fallback switched off) and
+    /// say whether both calls come out intact, naming the problem otherwise.
+    /// Exits non-zero when a check fails.
+    Check(AdapterCheckArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct AdapterCheckArgs {
+    /// The adapter file, e.g. adapters/myprovider.lua.
+    pub file: std::path::PathBuf,
+    /// The wire the adapter reads: the standard streams are written in it.
+    #[arg(long, value_enum, default_value_t = CheckWireArg::Openai)]
+    pub wire: CheckWireArg,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CheckWireArg {
+    Openai,
+    Anthropic,
 }
 
 #[derive(Debug, Args)]

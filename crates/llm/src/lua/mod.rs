@@ -29,6 +29,7 @@ use homeagent_core::StreamEvent;
 use mlua::chunk::ChunkMode;
 use mlua::{Function, Lua, Table, Value};
 
+pub mod check;
 mod codec;
 mod output;
 mod sandbox;
