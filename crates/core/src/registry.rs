@@ -86,7 +86,9 @@ struct Entry {
 /// (an MCP server announcing new tools).
 #[derive(Default)]
 pub struct Registry {
-    tools: RwLock<BTreeMap<String, Entry>>,
+    /// Shared so a pending parent call can read the names lazily, only if
+    /// it ends in not-found and a hint is needed.
+    tools: Arc<RwLock<BTreeMap<String, Entry>>>,
     parent: Option<Arc<dyn ToolSource>>,
 }
 
@@ -98,7 +100,7 @@ impl Registry {
     /// A registry whose misses fall back to `parent`.
     pub fn with_parent(parent: Arc<dyn ToolSource>) -> Self {
         Registry {
-            tools: RwLock::default(),
+            tools: Arc::default(),
             parent: Some(parent),
         }
     }
@@ -136,12 +138,10 @@ impl Registry {
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Entry>> {
-        // A panic while holding the lock cannot leave the map half-updated
-        // (every write is a single insert or remove), so a poisoned lock is
-        // still safe to use.
-        self.tools.read().unwrap_or_else(|e| e.into_inner())
+        lock_read(&self.tools)
     }
 
+    /// Poisoning is ignored for the same reason as in [`lock_read`].
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, Entry>> {
         self.tools.write().unwrap_or_else(|e| e.into_inner())
     }
@@ -173,15 +173,33 @@ impl ToolSource for Registry {
         if let Some(handler) = handler {
             return handler.call(ctx);
         }
-        let known: Vec<String> = self.definitions().iter().map(|d| d.name.clone()).collect();
         let name = name.to_owned();
         match &self.parent {
-            None => Box::pin(async move { Err(not_found(&name, &known)) }),
+            None => {
+                let known = self
+                    .definitions()
+                    .iter()
+                    .map(|d| d.name.clone())
+                    .collect::<Vec<_>>();
+                Box::pin(async move { Err(not_found(&name, &known)) })
+            }
             Some(parent) => {
+                // A child agent calls its parent's tools all the time: the
+                // list of names for the hint is built only on a real miss.
                 let from_parent = parent.invoke(&name, ctx);
+                let parent = parent.clone();
+                let own = self.tools.clone();
                 Box::pin(async move {
                     match from_parent.await {
                         Err(e) if e.reason == ErrorReason::NotFound => {
+                            let mut known: Vec<String> = parent
+                                .definitions()
+                                .iter()
+                                .map(|d| d.name.clone())
+                                .collect();
+                            known.extend(lock_read(&own).keys().cloned());
+                            known.sort();
+                            known.dedup();
                             Err(not_found(&name, &known))
                         }
                         other => other,
@@ -231,4 +249,13 @@ pub fn closest_names(name: &str, available: &[String], limit: usize) -> Vec<Stri
         .take(limit)
         .map(|(_, n)| n.clone())
         .collect()
+}
+
+/// Reads the tool map. A panic while the lock was held cannot leave the map
+/// half-updated (every write is a single insert or remove), so a poisoned
+/// lock is still safe to read.
+fn lock_read(
+    tools: &RwLock<BTreeMap<String, Entry>>,
+) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, Entry>> {
+    tools.read().unwrap_or_else(|e| e.into_inner())
 }
