@@ -25,6 +25,7 @@ pub use error::CodecError;
 pub use lua::{AdapterError, LuaAdapter, LuaCodec};
 pub use request::{ChatRequest, ToolSpec};
 pub use source::{
-    FallbackError, FallbackOptions, SourceConfig, SourceHealth, SourceStream, Sources,
+    FallbackError, FallbackOptions, LocalModel, SourceConfig, SourceHealth, SourceProtocol,
+    SourceSetup, SourceStream, Sources,
 };
 pub use transport::{EventStream, HttpProvider, Options, ProviderError, SetupError};

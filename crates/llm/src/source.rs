@@ -23,6 +23,7 @@
 //! logged; `Debug` of every type here redacts them.
 
 use std::collections::BTreeSet;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -35,28 +36,140 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::codec::{Endpoint, Protocol};
+use crate::lua::{LuaAdapter, LuaCodec};
 use crate::request::ChatRequest;
 use crate::transport::{EventStream, HttpProvider, Options, ProviderError, SetupError};
 
-/// One model source as configured.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// How a source is reached: one of the four native wires, a Lua adapter
+/// over HTTP, or the in-process demo model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum SourceProtocol {
+    /// OpenAI Chat Completions and every server compatible with it.
+    Openai,
+    /// Anthropic Messages.
+    Anthropic,
+    /// Google Gemini.
+    Gemini,
+    /// Ollama's native `/api/chat`.
+    Ollama,
+    /// A Lua adapter (`adapter`) over HTTP.
+    Lua,
+    /// The offline demo model, answering in-process.
+    Demo,
+}
+
+impl SourceProtocol {
+    /// The native wire this protocol speaks, when it is one of the four.
+    pub fn wire(self) -> Option<Protocol> {
+        match self {
+            SourceProtocol::Openai => Some(Protocol::Openai),
+            SourceProtocol::Anthropic => Some(Protocol::Anthropic),
+            SourceProtocol::Gemini => Some(Protocol::Gemini),
+            SourceProtocol::Ollama => Some(Protocol::Ollama),
+            SourceProtocol::Lua | SourceProtocol::Demo => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceProtocol::Openai => "openai",
+            SourceProtocol::Anthropic => "anthropic",
+            SourceProtocol::Gemini => "gemini",
+            SourceProtocol::Ollama => "ollama",
+            SourceProtocol::Lua => "lua",
+            SourceProtocol::Demo => "demo",
+        }
+    }
+}
+
+impl From<Protocol> for SourceProtocol {
+    fn from(protocol: Protocol) -> Self {
+        match protocol {
+            Protocol::Openai => SourceProtocol::Openai,
+            Protocol::Anthropic => SourceProtocol::Anthropic,
+            Protocol::Gemini => SourceProtocol::Gemini,
+            Protocol::Ollama => SourceProtocol::Ollama,
+        }
+    }
+}
+
+/// The model name a `demo` source sends when its config names none.
+pub const DEMO_MODEL: &str = "demo";
+
+/// One model source as configured (`[[llm.sources]]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SourceConfig {
+    /// A unique name; logs, status and errors use it.
     pub name: String,
-    pub protocol: Protocol,
-    /// Each SDK's convention: OpenAI-compatible with `/v1`, the others
-    /// without a version path.
-    pub base_url: String,
-    pub model: String,
+    /// openai | anthropic | gemini | ollama | lua | demo
+    pub protocol: SourceProtocol,
+    /// Each provider's own SDK convention: OpenAI-compatible with `/v1`,
+    /// Anthropic, Gemini and Ollama without a version path. Required except
+    /// for `demo`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    /// The model to ask for. Required except for `demo`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
     /// The environment variable holding the API key (never the key itself).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key_env: Option<String>,
-    /// Higher first.
+    /// Sources are tried highest priority first, then by name.
     #[serde(default)]
     pub priority: i32,
     /// At most this many requests in flight at this source.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_concurrent: Option<usize>,
+    /// For `protocol = "lua"`: an adapter name (looked up in the adapter
+    /// directory, then among the bundled `openai` and `anthropic`) or the
+    /// path of a `.lua` file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapter: Option<String>,
+}
+
+impl SourceConfig {
+    /// A source with only its name and protocol set; fill in the rest with
+    /// struct update syntax.
+    pub fn new(name: impl Into<String>, protocol: SourceProtocol) -> Self {
+        SourceConfig {
+            name: name.into(),
+            protocol,
+            base_url: None,
+            model: None,
+            api_key_env: None,
+            priority: 0,
+            max_concurrent: None,
+            adapter: None,
+        }
+    }
+}
+
+/// A model that answers in-process, for `protocol = "demo"` sources: the
+/// offline demo model. It receives the request with the source's model
+/// name filled in and returns the whole response as events.
+pub trait LocalModel: Send + Sync + 'static {
+    fn respond(&self, request: &ChatRequest) -> Result<Vec<StreamEvent>, ProviderError>;
+}
+
+/// What building sources needs besides their configs.
+#[derive(Clone, Default)]
+pub struct SourceSetup {
+    /// Where user adapters live; `<dir>/<name>.lua` overrides the bundled
+    /// adapter of that name.
+    pub adapter_dir: Option<PathBuf>,
+    /// The model that answers for `demo` sources.
+    pub local_model: Option<Arc<dyn LocalModel>>,
+}
+
+impl std::fmt::Debug for SourceSetup {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SourceSetup")
+            .field("adapter_dir", &self.adapter_dir)
+            .field("local_model", &self.local_model.is_some())
+            .finish()
+    }
 }
 
 /// Retry, backoff and cooldown settings, plus the transport's [`Options`].
@@ -185,7 +298,7 @@ fn disabled_reason(source: &str, env_var: Option<&str>) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SourceHealth {
     pub name: String,
-    pub protocol: Protocol,
+    pub protocol: SourceProtocol,
     pub model: String,
     pub base_url: String,
     /// Why the source is disabled, when it is.
@@ -210,7 +323,8 @@ struct Source {
     model: String,
     api_key_env: Option<String>,
     priority: i32,
-    provider: HttpProvider,
+    protocol: SourceProtocol,
+    backend: Backend,
     permits: Option<Arc<Semaphore>>,
     in_flight: Arc<AtomicUsize>,
     state: Mutex<SourceState>,
@@ -224,8 +338,44 @@ impl std::fmt::Debug for Source {
             .field("model", &self.model)
             .field("api_key_env", &self.api_key_env)
             .field("priority", &self.priority)
-            .field("provider", &self.provider)
+            .field("backend", &self.backend)
             .finish_non_exhaustive()
+    }
+}
+
+/// Where a source's answers come from.
+enum Backend {
+    Http(HttpProvider),
+    Local(Arc<dyn LocalModel>),
+}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            // HttpProvider's Debug redacts the key.
+            Backend::Http(provider) => provider.fmt(f),
+            Backend::Local(_) => f.write_str("LocalModel"),
+        }
+    }
+}
+
+impl Backend {
+    async fn stream(
+        &self,
+        request: &ChatRequest,
+        cancel: CancellationToken,
+    ) -> Result<EventStream, ProviderError> {
+        match self {
+            Backend::Http(provider) => provider.stream(request, cancel).await,
+            Backend::Local(model) => model.respond(request).map(EventStream::from_events),
+        }
+    }
+
+    fn base_url(&self) -> &str {
+        match self {
+            Backend::Http(provider) => &provider.endpoint().base_url,
+            Backend::Local(_) => "in-process",
+        }
     }
 }
 
@@ -281,11 +431,14 @@ enum Outcome {
 impl Sources {
     /// Sources from configuration; keys are read through `env` from each
     /// source's `api_key_env`. A source whose key variable is unset is kept
-    /// but disabled, with a reason naming the variable.
-    pub fn from_config(
+    /// but disabled, with a reason naming the variable. `lua` sources find
+    /// their adapter through `setup.adapter_dir`; `demo` sources need
+    /// `setup.local_model`.
+    pub fn build(
         configs: Vec<SourceConfig>,
         env: &impl Fn(&str) -> Option<String>,
         options: FallbackOptions,
+        setup: &SourceSetup,
     ) -> Result<Sources, SetupError> {
         let mut sources = Vec::with_capacity(configs.len());
         for config in configs {
@@ -298,20 +451,14 @@ impl Sources {
                 )),
                 _ => None,
             };
-            let provider = HttpProvider::new(
-                config.protocol,
-                Endpoint {
-                    base_url: config.base_url,
-                    api_key,
-                },
-                options.transport.clone(),
-            )?;
+            let (backend, model) = build_backend(&config, api_key, &options, setup)?;
             sources.push(Source {
                 name: config.name,
-                model: config.model,
+                model,
                 api_key_env: config.api_key_env,
                 priority: config.priority,
-                provider,
+                protocol: config.protocol,
+                backend,
                 permits: config
                     .max_concurrent
                     .map(|n| Arc::new(Semaphore::new(n.max(1)))),
@@ -324,6 +471,15 @@ impl Sources {
         }
         sources.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.name.cmp(&b.name)));
         Ok(Sources { sources, options })
+    }
+
+    /// [`Sources::build`] without an adapter directory or a local model.
+    pub fn from_config(
+        configs: Vec<SourceConfig>,
+        env: &impl Fn(&str) -> Option<String>,
+        options: FallbackOptions,
+    ) -> Result<Sources, SetupError> {
+        Self::build(configs, env, options, &SourceSetup::default())
     }
 
     /// Sources found through the conventional environment variables:
@@ -356,9 +512,9 @@ impl Sources {
                 let state = source.state();
                 SourceHealth {
                     name: source.name.clone(),
-                    protocol: source.provider.protocol(),
+                    protocol: source.protocol,
                     model: source.model.clone(),
-                    base_url: source.provider.endpoint().base_url.clone(),
+                    base_url: source.backend.base_url().to_owned(),
                     disabled: state.disabled.clone(),
                     cooling_down_for: state
                         .cooldown_until
@@ -470,7 +626,7 @@ impl Sources {
                     () = tokio::time::sleep(wait) => {}
                 }
             }
-            let error = match source.provider.stream(&request, cancel.clone()).await {
+            let error = match source.backend.stream(&request, cancel.clone()).await {
                 Ok(mut stream) => match stream.next().await {
                     Some(Ok(first)) => {
                         source.succeeded();
@@ -585,7 +741,9 @@ pub const DEFAULT_ANTHROPIC_MODEL: &str = "claude-sonnet-4-5";
 pub const DEFAULT_GEMINI_MODEL: &str = "gemini-2.5-flash";
 pub const DEFAULT_OLLAMA_MODEL: &str = "llama3.2";
 
-fn environment_configs(env: &impl Fn(&str) -> Option<String>) -> Vec<SourceConfig> {
+/// The sources the conventional environment variables describe (see
+/// [`Sources::from_environment`]); empty when none is set.
+pub fn environment_configs(env: &impl Fn(&str) -> Option<String>) -> Vec<SourceConfig> {
     let set = |name: &str| env(name).filter(|v| !v.trim().is_empty());
     let chosen = set("HOMEAGENT_MODEL");
     let model = |default: &str| chosen.clone().unwrap_or_else(|| default.to_owned());
@@ -593,33 +751,30 @@ fn environment_configs(env: &impl Fn(&str) -> Option<String>) -> Vec<SourceConfi
     let mut keyed = |name: &str, protocol, base_url: String, default_model: &str, var: &str| {
         if set(var).is_some() {
             configs.push(SourceConfig {
-                name: name.into(),
-                protocol,
-                base_url,
-                model: model(default_model),
+                base_url: Some(base_url),
+                model: Some(model(default_model)),
                 api_key_env: Some(var.into()),
-                priority: 0,
-                max_concurrent: None,
+                ..SourceConfig::new(name, protocol)
             });
         }
     };
     keyed(
         "openai",
-        Protocol::Openai,
+        SourceProtocol::Openai,
         set("OPENAI_BASE_URL").unwrap_or_else(|| "https://api.openai.com/v1".into()),
         DEFAULT_OPENAI_MODEL,
         "OPENAI_API_KEY",
     );
     keyed(
         "anthropic",
-        Protocol::Anthropic,
+        SourceProtocol::Anthropic,
         "https://api.anthropic.com".into(),
         DEFAULT_ANTHROPIC_MODEL,
         "ANTHROPIC_API_KEY",
     );
     keyed(
         "gemini",
-        Protocol::Gemini,
+        SourceProtocol::Gemini,
         "https://generativelanguage.googleapis.com".into(),
         DEFAULT_GEMINI_MODEL,
         "GEMINI_API_KEY",
@@ -632,14 +787,82 @@ fn environment_configs(env: &impl Fn(&str) -> Option<String>) -> Vec<SourceConfi
             format!("http://{host}")
         };
         configs.push(SourceConfig {
-            name: "ollama".into(),
-            protocol: Protocol::Ollama,
-            base_url,
-            model: model(DEFAULT_OLLAMA_MODEL),
-            api_key_env: None,
-            priority: 0,
-            max_concurrent: None,
+            base_url: Some(base_url),
+            model: Some(model(DEFAULT_OLLAMA_MODEL)),
+            ..SourceConfig::new("ollama", SourceProtocol::Ollama)
         });
     }
     configs
+}
+
+/// The backend of one configured source, and the model name it sends.
+fn build_backend(
+    config: &SourceConfig,
+    api_key: Option<String>,
+    options: &FallbackOptions,
+    setup: &SourceSetup,
+) -> Result<(Backend, String), SetupError> {
+    let invalid = |key: &'static str, detail: &str| SetupError::Invalid {
+        source_name: config.name.clone(),
+        key,
+        detail: detail.to_owned(),
+    };
+    if config.protocol == SourceProtocol::Demo {
+        let model = setup
+            .local_model
+            .clone()
+            .ok_or_else(|| SetupError::NoLocalModel {
+                source_name: config.name.clone(),
+            })?;
+        let name = config
+            .model
+            .clone()
+            .unwrap_or_else(|| DEMO_MODEL.to_owned());
+        return Ok((Backend::Local(model), name));
+    }
+    let base_url = config
+        .base_url
+        .clone()
+        .filter(|url| !url.trim().is_empty())
+        .ok_or_else(|| {
+            invalid(
+                "base_url",
+                "is required for this protocol (the server's URL)",
+            )
+        })?;
+    let model = config
+        .model
+        .clone()
+        .filter(|model| !model.trim().is_empty())
+        .ok_or_else(|| {
+            invalid(
+                "model",
+                "is required for this protocol (the model to ask for)",
+            )
+        })?;
+    let endpoint = Endpoint { base_url, api_key };
+    let provider = match config.protocol.wire() {
+        Some(wire) => HttpProvider::new(wire, endpoint, options.transport.clone())?,
+        None => {
+            let spec = config.adapter.as_deref().ok_or_else(|| {
+                invalid(
+                    "adapter",
+                    "is required for protocol `lua` (an adapter name or a .lua file's path)",
+                )
+            })?;
+            let adapter =
+                LuaAdapter::resolve(spec, setup.adapter_dir.as_deref()).map_err(|error| {
+                    SetupError::Adapter {
+                        source_name: config.name.clone(),
+                        error,
+                    }
+                })?;
+            HttpProvider::with_codec(
+                Box::new(LuaCodec::new(Arc::new(adapter))),
+                endpoint,
+                options.transport.clone(),
+            )?
+        }
+    };
+    Ok((Backend::Http(provider), model))
 }

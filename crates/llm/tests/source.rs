@@ -14,7 +14,8 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use homeagent_core::{CancellationToken, Message, StreamEvent};
 use homeagent_llm::{
-    ChatRequest, FallbackError, FallbackOptions, Protocol, ProviderError, SourceConfig, Sources,
+    ChatRequest, FallbackError, FallbackOptions, ProviderError, SourceConfig, SourceProtocol,
+    Sources,
 };
 use homeagent_mock_llm::{MockServer, ServerConfig};
 use serde_json::{Value, json};
@@ -106,13 +107,11 @@ async fn stat(server: &MockServer, key: &str) -> Value {
 
 fn source(name: &str, base: &str, priority: i32) -> SourceConfig {
     SourceConfig {
-        name: name.into(),
-        protocol: Protocol::Openai,
-        base_url: format!("{base}/v1"),
-        model: format!("{name}-model"),
+        base_url: Some(format!("{base}/v1")),
+        model: Some(format!("{name}-model")),
         api_key_env: Some(format!("{}_KEY", name.to_uppercase())),
         priority,
-        max_concurrent: None,
+        ..SourceConfig::new(name, SourceProtocol::Openai)
     }
 }
 
@@ -454,7 +453,7 @@ fn environment_discovery_uses_conventional_variables() {
     let env = |name: &str| vars.get(name).map(|v| (*v).to_owned());
     let set = Sources::from_environment(&env, FallbackOptions::default()).unwrap();
     let health = set.health();
-    let got: Vec<(&str, Protocol, &str, &str)> = health
+    let got: Vec<(&str, SourceProtocol, &str, &str)> = health
         .iter()
         .map(|h| {
             (
@@ -470,19 +469,19 @@ fn environment_discovery_uses_conventional_variables() {
         [
             (
                 "gemini",
-                Protocol::Gemini,
+                SourceProtocol::Gemini,
                 "https://generativelanguage.googleapis.com",
                 homeagent_llm::source::DEFAULT_GEMINI_MODEL
             ),
             (
                 "ollama",
-                Protocol::Ollama,
+                SourceProtocol::Ollama,
                 "http://127.0.0.1:11434",
                 homeagent_llm::source::DEFAULT_OLLAMA_MODEL
             ),
             (
                 "openai",
-                Protocol::Openai,
+                SourceProtocol::Openai,
                 "https://llm.example/v1",
                 homeagent_llm::source::DEFAULT_OPENAI_MODEL
             ),
@@ -504,7 +503,7 @@ fn environment_discovery_uses_conventional_variables() {
     assert_eq!(health[0].name, "anthropic");
     assert_eq!(health[0].base_url, "https://api.anthropic.com");
     assert_eq!(health[0].model, "my-model");
-    assert_eq!(health[0].protocol, Protocol::Anthropic);
+    assert_eq!(health[0].protocol, SourceProtocol::Anthropic);
 
     let none = Sources::from_environment(&|_: &str| None, FallbackOptions::default()).unwrap();
     assert!(none.is_empty());
@@ -526,5 +525,46 @@ fn unknown_config_keys_are_rejected_by_name() {
     .unwrap();
     assert_eq!(config.priority, 3);
     assert_eq!(config.max_concurrent, Some(4));
-    assert_eq!(config.protocol, Protocol::Anthropic);
+    assert_eq!(config.protocol, SourceProtocol::Anthropic);
+}
+
+#[tokio::test]
+async fn a_silent_source_is_cut_by_the_idle_timeout_and_the_next_one_answers() {
+    // The mock's `!hang` sends its headers and a first chunk without
+    // content, then stalls: silence before any content, so the source is
+    // retried and then left for the next one.
+    let hanging = start_mock(ServerConfig::default()).await;
+    let backup = tiny(vec![ok()]).await;
+    let idle = Duration::from_millis(250);
+    let options = FallbackOptions {
+        transport: homeagent_llm::Options {
+            stream_idle_timeout: idle,
+            ..homeagent_llm::Options::default()
+        },
+        ..fast()
+    };
+    let set = sources(
+        vec![
+            source("silent", &hanging.url(), 10),
+            source("backup", &backup.url, 0),
+        ],
+        options,
+    );
+    let mut request = chat();
+    request.messages = vec![Message::user("!hang")];
+    let started = Instant::now();
+    let (name, stream) = set
+        .stream(&request, CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(name, "backup");
+    assert_eq!(text(&stream.collect().await.unwrap()), "from tiny");
+    // Both tries at the silent source waited out the idle timeout.
+    assert!(started.elapsed() >= idle * 2, "{:?}", started.elapsed());
+    assert_eq!(stat(&hanging, "hangs").await, json!(2));
+    assert_eq!(backup.hits(), 1);
+    let health = set.health();
+    let silent = health.iter().find(|h| h.name == "silent").unwrap();
+    assert_eq!(silent.failures, 1);
+    assert!(silent.cooling_down_for.is_some());
 }

@@ -56,6 +56,17 @@ pub fn bundled_source(name: &str) -> Option<&'static str> {
 pub enum AdapterError {
     #[error("cannot read adapter {file}: {detail}")]
     Read { file: String, detail: String },
+    /// An adapter named (not given as a path) exists neither in the user's
+    /// adapter directory nor among the bundled ones.
+    #[error(
+        "no adapter named `{name}`: looked for {searched} and among the bundled adapters \
+         ({bundled}); give an adapter's path, or put {name}.lua in the adapter directory"
+    )]
+    NotFound {
+        name: String,
+        searched: String,
+        bundled: String,
+    },
     #[error("adapter {file} failed to load: {detail}")]
     Load { file: String, detail: String },
     #[error("adapter {file} has no `{function}` function (it is required)")]
@@ -131,6 +142,40 @@ impl LuaAdapter {
             detail: e.to_string(),
         })?;
         Self::from_source(&file, &source)
+    }
+
+    /// Finds and loads the adapter a source names.
+    ///
+    /// `spec` is either a path (it contains a path separator or ends in
+    /// `.lua`), loaded as given, or a name: `<adapter_dir>/<name>.lua` when
+    /// that file exists — so a user's adapter overrides a bundled one of the
+    /// same name — and otherwise the bundled adapter of that name.
+    pub fn resolve(spec: &str, adapter_dir: Option<&Path>) -> Result<Self, AdapterError> {
+        let is_path = spec.ends_with(".lua") || spec.contains('/') || spec.contains('\\');
+        if is_path {
+            return Self::load(Path::new(spec));
+        }
+        if let Some(dir) = adapter_dir {
+            let candidate = dir.join(format!("{spec}.lua"));
+            if candidate.is_file() {
+                return Self::load(&candidate);
+            }
+        }
+        match Self::bundled(spec) {
+            Some(adapter) => adapter,
+            None => Err(AdapterError::NotFound {
+                name: spec.to_owned(),
+                searched: match adapter_dir {
+                    Some(dir) => dir.join(format!("{spec}.lua")).display().to_string(),
+                    None => "no adapter directory (none configured)".to_owned(),
+                },
+                bundled: BUNDLED
+                    .iter()
+                    .map(|(name, _)| *name)
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            }),
+        }
     }
 
     /// Loads a bundled adapter (`openai`, `anthropic`).

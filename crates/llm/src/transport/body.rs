@@ -20,6 +20,13 @@ impl std::fmt::Debug for EventStream {
 }
 
 impl EventStream {
+    /// A stream of events that are already at hand (an in-process model).
+    pub fn from_events(events: Vec<StreamEvent>) -> Self {
+        EventStream {
+            inner: Box::pin(futures_util::stream::iter(events.into_iter().map(Ok))),
+        }
+    }
+
     /// The next event, the error that ended the stream, or `None` at its end.
     pub async fn next(&mut self) -> Option<Result<StreamEvent, ProviderError>> {
         futures_util::StreamExt::next(&mut self.inner).await

@@ -83,4 +83,26 @@ pub enum SetupError {
     /// could be found on the system and none was configured).
     #[error("cannot build the HTTP client: {detail}")]
     Client { detail: String },
+    /// A source's configuration lacks a key its protocol needs, or holds a
+    /// value it cannot use.
+    #[error("model source {source_name}: `{key}` {detail}")]
+    Invalid {
+        source_name: String,
+        key: &'static str,
+        detail: String,
+    },
+    /// A `lua` source's adapter could not be found or loaded.
+    #[error("model source {source_name}: {error}")]
+    Adapter {
+        source_name: String,
+        #[source]
+        error: crate::lua::AdapterError,
+    },
+    /// A `demo` source was configured, but no in-process model was given to
+    /// answer for it (only the `homeagent` program provides one).
+    #[error(
+        "model source {source_name} uses protocol `demo`, but no offline demo model is \
+         available here; use another protocol for this source"
+    )]
+    NoLocalModel { source_name: String },
 }

@@ -1,0 +1,315 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a test failure
+
+//! Source kinds beyond the four native wires: `lua` (an adapter found in
+//! the user's adapter directory before the bundled ones) and `demo` (a
+//! model answering in-process), and the setup errors that name what to fix.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use homeagent_core::{CancellationToken, Message, StreamAssembler, StreamEvent, ToolCallFragment};
+use homeagent_llm::{
+    ChatRequest, FallbackOptions, LocalModel, ProviderError, SetupError, SourceConfig,
+    SourceProtocol, SourceSetup, Sources,
+};
+use homeagent_mock_llm::{MockServer, ServerConfig};
+use serde_json::json;
+
+fn chat(text: &str) -> ChatRequest {
+    ChatRequest {
+        model: String::new(),
+        messages: vec![Message::user(text)],
+        tools: Vec::new(),
+        max_tokens: 256,
+        temperature: None,
+        stream: true,
+    }
+}
+
+fn no_env(_: &str) -> Option<String> {
+    None
+}
+
+/// A unique, empty directory under the system temp dir.
+fn temp_dir(tag: &str) -> PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "homeagent-source-setup-{tag}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::SeqCst)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A model that answers every request with one text and one call, and
+/// counts the requests it saw (and the model name they carried).
+#[derive(Default)]
+struct Scripted {
+    requests: AtomicUsize,
+    models: std::sync::Mutex<Vec<String>>,
+}
+
+impl LocalModel for Scripted {
+    fn respond(&self, request: &ChatRequest) -> Result<Vec<StreamEvent>, ProviderError> {
+        self.requests.fetch_add(1, Ordering::SeqCst);
+        self.models.lock().unwrap().push(request.model.clone());
+        Ok(vec![
+            StreamEvent::TextDelta {
+                text: "scripted ".into(),
+            },
+            StreamEvent::ToolCall(ToolCallFragment {
+                stream_index: Some(0),
+                id: Some("call_local_1".into()),
+                name: Some("demo_echo".into()),
+                raw_arguments: "{\"x\":".into(),
+            }),
+            StreamEvent::ToolCall(ToolCallFragment {
+                stream_index: Some(0),
+                id: None,
+                name: None,
+                raw_arguments: "1}".into(),
+            }),
+            StreamEvent::Finish {
+                reason: "tool_calls".into(),
+            },
+        ])
+    }
+}
+
+async fn collect(set: &Sources, text: &str) -> (String, homeagent_core::AssembledTurn) {
+    let (name, stream) = set
+        .stream(&chat(text), CancellationToken::new())
+        .await
+        .unwrap();
+    let mut assembler = StreamAssembler::new();
+    for event in stream.collect().await.unwrap() {
+        assembler.push(event);
+    }
+    (name, assembler.finish())
+}
+
+#[tokio::test]
+async fn a_demo_source_answers_from_the_local_model() {
+    let model = Arc::new(Scripted::default());
+    let setup = SourceSetup {
+        local_model: Some(Arc::clone(&model) as Arc<dyn LocalModel>),
+        ..SourceSetup::default()
+    };
+    let set = Sources::build(
+        vec![SourceConfig::new("offline", SourceProtocol::Demo)],
+        &no_env,
+        FallbackOptions::default(),
+        &setup,
+    )
+    .unwrap();
+    let (name, turn) = collect(&set, "hello").await;
+    assert_eq!(name, "offline");
+    assert_eq!(turn.text, "scripted ");
+    assert_eq!(turn.calls.len(), 1);
+    assert_eq!(turn.calls[0].call.id, "call_local_1");
+    assert_eq!(turn.calls[0].call.name, "demo_echo");
+    assert_eq!(turn.calls[0].call.arguments, json!({"x": 1}));
+    assert_eq!(model.requests.load(Ordering::SeqCst), 1);
+    // A demo source without a model name is sent the name "demo".
+    assert_eq!(*model.models.lock().unwrap(), ["demo"]);
+    let health = set.health();
+    assert_eq!(health[0].protocol, SourceProtocol::Demo);
+    assert_eq!(health[0].model, "demo");
+}
+
+#[test]
+fn a_demo_source_without_a_local_model_is_a_setup_error() {
+    let err = Sources::build(
+        vec![SourceConfig::new("offline", SourceProtocol::Demo)],
+        &no_env,
+        FallbackOptions::default(),
+        &SourceSetup::default(),
+    )
+    .unwrap_err();
+    assert_eq!(
+        err,
+        SetupError::NoLocalModel {
+            source_name: "offline".into()
+        }
+    );
+}
+
+#[test]
+fn network_sources_need_a_base_url_and_a_model() {
+    let err = Sources::build(
+        vec![SourceConfig {
+            model: Some("m".into()),
+            ..SourceConfig::new("remote", SourceProtocol::Openai)
+        }],
+        &no_env,
+        FallbackOptions::default(),
+        &SourceSetup::default(),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, SetupError::Invalid { source_name, key, .. } if source_name == "remote" && *key == "base_url"),
+        "{err:?}"
+    );
+    let err = Sources::build(
+        vec![SourceConfig {
+            base_url: Some("http://127.0.0.1:9/v1".into()),
+            ..SourceConfig::new("remote", SourceProtocol::Anthropic)
+        }],
+        &no_env,
+        FallbackOptions::default(),
+        &SourceSetup::default(),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, SetupError::Invalid { source_name, key, .. } if source_name == "remote" && *key == "model"),
+        "{err:?}"
+    );
+}
+
+fn lua_source(name: &str, base_url: &str, adapter: Option<&str>) -> SourceConfig {
+    SourceConfig {
+        base_url: Some(base_url.into()),
+        model: Some("mock".into()),
+        adapter: adapter.map(str::to_owned),
+        ..SourceConfig::new(name, SourceProtocol::Lua)
+    }
+}
+
+#[tokio::test]
+async fn a_lua_source_with_a_bundled_adapter_speaks_to_the_mock() {
+    let server = MockServer::start("127.0.0.1:0", ServerConfig::default())
+        .await
+        .unwrap();
+    let set = Sources::build(
+        vec![lua_source(
+            "via-lua",
+            &format!("{}/v1", server.url()),
+            Some("openai"),
+        )],
+        &no_env,
+        FallbackOptions::default(),
+        &SourceSetup::default(),
+    )
+    .unwrap();
+    let (name, turn) = collect(&set, "!batch3").await;
+    assert_eq!(name, "via-lua");
+    let names: Vec<&str> = turn.calls.iter().map(|c| c.call.name.as_str()).collect();
+    assert_eq!(names, ["demo_echo", "demo_echo", "demo_echo"]);
+    assert!(turn.calls.iter().all(|c| c.argument_error.is_none()));
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_users_adapter_directory_overrides_a_bundled_adapter() {
+    let server = MockServer::start("127.0.0.1:0", ServerConfig::default())
+        .await
+        .unwrap();
+    let dir = temp_dir("override");
+    // Same name as the bundled adapter; answers every chunk with its own text.
+    std::fs::write(
+        dir.join("openai.lua"),
+        r#"return {
+            transform_request = function(raw) return raw end,
+            transform_stream_chunk = function(raw)
+                if raw == "[DONE]" then return json.encode({ done = true }) end
+                return json.encode({ content = "user adapter" })
+            end,
+        }"#,
+    )
+    .unwrap();
+    let setup = SourceSetup {
+        adapter_dir: Some(dir.clone()),
+        ..SourceSetup::default()
+    };
+    let set = Sources::build(
+        vec![lua_source(
+            "mine",
+            &format!("{}/v1", server.url()),
+            Some("openai"),
+        )],
+        &no_env,
+        FallbackOptions::default(),
+        &setup,
+    )
+    .unwrap();
+    let (_, turn) = collect(&set, "!text").await;
+    assert!(turn.text.starts_with("user adapter"), "{:?}", turn.text);
+    assert!(turn.calls.is_empty());
+
+    // A name found in neither place lists where it looked.
+    let err = Sources::build(
+        vec![lua_source("ghost", "http://127.0.0.1:9/v1", Some("nosuch"))],
+        &no_env,
+        FallbackOptions::default(),
+        &setup,
+    )
+    .unwrap_err();
+    let message = err.to_string();
+    assert!(
+        matches!(err, SetupError::Adapter { ref source_name, .. } if source_name == "ghost"),
+        "{err:?}"
+    );
+    assert!(message.contains("nosuch"), "{message}");
+    assert!(message.contains(&dir.display().to_string()), "{message}");
+    assert!(
+        message.contains("anthropic") && message.contains("openai"),
+        "{message}"
+    );
+
+    // An adapter given as a path is loaded from that path.
+    let path = dir.join("openai.lua");
+    let set = Sources::build(
+        vec![lua_source(
+            "by-path",
+            &format!("{}/v1", server.url()),
+            Some(path.to_str().unwrap()),
+        )],
+        &no_env,
+        FallbackOptions::default(),
+        &SourceSetup::default(),
+    )
+    .unwrap();
+    let (_, turn) = collect(&set, "!text").await;
+    assert!(turn.text.starts_with("user adapter"), "{:?}", turn.text);
+
+    server.shutdown().await.unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_lua_source_without_an_adapter_names_the_missing_key() {
+    let err = Sources::build(
+        vec![lua_source("bare", "http://127.0.0.1:9/v1", None)],
+        &no_env,
+        FallbackOptions::default(),
+        &SourceSetup::default(),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, SetupError::Invalid { source_name, key, .. } if source_name == "bare" && *key == "adapter"),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn source_protocols_parse_by_name_and_list_the_legal_ones() {
+    let config: SourceConfig = serde_json::from_value(json!({
+        "name": "x", "protocol": "lua", "base_url": "http://h/v1", "model": "m",
+        "adapter": "openai"
+    }))
+    .unwrap();
+    assert_eq!(config.protocol, SourceProtocol::Lua);
+    assert_eq!(config.adapter.as_deref(), Some("openai"));
+    let config: SourceConfig =
+        serde_json::from_value(json!({"name": "d", "protocol": "demo"})).unwrap();
+    assert_eq!(config.protocol, SourceProtocol::Demo);
+    let err = serde_json::from_value::<SourceConfig>(json!({"name": "x", "protocol": "opneai"}))
+        .unwrap_err()
+        .to_string();
+    for legal in ["openai", "anthropic", "gemini", "ollama", "lua", "demo"] {
+        assert!(err.contains(legal), "{err}");
+    }
+}
