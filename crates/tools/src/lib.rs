@@ -3,9 +3,30 @@
 //! Each tool declares its own scheduling (parallel-safe or serial) in its
 //! [`homeagent_core::ToolDef`]; the kernel keeps no list of tool names.
 //!
+//! - [`cmd_run`]: `cmd_run`, one allowlisted program run without a shell.
 //! - [`demo`]: `demo_sleep`, `demo_echo` and `demo_note`, the tools the
 //!   scripted model's batches call, built to make parallelism observable.
+//! - [`files`]: `files_read`, `files_list`, `files_write`, confined to a root.
+//! - [`output`]: `output_send__<channel>` for every registered output channel.
+//! - [`get_tools`]: `get_tools`, the list of tools the caller may use.
+//! - [`gate`]: the one authorization gate ([`GatedSource`]) every call passes.
+//! - [`tool_api`]: running a tool from code, through the same kernel path.
 
+pub mod cmd_run;
 pub mod demo;
+pub mod files;
+pub mod gate;
+pub mod get_tools;
+pub mod output;
+pub mod tool_api;
 
+pub use cmd_run::{CmdRefusal, CmdRunPolicy, check_command, register_cmd_run};
 pub use demo::{DemoState, register_demo_tools};
+pub use files::{FilesPolicy, FilesSetupError, PathRefusal, Root, register_files_tools};
+pub use gate::{AGENT_EXTRA, AgentGrant, Approval, Approver, DEFAULT_AGENT, Gate, GatedSource};
+pub use get_tools::{ToolVisibility, register_get_tools};
+pub use output::{
+    ChannelError, ChannelRegistry, ConsoleChannel, OutputChannel, register_output_channel,
+    register_output_channels,
+};
+pub use tool_api::ToolApi;

@@ -1,0 +1,310 @@
+//! The checker: from a command line to an argv that may run, or a refusal
+//! that says why and how to fix it. Nothing here starts a process; it only
+//! reads the file system to resolve program paths.
+//!
+//! The order of the checks matters for the messages, not for safety: every
+//! command passes all of them.
+//!
+//! 1. Shell operators, found in the raw text *outside quotes*, because after
+//!    splitting `grep 'a|b' f` and `grep a|b f` look alike and only the
+//!    second one asks for a pipe.
+//! 2. Splitting with shell-words rules.
+//! 3. Leading `NAME=value` assignments, minus the names that change which
+//!    code runs (`LD_PRELOAD`, `PATH`, …).
+//! 4. The program: basename matched exactly against the allowlist; runners
+//!    refused always; a path-qualified name must be the very file the
+//!    child's `PATH` finds for that basename (so `./ls` cannot be a trojan).
+//! 5. The write guard on the arguments (see `guard.rs`).
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use super::guard::guard_arguments;
+use super::policy::{
+    CHILD_PATH, CmdRunPolicy, PROGRAM_RUNNERS, WRITE_ONLY_PROGRAMS, is_dangerous_env_name,
+    is_valid_env_name,
+};
+
+/// A command that passed every check, ready to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckedCommand {
+    /// The basename the allowlist matched.
+    pub program: String,
+    /// What to execute: the file found on the child's `PATH`, or the bare
+    /// name when nothing was found (starting it then fails with the OS error).
+    pub executable: PathBuf,
+    /// `argv[0]` as the command wrote it.
+    pub argv0: String,
+    pub args: Vec<String>,
+    /// Leading `NAME=value` assignments, in order.
+    pub env: Vec<(String, String)>,
+}
+
+/// Why a command may not run. Match on the variant, never on the text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CmdRefusal {
+    #[error("the command is empty{why}")]
+    Empty { why: &'static str },
+    #[error("the command cannot be split into arguments: {why}")]
+    Unparseable { why: String },
+    #[error(
+        "no shell is used: `{operator}` is a shell operator (pipes, lists, redirection and \
+         command substitution do not exist here); each call runs exactly one program"
+    )]
+    ShellOperator { operator: String },
+    #[error("the assignment `{name}=…` is refused: {why}")]
+    BadEnvAssignment { name: String, why: &'static str },
+    #[error("`{program}` is not in the cmd_run allowlist (allowed: {})", allowed.join(", "))]
+    NotAllowed {
+        program: String,
+        allowed: Vec<String>,
+    },
+    #[error(
+        "`{program}` runs other programs (a shell, interpreter or wrapper) and is never allowed"
+    )]
+    ProgramRunner { program: String },
+    #[error(
+        "`{given}` is not the `{program}` this tool runs ({}); a path must name the same file \
+         as the program found on PATH",
+        found.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "none on PATH".into())
+    )]
+    QualifiedPathMismatch {
+        given: String,
+        program: String,
+        found: Option<PathBuf>,
+    },
+    #[error("`{program}` only changes files and writes are not allowed")]
+    WriteOnlyProgram { program: String },
+    #[error("`{program} {option}` {why}, and writes are not allowed")]
+    WriteGuard {
+        program: String,
+        option: String,
+        why: &'static str,
+    },
+    #[error("`{program} {option}` {why}; that is never allowed")]
+    NeverAllowed {
+        program: String,
+        option: String,
+        why: String,
+    },
+    #[error(
+        "`{program}`: option `{option}` {why}, so the write guard cannot vouch for the command"
+    )]
+    UnknownOption {
+        program: String,
+        option: String,
+        why: String,
+    },
+}
+
+impl CmdRefusal {
+    /// How to fix it, for the model or for the person configuring the agent.
+    pub fn hint(&self) -> String {
+        match self {
+            CmdRefusal::Empty { .. } | CmdRefusal::Unparseable { .. } => {
+                "send one program and its arguments, e.g. `ls -l /var/log`".into()
+            }
+            CmdRefusal::ShellOperator { .. } => "run each program in its own cmd_run call and \
+                combine the results yourself; quote characters meant literally, e.g. \
+                `grep 'a|b' file`"
+                .into(),
+            CmdRefusal::BadEnvAssignment { .. } => {
+                "drop the assignment; only plain variables like `LC_ALL=C` may be set".into()
+            }
+            CmdRefusal::NotAllowed { program, .. } => format!(
+                "use one of the allowed programs, or ask the operator to add `{program}` to \
+                 tools.cmd_run.allowlist"
+            ),
+            CmdRefusal::ProgramRunner { .. } => {
+                "call the program you want to run directly, if it is allowed".into()
+            }
+            CmdRefusal::QualifiedPathMismatch { program, .. } => {
+                format!("write the bare name `{program}` instead of a path")
+            }
+            CmdRefusal::WriteOnlyProgram { .. } | CmdRefusal::WriteGuard { .. } => {
+                "drop the writing option, or ask the operator to set \
+                 tools.cmd_run.allow_writes = true"
+                    .into()
+            }
+            CmdRefusal::NeverAllowed { .. } => {
+                "run the other program with its own cmd_run call, or pass the script inline".into()
+            }
+            CmdRefusal::UnknownOption { .. } => {
+                "spell the option out in full as the program's --help lists it, or drop it".into()
+            }
+        }
+    }
+}
+
+/// Checks one command line against `policy`.
+pub fn check_command(policy: &CmdRunPolicy, command: &str) -> Result<CheckedCommand, CmdRefusal> {
+    let command = command.trim_end();
+    if let Some(operator) = find_shell_operator(command) {
+        return Err(CmdRefusal::ShellOperator { operator });
+    }
+    let words =
+        shell_words::split(command).map_err(|e| CmdRefusal::Unparseable { why: e.to_string() })?;
+    if words.is_empty() {
+        return Err(CmdRefusal::Empty { why: "" });
+    }
+
+    let mut env = Vec::new();
+    let mut rest = words.as_slice();
+    while let Some((word, tail)) = rest.split_first() {
+        let Some((name, value)) = word.split_once('=') else {
+            break;
+        };
+        if !is_valid_env_name(name) {
+            return Err(CmdRefusal::BadEnvAssignment {
+                name: name.to_string(),
+                why: "a variable name is letters, digits and `_`, not starting with a digit",
+            });
+        }
+        if is_dangerous_env_name(name) {
+            return Err(CmdRefusal::BadEnvAssignment {
+                name: name.to_string(),
+                why: "it changes which code a program loads or runs",
+            });
+        }
+        env.push((name.to_string(), value.to_string()));
+        rest = tail;
+    }
+    let Some((argv0, args)) = rest.split_first() else {
+        return Err(CmdRefusal::Empty {
+            why: ": only variable assignments, no program",
+        });
+    };
+
+    let program = Path::new(argv0)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("")
+        .to_string();
+    if PROGRAM_RUNNERS.contains(&program.as_str()) {
+        return Err(CmdRefusal::ProgramRunner { program });
+    }
+    let allowed = policy.effective_allowlist();
+    if !allowed.contains(&program) {
+        return Err(CmdRefusal::NotAllowed { program, allowed });
+    }
+
+    let found = find_on_child_path(&program);
+    if argv0.contains('/') {
+        check_same_file(policy, argv0, &program, found.as_deref())?;
+    }
+    if WRITE_ONLY_PROGRAMS.contains(&program.as_str()) && !policy.allow_writes {
+        // The guard below still runs when writes are on: a write-only program
+        // may have an option that runs another program.
+        return Err(CmdRefusal::WriteOnlyProgram { program });
+    }
+    guard_arguments(&program, args, policy.allow_writes)?;
+
+    Ok(CheckedCommand {
+        executable: found.unwrap_or_else(|| PathBuf::from(&program)),
+        program,
+        argv0: argv0.clone(),
+        args: args.to_vec(),
+        env,
+    })
+}
+
+/// The first shell operator outside quotes, following shell-words' own
+/// quoting states. Inside double quotes `$(` and backticks still count: a
+/// shell would substitute there too, so the model meant substitution.
+fn find_shell_operator(text: &str) -> Option<String> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum State {
+        Plain,
+        Single,
+        Double,
+        Comment,
+    }
+    let chars: Vec<char> = text.chars().collect();
+    let mut state = State::Plain;
+    let mut at_word_start = true;
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        let next = chars.get(i + 1).copied();
+        match state {
+            State::Plain => match c {
+                '\\' => i += 1,
+                '\'' => state = State::Single,
+                '"' => state = State::Double,
+                '#' if at_word_start => state = State::Comment,
+                '\n' => return Some("newline".into()),
+                ';' | '|' | '&' | '>' | '<' | '`' => {
+                    let double = next == Some(c) && c != '`';
+                    return Some(if double {
+                        format!("{c}{c}")
+                    } else {
+                        c.to_string()
+                    });
+                }
+                '$' if next == Some('(') => return Some("$(".into()),
+                _ => {}
+            },
+            State::Single => {
+                if c == '\'' {
+                    state = State::Plain;
+                }
+            }
+            State::Double => match c {
+                '\\' => i += 1,
+                '"' => state = State::Plain,
+                '`' => return Some("`".into()),
+                '$' if next == Some('(') => return Some("$(".into()),
+                _ => {}
+            },
+            State::Comment => {
+                // A newline ends the comment and starts another command line.
+                if c == '\n' {
+                    return Some("newline".into());
+                }
+            }
+        }
+        if state == State::Plain {
+            at_word_start = c == ' ' || c == '\t';
+        } else {
+            at_word_start = false;
+        }
+        i += 1;
+    }
+    None
+}
+
+/// The first executable file named `program` in [`CHILD_PATH`].
+fn find_on_child_path(program: &str) -> Option<PathBuf> {
+    CHILD_PATH
+        .split(':')
+        .map(|dir| Path::new(dir).join(program))
+        .find(|candidate| {
+            std::fs::metadata(candidate)
+                .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+                .unwrap_or(false)
+        })
+}
+
+/// A path-qualified program must resolve to the file `PATH` finds.
+fn check_same_file(
+    policy: &CmdRunPolicy,
+    given: &str,
+    program: &str,
+    found: Option<&Path>,
+) -> Result<(), CmdRefusal> {
+    let mismatch = || CmdRefusal::QualifiedPathMismatch {
+        given: given.to_string(),
+        program: program.to_string(),
+        found: found.map(Path::to_path_buf),
+    };
+    let given_path = match &policy.working_dir {
+        Some(dir) if Path::new(given).is_relative() => dir.join(given),
+        _ => PathBuf::from(given),
+    };
+    let found = found.ok_or_else(mismatch)?;
+    let same = match (given_path.canonicalize(), found.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    };
+    if same { Ok(()) } else { Err(mismatch()) }
+}

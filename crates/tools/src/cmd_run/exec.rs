@@ -1,0 +1,188 @@
+//! Running a checked command: no shell, a clean environment, a timeout that
+//! kills, and output read concurrently under a cap.
+//!
+//! Both pipes are drained to the end even past the cap (only counted), so a
+//! chatty child never blocks on a full pipe and its exit code is the real
+//! one; the timeout bounds how long that can take.
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use homeagent_core::{ErrorReason, ToolError};
+use serde_json::{Value, json};
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::Command;
+
+use super::check::CheckedCommand;
+use super::policy::{CHILD_PATH, CmdRunPolicy, INHERITED_ENV, is_dangerous_env_name};
+
+/// How one run ended when it did not produce a result value.
+pub(crate) enum Stopped {
+    TimedOut,
+    Cancelled,
+}
+
+/// The environment a child starts with, before the command's own
+/// assignments: PATH, then HOME/LANG/TZ and the policy's names when the
+/// agent has them. Nothing else of the agent's environment (API keys!).
+pub fn child_environment(policy: &CmdRunPolicy) -> Vec<(String, String)> {
+    let mut env = vec![("PATH".to_string(), CHILD_PATH.to_string())];
+    let extra = policy.env.iter().map(String::as_str);
+    for name in INHERITED_ENV.iter().copied().chain(extra) {
+        if is_dangerous_env_name(name) || env.iter().any(|(n, _)| n == name) {
+            continue;
+        }
+        if let Ok(value) = std::env::var(name) {
+            env.push((name.to_string(), value));
+        }
+    }
+    env
+}
+
+/// Runs `checked`; a non-zero exit is still `Ok`.
+pub(crate) async fn run(
+    checked: &CheckedCommand,
+    policy: &CmdRunPolicy,
+    timeout: Duration,
+    cancelled: impl std::future::Future<Output = ()>,
+) -> Result<Value, ToolError> {
+    let mut command = Command::new(&checked.executable);
+    command
+        .arg0(&checked.argv0)
+        .args(&checked.args)
+        .env_clear()
+        .envs(child_environment(policy))
+        .envs(checked.env.iter().cloned())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    if let Some(dir) = &policy.working_dir {
+        command.current_dir(dir);
+    }
+
+    let started = Instant::now();
+    let mut child = command.spawn().map_err(|err| {
+        ToolError::execution(format!("cannot start `{}`: {err}", checked.argv0))
+            .with_field("command")
+            .with_hint("check the program is installed on this machine")
+    })?;
+    tracing::debug!(program = %checked.program, pid = child.id(), "cmd_run started");
+
+    let cap = policy.output_cap_bytes;
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    let outcome = {
+        let work = async {
+            tokio::join!(
+                read_capped(stdout, cap),
+                read_capped(stderr, cap),
+                child.wait()
+            )
+        };
+        tokio::select! {
+            done = work => Ok(done),
+            () = tokio::time::sleep(timeout) => Err(Stopped::TimedOut),
+            () = cancelled => Err(Stopped::Cancelled),
+        }
+    };
+
+    let (out, err, status) = match outcome {
+        Ok(done) => done,
+        Err(stopped) => {
+            // Kill and reap, so the child is gone when the error is returned.
+            if let Err(e) = child.kill().await {
+                tracing::warn!(program = %checked.program, error = %e, "cmd_run kill failed");
+            }
+            return Err(match stopped {
+                Stopped::TimedOut => ToolError::new(
+                    ErrorReason::Timeout,
+                    format!(
+                        "`{}` did not finish within {} ms and was killed",
+                        checked.argv0,
+                        timeout.as_millis()
+                    ),
+                )
+                .with_hint(format!(
+                    "pass a longer `timeout` (at most {} s) or ask for less work per call",
+                    policy.max_timeout.as_secs()
+                )),
+                Stopped::Cancelled => ToolError::new(
+                    ErrorReason::Cancelled,
+                    "the call was stopped; the child was killed",
+                ),
+            });
+        }
+    };
+    let status = status.map_err(|e| {
+        ToolError::execution(format!("waiting for `{}` failed: {e}", checked.argv0))
+    })?;
+    let duration_ms = started.elapsed().as_millis() as u64;
+    tracing::debug!(program = %checked.program, code = ?status.code(), duration_ms, "cmd_run ended");
+
+    let truncated = out.dropped > 0 || err.dropped > 0;
+    let mut value = json!({
+        "exit_code": status.code(),
+        "stdout": out.render(cap),
+        "stderr": err.render(cap),
+        "truncated": truncated,
+        "duration_ms": duration_ms,
+    });
+    if let (Some(signal), Some(map)) = (status.signal(), value.as_object_mut()) {
+        map.insert("signal".into(), json!(signal));
+    }
+    Ok(value)
+}
+
+/// One stream: the first `cap` bytes, and how many more there were.
+struct Captured {
+    kept: Vec<u8>,
+    dropped: u64,
+}
+
+impl Captured {
+    /// The kept bytes as text, with an explicit marker when some were dropped.
+    fn render(&self, cap: usize) -> String {
+        let mut kept = self.kept.as_slice();
+        if self.dropped > 0 {
+            // Do not let the cut turn half a UTF-8 character into U+FFFD.
+            if let Err(e) = std::str::from_utf8(kept)
+                && e.error_len().is_none()
+            {
+                kept = &kept[..e.valid_up_to()];
+            }
+        }
+        let mut text = String::from_utf8_lossy(kept).into_owned();
+        if self.dropped > 0 {
+            text.push_str(&truncation_marker(cap, self.dropped));
+        }
+        text
+    }
+}
+
+/// The line appended to a stream that was cut.
+pub fn truncation_marker(cap: usize, dropped: u64) -> String {
+    format!("\n[cmd_run: output truncated after {cap} bytes; {dropped} more bytes not shown]\n")
+}
+
+async fn read_capped<R: AsyncRead + Unpin>(reader: Option<R>, cap: usize) -> Captured {
+    let mut captured = Captured {
+        kept: Vec::new(),
+        dropped: 0,
+    };
+    let Some(mut reader) = reader else {
+        return captured;
+    };
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = match reader.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let room = cap.saturating_sub(captured.kept.len()).min(n);
+        captured.kept.extend_from_slice(&buf[..room]);
+        captured.dropped += (n - room) as u64;
+    }
+    captured
+}

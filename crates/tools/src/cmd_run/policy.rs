@@ -1,0 +1,316 @@
+//! What `cmd_run` may run: the allowlist, the write switch, time and output
+//! limits, and the environment a child gets.
+//!
+//! The lists here are the security boundary, so they are plain constants a
+//! reviewer can read in one screen:
+//!
+//! - [`DEFAULT_ALLOWLIST`]: read-only inspection programs. Every entry that
+//!   has an option able to write a file or set system state is modelled by
+//!   the write guard (`guard.rs`); entries without such options need no model.
+//! - [`PROGRAM_RUNNERS`]: shells, interpreters and programs whose job is to
+//!   run another program. Allowing one of them would allow everything, so they
+//!   are refused even when a configuration lists them.
+//! - [`WRITE_ONLY_PROGRAMS`]: programs whose only job is to change files;
+//!   they run only when listed *and* `allow_writes` is on.
+
+use std::time::Duration;
+
+/// The search path every child gets. Fixed rather than inherited, so the
+/// agent's own `PATH` (which may include a writable directory) never decides
+/// which binary a name means.
+pub const CHILD_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Variables copied from the agent's environment into every child, when set.
+pub const INHERITED_ENV: &[&str] = &["HOME", "LANG", "TZ"];
+
+/// Read-only inspection programs allowed when no allowlist is configured.
+pub const DEFAULT_ALLOWLIST: &[&str] = &[
+    "basename",
+    "cat",
+    "cut",
+    "date",
+    "df",
+    "dirname",
+    "du",
+    "echo",
+    "false",
+    "find",
+    "free",
+    "grep",
+    "groups",
+    "head",
+    "hostname",
+    "id",
+    "ls",
+    "md5sum",
+    "nl",
+    "nproc",
+    "printenv",
+    "ps",
+    "pwd",
+    "readlink",
+    "realpath",
+    "sed",
+    "seq",
+    "sha1sum",
+    "sha256sum",
+    "sleep",
+    "sort",
+    "stat",
+    "tac",
+    "tail",
+    "tr",
+    "true",
+    "uname",
+    "uniq",
+    "uptime",
+    "wc",
+    "whoami",
+];
+
+/// Programs that run other programs (shells, interpreters, wrappers). Refused
+/// even when configured: any of them turns the allowlist into "everything".
+pub const PROGRAM_RUNNERS: &[&str] = &[
+    "ash",
+    "awk",
+    "bash",
+    "busybox",
+    "chroot",
+    "command",
+    "csh",
+    "dash",
+    "doas",
+    "env",
+    "exec",
+    "expect",
+    "fish",
+    "flock",
+    "gawk",
+    "gdb",
+    "git",
+    "ionice",
+    "ksh",
+    "ld.so",
+    "less",
+    "lua",
+    "make",
+    "man",
+    "mawk",
+    "more",
+    "nawk",
+    "nice",
+    "node",
+    "nohup",
+    "nsenter",
+    "parallel",
+    "perl",
+    "php",
+    "pkexec",
+    "python",
+    "python2",
+    "python3",
+    "ruby",
+    "runuser",
+    "script",
+    "setsid",
+    "sh",
+    "ssh",
+    "stdbuf",
+    "strace",
+    "su",
+    "sudo",
+    "systemd-run",
+    "taskset",
+    "tclsh",
+    "tcsh",
+    "time",
+    "timeout",
+    "unshare",
+    "vi",
+    "vim",
+    "watch",
+    "xargs",
+    "zsh",
+];
+
+/// Programs whose only purpose is to change files: refused unless
+/// `allow_writes` is on, even when a configuration lists them.
+pub const WRITE_ONLY_PROGRAMS: &[&str] = &[
+    "chgrp",
+    "chmod",
+    "chown",
+    "cp",
+    "csplit",
+    "dd",
+    "fallocate",
+    "install",
+    "link",
+    "ln",
+    "mkdir",
+    "mkfifo",
+    "mknod",
+    "mv",
+    "rm",
+    "rmdir",
+    "shred",
+    "split",
+    "sync",
+    "tee",
+    "touch",
+    "truncate",
+    "unlink",
+];
+
+/// Variables a command may not set with a leading `NAME=value`: they change
+/// which code a program loads or runs, not just what it prints.
+pub fn is_dangerous_env_name(name: &str) -> bool {
+    const EXACT: &[&str] = &[
+        "PATH",
+        "IFS",
+        "BASH_ENV",
+        "ENV",
+        "SHELL",
+        "GCONV_PATH",
+        "GLIBC_TUNABLES",
+        "LOCPATH",
+        "NLSPATH",
+        "HOSTALIASES",
+        "RESOLV_HOST_CONF",
+        "TMPDIR",
+    ];
+    const PREFIXES: &[&str] = &["LD_", "DYLD_", "MALLOC_"];
+    EXACT.contains(&name) || PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+/// `[A-Za-z_][A-Za-z0-9_]*`: the names a shell would accept as a variable.
+pub fn is_valid_env_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// The `cmd_run` configuration (`[tools.cmd_run]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CmdRunPolicy {
+    /// Program names (basenames) that may run. Empty means
+    /// [`DEFAULT_ALLOWLIST`]; a non-empty list replaces it. Never "everything".
+    pub allowlist: Vec<String>,
+    /// Lets options that write files or set system state through, and the
+    /// [`WRITE_ONLY_PROGRAMS`] that are allowlisted. Never lets a program run
+    /// another program.
+    pub allow_writes: bool,
+    /// Timeout when a call gives none.
+    pub timeout: Duration,
+    /// The most a call may ask for; longer requests are capped to this.
+    pub max_timeout: Duration,
+    /// Extra variable names passed through from the agent's environment.
+    /// Names [`is_dangerous_env_name`] rejects are skipped.
+    pub env: Vec<String>,
+    /// Bytes kept per stream (stdout, stderr); the rest is counted and
+    /// replaced by a truncation marker.
+    pub output_cap_bytes: usize,
+    /// Where children run and relative program paths resolve; `None` is the
+    /// agent's working directory.
+    pub working_dir: Option<std::path::PathBuf>,
+}
+
+impl Default for CmdRunPolicy {
+    fn default() -> Self {
+        CmdRunPolicy {
+            allowlist: Vec::new(),
+            allow_writes: false,
+            timeout: Duration::from_secs(30),
+            max_timeout: Duration::from_secs(300),
+            env: Vec::new(),
+            output_cap_bytes: 32 * 1024,
+            working_dir: None,
+        }
+    }
+}
+
+/// A configuration that cannot be honoured as written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PolicyError {
+    #[error(
+        "tools.cmd_run.allowlist contains `{program}`, which runs other programs; it is never \
+         allowed because it would allow everything. Remove it and list the programs it would run"
+    )]
+    ProgramRunner { program: String },
+    #[error(
+        "tools.cmd_run.allowlist entry `{name}` is not a program name; list bare names like \
+         `ls`, without a directory"
+    )]
+    BadProgramName { name: String },
+    #[error(
+        "tools.cmd_run.env lists `{name}`, which {why}; remove it (PATH, HOME, LANG and TZ are \
+         set for every child already)"
+    )]
+    BadEnvName { name: String, why: &'static str },
+    #[error("tools.cmd_run.timeout ({timeout:?}) is longer than max_timeout ({max:?})")]
+    TimeoutAboveMax { timeout: Duration, max: Duration },
+    #[error("tools.cmd_run.{key} must be greater than zero")]
+    Zero { key: &'static str },
+}
+
+impl CmdRunPolicy {
+    /// The programs that may run: the configured list, or the default one.
+    pub fn effective_allowlist(&self) -> Vec<String> {
+        let mut list: Vec<String> = if self.allowlist.is_empty() {
+            DEFAULT_ALLOWLIST.iter().map(|s| s.to_string()).collect()
+        } else {
+            self.allowlist.clone()
+        };
+        list.retain(|p| !PROGRAM_RUNNERS.contains(&p.as_str()));
+        list.sort();
+        list.dedup();
+        list
+    }
+
+    /// Checks the configuration; `homeagent config check` reports these.
+    /// `cmd_run` still runs with an invalid policy, fail-closed: runners are
+    /// refused and bad env names skipped.
+    pub fn validate(&self) -> Result<(), PolicyError> {
+        for name in &self.allowlist {
+            if name.is_empty() || name.contains('/') || name == "." || name == ".." {
+                return Err(PolicyError::BadProgramName { name: name.clone() });
+            }
+            if PROGRAM_RUNNERS.contains(&name.as_str()) {
+                return Err(PolicyError::ProgramRunner {
+                    program: name.clone(),
+                });
+            }
+        }
+        for name in &self.env {
+            if !is_valid_env_name(name) {
+                return Err(PolicyError::BadEnvName {
+                    name: name.clone(),
+                    why: "is not a valid variable name",
+                });
+            }
+            if is_dangerous_env_name(name) {
+                return Err(PolicyError::BadEnvName {
+                    name: name.clone(),
+                    why: "changes which code a program loads or runs",
+                });
+            }
+        }
+        if self.timeout.is_zero() {
+            return Err(PolicyError::Zero { key: "timeout" });
+        }
+        if self.max_timeout.is_zero() {
+            return Err(PolicyError::Zero { key: "max_timeout" });
+        }
+        if self.output_cap_bytes == 0 {
+            return Err(PolicyError::Zero {
+                key: "output_cap_bytes",
+            });
+        }
+        if self.timeout > self.max_timeout {
+            return Err(PolicyError::TimeoutAboveMax {
+                timeout: self.timeout,
+                max: self.max_timeout,
+            });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,387 @@
+//! Enough of a `sed` script parser to find the commands that write files
+//! (`w`, `W`, the `s///w` flag) or run programs (`e`, the `s///e` flag).
+//!
+//! A literal search for "w" or "e" would refuse `sed -n '/error/p'`; a
+//! parser that is *wrong* would let `s/x/y/w /etc/passwd` through. So this
+//! follows GNU sed 4.9's grammar (addresses, `!`, blocks, bracket-aware
+//! regexes with any delimiter, text arguments of `a`/`i`/`c`, file names that
+//! run to the end of the line) and, wherever it is unsure where an argument
+//! ends, ends it *early* so the rest is still inspected as commands. Anything
+//! it does not understand is an error, and the guard refuses the command.
+
+/// A command in the script with an effect beyond printing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SedEffect {
+    /// Writes a file: `w`, `W` or the `s` command's `w` flag.
+    Writes(&'static str),
+    /// Runs a program: `e` or the `s` command's `e` flag.
+    Runs(&'static str),
+}
+
+/// Where and why the parser gave up.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what} at character {at}")]
+pub struct SedScriptError {
+    pub at: usize,
+    pub what: &'static str,
+}
+
+/// The effects of every command in `script`.
+pub fn inspect_script(script: &str) -> Result<Vec<SedEffect>, SedScriptError> {
+    let mut p = Parser {
+        s: script.chars().collect(),
+        i: 0,
+        effects: Vec::new(),
+    };
+    p.script()?;
+    Ok(p.effects)
+}
+
+struct Parser {
+    s: Vec<char>,
+    i: usize,
+    effects: Vec<SedEffect>,
+}
+
+impl Parser {
+    fn peek(&self) -> Option<char> {
+        self.s.get(self.i).copied()
+    }
+
+    fn bump(&mut self) -> Option<char> {
+        let c = self.peek();
+        self.i += 1;
+        c
+    }
+
+    fn err(&self, what: &'static str) -> SedScriptError {
+        SedScriptError { at: self.i, what }
+    }
+
+    fn skip_blanks(&mut self) {
+        while matches!(self.peek(), Some(' ' | '\t')) {
+            self.i += 1;
+        }
+    }
+
+    fn script(&mut self) -> Result<(), SedScriptError> {
+        loop {
+            while matches!(self.peek(), Some(' ' | '\t' | '\n' | ';')) {
+                self.i += 1;
+            }
+            let Some(c) = self.peek() else {
+                return Ok(());
+            };
+            if c == '#' {
+                self.skip_to_line_end();
+                continue;
+            }
+            self.addresses()?;
+            self.skip_blanks();
+            while self.peek() == Some('!') {
+                self.i += 1;
+                self.skip_blanks();
+            }
+            // `{` opens a block: the next command may follow right away.
+            if self.peek() == Some('{') {
+                self.i += 1;
+                continue;
+            }
+            self.command()?;
+            self.end_of_command()?;
+        }
+    }
+
+    /// After a command: blanks, then `;`, a newline, `}`, `#` or the end.
+    fn end_of_command(&mut self) -> Result<(), SedScriptError> {
+        self.skip_blanks();
+        match self.peek() {
+            None | Some(';' | '\n' | '}' | '#') => Ok(()),
+            Some(_) => Err(self.err("extra characters after a command")),
+        }
+    }
+
+    fn addresses(&mut self) -> Result<(), SedScriptError> {
+        if self.address()? {
+            self.skip_blanks();
+            if self.peek() == Some(',') {
+                self.i += 1;
+                self.skip_blanks();
+                if matches!(self.peek(), Some('+' | '~')) {
+                    self.i += 1;
+                }
+                if !self.address()? {
+                    return Err(self.err("missing second address"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One address, if there is one here.
+    fn address(&mut self) -> Result<bool, SedScriptError> {
+        match self.peek() {
+            Some(c) if c.is_ascii_digit() => {
+                self.digits();
+                if self.peek() == Some('~') {
+                    self.i += 1;
+                    self.digits();
+                }
+                Ok(true)
+            }
+            Some('$') => {
+                self.i += 1;
+                Ok(true)
+            }
+            Some('/') => {
+                self.i += 1;
+                self.regex('/')?;
+                self.regex_flags();
+                Ok(true)
+            }
+            Some('\\') => {
+                self.i += 1;
+                let delim = self
+                    .bump()
+                    .ok_or_else(|| self.err("missing regex delimiter"))?;
+                if delim == '\n' || delim == '\\' {
+                    return Err(self.err("bad regex delimiter"));
+                }
+                self.regex(delim)?;
+                self.regex_flags();
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    fn regex_flags(&mut self) {
+        while matches!(self.peek(), Some('I' | 'M')) {
+            self.i += 1;
+        }
+    }
+
+    fn digits(&mut self) {
+        while matches!(self.peek(), Some(c) if c.is_ascii_digit()) {
+            self.i += 1;
+        }
+    }
+
+    /// Consumes up to and including the closing `delim`, skipping escapes and
+    /// bracket expressions (GNU sed treats `s/[/]/x/` as one regex).
+    fn regex(&mut self, delim: char) -> Result<(), SedScriptError> {
+        loop {
+            match self.bump() {
+                None => return Err(self.err("unterminated regex")),
+                Some('\\') => {
+                    if self.bump().is_none() {
+                        return Err(self.err("unterminated regex"));
+                    }
+                }
+                Some('[') => self.bracket()?,
+                Some(c) if c == delim => return Ok(()),
+                Some('\n') => return Err(self.err("newline inside a regex")),
+                Some(_) => {}
+            }
+        }
+    }
+
+    /// After `[`: up to the `]` that closes the bracket expression.
+    fn bracket(&mut self) -> Result<(), SedScriptError> {
+        if self.peek() == Some('^') {
+            self.i += 1;
+        }
+        if self.peek() == Some(']') {
+            self.i += 1;
+        }
+        loop {
+            match self.bump() {
+                None | Some('\n') => return Err(self.err("unterminated bracket expression")),
+                Some('[') if matches!(self.peek(), Some(':' | '.' | '=')) => {
+                    let kind = self.bump().unwrap_or(':');
+                    loop {
+                        match self.bump() {
+                            None | Some('\n') => {
+                                return Err(self.err("unterminated character class"));
+                            }
+                            Some(c) if c == kind && self.peek() == Some(']') => {
+                                self.i += 1;
+                                break;
+                            }
+                            Some(_) => {}
+                        }
+                    }
+                }
+                Some(']') => return Ok(()),
+                Some(_) => {}
+            }
+        }
+    }
+
+    /// The replacement of `s`: up to the unescaped delimiter.
+    fn replacement(&mut self, delim: char) -> Result<(), SedScriptError> {
+        loop {
+            match self.bump() {
+                None => return Err(self.err("unterminated replacement")),
+                Some('\\') => {
+                    if self.bump().is_none() {
+                        return Err(self.err("unterminated replacement"));
+                    }
+                }
+                Some(c) if c == delim => return Ok(()),
+                Some(_) => {}
+            }
+        }
+    }
+
+    fn skip_to_line_end(&mut self) {
+        while !matches!(self.peek(), None | Some('\n')) {
+            self.i += 1;
+        }
+    }
+
+    /// A label or file name. Ends at `;` as well as at the newline (GNU
+    /// sometimes reads on past `;`): ending early only means more is checked.
+    fn word_argument(&mut self) {
+        self.skip_blanks();
+        while !matches!(self.peek(), None | Some('\n' | ';')) {
+            self.i += 1;
+        }
+    }
+
+    /// The text of `a`, `i`, `c`: to the end of the line, where a backslash
+    /// continues it onto the next line (both `a\` and the one-line `a text`).
+    fn text_argument(&mut self) {
+        self.skip_blanks();
+        loop {
+            match self.bump() {
+                None | Some('\n') => return,
+                Some('\\') => {
+                    self.bump();
+                }
+                Some(_) => {}
+            }
+        }
+    }
+
+    fn command(&mut self) -> Result<(), SedScriptError> {
+        let c = self.bump().ok_or_else(|| self.err("missing command"))?;
+        match c {
+            '}' | '=' | 'd' | 'D' | 'g' | 'G' | 'h' | 'H' | 'n' | 'N' | 'p' | 'P' | 'x' | 'z'
+            | 'F' => {}
+            'l' | 'L' | 'q' | 'Q' => {
+                self.skip_blanks();
+                self.digits();
+            }
+            ':' | 'b' | 't' | 'T' | 'v' | 'r' | 'R' => self.word_argument(),
+            'a' | 'i' | 'c' => self.text_argument(),
+            'w' => {
+                self.effects.push(SedEffect::Writes("w"));
+                self.word_argument();
+            }
+            'W' => {
+                self.effects.push(SedEffect::Writes("W"));
+                self.word_argument();
+            }
+            'e' => {
+                self.effects.push(SedEffect::Runs("e"));
+                self.skip_to_line_end();
+            }
+            's' => self.substitute()?,
+            'y' => {
+                let delim = self.delimiter()?;
+                self.replacement(delim)?;
+                self.replacement(delim)?;
+            }
+            _ => return Err(self.err("unknown sed command")),
+        }
+        Ok(())
+    }
+
+    fn delimiter(&mut self) -> Result<char, SedScriptError> {
+        match self.bump() {
+            None | Some('\n' | '\\') => Err(self.err("bad delimiter")),
+            Some(d) => Ok(d),
+        }
+    }
+
+    fn substitute(&mut self) -> Result<(), SedScriptError> {
+        let delim = self.delimiter()?;
+        self.regex(delim)?;
+        self.replacement(delim)?;
+        loop {
+            match self.peek() {
+                Some('g' | 'p' | 'i' | 'I' | 'm' | 'M') => self.i += 1,
+                Some(c) if c.is_ascii_digit() => self.i += 1,
+                Some('e') => {
+                    self.i += 1;
+                    self.effects.push(SedEffect::Runs("s///e"));
+                }
+                Some('w') => {
+                    self.i += 1;
+                    self.effects.push(SedEffect::Writes("s///w"));
+                    self.word_argument();
+                    return Ok(());
+                }
+                _ => return Ok(()),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn effects(script: &str) -> Result<Vec<SedEffect>, SedScriptError> {
+        inspect_script(script)
+    }
+
+    #[test]
+    fn harmless_scripts_have_no_effects() {
+        for script in [
+            "s/a/b/g",
+            "/error/p",
+            "/[/]/d",
+            "s/[/]/X/",
+            "s|/usr|/opt|g",
+            "s/x/w/",
+            "1,5p",
+            "$!N;P;D",
+            "/start/,/end/{s/e/E/;p}",
+            "a hello; w not a command",
+            "y/abc/xyz/",
+            "10q",
+            ":a;N;ba",
+            "s/[[:alpha:]/]/X/g",
+            "# w comment\np",
+        ] {
+            assert_eq!(effects(script), Ok(vec![]), "script {script:?}");
+        }
+    }
+
+    #[test]
+    fn writing_and_running_commands_are_found() {
+        assert_eq!(effects("w /tmp/x"), Ok(vec![SedEffect::Writes("w")]));
+        assert_eq!(effects("1W out"), Ok(vec![SedEffect::Writes("W")]));
+        assert_eq!(effects("s/a/b/w out"), Ok(vec![SedEffect::Writes("s///w")]));
+        assert_eq!(
+            effects("s/a/b/gw out"),
+            Ok(vec![SedEffect::Writes("s///w")])
+        );
+        assert_eq!(effects("e id"), Ok(vec![SedEffect::Runs("e")]));
+        assert_eq!(effects("s/.*/id/e"), Ok(vec![SedEffect::Runs("s///e")]));
+        assert_eq!(effects("p;$!{w x\n}"), Ok(vec![SedEffect::Writes("w")]));
+        assert_eq!(effects("s/[/]/x/;w f"), Ok(vec![SedEffect::Writes("w")]));
+        assert_eq!(effects("/x/!e"), Ok(vec![SedEffect::Runs("e")]));
+        // A file name ends early at `;`, so what follows is still checked.
+        assert_eq!(effects("r /dev/null; e id"), Ok(vec![SedEffect::Runs("e")]));
+    }
+
+    #[test]
+    fn scripts_it_cannot_read_are_errors() {
+        assert!(effects("s/a/b").is_err());
+        assert!(effects("k").is_err());
+        assert!(effects("s/a/b/x").is_err());
+    }
+}

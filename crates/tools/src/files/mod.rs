@@ -1,0 +1,204 @@
+//! The files tools: `files_read`, `files_list` and `files_write`, confined to
+//! one root directory.
+//!
+//! Why a root: the model names paths, and a model can be talked into naming
+//! `~/.ssh/id_ed25519`. Every path argument goes through [`Root::resolve`],
+//! the single function that decides whether a path is inside the root
+//! (see [`root`] for the rules), so no tool can forget a check.
+//!
+//! Scheduling, declared by each tool: reading and listing change nothing and
+//! may run beside anything (`parallel_safe`, `read_only`); writing is
+//! `serial`, so a batch that writes runs in call order and a read in the same
+//! batch sees the write or not depending only on where the model put it.
+//!
+//! Writes replace a file atomically (a temporary file in the same directory,
+//! then a rename), so a reader never sees half a file and a crash leaves the
+//! old content or the new one, never a mix.
+
+mod list;
+mod read;
+pub mod root;
+mod write;
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use homeagent_core::{ErrorReason, Registry, RegistryError, ToolError};
+use serde_json::Value;
+
+pub use root::{PathRefusal, Root};
+
+/// Default cap on the bytes one `files_read` call returns.
+pub const DEFAULT_MAX_READ_BYTES: u64 = 256 * 1024;
+/// Default cap on the bytes one `files_write` call writes.
+pub const DEFAULT_MAX_WRITE_BYTES: u64 = 1024 * 1024;
+/// Most entries one `files_list` call returns.
+pub const MAX_LIST_ENTRIES: usize = 1000;
+
+/// Where the files tools may look and how much they may move at once.
+#[derive(Debug, Clone)]
+pub struct FilesPolicy {
+    /// The directory every path is relative to; created when missing.
+    pub root: PathBuf,
+    /// Most bytes one read returns; a larger `max_bytes` argument is lowered
+    /// to this.
+    pub max_read_bytes: u64,
+    /// Most bytes one write accepts; larger content is refused, not cut.
+    pub max_write_bytes: u64,
+}
+
+impl FilesPolicy {
+    /// A policy for `root` with the default limits.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        FilesPolicy {
+            root: root.into(),
+            max_read_bytes: DEFAULT_MAX_READ_BYTES,
+            max_write_bytes: DEFAULT_MAX_WRITE_BYTES,
+        }
+    }
+}
+
+/// Why the files tools could not be registered.
+#[derive(Debug, thiserror::Error)]
+pub enum FilesSetupError {
+    #[error("cannot use {root} as the files root: {source}")]
+    Root {
+        root: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+}
+
+/// What every handler shares: the root and the limits.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) root: Root,
+    pub(crate) policy: FilesPolicy,
+}
+
+/// Registers `files_read`, `files_list` and `files_write`, creating the root
+/// directory when it is missing.
+pub fn register_files_tools(
+    registry: &Registry,
+    policy: FilesPolicy,
+) -> Result<(), FilesSetupError> {
+    let root = Root::open(&policy.root).map_err(|source| FilesSetupError::Root {
+        root: policy.root.clone(),
+        source,
+    })?;
+    tracing::debug!(root = %root.canonical().display(), "files tools confined");
+    let shared = Arc::new(Shared { root, policy });
+    read::register(registry, shared.clone())?;
+    list::register(registry, shared.clone())?;
+    write::register(registry, shared)?;
+    Ok(())
+}
+
+impl Shared {
+    /// Resolves the `path` argument, mapping a refusal to the error the
+    /// model reads.
+    pub(crate) fn resolve(&self, user_path: &str) -> Result<PathBuf, ToolError> {
+        self.root.resolve(user_path).map_err(|refusal| {
+            let reason = match refusal {
+                PathRefusal::Io { .. } => ErrorReason::Execution,
+                _ => ErrorReason::Denied,
+            };
+            ToolError::new(reason, refusal.to_string())
+                .with_field("path")
+                .with_hint(self.root_hint())
+        })
+    }
+
+    pub(crate) fn root_hint(&self) -> String {
+        format!(
+            "paths are relative to the files root {}; call files_list to see what is there",
+            self.root.configured().display()
+        )
+    }
+
+    pub(crate) fn shown(&self, resolved: &Path) -> String {
+        self.root.display_relative(resolved)
+    }
+
+    /// An I/O failure on `resolved`, with the path named and, for the common
+    /// cases, what to do instead.
+    pub(crate) fn io_error(&self, action: &str, resolved: &Path, error: &io::Error) -> ToolError {
+        let shown = self.shown(resolved);
+        let (detail, hint) = match error.kind() {
+            io::ErrorKind::NotFound => (
+                format!("cannot {action} {shown}: no such file or directory"),
+                self.root_hint(),
+            ),
+            io::ErrorKind::PermissionDenied => (
+                format!("cannot {action} {shown}: permission denied"),
+                "the agent's process may not access this file".to_owned(),
+            ),
+            io::ErrorKind::IsADirectory => (
+                format!("cannot {action} {shown}: it is a directory"),
+                "use files_list for directories".to_owned(),
+            ),
+            io::ErrorKind::NotADirectory => (
+                format!(
+                    "cannot {action} {shown}: a component of the path is a file, not a directory"
+                ),
+                self.root_hint(),
+            ),
+            _ => (
+                format!("cannot {action} {shown}: {error}"),
+                self.root_hint(),
+            ),
+        };
+        ToolError::execution(detail)
+            .with_field("path")
+            .with_hint(hint)
+    }
+}
+
+/// A string argument, or the error naming it.
+pub(crate) fn string_arg<'a>(
+    arguments: &'a Value,
+    field: &str,
+    required: bool,
+) -> Result<Option<&'a str>, ToolError> {
+    match arguments.get(field) {
+        None | Some(Value::Null) if !required => Ok(None),
+        None | Some(Value::Null) => Err(ToolError::new(
+            ErrorReason::Required,
+            format!("the argument {field} is missing"),
+        )
+        .with_field(field)),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(other) => Err(type_error(field, "a string", other)),
+    }
+}
+
+/// An optional non-negative integer argument.
+pub(crate) fn u64_arg(arguments: &Value, field: &str) -> Result<Option<u64>, ToolError> {
+    match arguments.get(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| type_error(field, "a non-negative integer", v)),
+    }
+}
+
+/// An optional boolean argument (absent means false).
+pub(crate) fn bool_arg(arguments: &Value, field: &str) -> Result<bool, ToolError> {
+    match arguments.get(field) {
+        None | Some(Value::Null) => Ok(false),
+        Some(Value::Bool(b)) => Ok(*b),
+        Some(other) => Err(type_error(field, "true or false", other)),
+    }
+}
+
+fn type_error(field: &str, expected: &str, got: &Value) -> ToolError {
+    ToolError::new(
+        ErrorReason::Type,
+        format!("the argument {field} must be {expected}, got {got}"),
+    )
+    .with_field(field)
+}

@@ -1,0 +1,223 @@
+//! The one place where a user-supplied path becomes a path on disk.
+//!
+//! Confinement is by construction: every files tool turns its `path`
+//! argument into a [`PathBuf`] only through [`Root::resolve`], and the path it
+//! returns is built from the canonical root plus checked components, so the
+//! operating system is never handed a `..` or an unchecked symlink.
+//!
+//! The rules:
+//!
+//! - a relative path is relative to the root; an absolute path is accepted
+//!   only when it names something inside the root;
+//! - `..` is applied lexically, and a `..` that would climb above the root is
+//!   refused (`a/../b` is fine, `a/../../b` is not);
+//! - every existing component is checked: a symlink is followed (canonicalized)
+//!   and must land inside the canonical root, and a symlink whose target does
+//!   not exist is refused (writing through it would create a file wherever
+//!   it points);
+//! - components that do not exist yet are appended as plain names, so a new
+//!   file's parent has always been resolved inside the root.
+//!
+//! What this cannot rule out is a race: a process that swaps a directory for
+//! a symlink between the check and the open. The agent is the only writer
+//! the files tools expect under their root; the symlink checks keep it from
+//! being tricked by what is already there.
+
+use std::io;
+use std::path::{Component, Path, PathBuf};
+
+/// Why a path was refused. Matched by variant; the message names the path
+/// and the reason.
+#[derive(Debug, thiserror::Error)]
+pub enum PathRefusal {
+    #[error("path `{path}` is absolute and outside the files root")]
+    AbsoluteOutsideRoot { path: String },
+    #[error("path `{path}` climbs above the files root with `..`")]
+    ClimbsAboveRoot { path: String },
+    #[error(
+        "path `{path}` goes through the symlink `{link}`, which leads to `{target}`, outside the files root"
+    )]
+    SymlinkLeadsOut {
+        path: String,
+        link: String,
+        target: PathBuf,
+    },
+    #[error(
+        "path `{path}` goes through the symlink `{link}`, whose target does not exist or cannot be resolved"
+    )]
+    DanglingSymlink { path: String, link: String },
+    #[error("path `{path}` contains a NUL byte")]
+    NulByte { path: String },
+    #[error("path `{path}` could not be checked: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// The directory the files tools are confined to, canonicalized once.
+#[derive(Debug, Clone)]
+pub struct Root {
+    /// The root as configured, for messages and for accepting absolute paths
+    /// written the way the person configured them.
+    configured: PathBuf,
+    /// The root with every symlink resolved: what resolved paths start with.
+    canonical: PathBuf,
+}
+
+impl Root {
+    /// Opens (and creates, when missing) the root directory.
+    pub fn open(configured: impl Into<PathBuf>) -> io::Result<Self> {
+        let configured = configured.into();
+        std::fs::create_dir_all(&configured)?;
+        let canonical = std::fs::canonicalize(&configured)?;
+        if !canonical.is_dir() {
+            return Err(io::Error::new(
+                io::ErrorKind::NotADirectory,
+                format!("files root {} is not a directory", configured.display()),
+            ));
+        }
+        Ok(Root {
+            configured,
+            canonical,
+        })
+    }
+
+    /// The root with symlinks resolved.
+    pub fn canonical(&self) -> &Path {
+        &self.canonical
+    }
+
+    /// The root as configured.
+    pub fn configured(&self) -> &Path {
+        &self.configured
+    }
+
+    /// Turns a user path into a path inside the root, or says why not.
+    /// An empty path (or `.`) is the root itself.
+    pub fn resolve(&self, user_path: &str) -> Result<PathBuf, PathRefusal> {
+        if user_path.contains('\0') {
+            return Err(PathRefusal::NulByte {
+                path: user_path.to_owned(),
+            });
+        }
+        let requested = Path::new(user_path);
+        let relative = if requested.is_absolute() {
+            self.strip_root(requested)
+                .ok_or_else(|| PathRefusal::AbsoluteOutsideRoot {
+                    path: user_path.to_owned(),
+                })?
+        } else {
+            requested.to_path_buf()
+        };
+
+        let mut names: Vec<&std::ffi::OsStr> = Vec::new();
+        for component in relative.components() {
+            match component {
+                Component::Normal(name) => names.push(name),
+                Component::CurDir => {}
+                Component::ParentDir => {
+                    if names.pop().is_none() {
+                        return Err(PathRefusal::ClimbsAboveRoot {
+                            path: user_path.to_owned(),
+                        });
+                    }
+                }
+                // strip_root removed these from absolute paths already.
+                Component::RootDir | Component::Prefix(_) => {
+                    return Err(PathRefusal::AbsoluteOutsideRoot {
+                        path: user_path.to_owned(),
+                    });
+                }
+            }
+        }
+
+        let mut resolved = self.canonical.clone();
+        let mut exists = true;
+        for name in names {
+            let next = resolved.join(name);
+            if !exists {
+                resolved = next;
+                continue;
+            }
+            match std::fs::symlink_metadata(&next) {
+                Ok(meta) if meta.file_type().is_symlink() => {
+                    let link = self.display_relative(&next);
+                    let target =
+                        std::fs::canonicalize(&next).map_err(|_| PathRefusal::DanglingSymlink {
+                            path: user_path.to_owned(),
+                            link: link.clone(),
+                        })?;
+                    if !target.starts_with(&self.canonical) {
+                        return Err(PathRefusal::SymlinkLeadsOut {
+                            path: user_path.to_owned(),
+                            link,
+                            target,
+                        });
+                    }
+                    resolved = target;
+                }
+                Ok(_) => resolved = next,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    exists = false;
+                    resolved = next;
+                }
+                // A component below a regular file (NotADirectory) cannot
+                // exist either; the operation itself reports that clearly.
+                Err(e) if e.kind() == io::ErrorKind::NotADirectory => {
+                    exists = false;
+                    resolved = next;
+                }
+                Err(source) => {
+                    return Err(PathRefusal::Io {
+                        path: user_path.to_owned(),
+                        source,
+                    });
+                }
+            }
+        }
+        Ok(resolved)
+    }
+
+    /// A resolved path as the model should see it: relative to the root,
+    /// with `/` separators; the root itself is `.`.
+    pub fn display_relative(&self, resolved: &Path) -> String {
+        match resolved.strip_prefix(&self.canonical) {
+            Ok(rel) if rel.as_os_str().is_empty() => ".".to_owned(),
+            Ok(rel) => rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy())
+                .collect::<Vec<_>>()
+                .join("/"),
+            Err(_) => resolved.display().to_string(),
+        }
+    }
+
+    /// The part of an absolute path below the root, if it is below either
+    /// spelling of the root.
+    fn strip_root(&self, absolute: &Path) -> Option<PathBuf> {
+        let lexical = lexically_normal(absolute)?;
+        [&self.canonical, &self.configured]
+            .into_iter()
+            .find_map(|root| lexical.strip_prefix(root).ok().map(Path::to_path_buf))
+    }
+}
+
+/// `absolute` with `.` and `..` applied, without touching the disk; `None`
+/// when `..` climbs above `/`.
+fn lexically_normal(absolute: &Path) -> Option<PathBuf> {
+    let mut out = PathBuf::new();
+    for component in absolute.components() {
+        match component {
+            Component::ParentDir => {
+                if !out.pop() {
+                    return None;
+                }
+            }
+            Component::CurDir => {}
+            other => out.push(other.as_os_str()),
+        }
+    }
+    Some(out)
+}

@@ -1,0 +1,298 @@
+//! The one authorization gate.
+//!
+//! Every way a tool can be run — the model's calls through the kernel's
+//! executor, the programmatic tool API that sequences and hooks use, a
+//! future MCP server face — goes through [`ToolSource::invoke`]. The
+//! agent's tool source is a [`GatedSource`], whose `invoke` asks
+//! [`Gate::can_use`] first, so no path can skip the check: there is no
+//! second function to forget to call.
+//!
+//! The gate decides from:
+//! - the agent's grant: `allow_tools` (empty = every tool) and `deny_tools`
+//!   (wins over allow), each a list of names where a trailing `*` matches a
+//!   prefix (`files_*`, `mcp__*`);
+//! - device scope: a tool registered as device-scoped (the device bridge's
+//!   `device_cmd_run`) must carry a device id argument naming a device the
+//!   agent was granted; a missing id is refused (fail closed);
+//! - approval: a tool listed in `require_approval` runs only when the
+//!   [`Approval`] policy says yes (a person in `chat`, `--yes` on `run`).
+//!
+//! The agent comes from the call's extras (`"agent"`), which the runtime
+//! sets for every call it makes; a call without one is refused.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use homeagent_core::{ErrorReason, ToolContext, ToolDef, ToolError, ToolFuture, ToolSource};
+use serde_json::Value;
+
+/// The extras key holding the calling agent's name.
+pub const AGENT_EXTRA: &str = "agent";
+
+/// The agent every program starts with: all tools, no devices.
+pub const DEFAULT_AGENT: &str = "main";
+
+/// What one agent may use.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AgentGrant {
+    pub name: String,
+    /// Tools the agent may use; empty means every tool. `*` at the end of a
+    /// pattern matches any suffix.
+    pub allow_tools: Vec<String>,
+    /// Tools the agent may never use; wins over `allow_tools`.
+    pub deny_tools: Vec<String>,
+    /// Device ids the agent may run device tools on.
+    pub devices: Vec<String>,
+}
+
+impl AgentGrant {
+    /// The default agent: every tool, no device.
+    pub fn main() -> Self {
+        AgentGrant {
+            name: DEFAULT_AGENT.to_owned(),
+            ..AgentGrant::default()
+        }
+    }
+}
+
+/// Asks whether a call may run (a person at a terminal, a UI).
+pub trait Approver: Send + Sync + 'static {
+    fn approve(
+        &self,
+        agent: &str,
+        tool: &str,
+        args: &Value,
+    ) -> Pin<Box<dyn Future<Output = bool> + Send + 'static>>;
+}
+
+/// How tools listed in `require_approval` are treated.
+#[derive(Clone)]
+pub enum Approval {
+    /// Ask this approver for every such call.
+    Ask(Arc<dyn Approver>),
+    /// Approved in advance (`--yes`).
+    Granted,
+    /// Nobody can be asked: such calls are denied with a reason.
+    Refused,
+}
+
+impl std::fmt::Debug for Approval {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Approval::Ask(_) => "Ask",
+            Approval::Granted => "Granted",
+            Approval::Refused => "Refused",
+        })
+    }
+}
+
+/// The authorization rules of one program.
+#[derive(Debug, Clone)]
+pub struct Gate {
+    agents: BTreeMap<String, AgentGrant>,
+    /// Device-scoped tool → the argument holding the device id.
+    device_tools: HashMap<String, String>,
+    require_approval: HashSet<String>,
+}
+
+impl Gate {
+    /// A gate over these agents; `main` is added (every tool, no device)
+    /// unless declared.
+    pub fn new(agents: impl IntoIterator<Item = AgentGrant>) -> Self {
+        let mut map: BTreeMap<String, AgentGrant> = agents
+            .into_iter()
+            .map(|grant| (grant.name.clone(), grant))
+            .collect();
+        map.entry(DEFAULT_AGENT.to_owned())
+            .or_insert_with(AgentGrant::main);
+        Gate {
+            agents: map,
+            device_tools: HashMap::new(),
+            require_approval: HashSet::new(),
+        }
+    }
+
+    /// Tools that run only after approval.
+    pub fn with_approval_required(mut self, tools: impl IntoIterator<Item = String>) -> Self {
+        self.require_approval.extend(tools);
+        self
+    }
+
+    /// Marks `tool` as device-scoped, its device id in argument `arg`.
+    pub fn with_device_tool(mut self, tool: impl Into<String>, arg: impl Into<String>) -> Self {
+        self.device_tools.insert(tool.into(), arg.into());
+        self
+    }
+
+    /// The declared agents (with `main`), by name.
+    pub fn agents(&self) -> impl Iterator<Item = &AgentGrant> {
+        self.agents.values()
+    }
+
+    pub fn agent(&self, name: &str) -> Option<&AgentGrant> {
+        self.agents.get(name)
+    }
+
+    /// Whether `tool` must be approved before it runs.
+    pub fn needs_approval(&self, tool: &str) -> bool {
+        self.require_approval.contains(tool)
+    }
+
+    /// Whether `agent` may see `tool` at all (its allow/deny lists). The
+    /// tool list sent to the model and `get_tools` use this.
+    pub fn visible(&self, agent: &str, tool: &str) -> bool {
+        self.agents
+            .get(agent)
+            .is_some_and(|grant| grant_allows(grant, tool))
+    }
+
+    /// Decides whether `agent` may run `tool` with `args`. Approval is not
+    /// part of this answer (see [`GatedSource`]); everything else is.
+    pub fn can_use(&self, agent: &str, tool: &str, args: &Value) -> Result<(), ToolError> {
+        let Some(grant) = self.agents.get(agent) else {
+            let known: Vec<&str> = self.agents.keys().map(String::as_str).collect();
+            return Err(ToolError::new(
+                ErrorReason::Unauthorized,
+                format!("unknown agent `{agent}`: no tool may run for it"),
+            )
+            .with_hint(format!("declared agents: {}", known.join(", "))));
+        };
+        if !grant_allows(grant, tool) {
+            return Err(ToolError::new(
+                ErrorReason::Unauthorized,
+                format!("agent `{agent}` may not use the tool `{tool}`"),
+            )
+            .with_hint(format!(
+                "grant it in the [[agents]] entry named {agent} (allow_tools / deny_tools)"
+            )));
+        }
+        if let Some(arg) = self.device_tools.get(tool) {
+            let device = args.get(arg).and_then(Value::as_str).unwrap_or("");
+            if device.is_empty() {
+                return Err(ToolError::new(
+                    ErrorReason::Unauthorized,
+                    format!("`{tool}` needs a device id in `{arg}`; without one it cannot run"),
+                )
+                .with_field(arg.clone())
+                .with_hint("call device_list to see the devices you may use"));
+            }
+            if !grant.devices.iter().any(|granted| granted == device) {
+                return Err(ToolError::new(
+                    ErrorReason::Unauthorized,
+                    format!("agent `{agent}` is not granted the device `{device}`"),
+                )
+                .with_field(arg.clone())
+                .with_hint(format!(
+                    "add \"{device}\" to `devices` in the [[agents]] entry named {agent}"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn grant_allows(grant: &AgentGrant, tool: &str) -> bool {
+    let allowed =
+        grant.allow_tools.is_empty() || grant.allow_tools.iter().any(|p| pattern_matches(p, tool));
+    allowed && !grant.deny_tools.iter().any(|p| pattern_matches(p, tool))
+}
+
+fn pattern_matches(pattern: &str, tool: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => tool.starts_with(prefix),
+        None => pattern == tool,
+    }
+}
+
+/// A tool source whose every `invoke` passes the [`Gate`] first.
+pub struct GatedSource {
+    inner: Arc<dyn ToolSource>,
+    gate: Arc<Gate>,
+    approval: Approval,
+}
+
+impl GatedSource {
+    pub fn new(inner: Arc<dyn ToolSource>, gate: Arc<Gate>, approval: Approval) -> Self {
+        GatedSource {
+            inner,
+            gate,
+            approval,
+        }
+    }
+
+    pub fn gate(&self) -> &Arc<Gate> {
+        &self.gate
+    }
+
+    /// The same source and gate under another approval policy (one per
+    /// front end: `chat` asks, `run --yes` grants).
+    pub fn with_approval(&self, approval: Approval) -> Self {
+        GatedSource {
+            inner: Arc::clone(&self.inner),
+            gate: Arc::clone(&self.gate),
+            approval,
+        }
+    }
+}
+
+impl ToolSource for GatedSource {
+    fn definition(&self, name: &str) -> Option<Arc<ToolDef>> {
+        self.inner.definition(name)
+    }
+
+    fn definitions(&self) -> Vec<Arc<ToolDef>> {
+        self.inner.definitions()
+    }
+
+    fn invoke(&self, name: &str, ctx: ToolContext) -> ToolFuture {
+        let agent = ctx
+            .extras
+            .get(AGENT_EXTRA)
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let Some(agent) = agent else {
+            let error = ToolError::new(
+                ErrorReason::Unauthorized,
+                format!("the call to `{name}` names no agent; every call must say who makes it"),
+            );
+            return Box::pin(async move { Err(error) });
+        };
+        if let Err(error) = self.gate.can_use(&agent, name, &ctx.arguments) {
+            return Box::pin(async move { Err(error) });
+        }
+        if !self.gate.needs_approval(name) {
+            return self.inner.invoke(name, ctx);
+        }
+        let tool = name.to_owned();
+        match &self.approval {
+            Approval::Granted => self.inner.invoke(name, ctx),
+            Approval::Refused => Box::pin(async move {
+                Err(ToolError::new(
+                    ErrorReason::Denied,
+                    format!("`{tool}` requires approval and nobody could be asked"),
+                )
+                .with_hint(
+                    "approve it in `homeagent chat`, pass --yes to `homeagent run`, or remove it \
+                     from tools.require_approval",
+                ))
+            }),
+            Approval::Ask(approver) => {
+                // The handler is not even created before the answer.
+                let asked = approver.approve(&agent, name, &ctx.arguments);
+                let inner = Arc::clone(&self.inner);
+                Box::pin(async move {
+                    if asked.await {
+                        inner.invoke(&tool, ctx).await
+                    } else {
+                        Err(ToolError::new(
+                            ErrorReason::Denied,
+                            format!("the person declined the call to `{tool}`"),
+                        ))
+                    }
+                })
+            }
+        }
+    }
+}

@@ -1,0 +1,696 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a test failure
+
+//! `cmd_run`: the checker's refusals by variant, the write guard in every
+//! option form, and real runs (exit codes, timeout kill, output cap, the
+//! child's clean environment).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use homeagent_core::{ErrorReason, Registry, ToolContext, ToolSource};
+use homeagent_tools::cmd_run::{
+    CmdRefusal, CmdRunPolicy, DEFAULT_ALLOWLIST, check_command, register_cmd_run, truncation_marker,
+};
+use serde_json::{Value, json};
+
+fn default_policy() -> CmdRunPolicy {
+    CmdRunPolicy::default()
+}
+
+fn writes_policy(allowlist: &[&str]) -> CmdRunPolicy {
+    CmdRunPolicy {
+        allowlist: allowlist.iter().map(|s| s.to_string()).collect(),
+        allow_writes: true,
+        ..CmdRunPolicy::default()
+    }
+}
+
+fn refusal(policy: &CmdRunPolicy, command: &str) -> CmdRefusal {
+    match check_command(policy, command) {
+        Ok(checked) => panic!("`{command}` passed the checker: {checked:?}"),
+        Err(r) => r,
+    }
+}
+
+fn passes(policy: &CmdRunPolicy, command: &str) {
+    if let Err(r) = check_command(policy, command) {
+        panic!("`{command}` was refused: {r}");
+    }
+}
+
+fn default_allowed() -> Vec<String> {
+    let mut list: Vec<String> = DEFAULT_ALLOWLIST.iter().map(|s| s.to_string()).collect();
+    list.sort();
+    list
+}
+
+fn write_guard(program: &str, option: &str, why: &'static str) -> CmdRefusal {
+    CmdRefusal::WriteGuard {
+        program: program.into(),
+        option: option.into(),
+        why,
+    }
+}
+
+/// A unique directory under the system temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Self {
+        static COUNTER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let dir = std::env::temp_dir().join(format!(
+            "homeagent-cmd-run-{tag}-{}-{n}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+// ---------------------------------------------------------------- allowlist
+
+#[test]
+fn allowlist_matches_the_basename_exactly() {
+    let p = default_policy();
+    passes(&p, "ls -l /tmp");
+    passes(&p, "grep -rn foo .");
+    for program in ["grepx", "mygrep", "LS", "curl"] {
+        assert_eq!(
+            refusal(&p, &format!("{program} x")),
+            CmdRefusal::NotAllowed {
+                program: program.into(),
+                allowed: default_allowed()
+            }
+        );
+    }
+}
+
+#[test]
+fn a_configured_list_replaces_the_default_and_is_never_everything() {
+    let p = CmdRunPolicy {
+        allowlist: vec!["uptime".into()],
+        ..CmdRunPolicy::default()
+    };
+    passes(&p, "uptime");
+    assert_eq!(
+        refusal(&p, "ls"),
+        CmdRefusal::NotAllowed {
+            program: "ls".into(),
+            allowed: vec!["uptime".into()]
+        }
+    );
+}
+
+#[test]
+fn runners_are_refused_even_when_configured() {
+    let configured = CmdRunPolicy {
+        allowlist: vec!["bash".into(), "env".into(), "ls".into()],
+        ..CmdRunPolicy::default()
+    };
+    for (command, program) in [
+        ("env ls", "env"),
+        ("xargs rm", "xargs"),
+        ("bash -c ls", "bash"),
+        ("python3 -c 'print(1)'", "python3"),
+        ("busybox sh", "busybox"),
+        ("/bin/sh -c id", "sh"),
+        ("awk 'BEGIN{system(\"id\")}'", "awk"),
+    ] {
+        let expected = CmdRefusal::ProgramRunner {
+            program: program.into(),
+        };
+        assert_eq!(refusal(&default_policy(), command), expected, "{command}");
+        assert_eq!(refusal(&configured, command), expected, "{command}");
+    }
+}
+
+#[test]
+fn a_path_qualified_program_must_be_the_file_path_finds() {
+    let p = default_policy();
+    let real = check_command(&p, "ls").unwrap().executable;
+    passes(&p, &real.display().to_string());
+    passes(&p, "/usr/bin/ls");
+    passes(&p, "/bin/ls /");
+
+    let dir = TempDir::new("trojan");
+    std::fs::write(dir.path().join("ls"), "#!/bin/sh\necho owned\n").unwrap();
+    let in_dir = CmdRunPolicy {
+        working_dir: Some(dir.path().to_path_buf()),
+        ..CmdRunPolicy::default()
+    };
+    let absolute = dir.path().join("ls").display().to_string();
+    for (policy, given) in [(&in_dir, "./ls".to_string()), (&p, absolute)] {
+        assert_eq!(
+            refusal(policy, &given),
+            CmdRefusal::QualifiedPathMismatch {
+                given: given.clone(),
+                program: "ls".into(),
+                found: Some(real.clone()),
+            }
+        );
+    }
+}
+
+#[test]
+fn variable_assignments_are_set_unless_dangerous() {
+    let p = default_policy();
+    let checked = check_command(&p, "LC_ALL=C TZ=UTC date +%Y").unwrap();
+    assert_eq!(
+        checked.env,
+        vec![("LC_ALL".into(), "C".into()), ("TZ".into(), "UTC".into())]
+    );
+    assert_eq!(checked.args, vec!["+%Y".to_string()]);
+    for name in [
+        "LD_PRELOAD",
+        "LD_LIBRARY_PATH",
+        "DYLD_INSERT_LIBRARIES",
+        "PATH",
+        "IFS",
+    ] {
+        assert_eq!(
+            refusal(&p, &format!("{name}=x ls")),
+            CmdRefusal::BadEnvAssignment {
+                name: name.into(),
+                why: "it changes which code a program loads or runs"
+            }
+        );
+    }
+    for name in ["BASH_ENV", "ENV"] {
+        assert!(matches!(
+            refusal(&p, &format!("{name}=/tmp/x ls")),
+            CmdRefusal::BadEnvAssignment { name: n, .. } if n == name
+        ));
+    }
+    assert!(matches!(
+        refusal(&p, "1X=y ls"),
+        CmdRefusal::BadEnvAssignment { name, .. } if name == "1X"
+    ));
+    assert!(matches!(refusal(&p, "A=1"), CmdRefusal::Empty { .. }));
+    assert!(matches!(refusal(&p, "   "), CmdRefusal::Empty { .. }));
+    assert!(matches!(
+        refusal(&p, "echo 'open"),
+        CmdRefusal::Unparseable { .. }
+    ));
+}
+
+// ---------------------------------------------------------------- operators
+
+#[test]
+fn every_shell_operator_is_refused() {
+    let p = default_policy();
+    for (command, operator) in [
+        ("ls; rm -rf /", ";"),
+        ("ls | sh", "|"),
+        ("ls || id", "||"),
+        ("ls && id", "&&"),
+        ("sleep 9 &", "&"),
+        ("echo x > /etc/passwd", ">"),
+        ("echo x >> f", ">>"),
+        ("cat < /etc/shadow", "<"),
+        ("echo $(id)", "$("),
+        ("echo `id`", "`"),
+        ("echo \"$(id)\"", "$("),
+        ("echo \"`id`\"", "`"),
+        ("ls\nid", "newline"),
+        ("ls # comment\nid", "newline"),
+        ("ls 2>&1", ">"),
+    ] {
+        assert_eq!(
+            refusal(&p, command),
+            CmdRefusal::ShellOperator {
+                operator: operator.into()
+            },
+            "{command:?}"
+        );
+    }
+    let message = refusal(&p, "ls | wc").to_string();
+    assert!(message.starts_with("no shell is used"), "{message}");
+}
+
+#[test]
+fn quoted_or_escaped_operators_are_plain_arguments() {
+    let p = default_policy();
+    for (command, args) in [
+        ("grep 'a|b' f", vec!["a|b", "f"]),
+        ("grep \"a;b&&c>d\" f", vec!["a;b&&c>d", "f"]),
+        ("echo '$(id)' '`id`'", vec!["$(id)", "`id`"]),
+        ("echo a\\;b", vec!["a;b"]),
+        ("echo 'two\nlines'", vec!["two\nlines"]),
+        ("ls\n", vec![]),
+    ] {
+        let checked = check_command(&p, command).unwrap();
+        assert_eq!(checked.args, args, "{command:?}");
+    }
+}
+
+// ---------------------------------------------------------------- write guard
+
+#[test]
+fn sed_in_place_in_every_form_is_a_write() {
+    let p = default_policy();
+    let why = "edits files in place";
+    for (command, option) in [
+        ("sed -i s/a/b/ f", "-i"),
+        ("sed -ni p f", "-i"),
+        ("sed -i.bak s/a/b/ f", "-i.bak"),
+        ("sed --in-place=.bak s/a/b/ f", "-i.bak"),
+        ("sed --in-pl s/a/b/ f", "-i"),
+        ("sed s/a/b/ f -i", "-i"),
+    ] {
+        assert_eq!(
+            refusal(&p, command),
+            write_guard("sed", option, why),
+            "{command}"
+        );
+        passes(&writes_policy(&["sed"]), command);
+    }
+    passes(&p, "sed -n /error/p f");
+    passes(&p, "sed -e s/a/b/ -e 's/x/w/' f");
+}
+
+#[test]
+fn sed_scripts_that_write_or_run_programs() {
+    let p = default_policy();
+    for (command, option) in [
+        ("sed 'w /tmp/out' f", "script command `w`"),
+        ("sed -n '1W /tmp/out' f", "script command `W`"),
+        ("sed 's/a/b/w /tmp/out' f", "script command `s///w`"),
+        ("sed -e p -e 's/a/b/gw out' f", "script command `s///w`"),
+    ] {
+        assert_eq!(
+            refusal(&p, command),
+            write_guard("sed", option, "writes a file"),
+            "{command}"
+        );
+        passes(&writes_policy(&["sed"]), command);
+    }
+    let writes = writes_policy(&["sed"]);
+    for (command, option) in [
+        ("sed 'e id' f", "script command `e`"),
+        ("sed 's/.*/id/e' f", "script command `s///e`"),
+        ("sed -n 'p;1e id' f", "script command `e`"),
+    ] {
+        for policy in [&p, &writes] {
+            assert_eq!(
+                refusal(policy, command),
+                CmdRefusal::NeverAllowed {
+                    program: "sed".into(),
+                    option: option.into(),
+                    why: "runs a program through the shell".into()
+                },
+                "{command}"
+            );
+        }
+    }
+    assert!(matches!(
+        refusal(&writes, "sed -f script.sed f"),
+        CmdRefusal::NeverAllowed { option, .. } if option == "-f"
+    ));
+    assert!(matches!(
+        refusal(&p, "sed 's/a/b/Z' f"),
+        CmdRefusal::NeverAllowed { .. }
+    ));
+    assert!(matches!(
+        refusal(&p, "sed --bogus p f"),
+        CmdRefusal::UnknownOption { option, .. } if option == "--bogus"
+    ));
+}
+
+#[test]
+fn find_actions_that_write_or_run() {
+    let p = default_policy();
+    passes(&p, "find /var/log -name '*.log' -mtime -1 -print");
+    for (command, option, why) in [
+        ("find . -delete", "-delete", "deletes files"),
+        (
+            "find . -fprint out",
+            "-fprint",
+            "writes its output to a file",
+        ),
+        (
+            "find . -fprintf out %p",
+            "-fprintf",
+            "writes its output to a file",
+        ),
+        ("find . -fls out", "-fls", "writes its output to a file"),
+    ] {
+        assert_eq!(refusal(&p, command), write_guard("find", option, why));
+        passes(&writes_policy(&["find"]), command);
+    }
+    for option in ["-exec", "-execdir", "-ok", "-okdir"] {
+        let command = format!("find . {option} rm {{}} \\;");
+        let expected = CmdRefusal::NeverAllowed {
+            program: "find".into(),
+            option: option.into(),
+            why: "runs another program".into(),
+        };
+        assert_eq!(refusal(&p, &command), expected);
+        assert_eq!(refusal(&writes_policy(&["find"]), &command), expected);
+    }
+}
+
+#[test]
+fn sort_uniq_date_hostname_options_that_write() {
+    let p = default_policy();
+    let out = "writes its output to a file";
+    for (command, expected) in [
+        ("sort -o out f", write_guard("sort", "-o", out)),
+        ("sort -ro out f", write_guard("sort", "-o", out)),
+        ("sort -oout f", write_guard("sort", "-o", out)),
+        ("sort --output=out f", write_guard("sort", "--output", out)),
+        ("sort --out out f", write_guard("sort", "--output", out)),
+        (
+            "uniq a b",
+            write_guard("uniq", "b", "is an output file uniq would write"),
+        ),
+        (
+            "uniq -c -f 1 a b",
+            write_guard("uniq", "b", "is an output file uniq would write"),
+        ),
+        (
+            "date -s 2020-01-01",
+            write_guard("date", "-s", "sets the system clock"),
+        ),
+        (
+            "date --set=2020-01-01",
+            write_guard("date", "--set", "sets the system clock"),
+        ),
+        (
+            "date 010100002020",
+            write_guard(
+                "date",
+                "010100002020",
+                "is a date operand, which sets the system clock",
+            ),
+        ),
+        (
+            "hostname foo",
+            write_guard("hostname", "foo", "is a new host name, which sets it"),
+        ),
+        (
+            "hostname -F /etc/x",
+            write_guard("hostname", "-F", "sets the host name from a file"),
+        ),
+    ] {
+        assert_eq!(refusal(&p, command), expected, "{command}");
+        passes(
+            &writes_policy(&["sort", "uniq", "date", "hostname"]),
+            command,
+        );
+    }
+    for command in [
+        "sort -k2 -t, -n f",
+        "sort -r f",
+        "uniq -c a",
+        "uniq a -",
+        "date +%s",
+        "date -d yesterday +%F",
+        "hostname -f",
+        "hostname",
+    ] {
+        passes(&p, command);
+    }
+    for policy in [&p, &writes_policy(&["sort"])] {
+        assert!(matches!(
+            refusal(policy, "sort --compress-program=sh f"),
+            CmdRefusal::NeverAllowed { option, .. } if option == "--compress-program"
+        ));
+    }
+}
+
+#[test]
+fn write_only_programs_need_allow_writes_even_when_listed() {
+    let listed = CmdRunPolicy {
+        allowlist: vec!["rm".into(), "tee".into(), "dd".into()],
+        ..CmdRunPolicy::default()
+    };
+    for program in ["rm", "tee", "dd"] {
+        let command = format!("{program} x");
+        assert_eq!(
+            refusal(&listed, &command),
+            CmdRefusal::WriteOnlyProgram {
+                program: program.into()
+            }
+        );
+        assert!(matches!(
+            refusal(&default_policy(), &command),
+            CmdRefusal::NotAllowed { .. }
+        ));
+        passes(&writes_policy(&["rm", "tee", "dd"]), &command);
+    }
+}
+
+// ---------------------------------------------------------------- running
+
+async fn run(policy: CmdRunPolicy, args: Value) -> Result<Value, homeagent_core::ToolError> {
+    let registry = Registry::new();
+    register_cmd_run(&registry, policy).unwrap();
+    let ctx = ToolContext {
+        call_id: "call-1".into(),
+        tool: "cmd_run".into(),
+        arguments: args,
+        batch_id: "batch-1".into(),
+        extras: Default::default(),
+        cancel: Default::default(),
+    };
+    registry.invoke("cmd_run", ctx).await
+}
+
+#[tokio::test]
+async fn the_definition_declares_its_scheduling() {
+    let registry = Registry::new();
+    register_cmd_run(&registry, CmdRunPolicy::default()).unwrap();
+    let def = registry.definition("cmd_run").unwrap();
+    assert!(def.parallel_safe && !def.serial && def.read_only);
+    assert!(def.description.contains("WITHOUT a shell"));
+    assert!(def.description.contains("grep"));
+    let writes = Registry::new();
+    register_cmd_run(&writes, writes_policy(&["ls"])).unwrap();
+    assert!(!writes.definition("cmd_run").unwrap().read_only);
+}
+
+#[tokio::test]
+async fn echo_runs_and_returns_its_output() {
+    let value = run(default_policy(), json!({"command": "echo hi"}))
+        .await
+        .unwrap();
+    assert_eq!(value["exit_code"], json!(0));
+    assert_eq!(value["stdout"], json!("hi\n"));
+    assert_eq!(value["stderr"], json!(""));
+    assert_eq!(value["truncated"], json!(false));
+    assert!(value["duration_ms"].is_u64());
+}
+
+#[tokio::test]
+async fn a_non_zero_exit_is_a_successful_call() {
+    let value = run(
+        default_policy(),
+        json!({"command": "ls /nonexistent-homeagent"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(value["exit_code"], json!(2));
+    assert!(
+        value["stderr"]
+            .as_str()
+            .unwrap()
+            .contains("nonexistent-homeagent")
+    );
+}
+
+#[tokio::test]
+async fn refusals_are_denied_with_a_hint() {
+    let err = run(default_policy(), json!({"command": "ls | wc"}))
+        .await
+        .unwrap_err();
+    assert_eq!(err.reason, ErrorReason::Denied);
+    assert!(err.detail.starts_with("no shell is used"));
+    let err = run(default_policy(), json!({"command": "sed -i s/a/b/ f"}))
+        .await
+        .unwrap_err();
+    assert_eq!(err.reason, ErrorReason::Denied);
+    assert!(
+        err.hint
+            .unwrap()
+            .contains("tools.cmd_run.allow_writes = true")
+    );
+    let err = run(default_policy(), json!({"command": "curl x"}))
+        .await
+        .unwrap_err();
+    assert!(
+        err.hint
+            .unwrap()
+            .contains("add `curl` to tools.cmd_run.allowlist")
+    );
+}
+
+#[tokio::test]
+async fn a_program_that_cannot_start_is_an_execution_error() {
+    let policy = CmdRunPolicy {
+        allowlist: vec!["no-such-program-homeagent".into()],
+        ..CmdRunPolicy::default()
+    };
+    let err = run(policy, json!({"command": "no-such-program-homeagent"}))
+        .await
+        .unwrap_err();
+    assert_eq!(err.reason, ErrorReason::Execution);
+    assert!(
+        err.detail.contains("No such file or directory"),
+        "{}",
+        err.detail
+    );
+}
+
+/// Processes whose command line is exactly `argv`, found through /proc.
+fn processes_running(argv: &[&str]) -> usize {
+    let wanted: Vec<u8> = argv
+        .iter()
+        .flat_map(|a| [a.as_bytes(), b"\0"].concat())
+        .collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+        .filter(|e| std::fs::read(e.path().join("cmdline")).ok().as_deref() == Some(&wanted))
+        .count()
+}
+
+#[tokio::test]
+async fn the_timeout_kills_the_child() {
+    // A sleep length no other process uses, to find the child in /proc.
+    let length = format!("5.{}", std::process::id());
+    let started = Instant::now();
+    let err = run(
+        default_policy(),
+        json!({"command": format!("sleep {length}"), "timeout": "300ms"}),
+    )
+    .await
+    .unwrap_err();
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert_eq!(err.reason, ErrorReason::Timeout);
+    assert_eq!(processes_running(&["sleep", &length]), 0);
+}
+
+#[tokio::test]
+async fn timeouts_accept_strings_and_integers() {
+    for timeout in [json!("10s"), json!("500ms"), json!(10), json!("2m")] {
+        run(
+            default_policy(),
+            json!({"command": "true", "timeout": timeout}),
+        )
+        .await
+        .unwrap();
+    }
+    let err = run(
+        default_policy(),
+        json!({"command": "true", "timeout": "soon"}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.reason, ErrorReason::InvalidArguments);
+    assert_eq!(err.field.as_deref(), Some("timeout"));
+}
+
+#[tokio::test]
+async fn output_is_capped_with_a_marker() {
+    let dir = TempDir::new("cap");
+    let file = dir.path().join("big.txt");
+    std::fs::write(&file, "x".repeat(10_000)).unwrap();
+    let policy = CmdRunPolicy {
+        output_cap_bytes: 1000,
+        ..CmdRunPolicy::default()
+    };
+    let value = run(
+        policy,
+        json!({"command": format!("cat '{}'", file.display())}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(value["exit_code"], json!(0));
+    assert_eq!(value["truncated"], json!(true));
+    let expected = format!("{}{}", "x".repeat(1000), truncation_marker(1000, 9000));
+    assert_eq!(value["stdout"], json!(expected));
+    assert!(expected.contains("truncated after 1000 bytes; 9000 more bytes"));
+}
+
+#[tokio::test]
+async fn the_child_gets_a_clean_environment() {
+    // cargo sets these for the test process; none may reach the child.
+    assert!(std::env::var("CARGO_MANIFEST_DIR").is_ok());
+    let value = run(
+        default_policy(),
+        json!({"command": "cat /proc/self/environ"}),
+    )
+    .await
+    .unwrap();
+    let names: Vec<String> = value["stdout"]
+        .as_str()
+        .unwrap()
+        .split('\0')
+        .filter(|kv| !kv.is_empty())
+        .map(|kv| kv.split_once('=').unwrap().0.to_string())
+        .collect();
+    for name in &names {
+        assert!(
+            ["PATH", "HOME", "LANG", "TZ"].contains(&name.as_str()),
+            "{name} leaked"
+        );
+    }
+    assert!(names.contains(&"PATH".to_string()));
+    assert!(!names.contains(&"CARGO_MANIFEST_DIR".to_string()));
+
+    // A name the policy lists passes through; an assignment is set.
+    let policy = CmdRunPolicy {
+        env: vec!["CARGO_PKG_NAME".into()],
+        ..CmdRunPolicy::default()
+    };
+    let value = run(
+        policy,
+        json!({"command": "LC_ALL=C cat /proc/self/environ"}),
+    )
+    .await
+    .unwrap();
+    let env = value["stdout"].as_str().unwrap();
+    assert!(env.contains("CARGO_PKG_NAME=homeagent-tools\0"), "{env:?}");
+    assert!(env.contains("LC_ALL=C\0"));
+    assert!(!env.contains("CARGO_MANIFEST_DIR"));
+}
+
+#[test]
+fn policy_validation_names_the_problem() {
+    use homeagent_tools::cmd_run::PolicyError;
+    assert_eq!(CmdRunPolicy::default().validate(), Ok(()));
+    let with = |allowlist: &[&str], env: &[&str]| CmdRunPolicy {
+        allowlist: allowlist.iter().map(|s| s.to_string()).collect(),
+        env: env.iter().map(|s| s.to_string()).collect(),
+        ..CmdRunPolicy::default()
+    };
+    assert_eq!(
+        with(&["ls", "bash"], &[]).validate(),
+        Err(PolicyError::ProgramRunner {
+            program: "bash".into()
+        })
+    );
+    assert_eq!(
+        with(&["/bin/ls"], &[]).validate(),
+        Err(PolicyError::BadProgramName {
+            name: "/bin/ls".into()
+        })
+    );
+    assert!(matches!(
+        with(&[], &["LD_PRELOAD"]).validate(),
+        Err(PolicyError::BadEnvName { name, .. }) if name == "LD_PRELOAD"
+    ));
+    // A runner that slipped into the configuration still never runs.
+    assert_eq!(with(&["ls", "bash"], &[]).effective_allowlist(), vec!["ls"]);
+}

@@ -1,0 +1,631 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a test failure
+//! The files tools through the real registry and executor, on real files.
+
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use homeagent_core::{
+    AssembledCall, AssembledTurn, BatchContext, BatchMode, ErrorReason, Executor, Registry,
+    SerialReason, ToolCall, ToolContext, ToolError, ToolSource,
+};
+use homeagent_tools::{FilesPolicy, register_files_tools};
+use serde_json::{Value, json};
+
+/// A directory under the system temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(label: &str) -> Self {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "homeagent-files-{label}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A sandbox: `<tmp>/root` is the files root, `<tmp>/outside` is not.
+struct Sandbox {
+    tmp: TempDir,
+    registry: Arc<Registry>,
+}
+
+impl Sandbox {
+    fn new(label: &str) -> Self {
+        Self::with(label, |_| {})
+    }
+    fn with(label: &str, tweak: impl FnOnce(&mut FilesPolicy)) -> Self {
+        let tmp = TempDir::new(label);
+        std::fs::create_dir_all(tmp.path().join("outside")).unwrap();
+        std::fs::write(tmp.path().join("outside/secret.txt"), "top secret").unwrap();
+        let registry = Registry::new();
+        let mut policy = FilesPolicy::new(tmp.path().join("root"));
+        tweak(&mut policy);
+        register_files_tools(&registry, policy).unwrap();
+        Sandbox {
+            tmp,
+            registry: Arc::new(registry),
+        }
+    }
+    fn root(&self) -> PathBuf {
+        self.tmp.path().join("root")
+    }
+    fn outside(&self) -> PathBuf {
+        self.tmp.path().join("outside")
+    }
+    async fn call(&self, tool: &str, arguments: Value) -> Result<Value, ToolError> {
+        let ctx = ToolContext {
+            call_id: "c1".into(),
+            tool: tool.into(),
+            arguments,
+            batch_id: "b1".into(),
+            extras: serde_json::Map::new(),
+            cancel: Default::default(),
+        };
+        self.registry.invoke(tool, ctx).await
+    }
+    async fn denied(&self, tool: &str, arguments: Value) -> ToolError {
+        let error = self.call(tool, arguments.clone()).await.unwrap_err();
+        assert_eq!(error.reason, ErrorReason::Denied, "{arguments}: {error:?}");
+        assert_eq!(error.field.as_deref(), Some("path"));
+        let hint = error.hint.clone().unwrap();
+        assert!(
+            hint.starts_with(&format!(
+                "paths are relative to the files root {}",
+                self.root().display()
+            )),
+            "{hint}"
+        );
+        error
+    }
+}
+
+#[tokio::test]
+async fn the_root_is_created_and_the_tools_declare_their_scheduling() {
+    let sandbox = Sandbox::new("flags");
+    assert!(sandbox.root().is_dir());
+    let flags: Vec<(String, bool, bool, bool)> = sandbox
+        .registry
+        .definitions()
+        .iter()
+        .map(|d| (d.name.clone(), d.parallel_safe, d.serial, d.read_only))
+        .collect();
+    assert_eq!(
+        flags,
+        [
+            ("files_list".to_owned(), true, false, true),
+            ("files_read".to_owned(), true, false, true),
+            ("files_write".to_owned(), false, true, false),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn write_then_read_returns_the_exact_content() {
+    let sandbox = Sandbox::new("rw");
+    let written = sandbox
+        .call(
+            "files_write",
+            json!({"path": "notes.txt", "content": "héllo\nworld\n"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        written,
+        json!({"path": "notes.txt", "bytes_written": 13, "appended": false, "created": true})
+    );
+    assert_eq!(
+        std::fs::read_to_string(sandbox.root().join("notes.txt")).unwrap(),
+        "héllo\nworld\n"
+    );
+    let read = sandbox
+        .call("files_read", json!({"path": "notes.txt"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        read,
+        json!({"path": "notes.txt", "content": "héllo\nworld\n", "bytes": 13, "size": 13,
+               "truncated": false, "next_offset": null})
+    );
+    // An absolute path inside the root is the same file.
+    let absolute = sandbox.root().join("notes.txt");
+    let read = sandbox
+        .call("files_read", json!({"path": absolute.to_str().unwrap()}))
+        .await
+        .unwrap();
+    assert_eq!(read["content"], "héllo\nworld\n");
+    // `..` that stays inside the root is fine.
+    let read = sandbox
+        .call("files_read", json!({"path": "x/../notes.txt"}))
+        .await
+        .unwrap();
+    assert_eq!(read["path"], "notes.txt");
+}
+
+#[tokio::test]
+async fn replace_and_append() {
+    let sandbox = Sandbox::new("append");
+    std::fs::write(sandbox.root().join("log.txt"), "one\n").unwrap();
+    let appended = sandbox
+        .call(
+            "files_write",
+            json!({"path": "log.txt", "content": "two\n", "append": true}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        appended,
+        json!({"path": "log.txt", "bytes_written": 4, "appended": true, "created": false})
+    );
+    assert_eq!(
+        std::fs::read_to_string(sandbox.root().join("log.txt")).unwrap(),
+        "one\ntwo\n"
+    );
+    sandbox
+        .call(
+            "files_write",
+            json!({"path": "log.txt", "content": "three"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(sandbox.root().join("log.txt")).unwrap(),
+        "three"
+    );
+}
+
+#[tokio::test]
+async fn an_atomic_write_leaves_no_temporary_files() {
+    let sandbox = Sandbox::new("atomic");
+    for i in 0..5 {
+        sandbox
+            .call(
+                "files_write",
+                json!({"path": "sub/f.txt", "content": format!("v{i}"), "create_dirs": true}),
+            )
+            .await
+            .unwrap();
+    }
+    let names: Vec<String> = std::fs::read_dir(sandbox.root().join("sub"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(names, ["f.txt"]);
+    assert_eq!(
+        std::fs::read_to_string(sandbox.root().join("sub/f.txt")).unwrap(),
+        "v4"
+    );
+}
+
+#[tokio::test]
+async fn missing_parent_directories_need_create_dirs() {
+    let sandbox = Sandbox::new("dirs");
+    let error = sandbox
+        .call("files_write", json!({"path": "a/b/c.txt", "content": "x"}))
+        .await
+        .unwrap_err();
+    assert_eq!(error.reason, ErrorReason::Execution);
+    assert_eq!(
+        error.detail,
+        "cannot write a/b/c.txt: the directory a/b does not exist"
+    );
+    assert_eq!(
+        error.hint.as_deref(),
+        Some("pass create_dirs: true to create missing directories")
+    );
+    assert!(!sandbox.root().join("a").exists());
+    sandbox
+        .call(
+            "files_write",
+            json!({"path": "a/b/c.txt", "content": "x", "create_dirs": true}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(sandbox.root().join("a/b/c.txt")).unwrap(),
+        "x"
+    );
+}
+
+#[tokio::test]
+async fn a_missing_file_is_a_clear_execution_error() {
+    let sandbox = Sandbox::new("missing");
+    let error = sandbox
+        .call("files_read", json!({"path": "nope.txt"}))
+        .await
+        .unwrap_err();
+    assert_eq!(error.reason, ErrorReason::Execution);
+    assert_eq!(
+        error.detail,
+        "cannot read nope.txt: no such file or directory"
+    );
+    assert_eq!(error.field.as_deref(), Some("path"));
+}
+
+#[tokio::test]
+async fn reads_are_capped_and_say_so() {
+    let sandbox = Sandbox::with("trunc", |p| p.max_read_bytes = 4);
+    std::fs::write(sandbox.root().join("abc.txt"), "abcdefghij").unwrap();
+    let first = sandbox
+        .call("files_read", json!({"path": "abc.txt"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        first,
+        json!({"path": "abc.txt", "content": "abcd", "bytes": 4, "size": 10,
+               "truncated": true, "next_offset": 4})
+    );
+    // A larger max_bytes is lowered to the policy's cap.
+    let second = sandbox
+        .call(
+            "files_read",
+            json!({"path": "abc.txt", "offset": 4, "max_bytes": 100}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(second["content"], "efgh");
+    assert_eq!(second["next_offset"], 8);
+    let last = sandbox
+        .call("files_read", json!({"path": "abc.txt", "offset": 8}))
+        .await
+        .unwrap();
+    assert_eq!(
+        last,
+        json!({"path": "abc.txt", "content": "ij", "bytes": 2, "size": 10,
+               "truncated": false, "next_offset": null})
+    );
+}
+
+#[tokio::test]
+async fn a_window_never_cuts_a_character_in_two() {
+    let sandbox = Sandbox::new("utf8");
+    // "aé" is 61 C3 A9: a 2-byte window would end inside the é.
+    std::fs::write(sandbox.root().join("u.txt"), "aéb").unwrap();
+    let first = sandbox
+        .call("files_read", json!({"path": "u.txt", "max_bytes": 2}))
+        .await
+        .unwrap();
+    assert_eq!(first["content"], "a");
+    assert_eq!(first["truncated"], true);
+    assert_eq!(first["next_offset"], 1);
+    let inside = sandbox
+        .call("files_read", json!({"path": "u.txt", "offset": 2}))
+        .await
+        .unwrap_err();
+    assert_eq!(inside.reason, ErrorReason::InvalidArguments);
+    assert_eq!(inside.field.as_deref(), Some("offset"));
+}
+
+#[tokio::test]
+async fn binary_files_are_refused_as_not_text() {
+    let sandbox = Sandbox::new("binary");
+    std::fs::write(sandbox.root().join("b.bin"), [b'o', b'k', 0xff, 0x00]).unwrap();
+    let error = sandbox
+        .call("files_read", json!({"path": "b.bin"}))
+        .await
+        .unwrap_err();
+    assert_eq!(error.reason, ErrorReason::Execution);
+    assert_eq!(
+        error.detail,
+        "b.bin is not UTF-8 text (invalid byte sequence at byte 2); files_read returns text only"
+    );
+}
+
+#[tokio::test]
+async fn lists_name_kind_and_size() {
+    let sandbox = Sandbox::new("list");
+    let root = sandbox.root();
+    std::fs::write(root.join("b.txt"), "12345").unwrap();
+    std::fs::create_dir(root.join("a")).unwrap();
+    std::fs::write(root.join("a/inner.txt"), "xy").unwrap();
+    symlink(root.join("b.txt"), root.join("link")).unwrap();
+
+    let flat = sandbox.call("files_list", json!({})).await.unwrap();
+    assert_eq!(
+        flat,
+        json!({"path": ".", "count": 3, "truncated": false, "entries": [
+            {"name": "a", "kind": "dir", "size": null},
+            {"name": "b.txt", "kind": "file", "size": 5},
+            {"name": "link", "kind": "symlink", "size": null},
+        ]})
+    );
+    let deep = sandbox
+        .call("files_list", json!({"recursive": true}))
+        .await
+        .unwrap();
+    assert_eq!(
+        deep["entries"],
+        json!([
+            {"name": "a", "kind": "dir", "size": null},
+            {"name": "a/inner.txt", "kind": "file", "size": 2},
+            {"name": "b.txt", "kind": "file", "size": 5},
+            {"name": "link", "kind": "symlink", "size": null},
+        ])
+    );
+    let sub = sandbox
+        .call("files_list", json!({"path": "a"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        sub,
+        json!({"path": "a", "count": 1, "truncated": false, "entries": [
+            {"name": "inner.txt", "kind": "file", "size": 2},
+        ]})
+    );
+}
+
+#[tokio::test]
+async fn dot_dot_escapes_are_refused() {
+    let sandbox = Sandbox::new("dotdot");
+    for path in ["../outside/secret.txt", "a/../../outside/secret.txt", ".."] {
+        let error = sandbox.denied("files_read", json!({"path": path})).await;
+        assert_eq!(
+            error.detail,
+            format!("path `{path}` climbs above the files root with `..`")
+        );
+    }
+    sandbox
+        .denied(
+            "files_write",
+            json!({"path": "../outside/new.txt", "content": "x"}),
+        )
+        .await;
+    sandbox
+        .denied("files_list", json!({"path": "../outside"}))
+        .await;
+    assert!(!sandbox.outside().join("new.txt").exists());
+}
+
+#[tokio::test]
+async fn absolute_paths_outside_the_root_are_refused() {
+    let sandbox = Sandbox::new("abs");
+    let error = sandbox
+        .denied("files_read", json!({"path": "/etc/passwd"}))
+        .await;
+    assert_eq!(
+        error.detail,
+        "path `/etc/passwd` is absolute and outside the files root"
+    );
+    let sneaky = format!("{}/../outside/secret.txt", sandbox.root().display());
+    sandbox.denied("files_read", json!({"path": sneaky})).await;
+    let target = sandbox.outside().join("new.txt");
+    sandbox
+        .denied(
+            "files_write",
+            json!({"path": target.to_str().unwrap(), "content": "x"}),
+        )
+        .await;
+    assert!(!target.exists());
+}
+
+#[tokio::test]
+async fn a_symlinked_file_pointing_out_is_refused() {
+    let sandbox = Sandbox::new("symfile");
+    symlink("/etc/passwd", sandbox.root().join("passwd")).unwrap();
+    let error = sandbox
+        .denied("files_read", json!({"path": "passwd"}))
+        .await;
+    assert_eq!(
+        error.detail,
+        "path `passwd` goes through the symlink `passwd`, which leads to `/etc/passwd`, outside the files root"
+    );
+    symlink("/etc", sandbox.root().join("etc")).unwrap();
+    sandbox
+        .denied("files_read", json!({"path": "etc/passwd"}))
+        .await;
+    sandbox.denied("files_list", json!({"path": "etc"})).await;
+}
+
+#[tokio::test]
+async fn a_symlinked_directory_pointing_out_is_refused_for_every_tool() {
+    let sandbox = Sandbox::new("symdir");
+    symlink(sandbox.outside(), sandbox.root().join("out")).unwrap();
+    sandbox
+        .denied("files_read", json!({"path": "out/secret.txt"}))
+        .await;
+    sandbox.denied("files_list", json!({"path": "out"})).await;
+    sandbox
+        .denied(
+            "files_write",
+            json!({"path": "out/new.txt", "content": "x"}),
+        )
+        .await;
+    sandbox
+        .denied(
+            "files_write",
+            json!({"path": "out/deep/new.txt", "content": "x", "create_dirs": true}),
+        )
+        .await;
+    assert!(!sandbox.outside().join("new.txt").exists());
+    assert!(!sandbox.outside().join("deep").exists());
+    // Listing the root shows the link but does not follow it.
+    let listed = sandbox
+        .call("files_list", json!({"recursive": true}))
+        .await
+        .unwrap();
+    assert_eq!(
+        listed["entries"],
+        json!([{"name": "out", "kind": "symlink", "size": null}])
+    );
+}
+
+#[tokio::test]
+async fn writing_through_a_symlink_that_points_out_is_refused() {
+    let sandbox = Sandbox::new("symwrite");
+    // An existing target outside, and one that does not exist yet: writing
+    // through the dangling link would create it outside.
+    symlink(
+        sandbox.outside().join("secret.txt"),
+        sandbox.root().join("existing"),
+    )
+    .unwrap();
+    symlink(
+        sandbox.outside().join("planted.txt"),
+        sandbox.root().join("dangling"),
+    )
+    .unwrap();
+    for append in [false, true] {
+        sandbox
+            .denied(
+                "files_write",
+                json!({"path": "existing", "content": "pwned", "append": append}),
+            )
+            .await;
+        let error = sandbox
+            .denied(
+                "files_write",
+                json!({"path": "dangling", "content": "pwned", "append": append}),
+            )
+            .await;
+        assert_eq!(
+            error.detail,
+            "path `dangling` goes through the symlink `dangling`, whose target does not exist or cannot be resolved"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(sandbox.outside().join("secret.txt")).unwrap(),
+        "top secret"
+    );
+    assert!(!sandbox.outside().join("planted.txt").exists());
+}
+
+#[tokio::test]
+async fn symlinks_that_stay_inside_the_root_work() {
+    let sandbox = Sandbox::new("symin");
+    let root = sandbox.root();
+    std::fs::create_dir(root.join("real")).unwrap();
+    std::fs::write(root.join("real/f.txt"), "inside").unwrap();
+    symlink(root.join("real"), root.join("alias")).unwrap();
+    let read = sandbox
+        .call("files_read", json!({"path": "alias/f.txt"}))
+        .await
+        .unwrap();
+    assert_eq!(read["content"], "inside");
+    assert_eq!(read["path"], "real/f.txt");
+    // Writing through an inside link writes the link's target.
+    symlink(root.join("real/f.txt"), root.join("f-link")).unwrap();
+    sandbox
+        .call(
+            "files_write",
+            json!({"path": "f-link", "content": "changed"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(root.join("real/f.txt")).unwrap(),
+        "changed"
+    );
+    assert!(
+        std::fs::symlink_metadata(root.join("f-link"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+}
+
+#[tokio::test]
+async fn a_root_reached_through_a_symlink_still_confines() {
+    // The configured root is itself a symlink: absolute paths written either
+    // way are inside, and the outside is still outside.
+    let tmp = TempDir::new("symroot");
+    std::fs::create_dir(tmp.path().join("real-root")).unwrap();
+    std::fs::write(tmp.path().join("real-root/a.txt"), "A").unwrap();
+    symlink(tmp.path().join("real-root"), tmp.path().join("root-link")).unwrap();
+    let registry = Registry::new();
+    register_files_tools(&registry, FilesPolicy::new(tmp.path().join("root-link"))).unwrap();
+    for path in [
+        tmp.path().join("root-link/a.txt"),
+        tmp.path().join("real-root/a.txt"),
+    ] {
+        let ctx = ToolContext {
+            call_id: "c".into(),
+            tool: "files_read".into(),
+            arguments: json!({"path": path.to_str().unwrap()}),
+            batch_id: "b".into(),
+            extras: serde_json::Map::new(),
+            cancel: Default::default(),
+        };
+        let read = registry.invoke("files_read", ctx).await.unwrap();
+        assert_eq!(read["content"], "A");
+    }
+}
+
+#[tokio::test]
+async fn oversized_writes_are_refused_not_cut() {
+    let sandbox = Sandbox::with("bigwrite", |p| p.max_write_bytes = 3);
+    let error = sandbox
+        .call("files_write", json!({"path": "w.txt", "content": "abcd"}))
+        .await
+        .unwrap_err();
+    assert_eq!(error.reason, ErrorReason::InvalidArguments);
+    assert_eq!(error.field.as_deref(), Some("content"));
+    assert!(!sandbox.root().join("w.txt").exists());
+}
+
+fn turn(calls: &[(&str, Value)]) -> AssembledTurn {
+    AssembledTurn {
+        calls: calls
+            .iter()
+            .enumerate()
+            .map(|(i, (name, arguments))| AssembledCall {
+                call: ToolCall {
+                    id: format!("call_{i}"),
+                    name: (*name).to_owned(),
+                    arguments: arguments.clone(),
+                    raw_arguments: arguments.to_string(),
+                },
+                argument_error: None,
+            })
+            .collect(),
+        ..AssembledTurn::default()
+    }
+}
+
+#[tokio::test]
+async fn through_the_executor_reads_run_in_parallel_and_a_write_makes_the_batch_serial() {
+    let sandbox = Sandbox::new("exec");
+    std::fs::write(sandbox.root().join("a.txt"), "A").unwrap();
+    let executor = Executor::new(sandbox.registry.clone());
+    let reads = turn(&[
+        ("files_read", json!({"path": "a.txt"})),
+        ("files_list", json!({})),
+    ]);
+    assert_eq!(executor.plan(&reads.calls), BatchMode::Parallel);
+    let mixed = turn(&[
+        ("files_write", json!({"path": "a.txt", "content": "B"})),
+        ("files_read", json!({"path": "a.txt"})),
+    ]);
+    assert_eq!(
+        executor.plan(&mixed.calls),
+        BatchMode::Serial {
+            reason: SerialReason::NotParallelSafe {
+                tool: "files_write".into()
+            }
+        }
+    );
+    let result = executor.run(&mixed, &BatchContext::default()).await;
+    assert!(result.outcomes[0].success, "{}", result.outcomes[0].text);
+    // The read comes after the write in call order, so it sees it.
+    let read: Value = serde_json::from_str(&result.outcomes[1].text).unwrap();
+    assert_eq!(read["content"], "B");
+    // The schema keeps unknown arguments out before the handler runs.
+    let bad = turn(&[("files_read", json!({"path": "a.txt", "mode": "rb"}))]);
+    let result = executor.run(&bad, &BatchContext::default()).await;
+    let error = result.outcomes[0].error.as_ref().unwrap();
+    assert_eq!(error.reason, ErrorReason::InvalidArguments, "{error:?}");
+}

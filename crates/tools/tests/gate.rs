@@ -1,0 +1,295 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a test failure
+
+//! The one authorization gate: the model's path (a batch through the
+//! executor) and the programmatic path ([`ToolApi`]) reach the same verdict
+//! on every case, and approval is asked before the handler exists.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use homeagent_core::{
+    AssembledCall, AssembledTurn, BatchContext, CallStatus, CancellationToken, ErrorReason,
+    Executor, Registry, ToolCall, ToolContext, ToolDef, ToolError, ToolSource,
+};
+use homeagent_tools::{
+    AgentGrant, Approval, Approver, Gate, GatedSource, ToolApi, gate::AGENT_EXTRA,
+};
+use serde_json::{Map, Value, json};
+
+/// Counts the calls that really reached a handler.
+#[derive(Default)]
+struct Ran(AtomicUsize);
+
+fn registry(ran: &Arc<Ran>) -> Arc<Registry> {
+    let registry = Arc::new(Registry::new());
+    for name in [
+        "files_read",
+        "files_write",
+        "cmd_run",
+        "device_cmd_run",
+        "danger",
+    ] {
+        let ran = Arc::clone(ran);
+        registry
+            .register(
+                ToolDef::new(name, "a test tool").parallel_safe(),
+                move |ctx: ToolContext| {
+                    let ran = Arc::clone(&ran);
+                    async move {
+                        ran.0.fetch_add(1, Ordering::SeqCst);
+                        Ok::<Value, ToolError>(json!({"ran": ctx.tool}))
+                    }
+                },
+            )
+            .unwrap();
+    }
+    registry
+}
+
+fn gate() -> Gate {
+    Gate::new([
+        AgentGrant {
+            name: "reader".into(),
+            allow_tools: vec!["files_*".into(), "device_cmd_run".into()],
+            deny_tools: vec!["files_write".into()],
+            devices: vec!["nas".into()],
+        },
+        AgentGrant {
+            name: "ops".into(),
+            devices: vec!["pi".into()],
+            ..AgentGrant::default()
+        },
+    ])
+    .with_device_tool("device_cmd_run", "device_id")
+    .with_approval_required(["danger".to_owned()])
+}
+
+/// (agent, tool, args, expected reason — None means it runs).
+fn cases() -> Vec<(&'static str, &'static str, Value, Option<ErrorReason>)> {
+    vec![
+        ("reader", "files_read", json!({}), None),
+        (
+            "reader",
+            "files_write",
+            json!({}),
+            Some(ErrorReason::Unauthorized),
+        ),
+        (
+            "reader",
+            "cmd_run",
+            json!({}),
+            Some(ErrorReason::Unauthorized),
+        ),
+        (
+            "reader",
+            "device_cmd_run",
+            json!({"device_id": "nas"}),
+            None,
+        ),
+        (
+            "reader",
+            "device_cmd_run",
+            json!({"device_id": "pi"}),
+            Some(ErrorReason::Unauthorized),
+        ),
+        (
+            "reader",
+            "device_cmd_run",
+            json!({}),
+            Some(ErrorReason::Unauthorized),
+        ),
+        ("ops", "device_cmd_run", json!({"device_id": "pi"}), None),
+        (
+            "ops",
+            "device_cmd_run",
+            json!({"device_id": ""}),
+            Some(ErrorReason::Unauthorized),
+        ),
+        ("ops", "cmd_run", json!({}), None),
+        ("main", "files_write", json!({}), None),
+        // `main` exists without being declared, with no device.
+        (
+            "main",
+            "device_cmd_run",
+            json!({"device_id": "nas"}),
+            Some(ErrorReason::Unauthorized),
+        ),
+        (
+            "ghost",
+            "files_read",
+            json!({}),
+            Some(ErrorReason::Unauthorized),
+        ),
+        // Requires approval; nobody can be asked here.
+        ("ops", "danger", json!({}), Some(ErrorReason::Denied)),
+    ]
+}
+
+fn turn(tool: &str, args: &Value) -> AssembledTurn {
+    AssembledTurn {
+        calls: vec![AssembledCall {
+            call: ToolCall {
+                id: "call_1".into(),
+                name: tool.into(),
+                arguments: args.clone(),
+                raw_arguments: args.to_string(),
+            },
+            argument_error: None,
+        }],
+        ..AssembledTurn::default()
+    }
+}
+
+fn extras(agent: &str) -> Map<String, Value> {
+    let mut extras = Map::new();
+    extras.insert(AGENT_EXTRA.into(), json!(agent));
+    extras
+}
+
+#[tokio::test]
+async fn the_model_path_and_the_tool_api_agree_on_every_case() {
+    let ran = Arc::new(Ran::default());
+    let source: Arc<dyn ToolSource> = Arc::new(GatedSource::new(
+        registry(&ran),
+        Arc::new(gate()),
+        Approval::Refused,
+    ));
+    let executor = Arc::new(Executor::new(source));
+    let api = ToolApi::new(Arc::clone(&executor));
+    let mut expected_runs = 0;
+    for (agent, tool, args, expected) in cases() {
+        let batch = BatchContext {
+            batch_id: "b".into(),
+            extras: extras(agent),
+            cancel: CancellationToken::new(),
+        };
+        let model = executor
+            .run(&turn(tool, &args), &batch)
+            .await
+            .outcomes
+            .remove(0);
+        let programmatic = api
+            .call(
+                agent,
+                tool,
+                args.clone(),
+                Map::new(),
+                CancellationToken::new(),
+            )
+            .await;
+        let reason = |o: &homeagent_core::ToolOutcome| o.error.as_ref().map(|e| e.reason);
+        assert_eq!(
+            reason(&model),
+            expected,
+            "model path: {agent} {tool} {args}"
+        );
+        assert_eq!(
+            reason(&programmatic),
+            expected,
+            "tool api: {agent} {tool} {args}"
+        );
+        assert_eq!(model.success, expected.is_none());
+        assert_eq!(programmatic.success, expected.is_none());
+        if expected.is_none() {
+            expected_runs += 2;
+            assert_eq!(model.value, json!({"ran": tool}));
+        }
+    }
+    // Refused calls never reached a handler.
+    assert_eq!(ran.0.load(Ordering::SeqCst), expected_runs);
+}
+
+#[tokio::test]
+async fn a_call_without_an_agent_is_refused() {
+    let ran = Arc::new(Ran::default());
+    let source = GatedSource::new(registry(&ran), Arc::new(gate()), Approval::Granted);
+    let ctx = ToolContext {
+        call_id: "c".into(),
+        tool: "files_read".into(),
+        arguments: json!({}),
+        batch_id: "b".into(),
+        extras: Map::new(),
+        cancel: CancellationToken::new(),
+    };
+    let err = source.invoke("files_read", ctx).await.unwrap_err();
+    assert_eq!(err.reason, ErrorReason::Unauthorized);
+    assert_eq!(ran.0.load(Ordering::SeqCst), 0);
+}
+
+struct Person {
+    answer: bool,
+    asked: Mutex<Vec<(String, String, Value)>>,
+}
+
+impl Approver for Person {
+    fn approve(
+        &self,
+        agent: &str,
+        tool: &str,
+        args: &Value,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + 'static>> {
+        self.asked
+            .lock()
+            .unwrap()
+            .push((agent.into(), tool.into(), args.clone()));
+        let answer = self.answer;
+        Box::pin(async move { answer })
+    }
+}
+
+#[tokio::test]
+async fn approval_asks_with_the_arguments_and_a_no_means_the_handler_never_runs() {
+    for answer in [true, false] {
+        let ran = Arc::new(Ran::default());
+        let person = Arc::new(Person {
+            answer,
+            asked: Mutex::new(Vec::new()),
+        });
+        let source: Arc<dyn ToolSource> = Arc::new(GatedSource::new(
+            registry(&ran),
+            Arc::new(gate()),
+            Approval::Ask(person.clone()),
+        ));
+        let api = ToolApi::new(Arc::new(Executor::new(source)));
+        let outcome = api
+            .call(
+                "ops",
+                "danger",
+                json!({"x": 1}),
+                Map::new(),
+                CancellationToken::new(),
+            )
+            .await;
+        assert_eq!(
+            *person.asked.lock().unwrap(),
+            [("ops".to_owned(), "danger".to_owned(), json!({"x": 1}))]
+        );
+        assert_eq!(outcome.success, answer);
+        assert_eq!(ran.0.load(Ordering::SeqCst), usize::from(answer));
+        if !answer {
+            assert_eq!(outcome.status(), CallStatus::Denied);
+        }
+        // A tool without the requirement is never asked about.
+        let outcome = api
+            .call(
+                "ops",
+                "cmd_run",
+                json!({}),
+                Map::new(),
+                CancellationToken::new(),
+            )
+            .await;
+        assert!(outcome.success);
+        assert_eq!(person.asked.lock().unwrap().len(), 1);
+    }
+}
+
+#[test]
+fn visibility_follows_allow_and_deny_lists() {
+    let gate = gate();
+    assert!(gate.visible("reader", "files_read"));
+    assert!(!gate.visible("reader", "files_write"));
+    assert!(!gate.visible("reader", "cmd_run"));
+    assert!(gate.visible("main", "cmd_run"));
+    assert!(!gate.visible("ghost", "files_read"));
+}
