@@ -52,24 +52,26 @@ impl Catalog {
             .map(|d| d.name.clone())
             .collect()
     }
-
-    /// Every tool, sorted by name, with its source.
-    pub fn entries(&self) -> Vec<(Arc<ToolDef>, &'static str)> {
-        self.registry
-            .definitions()
-            .into_iter()
-            .map(|def| {
-                let source = self.sources.get(&def.name).copied().unwrap_or("unknown");
-                (def, source)
-            })
-            .collect()
-    }
 }
 
-/// `homeagent tools [--json]`.
-pub fn print_tools(json: bool, out: &mut dyn Write) -> anyhow::Result<()> {
-    let (catalog, _demo) = Catalog::with_demo_tools()?;
-    let entries = catalog.entries();
+/// `homeagent tools [--json]`: every tool of the agent the config describes.
+pub fn print_tools(
+    json: bool,
+    global: &crate::cli::GlobalArgs,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let loaded = crate::setup::load(global)?;
+    let options = homeagent_agent::BuildOptions::default();
+    let agent = crate::setup::agent(&loaded, options)?;
+    let entries: Vec<(Arc<ToolDef>, &'static str)> = agent
+        .registry
+        .definitions()
+        .into_iter()
+        .map(|def| {
+            let source = agent.tool_sources.get(&def.name).copied().unwrap_or("unknown");
+            (def, source)
+        })
+        .collect();
     if json {
         let mut items = Vec::with_capacity(entries.len());
         for (def, source) in &entries {

@@ -9,8 +9,23 @@ use homeagent_mock_llm::DEFAULT_TOOL_SLEEP_MS;
 #[derive(Debug, Parser)]
 #[command(name = "homeagent", version, arg_required_else_help = true)]
 pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// Where the config and the data live (every subcommand accepts these).
+#[derive(Debug, Clone, Default, Args)]
+pub struct GlobalArgs {
+    /// The config file [default: $HOMEAGENT_CONFIG, else
+    /// <data dir>/homeagent.toml].
+    #[arg(long, global = true, value_name = "PATH")]
+    pub config: Option<std::path::PathBuf>,
+    /// The data directory (store, files root, adapters) [default:
+    /// $HOMEAGENT_DATA_DIR, else the platform data directory].
+    #[arg(long, global = true, value_name = "DIR")]
+    pub data_dir: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -31,6 +46,53 @@ pub enum Command {
     /// Work with Lua provider adapters.
     #[command(subcommand)]
     Adapter(AdapterCommand),
+    /// Send one input to the agent and print its reply (streamed). Exits 0
+    /// on a reply, non-zero on an error or a skipped input.
+    Run(RunArgs),
+    /// Talk with the agent interactively. Ctrl-C cancels the current turn;
+    /// /stop, /tools, /new and /quit are commands.
+    Chat(ChatArgs),
+    /// Check the config or print a complete, commented example.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Validate the config and print the resolved paths, sources, agents
+    /// and tools (secrets are shown only as set / not set).
+    Check,
+    /// Print a complete, commented config with every key and its default.
+    Example,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The input.
+    pub prompt: String,
+    /// Continue this stored session [default: a new one].
+    #[arg(long, value_name = "ID")]
+    pub session: Option<String>,
+    /// The agent to run as.
+    #[arg(long, value_name = "NAME", default_value = "main")]
+    pub agent: String,
+    /// One JSON object per line on stdout (content_delta, tool_call,
+    /// response / skipped / error), for programs.
+    #[arg(long)]
+    pub json: bool,
+    /// Approve tools listed in tools.require_approval without asking.
+    #[arg(long)]
+    pub yes: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ChatArgs {
+    /// Continue this stored session [default: a new one].
+    #[arg(long, value_name = "ID")]
+    pub session: Option<String>,
+    /// The agent to talk to.
+    #[arg(long, value_name = "NAME", default_value = "main")]
+    pub agent: String,
 }
 
 #[derive(Debug, Subcommand)]

@@ -168,8 +168,9 @@ pub async fn run(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result<(
     // One line on purpose: it is the last thing a newcomer reads.
     writeln!(
         out,
-        "HomeAgent's real model providers arrive with the providers issue; for now the demo uses \
-         the built-in offline scripted model."
+        "Next: `homeagent chat` talks to the agent. To connect a real model, set OPENAI_API_KEY \
+         (with OPENAI_BASE_URL for a compatible server), ANTHROPIC_API_KEY, GEMINI_API_KEY or \
+         OLLAMA_HOST, or add [[llm.sources]] to the config (`homeagent config example`)."
     )?;
     Ok(())
 }

@@ -3,9 +3,14 @@
 
 mod adapter;
 mod catalog;
+mod chat;
 mod cli;
+mod config_cmd;
 mod demo;
 mod mock_llm;
+mod run;
+mod setup;
+mod view;
 
 use clap::Parser;
 
@@ -20,7 +25,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     match run(cli).await {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(error) => {
             // One line with the whole cause chain ("cannot load the adapter
             // x.lua: cannot read adapter x.lua: No such file"), never a stack
@@ -31,7 +36,13 @@ async fn main() -> std::process::ExitCode {
     }
 }
 
-async fn run(cli: Cli) -> anyhow::Result<()> {
+async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
+    let global = cli.global;
+    match cli.command {
+        Command::Run(args) => return run::run(args, &global).await,
+        Command::Chat(args) => return chat::run(args, &global).await,
+        _ => {}
+    }
     let mut out = std::io::stdout().lock();
     match cli.command {
         Command::Demo(args) => {
@@ -40,8 +51,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             };
             demo::run(&options, &mut out).await
         }
-        Command::Tools(args) => catalog::print_tools(args.json, &mut out),
+        Command::Tools(args) => catalog::print_tools(args.json, &global, &mut out),
         Command::MockLlm(args) => mock_llm::run(args, &mut out).await,
         Command::Adapter(cli::AdapterCommand::Check(args)) => adapter::check(&args, &mut out),
+        Command::Config(cli::ConfigCommand::Check) => config_cmd::check(&global, &mut out),
+        Command::Config(cli::ConfigCommand::Example) => config_cmd::example(&mut out),
+        Command::Run(_) | Command::Chat(_) => Ok(()),
     }
+    .map(|()| std::process::ExitCode::SUCCESS)
 }

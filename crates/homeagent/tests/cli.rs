@@ -75,14 +75,38 @@ fn demo_shows_a_parallel_batch_a_serial_batch_and_a_cut_call() {
 
     let last = text.trim_end().lines().last().unwrap_or_default();
     assert!(
-        last.contains("real model providers arrive with the providers issue"),
+        last.contains("To connect a real model, set OPENAI_API_KEY"),
         "{last}"
     );
 }
 
+/// Runs `homeagent` with a fresh data directory and no provider in the
+/// environment (so the offline demo source and its tools are in use).
+fn homeagent_fresh(args: &[&str]) -> Output {
+    let dir = std::env::temp_dir().join(format!(
+        "homeagent-cli-{}-{}",
+        std::process::id(),
+        args.join("-").replace(['/', ' '], "_")
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    let output = Command::new(env!("CARGO_BIN_EXE_homeagent"))
+        .arg("--data-dir")
+        .arg(&dir)
+        .args(args)
+        .env_remove("HOMEAGENT_CONFIG")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("GEMINI_API_KEY")
+        .env_remove("OLLAMA_HOST")
+        .output()
+        .expect("the homeagent binary runs");
+    let _ = std::fs::remove_dir_all(&dir);
+    output
+}
+
 #[test]
-fn tools_json_lists_the_demo_tools_with_their_flags() {
-    let output = homeagent(&["tools", "--json"]);
+fn tools_json_lists_every_tool_with_its_source_and_flags() {
+    let output = homeagent_fresh(&["tools", "--json"]);
     assert!(output.status.success());
     let tools: Vec<Value> =
         serde_json::from_str(&stdout(&output)).expect("tools --json is a JSON array");
@@ -104,16 +128,22 @@ fn tools_json_lists_the_demo_tools_with_their_flags() {
     assert_eq!(
         flags,
         [
+            ("cmd_run", "builtin", true, false),
             ("demo_echo", "demo", true, false),
             ("demo_note", "demo", false, true),
             ("demo_sleep", "demo", true, false),
+            ("files_list", "builtin", true, false),
+            ("files_read", "builtin", true, false),
+            ("files_write", "builtin", false, true),
+            ("get_tools", "builtin", true, false),
+            ("output_send__console", "output", true, false),
         ]
     );
 }
 
 #[test]
 fn tools_prints_a_table() {
-    let output = homeagent(&["tools"]);
+    let output = homeagent_fresh(&["tools"]);
     assert!(output.status.success());
     let text = stdout(&output);
     assert!(text.starts_with("NAME"), "{text}");
@@ -147,4 +177,34 @@ fn version_and_help_work_everywhere() {
     let bare = homeagent(&[]);
     assert!(!bare.status.success());
     assert!(String::from_utf8_lossy(&bare.stderr).contains("Usage: homeagent"));
+}
+
+#[test]
+fn config_example_and_check_work_and_a_typo_is_named() {
+    let example = homeagent(&["config", "example"]);
+    assert!(example.status.success());
+    assert!(stdout(&example).contains("[[llm.sources]]"));
+    let check = homeagent_fresh(&["config", "check"]);
+    assert!(check.status.success(), "{check:?}");
+    let text = stdout(&check);
+    assert!(text.contains("config OK"), "{text}");
+    assert!(text.contains("demo (demo, model demo, in-process)"), "{text}");
+
+    let dir = std::env::temp_dir().join(format!("homeagent-cli-typo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("bad.toml");
+    std::fs::write(&config, "[tools]\nparalell = true\n").unwrap();
+    let bad = Command::new(env!("CARGO_BIN_EXE_homeagent"))
+        .arg("--config")
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(&dir)
+        .args(["config", "check"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    let err = String::from_utf8(bad.stderr).unwrap();
+    assert!(err.contains("paralell") && err.contains("parallel") && err.contains("require_approval"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -1,0 +1,257 @@
+//! Turning a loaded config into a running agent: sources, tools, the gate,
+//! the store, the runtime and the scheduler.
+//!
+//! Source selection: the config's `[[llm.sources]]` when it names any, else
+//! the conventional environment variables, else the offline demo model
+//! (with the demo tools it scripts calls to, and a notice saying how to
+//! connect a real model).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use homeagent_core::{ExecutorOptions, Registry, RegistryError, ToolContext, ToolDef};
+use homeagent_llm::source::environment_configs;
+use homeagent_llm::{
+    FallbackOptions, LocalModel, Options, SetupError, SourceConfig, SourceProtocol, SourceSetup,
+    Sources,
+};
+use homeagent_tools::{
+    AGENT_EXTRA, AgentGrant, Approval, ChannelRegistry, CmdRunPolicy, ConsoleChannel, DemoState,
+    FilesPolicy, FilesSetupError, Gate, GatedSource, OutputChannel, ToolVisibility,
+    register_cmd_run, register_demo_tools, register_files_tools, register_get_tools,
+    register_output_channels,
+};
+
+use crate::config::LoadedConfig;
+use crate::demo_model::DemoModel;
+use crate::runtime::{AgentSettings, Runtime};
+use crate::scheduler::{Scheduler, SchedulerOptions};
+use crate::store::{Store, StoreError};
+
+/// The store's file name inside the data directory.
+pub const STORE_FILE: &str = "homeagent.db";
+
+/// What the front end adds to the config.
+#[derive(Clone)]
+pub struct BuildOptions {
+    /// The `console` output channel (stdout unless replaced, e.g. in tests).
+    pub console: Arc<dyn OutputChannel>,
+    /// How tools listed in `require_approval` are approved.
+    pub approval: Approval,
+    /// The demo model's script knobs.
+    pub demo: DemoModel,
+}
+
+impl Default for BuildOptions {
+    fn default() -> Self {
+        BuildOptions {
+            console: Arc::new(ConsoleChannel::stdout()),
+            approval: Approval::Refused,
+            demo: DemoModel::default(),
+        }
+    }
+}
+
+/// Why the agent could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error(transparent)]
+    Sources(#[from] SetupError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    #[error(transparent)]
+    Files(#[from] FilesSetupError),
+    #[error("cannot set up cmd_run: {0}")]
+    CmdRun(String),
+    #[error("`{key}` names the tool `{name}`, which does not exist; known tools: {known}")]
+    UnknownTool {
+        key: &'static str,
+        name: String,
+        known: String,
+    },
+}
+
+/// A built agent.
+pub struct Agent {
+    pub runtime: Arc<Runtime>,
+    pub scheduler: Scheduler,
+    /// Every tool, ungated (for listings; calls go through the runtime).
+    pub registry: Arc<Registry>,
+    pub channels: ChannelRegistry,
+    /// Present when the demo tools are registered.
+    pub demo: Option<DemoState>,
+    /// Things the person should know (e.g. the demo model is in use).
+    pub notices: Vec<String>,
+    pub store_path: PathBuf,
+    /// Where each tool came from (`builtin`, `demo`, `output`), by name.
+    pub tool_sources: BTreeMap<String, &'static str>,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent")
+            .field("runtime", &self.runtime)
+            .field("notices", &self.notices)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The notice printed when no real model is configured.
+pub const DEMO_NOTICE: &str = "no model source is configured: using the offline demo model. \
+    To connect a real one, set OPENAI_API_KEY (and OPENAI_BASE_URL for a compatible server), \
+    ANTHROPIC_API_KEY, GEMINI_API_KEY or OLLAMA_HOST, or add [[llm.sources]] to the config \
+    (`homeagent config example` shows how).";
+
+/// Builds the agent `loaded` describes; `env` reads the environment (API
+/// keys, the conventional provider variables).
+pub fn build(
+    loaded: &LoadedConfig,
+    env: &impl Fn(&str) -> Option<String>,
+    options: BuildOptions,
+) -> Result<Agent, BuildError> {
+    let config = &loaded.config;
+    let mut notices = Vec::new();
+    let mut source_configs = config.llm.sources.clone();
+    if source_configs.is_empty() {
+        source_configs = environment_configs(env);
+    }
+    if source_configs.is_empty() {
+        notices.push(DEMO_NOTICE.to_owned());
+        source_configs.push(SourceConfig::new("demo", SourceProtocol::Demo));
+    }
+    let uses_demo = source_configs
+        .iter()
+        .any(|s| s.protocol == SourceProtocol::Demo);
+    let fallback = FallbackOptions {
+        transport: Options {
+            stream_idle_timeout: config.llm.stream_idle_timeout.as_duration(),
+            connect_timeout: config.llm.connect_timeout.as_duration(),
+            extra_ca_pem: loaded.ca_certificates(),
+            ..Options::default()
+        },
+        ..FallbackOptions::default()
+    };
+    let setup = SourceSetup {
+        adapter_dir: Some(loaded.adapter_dir()),
+        local_model: Some(Arc::new(options.demo.clone()) as Arc<dyn LocalModel>),
+    };
+    let sources = Arc::new(Sources::build(source_configs, env, fallback, &setup)?);
+
+    let registry = Arc::new(Registry::new());
+    let mut tool_sources = BTreeMap::new();
+    let demo = if config.tools.demo || uses_demo {
+        Some(register_demo_tools(&registry)?)
+    } else {
+        None
+    };
+    attribute(&registry, &mut tool_sources, "demo");
+    let cmd = &config.tools.cmd_run;
+    if cmd.enabled {
+        let policy = CmdRunPolicy {
+            allowlist: cmd.allowlist.clone(),
+            allow_writes: cmd.allow_writes,
+            timeout: cmd.timeout.as_duration(),
+            env: cmd.env.clone(),
+            ..CmdRunPolicy::default()
+        };
+        register_cmd_run(&registry, policy).map_err(|e| BuildError::CmdRun(e.to_string()))?;
+    }
+    register_files_tools(&registry, FilesPolicy::new(loaded.files_root()))?;
+    attribute(&registry, &mut tool_sources, "builtin");
+    let channels = ChannelRegistry::new();
+    channels
+        .add(Arc::clone(&options.console))
+        .map_err(|e| BuildError::CmdRun(e.to_string()))?;
+    register_output_channels(&registry, &channels)?;
+    attribute(&registry, &mut tool_sources, "output");
+
+    let gate = Arc::new(
+        Gate::new(config.agents.iter().map(|a| AgentGrant {
+            name: a.name.clone(),
+            allow_tools: a.allow_tools.clone(),
+            deny_tools: a.deny_tools.clone(),
+            devices: a.devices.clone(),
+        }))
+        .with_approval_required(config.tools.require_approval.iter().cloned()),
+    );
+    let visible: ToolVisibility = {
+        let gate = Arc::clone(&gate);
+        Arc::new(move |ctx: &ToolContext, def: &ToolDef| {
+            ctx.extras
+                .get(AGENT_EXTRA)
+                .and_then(serde_json::Value::as_str)
+                .is_some_and(|agent| gate.visible(agent, &def.name))
+        })
+    };
+    register_get_tools(&registry, Some(visible))?;
+    attribute(&registry, &mut tool_sources, "builtin");
+    check_tool_names(&registry, &config.tools.require_approval)?;
+
+    let store_path = loaded.paths.data_dir.join(STORE_FILE);
+    let store = Arc::new(Store::open(&store_path)?);
+    let tools = Arc::new(GatedSource::new(
+        Arc::clone(&registry) as _,
+        gate,
+        options.approval.clone(),
+    ));
+    let settings = AgentSettings {
+        max_tool_turns: config.agent.max_tool_turns,
+        context_tokens: config.agent.context_tokens as usize,
+        max_tokens: config.agent.max_tokens,
+        system_prompt: config.agent.system_prompt.clone(),
+        executor: ExecutorOptions {
+            parallel: config.tools.parallel,
+            ..ExecutorOptions::default()
+        },
+    };
+    let runtime = Arc::new(Runtime::new(sources, tools, store, settings));
+    let scheduler = Scheduler::new(
+        Arc::clone(&runtime),
+        SchedulerOptions {
+            max_concurrent_sessions: config.scheduler.max_concurrent_sessions as usize,
+            queue_capacity: config.scheduler.queue_capacity as usize,
+            dedup_window: config.scheduler.dedup_window.map(|d| d.as_duration()),
+        },
+    );
+    Ok(Agent {
+        runtime,
+        scheduler,
+        registry,
+        channels,
+        demo,
+        notices,
+        store_path,
+        tool_sources,
+    })
+}
+
+/// Credits every tool not yet attributed to `source`.
+fn attribute(registry: &Registry, sources: &mut BTreeMap<String, &'static str>, source: &'static str) {
+    use homeagent_core::ToolSource;
+    let names: BTreeSet<String> = registry.definitions().iter().map(|d| d.name.clone()).collect();
+    for name in names {
+        sources.entry(name).or_insert(source);
+    }
+}
+
+fn check_tool_names(registry: &Registry, names: &[String]) -> Result<(), BuildError> {
+    use homeagent_core::ToolSource;
+    for name in names {
+        if registry.definition(name).is_none() {
+            let known: Vec<String> = registry
+                .definitions()
+                .iter()
+                .map(|d| d.name.clone())
+                .collect();
+            return Err(BuildError::UnknownTool {
+                key: "tools.require_approval",
+                name: name.clone(),
+                known: known.join(", "),
+            });
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,373 @@
+//! Finding, reading and checking the config file.
+//!
+//! Precedence is the usual one: a command-line flag, then an environment
+//! variable, then the default location. The environment is passed in as a
+//! function so tests (and embedders) never depend on the process
+//! environment. A file missing at the default location means "use the
+//! defaults"; a file that was named explicitly and is missing is an error,
+//! because the person clearly meant a config that is not being read.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use homeagent_llm::SourceProtocol;
+
+use super::secret::Secret;
+use super::types::Config;
+
+/// Names the config file (overridden by `--config`).
+pub const ENV_CONFIG: &str = "HOMEAGENT_CONFIG";
+/// Names the data directory (overridden by `--data-dir`).
+pub const ENV_DATA_DIR: &str = "HOMEAGENT_DATA_DIR";
+/// The server's API key; wins over `server.api_key`.
+pub const ENV_API_KEY: &str = "HOMEAGENT_API_KEY";
+/// The device token; wins over `server.device_token`.
+pub const ENV_DEVICE_TOKEN: &str = "HOMEAGENT_DEVICE_TOKEN";
+/// The config file's name inside the data directory.
+pub const CONFIG_FILE_NAME: &str = "homeagent.toml";
+
+/// Where a path came from, for messages and `config check`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathOrigin {
+    /// A command-line flag (`--config`, `--data-dir`).
+    Flag,
+    /// An environment variable (`HOMEAGENT_CONFIG`, `HOMEAGENT_DATA_DIR`).
+    Env,
+    /// The default location.
+    Default,
+}
+
+impl PathOrigin {
+    fn describe(self, flag: &str, env: &str) -> String {
+        match self {
+            PathOrigin::Flag => format!("from {flag}"),
+            PathOrigin::Env => format!("from ${env}"),
+            PathOrigin::Default => "default".to_owned(),
+        }
+    }
+}
+
+/// The config file and data directory in use.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigPaths {
+    pub config_file: PathBuf,
+    pub config_origin: PathOrigin,
+    pub data_dir: PathBuf,
+    pub data_dir_origin: PathOrigin,
+}
+
+/// Why the config could not be used. Matched by variant.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file exists (or was named) but could not be read.
+    #[error("cannot read the config file {}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Not valid TOML, or a key or value the format does not have.
+    #[error("{}:{line}:{column}: {message}", path.display())]
+    Parse {
+        path: PathBuf,
+        /// 1-based; 0 when the parser gave no position.
+        line: usize,
+        /// 1-based, in characters; 0 when the parser gave no position.
+        column: usize,
+        message: String,
+    },
+    /// Well-formed, but a value breaks a rule (duplicate names, a zero
+    /// limit, a Lua source without its adapter...).
+    #[error("{}: {key}: {message}", path.display())]
+    Invalid {
+        path: PathBuf,
+        /// The dotted key at fault, e.g. `llm.sources[1].name`.
+        key: String,
+        message: String,
+    },
+    /// No data directory was given and the platform has none.
+    #[error(
+        "no data directory: this platform has no default one; pass --data-dir or set ${ENV_DATA_DIR}"
+    )]
+    NoDataDir,
+}
+
+/// The secrets in effect, after environment overrides.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Secrets {
+    /// `$HOMEAGENT_API_KEY`, else `server.api_key`.
+    pub api_key: Option<Secret>,
+    /// `$HOMEAGENT_DEVICE_TOKEN`, else `server.device_token`.
+    pub device_token: Option<Secret>,
+}
+
+/// A checked config with the paths it came from and its secrets resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoadedConfig {
+    pub config: Config,
+    pub paths: ConfigPaths,
+    /// Whether the file existed (false: defaults, default location).
+    pub file_found: bool,
+    pub secrets: Secrets,
+    /// The sources' `api_key_env` variables that were set (non-empty) at
+    /// load time: `config check` reports them without reading the keys
+    /// again.
+    pub key_vars_set: BTreeSet<String>,
+}
+
+fn non_empty(env: &impl Fn(&str) -> Option<String>, name: &str) -> Option<String> {
+    env(name).filter(|value| !value.trim().is_empty())
+}
+
+impl ConfigPaths {
+    /// Resolves the config file (`--config`, `$HOMEAGENT_CONFIG`, else
+    /// `<data_dir>/homeagent.toml`) and the data directory (`--data-dir`,
+    /// `$HOMEAGENT_DATA_DIR`, else the platform data directory +
+    /// `homeagent`). Empty environment variables count as unset.
+    pub fn resolve(
+        cli_config: Option<PathBuf>,
+        cli_data_dir: Option<PathBuf>,
+        env: &impl Fn(&str) -> Option<String>,
+    ) -> Result<ConfigPaths, ConfigError> {
+        let (data_dir, data_dir_origin) = match (cli_data_dir, non_empty(env, ENV_DATA_DIR)) {
+            (Some(dir), _) => (dir, PathOrigin::Flag),
+            (None, Some(dir)) => (PathBuf::from(dir), PathOrigin::Env),
+            (None, None) => (
+                dirs::data_dir()
+                    .ok_or(ConfigError::NoDataDir)?
+                    .join("homeagent"),
+                PathOrigin::Default,
+            ),
+        };
+        let (config_file, config_origin) = match (cli_config, non_empty(env, ENV_CONFIG)) {
+            (Some(file), _) => (file, PathOrigin::Flag),
+            (None, Some(file)) => (PathBuf::from(file), PathOrigin::Env),
+            (None, None) => (data_dir.join(CONFIG_FILE_NAME), PathOrigin::Default),
+        };
+        Ok(ConfigPaths {
+            config_file,
+            config_origin,
+            data_dir,
+            data_dir_origin,
+        })
+    }
+
+    /// One line per path with its origin, for `config check`.
+    pub fn describe(&self) -> String {
+        format!(
+            "config file: {} ({})\ndata dir:    {} ({})\n",
+            self.config_file.display(),
+            self.config_origin.describe("--config", ENV_CONFIG),
+            self.data_dir.display(),
+            self.data_dir_origin.describe("--data-dir", ENV_DATA_DIR),
+        )
+    }
+}
+
+impl Config {
+    /// Parses and checks TOML text; `path` only names the file in errors.
+    pub fn from_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|error| {
+            let (line, column) = error
+                .span()
+                .map_or((0, 0), |span| line_column(text, span.start));
+            ConfigError::Parse {
+                path: path.to_owned(),
+                line,
+                column,
+                message: error.message().trim_end().to_owned(),
+            }
+        })?;
+        config.check(path)?;
+        Ok(config)
+    }
+
+    /// Reads the file `paths` names (defaults when it is missing at the
+    /// default location), checks it and resolves the secrets through `env`.
+    pub fn load(
+        paths: &ConfigPaths,
+        env: &impl Fn(&str) -> Option<String>,
+    ) -> Result<LoadedConfig, ConfigError> {
+        let path = &paths.config_file;
+        let (config, file_found) = match std::fs::read_to_string(path) {
+            Ok(text) => (Config::from_toml(&text, path)?, true),
+            Err(error)
+                if error.kind() == std::io::ErrorKind::NotFound
+                    && paths.config_origin == PathOrigin::Default =>
+            {
+                tracing::debug!(path = %path.display(), "no config file; using the defaults");
+                (Config::default(), false)
+            }
+            Err(source) => {
+                return Err(ConfigError::Read {
+                    path: path.clone(),
+                    source,
+                });
+            }
+        };
+        let secret = |var: &str, from_file: &Option<Secret>| {
+            non_empty(env, var)
+                .map(Secret::new)
+                .or_else(|| from_file.clone())
+        };
+        let secrets = Secrets {
+            api_key: secret(ENV_API_KEY, &config.server.api_key),
+            device_token: secret(ENV_DEVICE_TOKEN, &config.server.device_token),
+        };
+        let key_vars_set = config
+            .llm
+            .sources
+            .iter()
+            .filter_map(|source| source.api_key_env.clone())
+            .filter(|var| non_empty(env, var).is_some())
+            .collect();
+        Ok(LoadedConfig {
+            config,
+            paths: paths.clone(),
+            file_found,
+            secrets,
+            key_vars_set,
+        })
+    }
+
+    /// The rules serde cannot express. Tool names (`require_approval`,
+    /// `allow_tools`) are not checked here: the tools are only known once
+    /// they are registered.
+    fn check(&self, path: &Path) -> Result<(), ConfigError> {
+        let invalid = |key: String, message: String| ConfigError::Invalid {
+            path: path.to_owned(),
+            key,
+            message,
+        };
+        if self.agent.max_tool_turns == 0 {
+            return Err(invalid(
+                "agent.max_tool_turns".into(),
+                "must be at least 1 (the default is 10)".into(),
+            ));
+        }
+        if self.scheduler.queue_capacity == 0 {
+            return Err(invalid(
+                "scheduler.queue_capacity".into(),
+                "must be at least 1 (the default is 256)".into(),
+            ));
+        }
+        if self.scheduler.max_concurrent_sessions == 0 {
+            return Err(invalid(
+                "scheduler.max_concurrent_sessions".into(),
+                "must be at least 1 (the default is 16)".into(),
+            ));
+        }
+        for (index, source) in self.llm.sources.iter().enumerate() {
+            if let Some(first) = self.llm.sources[..index]
+                .iter()
+                .position(|earlier| earlier.name == source.name)
+            {
+                return Err(invalid(
+                    format!("llm.sources[{index}].name"),
+                    format!(
+                        "the source name {:?} is already used by llm.sources[{first}]; \
+                         give each source its own name",
+                        source.name
+                    ),
+                ));
+            }
+            let needs = |what: &str, example: &str| {
+                invalid(
+                    format!("llm.sources[{index}].{what}"),
+                    format!(
+                        "source {:?} (protocol = {:?}) needs {what}, e.g. {what} = {example:?}",
+                        source.name,
+                        source.protocol.as_str()
+                    ),
+                )
+            };
+            if source.protocol != SourceProtocol::Demo {
+                if source.base_url.is_none() {
+                    return Err(needs("base_url", "http://127.0.0.1:11434"));
+                }
+                if source.model.is_none() {
+                    return Err(needs("model", "llama3.2"));
+                }
+            }
+            if source.protocol == SourceProtocol::Lua && source.adapter.is_none() {
+                return Err(invalid(
+                    format!("llm.sources[{index}].adapter"),
+                    format!(
+                        "source {:?} has protocol = \"lua\" but no adapter; \
+                         add adapter = \"path/to/adapter.lua\"",
+                        source.name
+                    ),
+                ));
+            }
+        }
+        for (index, agent) in self.agents.iter().enumerate() {
+            if agent.name.trim().is_empty() {
+                return Err(invalid(
+                    format!("agents[{index}].name"),
+                    "an agent needs a non-empty name".into(),
+                ));
+            }
+            if let Some(first) = self.agents[..index]
+                .iter()
+                .position(|earlier| earlier.name == agent.name)
+            {
+                return Err(invalid(
+                    format!("agents[{index}].name"),
+                    format!(
+                        "the agent name {:?} is already used by agents[{first}]; \
+                         give each agent its own name",
+                        agent.name
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl LoadedConfig {
+    /// A path from the config, relative ones taken from the config file's
+    /// directory (so a config can be moved with the files it names).
+    pub fn resolve_path(&self, path: &Path) -> PathBuf {
+        match self.paths.config_file.parent() {
+            Some(dir) if path.is_relative() => dir.join(path),
+            _ => path.to_owned(),
+        }
+    }
+
+    /// The files tools' root: `tools.files.root`, else `<data_dir>/files`.
+    pub fn files_root(&self) -> PathBuf {
+        match &self.config.tools.files.root {
+            Some(root) => self.resolve_path(root),
+            None => self.paths.data_dir.join("files"),
+        }
+    }
+
+    /// Where Lua adapters are looked up: `llm.adapter_dir`, else
+    /// `<data_dir>/adapters`.
+    pub fn adapter_dir(&self) -> PathBuf {
+        match &self.config.llm.adapter_dir {
+            Some(dir) => self.resolve_path(dir),
+            None => self.paths.data_dir.join("adapters"),
+        }
+    }
+
+    /// The CA certificate files, resolved.
+    pub fn ca_certificates(&self) -> Vec<PathBuf> {
+        self.config
+            .llm
+            .ca_certificates
+            .iter()
+            .map(|path| self.resolve_path(path))
+            .collect()
+    }
+}
+
+/// 1-based line and column (in characters) of byte `offset` in `text`.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = text.get(..offset).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let line_start = before.rfind('\n').map_or(0, |newline| newline + 1);
+    let column = before.get(line_start..).map_or(0, |s| s.chars().count()) + 1;
+    (line, column)
+}

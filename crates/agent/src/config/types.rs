@@ -1,0 +1,274 @@
+//! The config model: one struct per TOML table.
+//!
+//! These types are the single definition of the file format. The parser is
+//! serde with `deny_unknown_fields` on every table (a misspelled key is an
+//! error listing the allowed keys, never a silent default), and the
+//! commented example (`homeagent config example`, docs/CONFIG.md) is
+//! generated from their JSON schema: the doc comment of a field is the
+//! comment above its line, so write them for the person editing the file.
+
+use std::path::PathBuf;
+
+use homeagent_llm::SourceConfig;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::duration::HumanDuration;
+use super::secret::Secret;
+
+/// The name of the agent used when none is given.
+pub const DEFAULT_AGENT: &str = "main";
+
+/// The whole config file.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// The agent loop: turns, context budget, system prompt.
+    pub agent: AgentSection,
+    /// How inputs are queued and run.
+    pub scheduler: SchedulerSection,
+    /// Model sources and how HomeAgent talks to them.
+    pub llm: LlmSection,
+    /// Built-in tools.
+    pub tools: ToolsSection,
+    /// Agents and what each may use. Without any, the agent `main` has
+    /// every tool and no device.
+    pub agents: Vec<AgentEntry>,
+    /// The HTTP server (`homeagent serve`).
+    pub server: ServerSection,
+}
+
+/// `[agent]`
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentSection {
+    /// Model turns with tool calls per input; past this the reply says the
+    /// limit was reached. At least 1.
+    pub max_tool_turns: u32,
+    /// Approximate token budget of the history sent to the model; the
+    /// oldest turns are dropped whole (the store keeps everything).
+    pub context_tokens: u32,
+    /// Most tokens the model may produce per reply (sent to the provider).
+    pub max_tokens: u32,
+    /// Extra text appended to the built-in system prompt.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(example = &"You answer briefly and in English.")]
+    pub system_prompt: Option<String>,
+}
+
+impl Default for AgentSection {
+    fn default() -> Self {
+        AgentSection {
+            max_tool_turns: 10,
+            context_tokens: 32_000,
+            max_tokens: 4096,
+            system_prompt: None,
+        }
+    }
+}
+
+/// `[scheduler]`
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct SchedulerSection {
+    /// Sessions whose turns may run at the same time (one turn at a time
+    /// per session).
+    pub max_concurrent_sessions: u32,
+    /// Inputs waiting per session; more are answered `skipped: queue_full`.
+    pub queue_capacity: u32,
+    /// Skip an input identical to one the same session received this
+    /// recently (`skipped: duplicate`). For channels that may deliver a
+    /// message twice; off when absent, so a repeated input is never skipped.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(example = &"10s")]
+    pub dedup_window: Option<HumanDuration>,
+}
+
+impl Default for SchedulerSection {
+    fn default() -> Self {
+        SchedulerSection {
+            max_concurrent_sessions: 16,
+            queue_capacity: 256,
+            dedup_window: None,
+        }
+    }
+}
+
+/// `[llm]`
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct LlmSection {
+    /// A stream that sends nothing for this long is cut and retried.
+    pub stream_idle_timeout: HumanDuration,
+    /// Time allowed to connect to a model server.
+    pub connect_timeout: HumanDuration,
+    /// Extra CA certificates (PEM files) trusted for model servers, e.g. a
+    /// home lab's own CA. Relative paths are read from the config file's
+    /// directory.
+    pub ca_certificates: Vec<PathBuf>,
+    /// Where Lua adapters are looked up. Default: `<data_dir>/adapters`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(example = &"/etc/homeagent/adapters")]
+    pub adapter_dir: Option<PathBuf>,
+    /// Model sources, tried by priority (higher first), then name. Without
+    /// any, sources come from OPENAI_API_KEY, ANTHROPIC_API_KEY,
+    /// GEMINI_API_KEY or OLLAMA_HOST.
+    pub sources: Vec<SourceConfig>,
+}
+
+impl Default for LlmSection {
+    fn default() -> Self {
+        LlmSection {
+            stream_idle_timeout: HumanDuration::seconds(60),
+            connect_timeout: HumanDuration::seconds(10),
+            ca_certificates: Vec::new(),
+            adapter_dir: None,
+            sources: Vec::new(),
+        }
+    }
+}
+
+/// `[tools]`
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct ToolsSection {
+    /// Run a batch of parallel-safe calls concurrently. When false every
+    /// batch runs in order, and the system prompt says so.
+    pub parallel: bool,
+    /// Register the demo tools demo_sleep, demo_echo and demo_note.
+    pub demo: bool,
+    /// Tools that ask before they run: y/n in `chat`; elsewhere denied
+    /// unless `--yes` was given.
+    pub require_approval: Vec<String>,
+    /// The `cmd_run` tool: runs allowlisted programs, without a shell.
+    pub cmd_run: CmdRunSection,
+    /// The `files_read`, `files_list` and `files_write` tools.
+    pub files: FilesSection,
+}
+
+impl Default for ToolsSection {
+    fn default() -> Self {
+        ToolsSection {
+            parallel: true,
+            demo: false,
+            require_approval: Vec::new(),
+            cmd_run: CmdRunSection::default(),
+            files: FilesSection::default(),
+        }
+    }
+}
+
+/// `[tools.cmd_run]`
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct CmdRunSection {
+    /// Register `cmd_run`.
+    pub enabled: bool,
+    /// Program names that may run. A list replaces the built-in one
+    /// (read-only inspection programs); empty means the built-in list,
+    /// never "everything".
+    pub allowlist: Vec<String>,
+    /// Allow programs and options that write files (sed -i, sort -o, rm,
+    /// tee ...).
+    pub allow_writes: bool,
+    /// A program still running after this long is killed.
+    pub timeout: HumanDuration,
+    /// Environment variables passed to programs besides PATH, HOME, LANG
+    /// and TZ (names only; nothing else of HomeAgent's environment is
+    /// passed).
+    pub env: Vec<String>,
+}
+
+impl Default for CmdRunSection {
+    fn default() -> Self {
+        CmdRunSection {
+            enabled: true,
+            allowlist: Vec::new(),
+            allow_writes: false,
+            timeout: HumanDuration::seconds(30),
+            env: Vec::new(),
+        }
+    }
+}
+
+/// `[tools.files]`
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct FilesSection {
+    /// The directory the files tools are confined to. Default:
+    /// `<data_dir>/files`. Relative paths are read from the config file's
+    /// directory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(example = &"/srv/homeagent/files")]
+    pub root: Option<PathBuf>,
+}
+
+/// `[[agents]]`: one agent and what it may use.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgentEntry {
+    /// The agent's name (`--agent NAME`). Declaring `main` replaces the
+    /// default agent.
+    pub name: String,
+    /// Tools this agent may use; empty means every tool.
+    #[serde(default)]
+    pub allow_tools: Vec<String>,
+    /// Tools this agent may not use (wins over allow_tools).
+    #[serde(default)]
+    pub deny_tools: Vec<String>,
+    /// Device ids whose tools this agent may use; device tools are refused
+    /// for any other device.
+    #[serde(default)]
+    pub devices: Vec<String>,
+}
+
+impl AgentEntry {
+    /// The default agent: every tool, no device.
+    pub fn main() -> Self {
+        AgentEntry {
+            name: DEFAULT_AGENT.to_owned(),
+            ..AgentEntry::default()
+        }
+    }
+}
+
+/// `[server]`
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerSection {
+    /// Address and port the HTTP server listens on.
+    pub listen: String,
+    /// Key HTTP clients must send. Prefer the environment variable
+    /// HOMEAGENT_API_KEY, which wins over this.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(example = &"change-me")]
+    pub api_key: Option<Secret>,
+    /// Token devices must send to connect. Prefer the environment variable
+    /// HOMEAGENT_DEVICE_TOKEN, which wins over this.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schemars(example = &"change-me-too")]
+    pub device_token: Option<Secret>,
+}
+
+impl Default for ServerSection {
+    fn default() -> Self {
+        ServerSection {
+            listen: "127.0.0.1:8080".to_owned(),
+            api_key: None,
+            device_token: None,
+        }
+    }
+}
+
+impl Config {
+    /// The agent called `name`: a declared one, or the synthesized `main`
+    /// (every tool, no device) when `main` is not declared. `None` for any
+    /// other unknown name.
+    pub fn agent(&self, name: &str) -> Option<AgentEntry> {
+        match self.agents.iter().find(|agent| agent.name == name) {
+            Some(agent) => Some(agent.clone()),
+            None if name == DEFAULT_AGENT => Some(AgentEntry::main()),
+            None => None,
+        }
+    }
+}

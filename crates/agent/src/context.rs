@@ -1,0 +1,67 @@
+//! Fitting a session's history into the model's context budget.
+//!
+//! The history is cut into turns, each starting at a user message (a turn
+//! holds that message, the assistant's calls and their results). Whole
+//! turns are dropped, oldest first, until the rest fits; a call is never
+//! sent without its result because a turn is never split. The newest turn
+//! is always kept, even alone over budget: the model must see the input.
+//! The store keeps everything; only the request is cut.
+
+use homeagent_core::Message;
+
+/// Roughly four bytes of JSON per token, plus a little per message for the
+/// wire's framing. Good enough to stay under a budget, not a tokenizer.
+pub fn approx_tokens(message: &Message) -> usize {
+    let bytes = serde_json::to_string(message).map_or(0, |json| json.len());
+    bytes / 4 + 4
+}
+
+/// What is left of the history after fitting.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fitted {
+    pub messages: Vec<Message>,
+    /// How many messages were left out.
+    pub elided: usize,
+}
+
+/// Keeps the newest whole turns of `history` within `budget` tokens
+/// (`reserved` of which are already taken, by the system prompt).
+pub fn fit_history(history: &[Message], budget: usize, reserved: usize) -> Fitted {
+    let starts: Vec<usize> = history
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| matches!(m, Message::User { .. }))
+        .map(|(i, _)| i)
+        .collect();
+    // Turn boundaries: messages before the first user message belong to
+    // the first turn.
+    let mut bounds: Vec<usize> = starts.clone();
+    if bounds.first().is_none_or(|first| *first != 0) {
+        bounds.insert(0, 0);
+    }
+    let available = budget.saturating_sub(reserved);
+    let mut keep_from = history.len();
+    let mut used = 0usize;
+    for (n, &start) in bounds.iter().enumerate().rev() {
+        let end = bounds.get(n + 1).copied().unwrap_or(history.len());
+        let cost: usize = history[start..end].iter().map(approx_tokens).sum();
+        let newest = end == history.len();
+        if !newest && used + cost > available {
+            break;
+        }
+        used += cost;
+        keep_from = start;
+    }
+    Fitted {
+        messages: history[keep_from..].to_vec(),
+        elided: keep_from,
+    }
+}
+
+/// The line the system prompt gets when history was elided.
+pub fn elision_note(elided: usize) -> String {
+    format!(
+        "Note: the {elided} oldest messages of this conversation were left out to fit the \
+         context budget; the conversation started earlier than what you see."
+    )
+}

@@ -1,0 +1,26 @@
+//! HomeAgent's runtime: configuration, the embedded store, the agent loop
+//! and the scheduler.
+//!
+//! - [`config`]: the TOML model, loader and generated example.
+//! - [`store`]: SQLite sessions, messages and tool events.
+//! - [`runtime`]: the agent loop ([`Runtime::run`]: one input → frames →
+//!   one terminal frame).
+//! - [`scheduler`]: per-session FIFO queues, interrupts, stop, counters.
+//! - [`frames`]: what an input reports (`run --json`, the sessions API).
+//! - [`context`]: fitting history into the context budget.
+//! - [`demo_model`]: the offline demo model for `demo` sources.
+
+pub mod build;
+pub mod config;
+pub mod context;
+pub mod demo_model;
+pub mod frames;
+pub mod runtime;
+pub mod scheduler;
+pub mod store;
+
+pub use build::{Agent, BuildError, BuildOptions, DEMO_NOTICE, build};
+pub use demo_model::DemoModel;
+pub use frames::{Frame, SkipReason, UsageFrame};
+pub use runtime::{AgentSettings, FrameSink, Runtime, TurnControl, TurnInput};
+pub use scheduler::{Frames, Scheduler, SchedulerCounters, SchedulerOptions, Submission};

@@ -1,0 +1,416 @@
+//! The agent loop: one input in, one terminal frame out.
+//!
+//! For an input the loop
+//! 1. loads the session from the store (calls a crash left without a
+//!    result get `cancelled` results there) and commits the user message;
+//! 2. builds the request: the system prompt with the kernel's
+//!    execution-order section, the history fitted to the context budget,
+//!    the tools this agent may see; the pairing check runs on it;
+//! 3. streams the model's reply through the assembler, forwarding text;
+//! 4. runs the calls as one batch through the kernel's executor over the
+//!    gated tool source, forwarding each call's start and end, and commits
+//!    the assistant message with every result in one transaction;
+//! 5. asks again, until a reply has no calls or `max_tool_turns` batches
+//!    ran (then the reply says so).
+//!
+//! Two tokens control a running input: `interrupt` cancels a model stream
+//! in flight, and is checked again after a batch (a safe point: tools are
+//! never preempted); `stop` cancels everything, running tools included.
+//! Nothing half-streamed is stored, so the history stays paired either way.
+
+// The loop's `Err` is the input's terminal frame: built once per input, so
+// its size does not matter.
+#![allow(clippy::result_large_err)]
+
+use std::sync::Arc;
+
+use homeagent_core::{
+    BatchContext, CancellationToken, Executor, ExecutorOptions, Message, StreamAssembler,
+    StreamEvent, ToolEvent, ToolSource, check_pairing, execution_order_section, remint_reused_ids,
+};
+use homeagent_llm::{ChatRequest, FallbackError, Sources, ToolSpec};
+use homeagent_tools::{AGENT_EXTRA, Approval, GatedSource};
+use serde_json::{Map, Value};
+
+use crate::context::{approx_tokens, elision_note, fit_history};
+use crate::frames::{Frame, UsageFrame};
+use crate::store::{Store, ToolEventRecord};
+
+/// The loop's knobs (from `[agent]` and `[tools]`).
+#[derive(Debug, Clone)]
+pub struct AgentSettings {
+    pub max_tool_turns: u32,
+    pub context_tokens: usize,
+    pub max_tokens: u32,
+    /// Appended to the built-in system prompt.
+    pub system_prompt: Option<String>,
+    pub executor: ExecutorOptions,
+}
+
+impl Default for AgentSettings {
+    fn default() -> Self {
+        AgentSettings {
+            max_tool_turns: 10,
+            context_tokens: 32_000,
+            max_tokens: 4096,
+            system_prompt: None,
+            executor: ExecutorOptions::default(),
+        }
+    }
+}
+
+/// One input to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnInput {
+    pub session: String,
+    pub agent: String,
+    pub text: String,
+}
+
+/// How a running input is interrupted or stopped.
+#[derive(Debug, Clone, Default)]
+pub struct TurnControl {
+    /// Cancels a model stream in flight; checked after each batch.
+    pub interrupt: CancellationToken,
+    /// Cancels the whole input, running tools included.
+    pub stop: CancellationToken,
+}
+
+/// Where a running input's frames go.
+pub type FrameSink = Arc<dyn Fn(Frame) + Send + Sync>;
+
+/// The agent: model sources, gated tools, the store and the loop settings.
+pub struct Runtime {
+    sources: Arc<Sources>,
+    tools: Arc<GatedSource>,
+    store: Arc<Store>,
+    settings: AgentSettings,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("sources", &self.sources.names())
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Runtime {
+    pub fn new(
+        sources: Arc<Sources>,
+        tools: Arc<GatedSource>,
+        store: Arc<Store>,
+        settings: AgentSettings,
+    ) -> Self {
+        Runtime {
+            sources,
+            tools,
+            store,
+            settings,
+        }
+    }
+
+    /// The same agent with another approval policy for tools that need one.
+    pub fn with_approval(&self, approval: Approval) -> Runtime {
+        Runtime {
+            sources: Arc::clone(&self.sources),
+            tools: Arc::new(self.tools.with_approval(approval)),
+            store: Arc::clone(&self.store),
+            settings: self.settings.clone(),
+        }
+    }
+
+    pub fn sources(&self) -> &Arc<Sources> {
+        &self.sources
+    }
+
+    pub fn store(&self) -> &Arc<Store> {
+        &self.store
+    }
+
+    pub fn tools(&self) -> &Arc<GatedSource> {
+        &self.tools
+    }
+
+    pub fn settings(&self) -> &AgentSettings {
+        &self.settings
+    }
+
+    /// An executor over the gated tools whose events go to `events`.
+    pub fn executor(&self, events: Option<Arc<dyn homeagent_core::EventSink>>) -> Executor {
+        let source: Arc<dyn homeagent_core::ToolSource> = Arc::clone(&self.tools) as _;
+        let executor = Executor::new(source).with_options(self.settings.executor.clone());
+        match events {
+            Some(sink) => executor.with_events(sink),
+            None => executor,
+        }
+    }
+
+    /// The tools `agent` may see, as sent to the model.
+    pub fn tool_specs(&self, agent: &str) -> Vec<ToolSpec> {
+        let gate = self.tools.gate();
+        self.tools
+            .definitions()
+            .iter()
+            .filter(|def| gate.visible(agent, &def.name))
+            .map(|def| ToolSpec::from(def.as_ref()))
+            .collect()
+    }
+
+    /// Runs one input to its end; returns its terminal frame (which is not
+    /// also sent to `sink`).
+    pub async fn run(&self, input: &TurnInput, control: &TurnControl, sink: &FrameSink) -> Frame {
+        match self.run_inner(input, control, sink).await {
+            Ok(frame) | Err(frame) => frame,
+        }
+    }
+
+    async fn run_inner(
+        &self,
+        input: &TurnInput,
+        control: &TurnControl,
+        sink: &FrameSink,
+    ) -> Result<Frame, Frame> {
+        let store_error = |e: crate::store::StoreError| Frame::error("store", e.to_string());
+        if self.tools.gate().agent(&input.agent).is_none() {
+            return Err(Frame::error(
+                "agent",
+                format!(
+                    "unknown agent `{}`; declare it in [[agents]] or use `main`",
+                    input.agent
+                ),
+            ));
+        }
+        self.store
+            .ensure_session(&input.session, &input.agent)
+            .map_err(store_error)?;
+        let mut history = self
+            .store
+            .load_session(&input.session)
+            .map_err(store_error)?;
+        let user = Message::user(input.text.clone());
+        self.store
+            .append_messages(&input.session, std::slice::from_ref(&user))
+            .map_err(store_error)?;
+        history.push(user);
+
+        let events = self.event_sink(&input.session, sink);
+        let executor = self.executor(Some(events));
+        let tools = self.tool_specs(&input.agent);
+        let base_prompt = self.system_prompt(&executor);
+        let mut usage = UsageFrame::default();
+        let mut requests = 0u32;
+        let mut batches = 0u32;
+        let mut last_text = String::new();
+        loop {
+            if control.stop.is_cancelled() {
+                return Err(Frame::error("stopped", "the input was stopped"));
+            }
+            if control.interrupt.is_cancelled() {
+                return Err(Frame::error(
+                    "preempted",
+                    "interrupted by a newer input after its tools finished",
+                ));
+            }
+            if batches >= self.settings.max_tool_turns {
+                let note = format!(
+                    "[stopped after {batches} tool turns: agent.max_tool_turns is {}; \
+                     ask me to continue]",
+                    self.settings.max_tool_turns
+                );
+                let content = if last_text.is_empty() {
+                    note
+                } else {
+                    format!("{last_text}\n\n{note}")
+                };
+                return Ok(Frame::Response {
+                    content,
+                    turns: requests,
+                    usage,
+                });
+            }
+            let request = self.request(&base_prompt, &history, &tools)?;
+            requests += 1;
+            let turn = self
+                .stream_turn(&request, control, sink, &mut usage)
+                .await?;
+            if turn.calls.is_empty() {
+                let message = Message::Assistant(turn.message());
+                self.store
+                    .append_messages(&input.session, std::slice::from_ref(&message))
+                    .map_err(store_error)?;
+                return Ok(Frame::Response {
+                    content: turn.text,
+                    turns: requests,
+                    usage,
+                });
+            }
+            last_text.clone_from(&turn.text);
+            batches += 1;
+            let mut extras = Map::new();
+            extras.insert(AGENT_EXTRA.into(), Value::String(input.agent.clone()));
+            extras.insert("session".into(), Value::String(input.session.clone()));
+            let batch = BatchContext {
+                batch_id: format!("{}-{}-{batches}", input.session, next_batch()),
+                extras,
+                cancel: control.stop.clone(),
+            };
+            let result = executor.run(&turn, &batch).await;
+            let messages = result.messages();
+            // Committed even when stopped: every call has its outcome.
+            self.store
+                .append_messages(&input.session, &messages)
+                .map_err(store_error)?;
+            history.extend(messages);
+        }
+    }
+
+    fn system_prompt(&self, executor: &Executor) -> String {
+        let mut prompt = format!(
+            "You are HomeAgent, a personal agent that acts through tools.\n\n{}",
+            execution_order_section(executor)
+        );
+        if let Some(extra) = &self.settings.system_prompt {
+            prompt.push_str("\n\n");
+            prompt.push_str(extra);
+        }
+        prompt
+    }
+
+    fn request(
+        &self,
+        base_prompt: &str,
+        history: &[Message],
+        tools: &[ToolSpec],
+    ) -> Result<ChatRequest, Frame> {
+        let system = Message::system(base_prompt.to_owned());
+        let tool_cost: usize = tools
+            .iter()
+            .map(|t| (t.name.len() + t.description.len() + t.parameters.to_string().len()) / 4)
+            .sum();
+        let reserved = approx_tokens(&system) + tool_cost + 64;
+        let fitted = fit_history(history, self.settings.context_tokens, reserved);
+        let system = if fitted.elided > 0 {
+            Message::system(format!("{base_prompt}\n\n{}", elision_note(fitted.elided)))
+        } else {
+            system
+        };
+        let mut messages = Vec::with_capacity(fitted.messages.len() + 1);
+        messages.push(system);
+        messages.extend(fitted.messages);
+        remint_reused_ids(&mut messages);
+        check_pairing(&messages).map_err(|e| {
+            Frame::error(
+                "pairing",
+                format!("the history breaks the call/result pairing: {e}"),
+            )
+        })?;
+        Ok(ChatRequest {
+            model: String::new(),
+            messages,
+            tools: tools.to_vec(),
+            max_tokens: self.settings.max_tokens,
+            temperature: None,
+            stream: true,
+        })
+    }
+
+    /// One model request, streamed: text is forwarded as it comes.
+    async fn stream_turn(
+        &self,
+        request: &ChatRequest,
+        control: &TurnControl,
+        sink: &FrameSink,
+        usage: &mut UsageFrame,
+    ) -> Result<homeagent_core::AssembledTurn, Frame> {
+        // Either token ends the stream; which one decides the reply.
+        let cancel = CancellationToken::new();
+        let guard = cancel.clone().drop_guard();
+        let watch = {
+            let cancel = cancel.clone();
+            let control = control.clone();
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = control.interrupt.cancelled() => cancel.cancel(),
+                    () = control.stop.cancelled() => cancel.cancel(),
+                    () = cancel.cancelled() => {}
+                }
+            })
+        };
+        let result = self.stream_with(request, cancel, sink).await;
+        drop(guard);
+        let _ = watch.await;
+        let ended_by_control = || {
+            if control.stop.is_cancelled() {
+                Some(Frame::error("stopped", "the input was stopped"))
+            } else if control.interrupt.is_cancelled() {
+                Some(Frame::error(
+                    "preempted",
+                    "interrupted by a newer input; the partial reply was dropped",
+                ))
+            } else {
+                None
+            }
+        };
+        match result {
+            Ok(turn) => {
+                usage.add(&turn.usage);
+                // A stream cut by a token is not a reply, even if it ended
+                // cleanly at the same moment.
+                match ended_by_control() {
+                    Some(frame) => Err(frame),
+                    None => Ok(turn),
+                }
+            }
+            Err(message) => Err(ended_by_control().unwrap_or(Frame::error("model", message))),
+        }
+    }
+
+    async fn stream_with(
+        &self,
+        request: &ChatRequest,
+        cancel: CancellationToken,
+        sink: &FrameSink,
+    ) -> Result<homeagent_core::AssembledTurn, String> {
+        let (source, mut stream) = match self.sources.stream(request, cancel).await {
+            Ok(found) => found,
+            Err(FallbackError::Cancelled) => return Err("cancelled".into()),
+            Err(error) => return Err(error.to_string()),
+        };
+        let mut assembler = StreamAssembler::new();
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(event) => {
+                    if let StreamEvent::TextDelta { text } = &event {
+                        sink(Frame::ContentDelta { text: text.clone() });
+                    }
+                    assembler.push(event);
+                }
+                Err(error) => return Err(format!("model source {source}: {error}")),
+            }
+        }
+        Ok(assembler.finish())
+    }
+
+    /// Forwards kernel events as frames and records them in the store.
+    fn event_sink(&self, session: &str, sink: &FrameSink) -> Arc<dyn homeagent_core::EventSink> {
+        let store = Arc::clone(&self.store);
+        let session = session.to_owned();
+        let sink = Arc::clone(sink);
+        Arc::new(move |event: ToolEvent| {
+            if let Err(error) =
+                store.record_tool_event(&session, &ToolEventRecord::from_event(&event))
+            {
+                tracing::warn!(%session, %error, "could not record a tool event");
+            }
+            sink(Frame::ToolCall(event));
+        })
+    }
+}
+
+fn next_batch() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}

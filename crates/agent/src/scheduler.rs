@@ -1,0 +1,318 @@
+//! The scheduler: one input at a time per session, in order; sessions side
+//! by side.
+//!
+//! - Each session has a FIFO queue (bounded by `queue_capacity`) and at
+//!   most one worker task; the worker takes a global permit per input, so
+//!   at most `max_concurrent_sessions` inputs run at once.
+//! - Every submitted input gets exactly one terminal frame: the runtime's
+//!   `response` / `error`, or `skipped` (`empty_input`, `queue_full`,
+//!   `duplicate` — the last only with a `dedup_window` — or `stopped` when
+//!   a stop dropped it from the queue).
+//! - An interrupt goes to the front of its session's queue and cancels the
+//!   model stream in flight; tools already running finish (the runtime
+//!   checks again only at a safe point, after the batch).
+//! - A stop cancels the running input, tools included, and drops the
+//!   session's queue, answering each dropped input.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::sync::{Semaphore, mpsc};
+
+use crate::frames::{Frame, SkipReason};
+use crate::runtime::{FrameSink, Runtime, TurnControl, TurnInput};
+
+/// Limits of the scheduler (`[scheduler]`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SchedulerOptions {
+    pub max_concurrent_sessions: usize,
+    /// Inputs waiting per session (the running one not counted).
+    pub queue_capacity: usize,
+    /// Skip an input identical to one submitted to the same session within
+    /// this window. Off (`None`) by default.
+    pub dedup_window: Option<Duration>,
+}
+
+impl Default for SchedulerOptions {
+    fn default() -> Self {
+        SchedulerOptions {
+            max_concurrent_sessions: 16,
+            queue_capacity: 256,
+            dedup_window: None,
+        }
+    }
+}
+
+/// An input as submitted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Submission {
+    pub session: String,
+    pub agent: String,
+    pub text: String,
+    /// Cancel the session's model stream in flight and run next.
+    pub interrupt: bool,
+}
+
+/// The frames of one submitted input; the last one is terminal.
+pub type Frames = mpsc::UnboundedReceiver<Frame>;
+
+/// Counters, as exposed by the library and the status endpoint.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct SchedulerCounters {
+    pub enqueued: u64,
+    /// Inputs that ran to their terminal frame.
+    pub executed: u64,
+    /// Inputs skipped at submission (empty, queue full, duplicate).
+    pub rejected: u64,
+    /// Interrupts that cut a running input short.
+    pub preempted: u64,
+    /// Inputs cancelled by a stop (running or queued).
+    pub cancelled: u64,
+    /// Inputs waiting, per session (sessions with none left out).
+    pub queue_depth: HashMap<String, usize>,
+    /// Sessions with an input running now.
+    pub running_sessions: usize,
+}
+
+struct Pending {
+    input: TurnInput,
+    frames: mpsc::UnboundedSender<Frame>,
+}
+
+#[derive(Default)]
+struct SessionQueue {
+    queue: VecDeque<Pending>,
+    running: Option<TurnControl>,
+    worker: bool,
+    /// (text, submitted at) of recent inputs, for the dedup window.
+    recent: VecDeque<(String, Instant)>,
+}
+
+#[derive(Default)]
+struct Counts {
+    enqueued: AtomicU64,
+    executed: AtomicU64,
+    rejected: AtomicU64,
+    preempted: AtomicU64,
+    cancelled: AtomicU64,
+}
+
+struct Inner {
+    runtime: Arc<Runtime>,
+    options: SchedulerOptions,
+    sessions: Mutex<HashMap<String, SessionQueue>>,
+    permits: Arc<Semaphore>,
+    counts: Counts,
+}
+
+/// Runs inputs through a [`Runtime`]. Cheap to clone.
+#[derive(Clone)]
+pub struct Scheduler {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Scheduler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scheduler")
+            .field("options", &self.inner.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Scheduler {
+    pub fn new(runtime: Arc<Runtime>, options: SchedulerOptions) -> Self {
+        let permits = Arc::new(Semaphore::new(options.max_concurrent_sessions.max(1)));
+        Scheduler {
+            inner: Arc::new(Inner {
+                runtime,
+                options,
+                sessions: Mutex::new(HashMap::new()),
+                permits,
+                counts: Counts::default(),
+            }),
+        }
+    }
+
+    pub fn runtime(&self) -> &Arc<Runtime> {
+        &self.inner.runtime
+    }
+
+    /// Queues an input; its frames arrive on the returned channel, ending
+    /// with exactly one terminal frame. Must be called within a Tokio
+    /// runtime (the session's worker is a task).
+    pub fn submit(&self, submission: Submission) -> Frames {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let counts = &self.inner.counts;
+        if submission.text.trim().is_empty() {
+            counts.rejected.fetch_add(1, Ordering::SeqCst);
+            let _ = tx.send(Frame::Skipped {
+                reason: SkipReason::EmptyInput,
+            });
+            return rx;
+        }
+        let mut sessions = self.sessions();
+        let entry = sessions.entry(submission.session.clone()).or_default();
+        if let Some(window) = self.inner.options.dedup_window {
+            let now = Instant::now();
+            while entry
+                .recent
+                .front()
+                .is_some_and(|(_, at)| now.duration_since(*at) > window)
+            {
+                entry.recent.pop_front();
+            }
+            if entry
+                .recent
+                .iter()
+                .any(|(text, _)| *text == submission.text)
+            {
+                counts.rejected.fetch_add(1, Ordering::SeqCst);
+                let _ = tx.send(Frame::Skipped {
+                    reason: SkipReason::Duplicate,
+                });
+                return rx;
+            }
+            entry.recent.push_back((submission.text.clone(), now));
+        }
+        if entry.queue.len() >= self.inner.options.queue_capacity {
+            counts.rejected.fetch_add(1, Ordering::SeqCst);
+            let _ = tx.send(Frame::Skipped {
+                reason: SkipReason::QueueFull,
+            });
+            return rx;
+        }
+        let pending = Pending {
+            input: TurnInput {
+                session: submission.session.clone(),
+                agent: submission.agent,
+                text: submission.text,
+            },
+            frames: tx,
+        };
+        if submission.interrupt {
+            entry.queue.push_front(pending);
+            if let Some(control) = &entry.running
+                && !control.interrupt.is_cancelled()
+            {
+                control.interrupt.cancel();
+                counts.preempted.fetch_add(1, Ordering::SeqCst);
+            }
+        } else {
+            entry.queue.push_back(pending);
+        }
+        counts.enqueued.fetch_add(1, Ordering::SeqCst);
+        if !entry.worker {
+            entry.worker = true;
+            let inner = Arc::clone(&self.inner);
+            let session = submission.session;
+            tokio::spawn(async move { work(inner, session).await });
+        }
+        rx
+    }
+
+    /// Stops the session: cancels its running input (tools included) and
+    /// answers every queued one with `skipped: stopped`. Returns how many
+    /// inputs were cancelled.
+    pub fn stop(&self, session: &str) -> usize {
+        let mut sessions = self.sessions();
+        let Some(entry) = sessions.get_mut(session) else {
+            return 0;
+        };
+        let mut cancelled = 0;
+        if let Some(control) = &entry.running
+            && !control.stop.is_cancelled()
+        {
+            control.stop.cancel();
+            cancelled += 1;
+        }
+        for pending in entry.queue.drain(..) {
+            let _ = pending.frames.send(Frame::Skipped {
+                reason: SkipReason::Stopped,
+            });
+            cancelled += 1;
+        }
+        self.inner
+            .counts
+            .cancelled
+            .fetch_add(cancelled as u64, Ordering::SeqCst);
+        cancelled
+    }
+
+    pub fn counters(&self) -> SchedulerCounters {
+        let counts = &self.inner.counts;
+        let sessions = self.sessions();
+        SchedulerCounters {
+            enqueued: counts.enqueued.load(Ordering::SeqCst),
+            executed: counts.executed.load(Ordering::SeqCst),
+            rejected: counts.rejected.load(Ordering::SeqCst),
+            preempted: counts.preempted.load(Ordering::SeqCst),
+            cancelled: counts.cancelled.load(Ordering::SeqCst),
+            queue_depth: sessions
+                .iter()
+                .filter(|(_, s)| !s.queue.is_empty())
+                .map(|(id, s)| (id.clone(), s.queue.len()))
+                .collect(),
+            running_sessions: sessions.values().filter(|s| s.running.is_some()).count(),
+        }
+    }
+
+    fn sessions(&self) -> MutexGuard<'_, HashMap<String, SessionQueue>> {
+        lock(&self.inner.sessions)
+    }
+}
+
+fn lock(
+    sessions: &Mutex<HashMap<String, SessionQueue>>,
+) -> MutexGuard<'_, HashMap<String, SessionQueue>> {
+    // Every critical section leaves the map consistent: a panic elsewhere
+    // cannot leave it half-updated.
+    sessions.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A session's worker: runs its queue to empty, one input at a time.
+async fn work(inner: Arc<Inner>, session: String) {
+    loop {
+        let Ok(permit) = Arc::clone(&inner.permits).acquire_owned().await else {
+            return;
+        };
+        let (pending, control) = {
+            let mut sessions = lock(&inner.sessions);
+            let Some(entry) = sessions.get_mut(&session) else {
+                return;
+            };
+            match entry.queue.pop_front() {
+                Some(pending) => {
+                    let control = TurnControl::default();
+                    entry.running = Some(control.clone());
+                    (pending, control)
+                }
+                None => {
+                    // Cleared under the lock, so a submit either sees a
+                    // worker that will still look at the queue, or none.
+                    entry.worker = false;
+                    if entry.recent.is_empty() {
+                        sessions.remove(&session);
+                    }
+                    return;
+                }
+            }
+        };
+        let frames = pending.frames.clone();
+        let sink: FrameSink = Arc::new(move |frame| {
+            let _ = frames.send(frame);
+        });
+        let terminal = inner.runtime.run(&pending.input, &control, &sink).await;
+        {
+            let mut sessions = lock(&inner.sessions);
+            if let Some(entry) = sessions.get_mut(&session) {
+                entry.running = None;
+            }
+        }
+        inner.counts.executed.fetch_add(1, Ordering::SeqCst);
+        let _ = pending.frames.send(terminal);
+        drop(permit);
+    }
+}

@@ -1,0 +1,81 @@
+//! The store's error type. Callers match on the variants, never on the text.
+
+use std::path::PathBuf;
+
+use homeagent_core::PairingError;
+
+/// Everything the store can refuse or fail at.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The data directory holding the database could not be created.
+    #[error("cannot create the store directory {path}: {source}")]
+    CreateDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// SQLite could not open or configure the database file.
+    #[error("cannot open the store {path}: {source}")]
+    Open {
+        path: PathBuf,
+        source: rusqlite::Error,
+    },
+    /// The file was written by a newer HomeAgent. Downgrading could silently
+    /// drop what the newer schema stores, so it is refused instead.
+    #[error(
+        "the store {path} has schema version {found}, but this build knows versions up to {supported}; \
+         upgrade homeagent, or point --data-dir at another directory"
+    )]
+    NewerSchema {
+        path: PathBuf,
+        found: i64,
+        supported: i64,
+    },
+    /// A migration step failed; the database stays at `from`.
+    #[error("cannot migrate the store {path} from schema version {from} to {to}: {source}")]
+    Migration {
+        path: PathBuf,
+        from: i64,
+        to: i64,
+        source: rusqlite::Error,
+    },
+    /// A session id breaks the naming rule.
+    #[error(
+        "invalid session id {id:?}: {problem}; use 1 to 128 characters from A-Z a-z 0-9 . _ : -"
+    )]
+    InvalidSessionId { id: String, problem: &'static str },
+    /// An agent name is empty or too long.
+    #[error("invalid agent name {name:?}: use 1 to 128 characters")]
+    InvalidAgentName { name: String },
+    /// The session has not been created (see `Store::ensure_session`).
+    #[error("session {id} does not exist; create it with ensure_session first")]
+    SessionNotFound { id: String },
+    /// The session exists but belongs to another agent. Continuing one
+    /// agent's history as another could hand it results of tools it may not use.
+    #[error(
+        "session {id} belongs to agent {existing}, not {requested}; use another session id or agent {existing}"
+    )]
+    AgentMismatch {
+        id: String,
+        existing: String,
+        requested: String,
+    },
+    /// A stored row could not be decoded (edited by hand, or a bug).
+    #[error("session {session}: stored {what} #{row} is not valid: {source}")]
+    Corrupt {
+        session: String,
+        what: &'static str,
+        row: i64,
+        source: serde_json::Error,
+    },
+    /// The history is broken in a way appending cancelled results cannot fix
+    /// (a result without its call, a duplicate id).
+    #[error("session {session} has a history that cannot be repaired: {source}")]
+    Unrepairable {
+        session: String,
+        source: PairingError,
+    },
+    /// Any other SQLite failure (disk full, I/O error, lock held longer than
+    /// the busy timeout).
+    #[error("store error: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+}

@@ -1,0 +1,193 @@
+//! The embedded store: sessions, their messages and the tool-call event log,
+//! in one SQLite file in the data directory.
+//!
+//! # Durability
+//!
+//! The database runs in WAL mode with `synchronous = FULL`. The requirement is
+//! that *a crash at any point loses no committed message*. WAL with `NORMAL`
+//! survives a process crash (`kill -9`) but may lose the last transactions on
+//! power loss or an OS crash, because the WAL is not synced at each commit.
+//! HomeAgent runs on small home machines where power cuts happen, and it
+//! commits a handful of times per model turn (a turn takes seconds), so the
+//! cost of one fsync per commit is invisible next to the model call. With
+//! `FULL`, "committed" means on disk.
+//!
+//! # Several processes
+//!
+//! `serve`, `seq create` and `mcp-serve` may open the same file at once. WAL
+//! lets readers run beside the one writer; a busy timeout
+//! ([`BUSY_TIMEOUT`]) makes a writer wait for the lock instead of failing
+//! with "database is locked"; and every write transaction starts
+//! `IMMEDIATE`, taking the write lock before it reads, so a read-then-write
+//! (the next `seq`) can never deadlock against another writer (SQLite would
+//! return `SQLITE_BUSY` at once for a deferred transaction upgrading its lock,
+//! without waiting).
+//!
+//! # Atomicity and repair
+//!
+//! [`Store::append_messages`] writes a batch of messages in one transaction:
+//! all or nothing, with `seq` continuing from the session's maximum, so the
+//! sequence stays gap-free. The agent commits an assistant turn before its
+//! tools run and the results after; a crash between leaves calls without
+//! results. [`Store::load_session`] finds those and commits a `cancelled`
+//! result for each, so the history it returns (and every later one) is
+//! paired.
+//!
+//! # Async callers
+//!
+//! The API is synchronous and `&self`: one connection behind a mutex. Calls
+//! are short (milliseconds, the longest being a commit's fsync), so async code
+//! may call them directly and accept the brief block, or wrap them in
+//! `tokio::task::spawn_blocking` on hot paths. The [`Store`] is `Send + Sync`;
+//! share it with an `Arc`.
+//!
+//! # Secrets
+//!
+//! The store holds exactly what it is given: messages and tool events. The
+//! caller never passes keys, and nothing here logs message bodies.
+
+mod error;
+mod events;
+mod messages;
+mod repair;
+mod schema;
+mod sessions;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use rusqlite::Connection;
+
+pub use error::StoreError;
+pub use events::{EventPhase, ToolEventRecord};
+pub use repair::{CANCELLED_DETAIL, cancelled_result};
+pub use schema::{MIGRATIONS, SCHEMA_VERSION};
+pub use sessions::SessionInfo;
+
+/// How long a writer waits for another process's write lock before failing.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The longest session id accepted.
+pub const MAX_SESSION_ID_LEN: usize = 128;
+
+/// A handle on the store file. Open one per process (or per thread that
+/// wants its own connection); each handle serialises its own calls.
+pub struct Store {
+    conn: Mutex<Connection>,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("path", &self.path).finish()
+    }
+}
+
+impl Store {
+    /// Opens (creating the file and its parent directory if needed) and
+    /// migrates the store at `path`. Refuses a file from a newer version.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
+                path: dir.to_owned(),
+                source,
+            })?;
+        }
+        let open_failed = |source| StoreError::Open {
+            path: path.to_owned(),
+            source,
+        };
+        let mut conn = Connection::open(path).map_err(open_failed)?;
+        configure(&conn).map_err(open_failed)?;
+        schema::migrate(&mut conn, path)?;
+        tracing::debug!(path = %path.display(), "store opened");
+        Ok(Store {
+            conn: Mutex::new(conn),
+            path: path.to_owned(),
+        })
+    }
+
+    /// The file this store was opened on.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The schema version of the open file (always [`SCHEMA_VERSION`] once
+    /// `open` succeeded).
+    pub fn schema_version(&self) -> Result<i64, StoreError> {
+        Ok(schema::schema_version(&self.lock())?)
+    }
+
+    /// The connection. A poisoned lock is taken anyway: a panic while holding
+    /// it dropped any open transaction, which rolled it back, so the
+    /// connection is in a clean state.
+    fn lock(&self) -> MutexGuard<'_, Connection> {
+        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Per-connection settings; see the module docs for why each one.
+fn configure(conn: &Connection) -> rusqlite::Result<()> {
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    // The journal mode is stored in the file; switching an existing WAL file
+    // is a no-op. It reports the resulting mode, which is checked because a
+    // file system without shared memory support silently keeps the old one.
+    let mode: String =
+        conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        tracing::warn!(
+            mode,
+            "the store could not switch to WAL; concurrent use will be slower"
+        );
+    }
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "foreign_keys", true)?;
+    Ok(())
+}
+
+/// Checks a session id: 1 to 128 characters from `[A-Za-z0-9._:-]`.
+pub fn validate_session_id(id: &str) -> Result<(), StoreError> {
+    let problem = if id.is_empty() {
+        Some("it is empty")
+    } else if id.len() > MAX_SESSION_ID_LEN {
+        Some("it is longer than 128 characters")
+    } else if !id
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+    {
+        Some("it contains a character outside the allowed set")
+    } else {
+        None
+    };
+    match problem {
+        Some(problem) => Err(StoreError::InvalidSessionId {
+            // Bounded so a megabyte of garbage does not end up in a log line.
+            id: id.chars().take(MAX_SESSION_ID_LEN + 8).collect(),
+            problem,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Milliseconds since the Unix epoch; the store's timestamp unit.
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// Fails with `SessionNotFound` unless the session exists.
+fn require_session(conn: &Connection, id: &str) -> Result<(), StoreError> {
+    let exists: bool = conn.query_row(
+        "SELECT EXISTS (SELECT 1 FROM sessions WHERE id = ?1)",
+        [id],
+        |row| row.get(0),
+    )?;
+    if exists {
+        Ok(())
+    } else {
+        Err(StoreError::SessionNotFound { id: id.to_owned() })
+    }
+}

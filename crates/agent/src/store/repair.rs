@@ -1,0 +1,238 @@
+//! Repair on load: answering the calls a crash left without results.
+//!
+//! The agent commits an assistant turn (with its calls) before the tools run
+//! and commits their results afterwards. A crash, `kill -9` or power cut in
+//! between leaves calls that no tool message answers, and every provider
+//! rejects such a history. Nobody knows whether those calls ran, so each gets
+//! the kernel's `cancelled` outcome saying exactly that, committed so the
+//! repair happens once and the stored history is paired from then on.
+//!
+//! Where the gap is not at the end (a process appended after the crash
+//! without loading the session first), the results are inserted right after
+//! the turn's last result and the later messages move down: providers want a
+//! turn's results before the next non-tool message.
+//!
+//! Only the process that runs a session's turns should load it: a session
+//! whose tools are running *right now* in another process looks exactly like
+//! a crashed one. Read-only viewers use [`Store::history`].
+
+use std::collections::HashSet;
+
+use homeagent_core::{
+    ErrorReason, Message, ToolCall, ToolError, ToolMessage, ToolOutcome, check_pairing,
+};
+use rusqlite::{Connection, TransactionBehavior};
+
+use super::messages::{insert_messages, read_history};
+use super::{Store, StoreError, require_session, validate_session_id};
+
+/// What a call cut off by a crash is told, as the detail of its
+/// `cancelled` error.
+pub const CANCELLED_DETAIL: &str = "the agent stopped (crash or restart) before this call finished; \
+     it may or may not have run, and its result is lost";
+
+/// The tool message for a call whose result a crash lost: the kernel's
+/// `cancelled` outcome, rendered and converted the way the executor does it.
+pub fn cancelled_result(call: &ToolCall) -> ToolMessage {
+    let error = ToolError::new(ErrorReason::Cancelled, CANCELLED_DETAIL)
+        .with_hint("check whether it took effect before calling it again");
+    let outcome = ToolOutcome::failure(call.id.as_str(), call.name.as_str(), error);
+    ToolMessage {
+        tool_call_id: outcome.call_id,
+        name: outcome.tool,
+        content: outcome.text,
+        success: outcome.success,
+    }
+}
+
+/// Results to insert right after the message numbered `after`.
+#[derive(Debug)]
+struct Gap {
+    after: i64,
+    results: Vec<Message>,
+}
+
+/// The turns of `history` with unanswered calls, in history order.
+fn find_gaps(history: &[(i64, Message)]) -> Vec<Gap> {
+    struct OpenTurn<'a> {
+        calls: &'a [ToolCall],
+        answered: HashSet<&'a str>,
+        last_seq: i64,
+    }
+    fn close(turn: Option<OpenTurn<'_>>, gaps: &mut Vec<Gap>) {
+        let Some(turn) = turn else { return };
+        let results: Vec<Message> = turn
+            .calls
+            .iter()
+            .filter(|call| !turn.answered.contains(call.id.as_str()))
+            .map(|call| Message::Tool(cancelled_result(call)))
+            .collect();
+        if !results.is_empty() {
+            gaps.push(Gap {
+                after: turn.last_seq,
+                results,
+            });
+        }
+    }
+    let mut gaps = Vec::new();
+    let mut open: Option<OpenTurn<'_>> = None;
+    for (seq, message) in history {
+        match message {
+            Message::Tool(result) => {
+                // A result with no open turn is an orphan; no insertion fixes
+                // it, and the pairing check after repair reports it.
+                if let Some(turn) = open.as_mut() {
+                    turn.answered.insert(result.tool_call_id.as_str());
+                    turn.last_seq = *seq;
+                }
+            }
+            other => {
+                close(open.take(), &mut gaps);
+                if let Message::Assistant(assistant) = other
+                    && !assistant.tool_calls.is_empty()
+                {
+                    open = Some(OpenTurn {
+                        calls: &assistant.tool_calls,
+                        answered: HashSet::new(),
+                        last_seq: *seq,
+                    });
+                }
+            }
+        }
+    }
+    close(open.take(), &mut gaps);
+    gaps
+}
+
+/// Makes room for `count` messages after `after` by moving later ones down.
+fn shift_after(conn: &Connection, session: &str, after: i64, count: i64) -> Result<(), StoreError> {
+    // Two steps through negative numbers: a single `seq = seq + count` could
+    // collide with a not-yet-moved row on the primary key mid-statement.
+    conn.execute(
+        "UPDATE messages SET seq = -(seq + ?3) WHERE session_id = ?1 AND seq > ?2",
+        rusqlite::params![session, after, count],
+    )?;
+    conn.execute(
+        "UPDATE messages SET seq = -seq WHERE session_id = ?1 AND seq < 0",
+        [session],
+    )?;
+    Ok(())
+}
+
+impl Store {
+    /// The session's history, ready to send to a model: calls a crash left
+    /// without results are answered with `cancelled` results, which are
+    /// committed before this returns. Fails with
+    /// [`StoreError::Unrepairable`] (and changes nothing) when the history
+    /// is broken in another way.
+    pub fn load_session(&self, session: &str) -> Result<Vec<Message>, StoreError> {
+        validate_session_id(session)?;
+        let mut conn = self.lock();
+        // IMMEDIATE: no other writer may append between the check and the repair.
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        require_session(&tx, session)?;
+        let history = read_history(&tx, session)?;
+        let gaps = find_gaps(&history);
+        if gaps.is_empty() {
+            let messages: Vec<Message> = history.into_iter().map(|(_, m)| m).collect();
+            check_pairing(&messages).map_err(|source| StoreError::Unrepairable {
+                session: session.to_owned(),
+                source,
+            })?;
+            return Ok(messages);
+        }
+        // From the last gap backwards, so earlier positions stay valid.
+        for gap in gaps.iter().rev() {
+            let count = gap.results.len() as i64;
+            shift_after(&tx, session, gap.after, count)?;
+            insert_messages(&tx, session, gap.after + 1, &gap.results)?;
+        }
+        let repaired: Vec<Message> = read_history(&tx, session)?
+            .into_iter()
+            .map(|(_, m)| m)
+            .collect();
+        check_pairing(&repaired).map_err(|source| StoreError::Unrepairable {
+            session: session.to_owned(),
+            source,
+        })?;
+        tx.commit()?;
+        let calls: usize = gaps.iter().map(|g| g.results.len()).sum();
+        tracing::warn!(
+            session,
+            calls,
+            "answered tool calls left without results by an earlier crash with `cancelled`"
+        );
+        Ok(repaired)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use homeagent_core::AssistantMessage;
+    use serde_json::json;
+
+    fn call(id: &str) -> ToolCall {
+        ToolCall {
+            id: id.into(),
+            name: "demo_echo".into(),
+            arguments: json!({}),
+            raw_arguments: "{}".into(),
+        }
+    }
+
+    fn turn(ids: &[&str]) -> Message {
+        Message::Assistant(AssistantMessage {
+            tool_calls: ids.iter().map(|id| call(id)).collect(),
+            ..AssistantMessage::default()
+        })
+    }
+
+    fn answer(id: &str) -> Message {
+        Message::Tool(ToolMessage {
+            tool_call_id: id.into(),
+            name: "demo_echo".into(),
+            content: "ok".into(),
+            success: true,
+        })
+    }
+
+    #[test]
+    fn gaps_are_found_after_the_last_result_of_each_turn() {
+        let history: Vec<(i64, Message)> = vec![
+            Message::user("hi"),
+            turn(&["a", "b", "c"]),
+            answer("b"),
+            Message::user("again"),
+            turn(&["d"]),
+            answer("d"),
+            turn(&["e"]),
+        ]
+        .into_iter()
+        .zip(1..)
+        .map(|(m, seq)| (seq, m))
+        .collect();
+        let gaps = find_gaps(&history);
+        let summary: Vec<(i64, Vec<String>)> = gaps
+            .iter()
+            .map(|g| {
+                let ids = g
+                    .results
+                    .iter()
+                    .map(|m| match m {
+                        Message::Tool(t) => t.tool_call_id.clone(),
+                        other => format!("not a tool message: {other:?}"),
+                    })
+                    .collect();
+                (g.after, ids)
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            vec![
+                (3, vec!["a".to_owned(), "c".to_owned()]),
+                (7, vec!["e".to_owned()]),
+            ]
+        );
+    }
+}

@@ -1,0 +1,119 @@
+//! Sessions: one conversation each, owned by one agent.
+
+use rusqlite::{OptionalExtension, Row, TransactionBehavior};
+use serde::Serialize;
+
+use super::{Store, StoreError, now_ms, validate_session_id};
+
+/// A session as listed: who owns it, when it was used, how long it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SessionInfo {
+    pub id: String,
+    pub agent: String,
+    pub title: Option<String>,
+    /// Milliseconds since the Unix epoch.
+    pub created_at_ms: i64,
+    /// The last time a message was appended (or the creation time).
+    pub updated_at_ms: i64,
+    pub message_count: u64,
+}
+
+const SELECT_INFO: &str = "SELECT s.id, s.agent, s.title, s.created_at, s.updated_at,
+        (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id)
+    FROM sessions s";
+
+fn info_from_row(row: &Row<'_>) -> rusqlite::Result<SessionInfo> {
+    Ok(SessionInfo {
+        id: row.get(0)?,
+        agent: row.get(1)?,
+        title: row.get(2)?,
+        created_at_ms: row.get(3)?,
+        updated_at_ms: row.get(4)?,
+        message_count: u64::try_from(row.get::<_, i64>(5)?).unwrap_or(0),
+    })
+}
+
+impl Store {
+    /// Returns the session, creating it for `agent` if it does not exist.
+    /// A session that exists for another agent is refused
+    /// ([`StoreError::AgentMismatch`]).
+    pub fn ensure_session(&self, id: &str, agent: &str) -> Result<SessionInfo, StoreError> {
+        validate_session_id(id)?;
+        if agent.is_empty() || agent.len() > 128 {
+            return Err(StoreError::InvalidAgentName {
+                name: agent.chars().take(136).collect(),
+            });
+        }
+        let mut conn = self.lock();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let now = now_ms();
+        // Another process may create the same id at the same moment; the
+        // write lock taken by IMMEDIATE makes this insert-or-keep atomic.
+        tx.execute(
+            "INSERT INTO sessions (id, agent, created_at, updated_at) VALUES (?1, ?2, ?3, ?3)
+             ON CONFLICT (id) DO NOTHING",
+            rusqlite::params![id, agent, now],
+        )?;
+        let info = tx.query_row(
+            &format!("{SELECT_INFO} WHERE s.id = ?1"),
+            [id],
+            info_from_row,
+        )?;
+        tx.commit()?;
+        if info.agent != agent {
+            return Err(StoreError::AgentMismatch {
+                id: id.to_owned(),
+                existing: info.agent,
+                requested: agent.to_owned(),
+            });
+        }
+        Ok(info)
+    }
+
+    /// The session, or `None` when it does not exist.
+    pub fn session(&self, id: &str) -> Result<Option<SessionInfo>, StoreError> {
+        validate_session_id(id)?;
+        let conn = self.lock();
+        Ok(conn
+            .query_row(
+                &format!("{SELECT_INFO} WHERE s.id = ?1"),
+                [id],
+                info_from_row,
+            )
+            .optional()?)
+    }
+
+    /// Every session, most recently used first (then by id).
+    pub fn list_sessions(&self) -> Result<Vec<SessionInfo>, StoreError> {
+        let conn = self.lock();
+        let mut stmt = conn.prepare(&format!(
+            "{SELECT_INFO} ORDER BY s.updated_at DESC, s.id ASC"
+        ))?;
+        let rows = stmt.query_map([], info_from_row)?;
+        Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+    }
+
+    /// Sets (or clears) a session's title.
+    pub fn set_title(&self, id: &str, title: Option<&str>) -> Result<(), StoreError> {
+        validate_session_id(id)?;
+        let conn = self.lock();
+        let changed = conn.execute(
+            "UPDATE sessions SET title = ?2 WHERE id = ?1",
+            rusqlite::params![id, title],
+        )?;
+        if changed == 0 {
+            return Err(StoreError::SessionNotFound { id: id.to_owned() });
+        }
+        Ok(())
+    }
+
+    /// Deletes the session with its messages and events. Returns whether it
+    /// existed.
+    pub fn delete_session(&self, id: &str) -> Result<bool, StoreError> {
+        validate_session_id(id)?;
+        let conn = self.lock();
+        // Messages and events go with it through ON DELETE CASCADE.
+        let deleted = conn.execute("DELETE FROM sessions WHERE id = ?1", [id])?;
+        Ok(deleted > 0)
+    }
+}

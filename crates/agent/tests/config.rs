@@ -1,0 +1,841 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a test failure
+//! The config file: defaults, every section, errors that name the bad key
+//! and list the allowed ones, secrets from the environment, path
+//! precedence, and the generated example (docs/CONFIG.md).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use homeagent_agent::config::{
+    AgentEntry, Config, ConfigError, ConfigPaths, HumanDuration, LoadedConfig, PathOrigin,
+    describe, example_toml,
+};
+use homeagent_llm::{SourceConfig, SourceProtocol};
+
+/// A fake environment: never the process's own.
+fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> + use<> {
+    let map: HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    move |name: &str| map.get(name).cloned()
+}
+
+fn no_env() -> impl Fn(&str) -> Option<String> {
+    env_of(&[])
+}
+
+fn parse(text: &str) -> Result<Config, ConfigError> {
+    Config::from_toml(text, Path::new("test.toml"))
+}
+
+/// A directory under the system temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> Self {
+        static COUNTER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let dir = std::env::temp_dir().join(format!(
+            "homeagent-config-test-{}-{tag}-{n}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn parse_error(text: &str) -> (usize, usize, String) {
+    match parse(text) {
+        Err(ConfigError::Parse {
+            line,
+            column,
+            message,
+            ..
+        }) => (line, column, message),
+        other => panic!("expected a parse error, got {other:?}"),
+    }
+}
+
+fn invalid_key(text: &str) -> (String, String) {
+    match parse(text) {
+        Err(ConfigError::Invalid { key, message, .. }) => (key, message),
+        other => panic!("expected an invalid-config error, got {other:?}"),
+    }
+}
+
+fn assert_lists(message: &str, words: &[&str]) {
+    for word in words {
+        assert!(
+            message.contains(&format!("`{word}`")),
+            "{word:?} not listed in: {message}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------- defaults
+
+#[test]
+fn an_empty_file_gives_the_documented_defaults() {
+    let config = parse("").unwrap();
+    assert_eq!(config, Config::default());
+    assert_eq!(config.agent.max_tool_turns, 10);
+    assert_eq!(config.agent.context_tokens, 32_000);
+    assert_eq!(config.agent.max_tokens, 4096);
+    assert_eq!(config.agent.system_prompt, None);
+    assert_eq!(config.scheduler.max_concurrent_sessions, 16);
+    assert_eq!(config.scheduler.queue_capacity, 256);
+    assert_eq!(config.scheduler.dedup_window, None);
+    assert_eq!(
+        config.llm.stream_idle_timeout.as_duration(),
+        Duration::from_secs(60)
+    );
+    assert_eq!(
+        config.llm.connect_timeout.as_duration(),
+        Duration::from_secs(10)
+    );
+    assert!(config.llm.sources.is_empty());
+    assert!(config.llm.ca_certificates.is_empty());
+    assert_eq!(config.llm.adapter_dir, None);
+    assert!(config.tools.parallel);
+    assert!(!config.tools.demo);
+    assert!(config.tools.require_approval.is_empty());
+    assert!(config.tools.cmd_run.enabled);
+    assert!(config.tools.cmd_run.allowlist.is_empty());
+    assert!(!config.tools.cmd_run.allow_writes);
+    assert_eq!(
+        config.tools.cmd_run.timeout.as_duration(),
+        Duration::from_secs(30)
+    );
+    assert!(config.tools.cmd_run.env.is_empty());
+    assert_eq!(config.tools.files.root, None);
+    assert!(config.agents.is_empty());
+    assert_eq!(config.server.listen, "127.0.0.1:8080");
+    assert!(config.server.api_key.is_none());
+    assert!(config.server.device_token.is_none());
+}
+
+#[test]
+fn the_main_agent_exists_without_being_declared() {
+    let config = parse("").unwrap();
+    assert_eq!(
+        config.agent("main"),
+        Some(AgentEntry {
+            name: "main".into(),
+            allow_tools: vec![],
+            deny_tools: vec![],
+            devices: vec![],
+        })
+    );
+    assert_eq!(config.agent("kitchen"), None);
+
+    let config = parse("[[agents]]\nname = \"main\"\ndeny_tools = [\"cmd_run\"]\n").unwrap();
+    assert_eq!(config.agent("main").unwrap().deny_tools, vec!["cmd_run"]);
+}
+
+// ----------------------------------------------------------- every section
+
+const FULL: &str = r#"
+[agent]
+max_tool_turns = 3
+context_tokens = 8000
+max_tokens = 512
+system_prompt = "Be brief."
+
+[scheduler]
+max_concurrent_sessions = 2
+queue_capacity = 5
+dedup_window = "1500ms"
+
+[llm]
+stream_idle_timeout = "2m"
+connect_timeout = "5s"
+ca_certificates = ["ca/home.pem"]
+adapter_dir = "my-adapters"
+
+[[llm.sources]]
+name = "local"
+protocol = "openai"
+base_url = "http://127.0.0.1:9099/v1"
+model = "mock"
+api_key_env = "OPENAI_API_KEY"
+priority = 10
+max_concurrent = 4
+
+[[llm.sources]]
+name = "scripted"
+protocol = "lua"
+base_url = "http://127.0.0.1:9100"
+model = "m"
+adapter = "openai"
+
+[tools]
+parallel = false
+demo = true
+require_approval = ["files_write"]
+
+[tools.cmd_run]
+enabled = false
+allowlist = ["ls", "cat"]
+allow_writes = true
+timeout = "1h"
+env = ["TERM"]
+
+[tools.files]
+root = "/srv/files"
+
+[[agents]]
+name = "kitchen"
+allow_tools = ["files_read"]
+deny_tools = ["cmd_run"]
+devices = ["kitchen-light"]
+
+[server]
+listen = "0.0.0.0:9000"
+api_key = "file-key"
+device_token = "file-token"
+"#;
+
+#[test]
+fn every_section_is_read() {
+    let config = parse(FULL).unwrap();
+    assert_eq!(config.agent.max_tool_turns, 3);
+    assert_eq!(config.agent.context_tokens, 8000);
+    assert_eq!(config.agent.max_tokens, 512);
+    assert_eq!(config.agent.system_prompt.as_deref(), Some("Be brief."));
+    assert_eq!(config.scheduler.max_concurrent_sessions, 2);
+    assert_eq!(config.scheduler.queue_capacity, 5);
+    assert_eq!(
+        config
+            .scheduler
+            .dedup_window
+            .map(HumanDuration::as_duration),
+        Some(Duration::from_millis(1500))
+    );
+    assert_eq!(
+        config.llm.stream_idle_timeout.as_duration(),
+        Duration::from_secs(120)
+    );
+    assert_eq!(
+        config.llm.connect_timeout.as_duration(),
+        Duration::from_secs(5)
+    );
+    assert_eq!(
+        config.llm.ca_certificates,
+        vec![PathBuf::from("ca/home.pem")]
+    );
+    assert_eq!(config.llm.adapter_dir, Some(PathBuf::from("my-adapters")));
+    assert_eq!(
+        config.llm.sources,
+        vec![
+            SourceConfig {
+                base_url: Some("http://127.0.0.1:9099/v1".into()),
+                model: Some("mock".into()),
+                api_key_env: Some("OPENAI_API_KEY".into()),
+                priority: 10,
+                max_concurrent: Some(4),
+                ..SourceConfig::new("local", SourceProtocol::Openai)
+            },
+            SourceConfig {
+                base_url: Some("http://127.0.0.1:9100".into()),
+                model: Some("m".into()),
+                adapter: Some("openai".into()),
+                ..SourceConfig::new("scripted", SourceProtocol::Lua)
+            },
+        ]
+    );
+    assert!(!config.tools.parallel);
+    assert!(config.tools.demo);
+    assert_eq!(config.tools.require_approval, vec!["files_write"]);
+    assert!(!config.tools.cmd_run.enabled);
+    assert_eq!(config.tools.cmd_run.allowlist, vec!["ls", "cat"]);
+    assert!(config.tools.cmd_run.allow_writes);
+    assert_eq!(
+        config.tools.cmd_run.timeout.as_duration(),
+        Duration::from_secs(3600)
+    );
+    assert_eq!(config.tools.cmd_run.env, vec!["TERM"]);
+    assert_eq!(config.tools.files.root, Some(PathBuf::from("/srv/files")));
+    assert_eq!(
+        config.agents,
+        vec![AgentEntry {
+            name: "kitchen".into(),
+            allow_tools: vec!["files_read".into()],
+            deny_tools: vec!["cmd_run".into()],
+            devices: vec!["kitchen-light".into()],
+        }]
+    );
+    assert_eq!(config.agent("kitchen"), Some(config.agents[0].clone()));
+    assert_eq!(config.agent("main"), Some(AgentEntry::main()));
+    assert_eq!(config.server.listen, "0.0.0.0:9000");
+    assert_eq!(
+        config.server.api_key.as_ref().map(|s| s.expose()),
+        Some("file-key")
+    );
+    assert_eq!(
+        config.server.device_token.as_ref().map(|s| s.expose()),
+        Some("file-token")
+    );
+}
+
+// ------------------------------------------------- errors naming the key
+
+#[test]
+fn a_misspelled_top_level_key_lists_the_top_level_keys() {
+    let (line, column, message) = parse_error("\n[agnet]\nmax_tool_turns = 3\n");
+    assert!(message.contains("`agnet`"), "{message}");
+    assert_lists(
+        &message,
+        &["agent", "scheduler", "llm", "tools", "agents", "server"],
+    );
+    assert_eq!((line, column), (2, 2));
+}
+
+#[test]
+fn a_misspelled_tools_key_lists_the_tools_keys() {
+    let (line, column, message) = parse_error("[tools]\ndemo = true\nparalell = false\n");
+    assert!(message.contains("unknown field `paralell`"), "{message}");
+    assert_lists(
+        &message,
+        &["parallel", "demo", "require_approval", "cmd_run", "files"],
+    );
+    assert_eq!((line, column), (3, 1));
+}
+
+#[test]
+fn a_misspelled_cmd_run_key_lists_the_cmd_run_keys() {
+    let (line, column, message) =
+        parse_error("[tools.cmd_run]\nenabled = true\n  alow_writes = true\n");
+    assert!(message.contains("unknown field `alow_writes`"), "{message}");
+    assert_lists(
+        &message,
+        &["enabled", "allowlist", "allow_writes", "timeout", "env"],
+    );
+    assert_eq!((line, column), (3, 3));
+}
+
+#[test]
+fn a_misspelled_source_key_lists_the_source_keys() {
+    let (line, _, message) =
+        parse_error("[[llm.sources]]\nname = \"a\"\nprotocol = \"demo\"\nmodle = \"x\"\n");
+    assert!(message.contains("`modle`"), "{message}");
+    assert_lists(&message, &["name", "protocol", "base_url", "model"]);
+    assert_eq!(line, 4);
+}
+
+#[test]
+fn a_bad_protocol_lists_the_legal_ones() {
+    let (line, _, message) = parse_error("[[llm.sources]]\nname = \"a\"\nprotocol = \"opneai\"\n");
+    assert!(message.contains("opneai"), "{message}");
+    assert_lists(
+        &message,
+        &["openai", "anthropic", "gemini", "ollama", "lua", "demo"],
+    );
+    assert_eq!(line, 3);
+}
+
+#[test]
+fn a_bad_duration_says_what_is_accepted() {
+    for (text, shown) in [
+        ("[tools.cmd_run]\ntimeout = \"30 sec\"\n", "\"30 sec\""),
+        ("[tools.cmd_run]\ntimeout = 30\n", "30"),
+        ("[tools.cmd_run]\ntimeout = \"1.5s\"\n", "\"1.5s\""),
+    ] {
+        let (line, _, message) = parse_error(text);
+        assert_eq!(line, 2, "{message}");
+        assert!(message.contains(shown), "{message}");
+        assert!(
+            message.contains("\"500ms\", \"30s\", \"2m\" or \"1h\""),
+            "{message}"
+        );
+    }
+}
+
+#[test]
+fn durations_parse_strictly_and_print_as_written() {
+    for (text, millis) in [
+        ("500ms", 500),
+        ("30s", 30_000),
+        ("2m", 120_000),
+        ("1h", 3_600_000),
+        ("0s", 0),
+    ] {
+        let duration: HumanDuration = text.parse().unwrap();
+        assert_eq!(duration.as_duration(), Duration::from_millis(millis));
+        assert_eq!(duration.to_string(), text);
+    }
+    for bad in [
+        "", "s", "30", "30 s", " 30s", "-5s", "1.5s", "30sec", "2d", "ms",
+    ] {
+        let error = bad.parse::<HumanDuration>().unwrap_err();
+        assert_eq!(error.text, bad);
+    }
+    assert_eq!(
+        "60s".parse::<HumanDuration>().unwrap(),
+        "1m".parse::<HumanDuration>().unwrap()
+    );
+}
+
+#[test]
+fn semantic_errors_name_the_key() {
+    let source = |name: &str| {
+        format!(
+            "[[llm.sources]]\nname = \"{name}\"\nprotocol = \"openai\"\nbase_url = \"http://x/v1\"\nmodel = \"m\"\n"
+        )
+    };
+    let (key, message) = invalid_key(&format!("{}{}{}", source("a"), source("b"), source("a")));
+    assert_eq!(key, "llm.sources[2].name");
+    assert!(message.contains("llm.sources[0]"), "{message}");
+
+    let (key, message) = invalid_key(
+        "[[llm.sources]]\nname = \"l\"\nprotocol = \"lua\"\nbase_url = \"http://x\"\nmodel = \"m\"\n",
+    );
+    assert_eq!(key, "llm.sources[0].adapter");
+    assert!(message.contains("adapter = "), "{message}");
+
+    let (key, _) =
+        invalid_key("[[llm.sources]]\nname = \"o\"\nprotocol = \"ollama\"\nmodel = \"m\"\n");
+    assert_eq!(key, "llm.sources[0].base_url");
+    let (key, _) = invalid_key(
+        "[[llm.sources]]\nname = \"o\"\nprotocol = \"ollama\"\nbase_url = \"http://x\"\n",
+    );
+    assert_eq!(key, "llm.sources[0].model");
+    // The demo model needs neither.
+    parse("[[llm.sources]]\nname = \"d\"\nprotocol = \"demo\"\n").unwrap();
+
+    let (key, _) = invalid_key(
+        "[[agents]]\nname = \"a\"\n[[agents]]\nname = \"b\"\n[[agents]]\nname = \"b\"\n",
+    );
+    assert_eq!(key, "agents[2].name");
+    let (key, message) = invalid_key("[agent]\nmax_tool_turns = 0\n");
+    assert_eq!(key, "agent.max_tool_turns");
+    assert!(message.contains("at least 1"), "{message}");
+    let (key, _) = invalid_key("[scheduler]\nqueue_capacity = 0\n");
+    assert_eq!(key, "scheduler.queue_capacity");
+    let (key, _) = invalid_key("[scheduler]\nmax_concurrent_sessions = 0\n");
+    assert_eq!(key, "scheduler.max_concurrent_sessions");
+}
+
+#[test]
+fn an_agent_without_a_name_is_a_parse_error() {
+    let (line, _, message) = parse_error("[[agents]]\ndevices = [\"x\"]\n");
+    assert!(message.contains("missing field `name`"), "{message}");
+    assert_eq!(line, 1);
+}
+
+// ------------------------------------------------------------------ paths
+
+#[test]
+fn paths_follow_flag_then_environment_then_default() {
+    let env = env_of(&[
+        ("HOMEAGENT_CONFIG", "/env/c.toml"),
+        ("HOMEAGENT_DATA_DIR", "/env/data"),
+    ]);
+    let flags =
+        ConfigPaths::resolve(Some("/flag/c.toml".into()), Some("/flag/data".into()), &env).unwrap();
+    assert_eq!(
+        flags,
+        ConfigPaths {
+            config_file: "/flag/c.toml".into(),
+            config_origin: PathOrigin::Flag,
+            data_dir: "/flag/data".into(),
+            data_dir_origin: PathOrigin::Flag,
+        }
+    );
+
+    let from_env = ConfigPaths::resolve(None, None, &env).unwrap();
+    assert_eq!(
+        from_env,
+        ConfigPaths {
+            config_file: "/env/c.toml".into(),
+            config_origin: PathOrigin::Env,
+            data_dir: "/env/data".into(),
+            data_dir_origin: PathOrigin::Env,
+        }
+    );
+
+    // The config file defaults to the data dir chosen by the flag.
+    let only_data_env = env_of(&[
+        ("HOMEAGENT_DATA_DIR", "/env/data"),
+        ("HOMEAGENT_CONFIG", ""),
+    ]);
+    let mixed = ConfigPaths::resolve(None, Some("/flag/data".into()), &only_data_env).unwrap();
+    assert_eq!(
+        mixed.config_file,
+        PathBuf::from("/flag/data/homeagent.toml")
+    );
+    assert_eq!(mixed.config_origin, PathOrigin::Default);
+
+    let defaults = ConfigPaths::resolve(None, None, &no_env()).unwrap();
+    let platform = dirs::data_dir().unwrap().join("homeagent");
+    assert_eq!(defaults.data_dir, platform);
+    assert_eq!(defaults.data_dir_origin, PathOrigin::Default);
+    assert_eq!(defaults.config_file, platform.join("homeagent.toml"));
+}
+
+fn paths_in(dir: &Path, config_origin: PathOrigin) -> ConfigPaths {
+    ConfigPaths {
+        config_file: dir.join("homeagent.toml"),
+        config_origin,
+        data_dir: dir.join("data"),
+        data_dir_origin: PathOrigin::Flag,
+    }
+}
+
+#[test]
+fn a_missing_file_at_the_default_location_means_defaults() {
+    let dir = TempDir::new("missing-default");
+    let loaded = Config::load(&paths_in(&dir.0, PathOrigin::Default), &no_env()).unwrap();
+    assert!(!loaded.file_found);
+    assert_eq!(loaded.config, Config::default());
+    assert_eq!(loaded.files_root(), dir.0.join("data").join("files"));
+    assert_eq!(loaded.adapter_dir(), dir.0.join("data").join("adapters"));
+}
+
+#[test]
+fn a_missing_file_that_was_named_is_an_error() {
+    let dir = TempDir::new("missing-named");
+    for origin in [PathOrigin::Flag, PathOrigin::Env] {
+        match Config::load(&paths_in(&dir.0, origin), &no_env()) {
+            Err(ConfigError::Read { path, source }) => {
+                assert_eq!(path, dir.0.join("homeagent.toml"));
+                assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+            }
+            other => panic!("expected a read error, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn a_real_file_is_read_and_relative_paths_follow_it() {
+    let dir = TempDir::new("real");
+    std::fs::write(
+        dir.0.join("homeagent.toml"),
+        "[tools.files]\nroot = \"shared\"\n[llm]\nadapter_dir = \"/abs/adapters\"\nca_certificates = [\"ca.pem\"]\n",
+    )
+    .unwrap();
+    let loaded = Config::load(&paths_in(&dir.0, PathOrigin::Flag), &no_env()).unwrap();
+    assert!(loaded.file_found);
+    assert_eq!(loaded.files_root(), dir.0.join("shared"));
+    assert_eq!(loaded.adapter_dir(), PathBuf::from("/abs/adapters"));
+    assert_eq!(loaded.ca_certificates(), vec![dir.0.join("ca.pem")]);
+}
+
+#[test]
+fn a_parse_error_in_a_file_names_the_file() {
+    let dir = TempDir::new("bad-file");
+    let file = dir.0.join("homeagent.toml");
+    std::fs::write(&file, "[tools]\nparalell = true\n").unwrap();
+    let error = Config::load(&paths_in(&dir.0, PathOrigin::Flag), &no_env()).unwrap_err();
+    assert!(matches!(&error, ConfigError::Parse { path, line: 2, column: 1, .. } if *path == file));
+    let shown = error.to_string();
+    assert!(
+        shown.starts_with(&format!("{}:2:1: unknown field `paralell`", file.display())),
+        "{shown}"
+    );
+}
+
+// ---------------------------------------------------------------- secrets
+
+fn load_text(dir: &TempDir, text: &str, env: &impl Fn(&str) -> Option<String>) -> LoadedConfig {
+    std::fs::write(dir.0.join("homeagent.toml"), text).unwrap();
+    Config::load(&paths_in(&dir.0, PathOrigin::Flag), env).unwrap()
+}
+
+#[test]
+fn secrets_come_from_the_environment_first_and_are_never_shown() {
+    let dir = TempDir::new("secrets");
+    let file = "[server]\napi_key = \"file-key-123\"\ndevice_token = \"file-token-456\"\n";
+
+    let loaded = load_text(&dir, file, &no_env());
+    assert_eq!(
+        loaded.secrets.api_key.as_ref().unwrap().expose(),
+        "file-key-123"
+    );
+    assert_eq!(
+        loaded.secrets.device_token.as_ref().unwrap().expose(),
+        "file-token-456"
+    );
+
+    let env = env_of(&[
+        ("HOMEAGENT_API_KEY", "env-key-789"),
+        ("HOMEAGENT_DEVICE_TOKEN", "env-token-000"),
+    ]);
+    let loaded = load_text(&dir, file, &env);
+    assert_eq!(
+        loaded.secrets.api_key.as_ref().unwrap().expose(),
+        "env-key-789"
+    );
+    assert_eq!(
+        loaded.secrets.device_token.as_ref().unwrap().expose(),
+        "env-token-000"
+    );
+    for shown in [
+        format!("{loaded:?}"),
+        describe(&loaded),
+        serde_json::to_string(&loaded.config).unwrap(),
+    ] {
+        for secret in [
+            "file-key-123",
+            "file-token-456",
+            "env-key-789",
+            "env-token-000",
+        ] {
+            assert!(!shown.contains(secret), "{secret} shown in {shown}");
+        }
+    }
+    assert!(describe(&loaded).contains("api key: set"));
+
+    // An empty variable does not blank out the file's value.
+    let loaded = load_text(&dir, file, &env_of(&[("HOMEAGENT_API_KEY", "")]));
+    assert_eq!(
+        loaded.secrets.api_key.as_ref().unwrap().expose(),
+        "file-key-123"
+    );
+
+    let loaded = load_text(&dir, "", &no_env());
+    assert_eq!(loaded.secrets.api_key, None);
+    assert!(describe(&loaded).contains("api key: not set"));
+    assert!(describe(&loaded).contains("device token: not set"));
+}
+
+// --------------------------------------------------------------- describe
+
+#[test]
+fn describe_reports_sources_agents_and_tools_without_keys() {
+    let dir = TempDir::new("describe");
+    let env = env_of(&[("OPENAI_API_KEY", "sk-secret-value")]);
+    // FULL, with a second key variable (unset) and the default files root.
+    let text = FULL
+        .replace(
+            "adapter = \"openai\"",
+            "adapter = \"openai\"\napi_key_env = \"SCRIPTED_KEY\"",
+        )
+        .replace("[tools.files]\nroot = \"/srv/files\"\n", "");
+    let loaded = load_text(&dir, &text, &env);
+    let report = describe(&loaded);
+    let expected_lines = [
+        format!(
+            "config file: {} (from --config)",
+            dir.0.join("homeagent.toml").display()
+        ),
+        "  local protocol=openai model=mock base_url=http://127.0.0.1:9099/v1 priority=10"
+            .to_owned(),
+        "    key: $OPENAI_API_KEY (set)".to_owned(),
+        "    max_concurrent: 4".to_owned(),
+        "  scripted protocol=lua model=m base_url=http://127.0.0.1:9100 priority=0".to_owned(),
+        "    key: $SCRIPTED_KEY (NOT SET: this source will be disabled)".to_owned(),
+        "    adapter: openai".to_owned(),
+        "  main: tools all, denied none, devices none".to_owned(),
+        "  kitchen: tools files_read, denied cmd_run, devices kitchen-light".to_owned(),
+        "  parallel batches: off".to_owned(),
+        "  demo tools: on".to_owned(),
+        "  require approval: files_write".to_owned(),
+        "  cmd_run: off".to_owned(),
+        format!(
+            "  files root: {}",
+            dir.0.join("data").join("files").display()
+        ),
+        "scheduler: 2 concurrent sessions, queue 5 per session, dedup 1500ms".to_owned(),
+        "server: listen 0.0.0.0:9000".to_owned(),
+        "  api key: set ($HOMEAGENT_API_KEY or server.api_key)".to_owned(),
+    ];
+    for line in &expected_lines {
+        assert!(
+            report.lines().any(|l| l == line),
+            "missing line {line:?} in:\n{report}"
+        );
+    }
+    // Sources in the order they are tried: local (priority 10) first.
+    let local = report.find("  local ").unwrap();
+    let scripted = report.find("  scripted ").unwrap();
+    assert!(local < scripted);
+    assert!(!report.contains("sk-secret-value"));
+    assert!(!report.contains("file-key"));
+}
+
+// ---------------------------------------------------------------- example
+
+/// Every key path the schema defines (`tools.cmd_run.timeout`,
+/// `llm.sources.name`), walked independently of the generator.
+fn schema_paths(schema: &serde_json::Value) -> Vec<String> {
+    fn walk(
+        node: &serde_json::Value,
+        defs: &serde_json::Value,
+        prefix: &str,
+        out: &mut Vec<String>,
+    ) {
+        let node = match node.get("$ref").and_then(|r| r.as_str()) {
+            Some(r) => &defs[r.trim_start_matches("#/$defs/")],
+            None => node,
+        };
+        let node = match node.get("items") {
+            Some(items) if node.get("type") == Some(&serde_json::json!("array")) => {
+                match items.get("$ref").and_then(|r| r.as_str()) {
+                    Some(r) => &defs[r.trim_start_matches("#/$defs/")],
+                    None => items,
+                }
+            }
+            _ => node,
+        };
+        if let Some(props) = node.get("properties").and_then(|p| p.as_object()) {
+            for (key, value) in props {
+                let path = if prefix.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{prefix}.{key}")
+                };
+                out.push(path.clone());
+                walk(value, defs, &path, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(schema, &schema["$defs"], "", &mut out);
+    out
+}
+
+/// Key paths present in a parsed TOML document (array entries flattened).
+fn toml_paths(value: &toml::Value, prefix: &str, out: &mut Vec<String>) {
+    match value {
+        toml::Value::Table(table) => {
+            for (key, value) in table {
+                let path = if prefix.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{prefix}.{key}")
+                };
+                out.push(path.clone());
+                toml_paths(value, &path, out);
+            }
+        }
+        toml::Value::Array(items) => {
+            for item in items {
+                if item.is_table() {
+                    toml_paths(item, prefix, out);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The example with its commented-out `# key = value` lines switched on.
+fn uncommented(example: &str) -> String {
+    example
+        .lines()
+        .map(|line| match line.strip_prefix("# ") {
+            Some(rest)
+                if rest.split_once(" = ").is_some_and(|(key, _)| {
+                    !key.is_empty() && key.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+                }) =>
+            {
+                rest
+            }
+            _ => line,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn the_example_parses_and_shows_every_key() {
+    let example = example_toml();
+    let config = parse(&example).unwrap_or_else(|e| panic!("{e}\n{example}"));
+    // Its values are the defaults plus the demo source and the main agent.
+    let expected = Config {
+        llm: homeagent_agent::config::LlmSection {
+            sources: vec![SourceConfig::new("demo", SourceProtocol::Demo)],
+            ..Default::default()
+        },
+        agents: vec![AgentEntry::main()],
+        ..Config::default()
+    };
+    assert_eq!(config, expected);
+
+    let all_on = uncommented(&example);
+    assert_ne!(all_on, example, "no commented-out keys found");
+    let config = parse(&all_on).unwrap_or_else(|e| panic!("{e}\n{all_on}"));
+    assert_eq!(config.scheduler.dedup_window.unwrap().to_string(), "10s");
+
+    let document: toml::Value = toml::from_str(&all_on).unwrap();
+    let mut present = Vec::new();
+    toml_paths(&document, "", &mut present);
+    let wanted = schema_paths(&homeagent_agent::config::config_schema());
+    // Spot-check the walker itself against keys written out by hand.
+    for key in [
+        "agent.max_tool_turns",
+        "scheduler.dedup_window",
+        "llm.sources.protocol",
+        "llm.sources.adapter",
+        "tools.cmd_run.allow_writes",
+        "tools.files.root",
+        "agents.devices",
+        "server.device_token",
+    ] {
+        assert!(wanted.iter().any(|w| w == key), "schema walk misses {key}");
+    }
+    let missing: Vec<&String> = wanted.iter().filter(|w| !present.contains(w)).collect();
+    assert!(
+        missing.is_empty(),
+        "not in the example: {missing:?}\n{example}"
+    );
+}
+
+#[test]
+fn the_example_documents_keys_and_legal_values() {
+    let example = example_toml();
+    assert!(example.contains("[tools.cmd_run]\n"));
+    assert!(example.contains("[[llm.sources]]\n"));
+    assert!(example.contains("[[agents]]\n"));
+    assert!(example.contains("\ntimeout = \"30s\"\n"));
+    assert!(example.contains("\nlisten = \"127.0.0.1:8080\"\n"));
+    assert!(example.contains("\n# api_key = \"change-me\"\n"));
+    assert!(example.contains("openai | anthropic | gemini | ollama | lua | demo"));
+    // A doc comment of the types is the comment above its key.
+    assert!(example.contains(
+        "# Register the demo tools demo_sleep, demo_echo and demo_note.\ndemo = false\n"
+    ));
+}
+
+const DOC_HEADER: &str = "\
+# Configuration
+
+HomeAgent reads one TOML file: `--config PATH`, else `$HOMEAGENT_CONFIG`, else
+`<data_dir>/homeagent.toml`, where the data directory is `--data-dir`, else
+`$HOMEAGENT_DATA_DIR`, else the platform's data directory + `homeagent`. A
+missing file at the default location means the defaults; a file named by
+`--config` or `$HOMEAGENT_CONFIG` must exist. Unknown keys are errors that list
+the allowed keys. Secrets come from the environment: `HOMEAGENT_API_KEY` and
+`HOMEAGENT_DEVICE_TOKEN` win over `server.api_key` and `server.device_token`,
+and each model source names the variable holding its key (`api_key_env`).
+
+`homeagent config check` shows what a config resolves to (secrets as set/not
+set); `homeagent config example` prints the example below. This file is
+generated from the same definitions the parser uses: regenerate it with
+`HOMEAGENT_UPDATE_DOCS=1 cargo test -p homeagent-agent --test config`.
+
+";
+
+#[test]
+fn docs_config_md_is_the_generated_example() {
+    let expected = format!("{DOC_HEADER}```toml\n{}```\n", example_toml());
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/CONFIG.md");
+    if std::env::var_os("HOMEAGENT_UPDATE_DOCS").is_some() {
+        std::fs::write(&path, &expected).unwrap();
+    }
+    let actual = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        actual == expected,
+        "docs/CONFIG.md is out of date with the config types; regenerate it with \
+         `HOMEAGENT_UPDATE_DOCS=1 cargo test -p homeagent-agent --test config`"
+    );
+}

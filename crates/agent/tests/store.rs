@@ -1,0 +1,920 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a test failure
+//! The embedded store against real SQLite files: round trips, atomicity,
+//! ordering, concurrent writers (threads and a second process), `kill -9`
+//! mid-write, repair on load and migrations.
+//!
+//! The multi-process tests re-run this test binary as the child
+//! (`child_process_writer`, ignored unless asked for by name) with an
+//! environment variable saying what to do.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier};
+
+use homeagent_agent::store::{EventPhase, SCHEMA_VERSION, Store, StoreError, ToolEventRecord};
+use homeagent_core::{
+    AssistantMessage, CallStatus, ErrorReason, Message, ReasoningPart, ToolCall, ToolError,
+    ToolEvent, ToolMessage, check_pairing,
+};
+use serde_json::json;
+
+// ---------------------------------------------------------------- helpers
+
+/// A unique directory under the system temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(label: &str) -> TempDir {
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let dir = std::env::temp_dir().join(format!(
+            "homeagent-store-{label}-{}-{nanos}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    fn db(&self) -> PathBuf {
+        self.0.join("data").join("homeagent.db")
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn call(id: &str, name: &str, arguments: serde_json::Value) -> ToolCall {
+    ToolCall {
+        id: id.into(),
+        name: name.into(),
+        raw_arguments: arguments.to_string(),
+        arguments,
+    }
+}
+
+fn assistant_calling(content: &str, calls: Vec<ToolCall>) -> Message {
+    Message::Assistant(AssistantMessage {
+        content: content.into(),
+        reasoning: Vec::new(),
+        tool_calls: calls,
+    })
+}
+
+fn answer(id: &str, name: &str, content: &str) -> Message {
+    Message::Tool(ToolMessage {
+        tool_call_id: id.into(),
+        name: name.into(),
+        content: content.into(),
+        success: true,
+    })
+}
+
+/// What a call cut off by a crash must read, written out by hand.
+fn cancelled(id: &str, name: &str) -> Message {
+    Message::Tool(ToolMessage {
+        tool_call_id: id.into(),
+        name: name.into(),
+        content: format!(
+            "tool {name} failed: cancelled — the agent stopped (crash or restart) before this call \
+             finished; it may or may not have run, and its result is lost\n\
+             hint: check whether it took effect before calling it again"
+        ),
+        success: false,
+    })
+}
+
+fn raw(path: &Path) -> rusqlite::Connection {
+    rusqlite::Connection::open(path).unwrap()
+}
+
+fn seqs(path: &Path, session: &str) -> Vec<i64> {
+    let conn = raw(path);
+    let mut stmt = conn
+        .prepare("SELECT seq FROM messages WHERE session_id = ?1 ORDER BY seq")
+        .unwrap();
+    stmt.query_map([session], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<Vec<i64>, _>>()
+        .unwrap()
+}
+
+// ---------------------------------------------------------------- basics
+
+#[test]
+fn every_message_kind_round_trips_exactly_across_a_reopen() {
+    let dir = TempDir::new("roundtrip");
+    let messages = vec![
+        Message::system("You are HomeAgent."),
+        Message::user("list /tmp and echo «héllo» 🌍"),
+        Message::Assistant(AssistantMessage {
+            content: "Running two tools.".into(),
+            reasoning: vec![
+                ReasoningPart {
+                    text: "two independent reads".into(),
+                    metadata: Some(json!({"anthropic": {"signature": "c2lnbmF0dXJl"}})),
+                },
+                ReasoningPart {
+                    text: String::new(),
+                    metadata: None,
+                },
+            ],
+            tool_calls: vec![
+                call("call_1", "files_list", json!({"path": "/tmp", "depth": 2})),
+                ToolCall {
+                    id: "call_2".into(),
+                    name: "demo_echo".into(),
+                    arguments: json!({}),
+                    raw_arguments: "{\"text\": \"cut".into(),
+                },
+            ],
+        }),
+        answer("call_1", "files_list", "[\"a.txt\",\"b\"]"),
+        Message::Tool(ToolMessage {
+            tool_call_id: "call_2".into(),
+            name: "demo_echo".into(),
+            content: "tool demo_echo failed: truncated — cut".into(),
+            success: false,
+        }),
+        Message::Assistant(AssistantMessage::default()),
+        Message::user(""),
+    ];
+    {
+        let store = Store::open(&dir.db()).unwrap();
+        store.ensure_session("s1", "main").unwrap();
+        assert_eq!(store.append_messages("s1", &messages).unwrap(), 1..=7);
+    }
+    let store = Store::open(&dir.db()).unwrap();
+    assert_eq!(store.history("s1").unwrap(), messages);
+    assert_eq!(store.session("s1").unwrap().unwrap().message_count, 7);
+    assert_eq!(seqs(&dir.db(), "s1"), vec![1, 2, 3, 4, 5, 6, 7]);
+}
+
+#[test]
+fn open_creates_the_directory_and_sets_wal() {
+    let dir = TempDir::new("open");
+    let path = dir.0.join("a").join("b").join("store.db");
+    let store = Store::open(&path).unwrap();
+    assert!(path.is_file());
+    assert_eq!(store.path(), path.as_path());
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    // journal_mode is stored in the file, so another connection sees it.
+    let mode: String = raw(&path)
+        .pragma_query_value(None, "journal_mode", |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+}
+
+#[test]
+fn appending_to_a_missing_session_fails_and_creates_nothing() {
+    let dir = TempDir::new("missing");
+    let store = Store::open(&dir.db()).unwrap();
+    let err = store
+        .append_messages("ghost", &[Message::user("hello")])
+        .unwrap_err();
+    assert!(
+        matches!(&err, StoreError::SessionNotFound { id } if id == "ghost"),
+        "{err:?}"
+    );
+    assert_eq!(store.session("ghost").unwrap(), None);
+    assert!(store.list_sessions().unwrap().is_empty());
+    assert!(matches!(
+        store.history("ghost"),
+        Err(StoreError::SessionNotFound { .. })
+    ));
+    let count: i64 = raw(&dir.db())
+        .query_row("SELECT COUNT(*) FROM messages", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(count, 0);
+}
+
+#[test]
+fn a_failing_append_stores_none_of_its_messages() {
+    let dir = TempDir::new("atomic");
+    let store = Store::open(&dir.db()).unwrap();
+    store.ensure_session("s", "main").unwrap();
+    store
+        .append_messages("s", &[Message::user("before")])
+        .unwrap();
+    // An injected failure on the third row of the batch: a real SQLite error
+    // in the middle of the transaction, after two rows were inserted.
+    raw(&dir.db())
+        .execute_batch(
+            "CREATE TRIGGER poison BEFORE INSERT ON messages
+             WHEN NEW.body LIKE '%POISON%'
+             BEGIN SELECT RAISE(ABORT, 'injected failure'); END;",
+        )
+        .unwrap();
+    let batch = [
+        Message::user("one"),
+        Message::user("two"),
+        Message::user("POISON"),
+    ];
+    let err = store.append_messages("s", &batch).unwrap_err();
+    assert!(matches!(err, StoreError::Sqlite(_)), "{err:?}");
+    assert_eq!(store.history("s").unwrap(), vec![Message::user("before")]);
+    // The next append continues the sequence without a hole.
+    assert_eq!(
+        store
+            .append_messages("s", &[Message::user("after")])
+            .unwrap(),
+        2..=2
+    );
+    assert_eq!(seqs(&dir.db(), "s"), vec![1, 2]);
+}
+
+#[test]
+fn many_appends_keep_their_order() {
+    let dir = TempDir::new("order");
+    let store = Store::open(&dir.db()).unwrap();
+    store.ensure_session("order", "main").unwrap();
+    let mut expected = Vec::new();
+    let mut next_seq = 1;
+    for i in 0..60 {
+        // Batches of 0, 1, 2 and 3 messages.
+        let batch: Vec<Message> = (0..i % 4)
+            .map(|j| Message::user(format!("{i}.{j}")))
+            .collect();
+        let range = store.append_messages("order", &batch).unwrap();
+        assert_eq!(range, next_seq..=next_seq + batch.len() as i64 - 1);
+        next_seq += batch.len() as i64;
+        expected.extend(batch);
+    }
+    assert_eq!(expected.len(), 90);
+    assert_eq!(store.history("order").unwrap(), expected);
+    assert_eq!(seqs(&dir.db(), "order"), (1..=90).collect::<Vec<_>>());
+}
+
+#[test]
+fn session_ids_are_validated() {
+    let dir = TempDir::new("ids");
+    let store = Store::open(&dir.db()).unwrap();
+    let too_long = "x".repeat(129);
+    for bad in ["", "a b", "a/b", "../etc", "ü", "a\nb", too_long.as_str()] {
+        let err = store.ensure_session(bad, "main").unwrap_err();
+        assert!(
+            matches!(err, StoreError::InvalidSessionId { .. }),
+            "{bad:?}: {err:?}"
+        );
+        assert!(matches!(
+            store.append_messages(bad, &[]),
+            Err(StoreError::InvalidSessionId { .. })
+        ));
+    }
+    let longest = "y".repeat(128);
+    for good in ["a", "A.b_c:d-9", "telegram:12345", longest.as_str()] {
+        assert_eq!(store.ensure_session(good, "main").unwrap().id, good);
+    }
+    assert!(matches!(
+        store.ensure_session("ok", ""),
+        Err(StoreError::InvalidAgentName { .. })
+    ));
+}
+
+#[test]
+fn sessions_are_created_once_listed_and_deleted_with_their_rows() {
+    let dir = TempDir::new("sessions");
+    let store = Store::open(&dir.db()).unwrap();
+    let first = store.ensure_session("a", "main").unwrap();
+    assert_eq!(first.agent, "main");
+    assert_eq!(first.message_count, 0);
+    assert_eq!(first.title, None);
+    assert_eq!(store.ensure_session("a", "main").unwrap(), first);
+    let err = store.ensure_session("a", "kitchen").unwrap_err();
+    assert!(
+        matches!(&err, StoreError::AgentMismatch { existing, requested, .. }
+            if existing == "main" && requested == "kitchen"),
+        "{err:?}"
+    );
+
+    store.ensure_session("b", "kitchen").unwrap();
+    // Sleep past the millisecond clock so "b" is strictly more recent.
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    store
+        .append_messages("b", &[Message::user("1"), Message::user("2")])
+        .unwrap();
+    store.set_title("b", Some("Kitchen lights")).unwrap();
+    let listed: Vec<(String, u64, Option<String>)> = store
+        .list_sessions()
+        .unwrap()
+        .into_iter()
+        .map(|s| (s.id, s.message_count, s.title))
+        .collect();
+    assert_eq!(
+        listed,
+        vec![
+            ("b".to_owned(), 2, Some("Kitchen lights".to_owned())),
+            ("a".to_owned(), 0, None),
+        ]
+    );
+
+    store
+        .record_tool_event(
+            "b",
+            &ToolEventRecord::from_event(&ToolEvent::Start {
+                call_id: "c".into(),
+                tool: "demo_echo".into(),
+                args: json!({}),
+                batch_id: "b1".into(),
+                batch_size: 1,
+                parallel: false,
+            }),
+        )
+        .unwrap();
+    assert!(store.delete_session("b").unwrap());
+    assert!(!store.delete_session("b").unwrap());
+    assert_eq!(store.session("b").unwrap(), None);
+    let conn = raw(&dir.db());
+    for table in ["messages", "tool_events"] {
+        let left: i64 = conn
+            .query_row(
+                &format!("SELECT COUNT(*) FROM {table} WHERE session_id = 'b'"),
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(left, 0, "{table}");
+    }
+    // A new session under the old id starts empty.
+    store.ensure_session("b", "main").unwrap();
+    assert!(store.history("b").unwrap().is_empty());
+}
+
+#[test]
+fn tool_events_round_trip_in_order() {
+    let dir = TempDir::new("events");
+    let store = Store::open(&dir.db()).unwrap();
+    store.ensure_session("ev", "main").unwrap();
+    let start = ToolEvent::Start {
+        call_id: "call_9".into(),
+        tool: "demo_sleep".into(),
+        args: json!({"ms": 20}),
+        batch_id: "batch-1".into(),
+        batch_size: 2,
+        parallel: true,
+    };
+    let end = ToolEvent::End {
+        call_id: "call_9".into(),
+        tool: "demo_sleep".into(),
+        batch_id: "batch-1".into(),
+        batch_size: 2,
+        parallel: true,
+        status: CallStatus::Timeout,
+        success: false,
+        duration_ms: 1500,
+        error: Some(ToolError::new(ErrorReason::Timeout, "too slow")),
+    };
+    store
+        .record_tool_event("ev", &ToolEventRecord::from_event(&start))
+        .unwrap();
+    store
+        .record_tool_event("ev", &ToolEventRecord::from_event(&end))
+        .unwrap();
+    let events = store.tool_events("ev").unwrap();
+    assert_eq!(events.len(), 2);
+    let summary: Vec<_> = events
+        .iter()
+        .map(|e| {
+            (
+                e.batch_id.as_str(),
+                e.call_id.as_str(),
+                e.tool.as_str(),
+                e.phase,
+                e.status,
+                e.success,
+                e.duration_ms,
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            (
+                "batch-1",
+                "call_9",
+                "demo_sleep",
+                EventPhase::Start,
+                None,
+                None,
+                None
+            ),
+            (
+                "batch-1",
+                "call_9",
+                "demo_sleep",
+                EventPhase::End,
+                Some(CallStatus::Timeout),
+                Some(false),
+                Some(1500)
+            ),
+        ]
+    );
+    assert_eq!(
+        events[0].body,
+        json!({"phase": "start", "call_id": "call_9", "tool": "demo_sleep", "args": {"ms": 20},
+               "batch_id": "batch-1", "batch_size": 2, "parallel": true})
+    );
+    assert_eq!(
+        events[1].body["error"],
+        json!({"reason": "timeout", "detail": "too slow"})
+    );
+    // Stored as the same words the JSON events use.
+    let status: String = raw(&dir.db())
+        .query_row(
+            "SELECT status FROM tool_events WHERE phase = 'end'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(status, "timeout");
+    assert!(matches!(
+        store.record_tool_event("nobody", &events[0]),
+        Err(StoreError::SessionNotFound { .. })
+    ));
+}
+
+// ---------------------------------------------------------------- repair
+
+#[test]
+fn load_session_answers_calls_a_crash_left_open_and_commits_it() {
+    let dir = TempDir::new("repair");
+    let history = vec![
+        Message::user("check both"),
+        assistant_calling(
+            "",
+            vec![
+                call("c1", "demo_echo", json!({"text": "x"})),
+                call("c2", "demo_sleep", json!({"ms": 10})),
+                call("c3", "demo_note", json!({})),
+            ],
+        ),
+        answer("c2", "demo_sleep", "slept"),
+    ];
+    {
+        let store = Store::open(&dir.db()).unwrap();
+        store.ensure_session("r", "main").unwrap();
+        store.append_messages("r", &history).unwrap();
+    }
+    let expected = vec![
+        history[0].clone(),
+        history[1].clone(),
+        history[2].clone(),
+        cancelled("c1", "demo_echo"),
+        cancelled("c3", "demo_note"),
+    ];
+    let store = Store::open(&dir.db()).unwrap();
+    assert_eq!(store.load_session("r").unwrap(), expected);
+    check_pairing(&expected).unwrap();
+    drop(store);
+    // Committed: a fresh handle sees the repair without loading.
+    let store = Store::open(&dir.db()).unwrap();
+    assert_eq!(store.history("r").unwrap(), expected);
+    // Idempotent.
+    assert_eq!(store.load_session("r").unwrap(), expected);
+    assert_eq!(seqs(&dir.db(), "r"), vec![1, 2, 3, 4, 5]);
+}
+
+#[test]
+fn a_gap_in_the_middle_is_filled_before_the_next_turn() {
+    let dir = TempDir::new("midgap");
+    let store = Store::open(&dir.db()).unwrap();
+    store.ensure_session("m", "main").unwrap();
+    let before = vec![
+        Message::user("one"),
+        assistant_calling("", vec![call("a", "demo_echo", json!({}))]),
+        // The process restarted and went on without loading the session.
+        Message::user("two"),
+        assistant_calling("done", vec![]),
+    ];
+    store.append_messages("m", &before).unwrap();
+    let expected = vec![
+        before[0].clone(),
+        before[1].clone(),
+        cancelled("a", "demo_echo"),
+        before[2].clone(),
+        before[3].clone(),
+    ];
+    assert_eq!(store.load_session("m").unwrap(), expected);
+    assert_eq!(store.history("m").unwrap(), expected);
+    assert_eq!(seqs(&dir.db(), "m"), vec![1, 2, 3, 4, 5]);
+    assert_eq!(
+        store
+            .append_messages("m", &[Message::user("three")])
+            .unwrap(),
+        6..=6
+    );
+}
+
+#[test]
+fn a_history_broken_otherwise_is_refused_and_left_alone() {
+    let dir = TempDir::new("orphan");
+    let store = Store::open(&dir.db()).unwrap();
+    store.ensure_session("o", "main").unwrap();
+    let broken = vec![Message::user("hi"), answer("nobody", "demo_echo", "?")];
+    store.append_messages("o", &broken).unwrap();
+    let err = store.load_session("o").unwrap_err();
+    assert!(matches!(err, StoreError::Unrepairable { .. }), "{err:?}");
+    assert_eq!(store.history("o").unwrap(), broken);
+}
+
+// ---------------------------------------------------------------- migrations
+
+#[test]
+fn a_version_1_database_is_migrated_and_keeps_its_rows() {
+    let dir = TempDir::new("migrate");
+    std::fs::create_dir_all(dir.db().parent().unwrap()).unwrap();
+    {
+        // What a build with only the first schema step wrote.
+        let conn = raw(&dir.db());
+        conn.execute_batch(
+            r#"CREATE TABLE sessions (
+                id TEXT PRIMARY KEY NOT NULL, agent TEXT NOT NULL, title TEXT,
+                created_at INTEGER NOT NULL, updated_at INTEGER NOT NULL) STRICT;
+            CREATE TABLE messages (
+                session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+                seq INTEGER NOT NULL, role TEXT NOT NULL, body TEXT NOT NULL,
+                created_at INTEGER NOT NULL, PRIMARY KEY (session_id, seq)) STRICT, WITHOUT ROWID;
+            INSERT INTO sessions VALUES ('old', 'main', 'Old one', 1000, 2000);
+            INSERT INTO messages VALUES ('old', 1, 'user', '{"role":"user","content":"from v1"}', 1000);
+            PRAGMA user_version = 1;"#,
+        )
+        .unwrap();
+    }
+    let store = Store::open(&dir.db()).unwrap();
+    assert_eq!(store.schema_version().unwrap(), 2);
+    assert_eq!(
+        store.history("old").unwrap(),
+        vec![Message::user("from v1")]
+    );
+    let info = store.session("old").unwrap().unwrap();
+    assert_eq!(
+        (
+            info.title.as_deref(),
+            info.created_at_ms,
+            info.updated_at_ms
+        ),
+        (Some("Old one"), 1000, 2000)
+    );
+    // The table step 2 added works.
+    store
+        .record_tool_event(
+            "old",
+            &ToolEventRecord::from_event(&ToolEvent::Start {
+                call_id: "c".into(),
+                tool: "t".into(),
+                args: json!({}),
+                batch_id: "b".into(),
+                batch_size: 1,
+                parallel: false,
+            }),
+        )
+        .unwrap();
+    assert_eq!(store.tool_events("old").unwrap().len(), 1);
+}
+
+#[test]
+fn an_empty_version_0_file_is_migrated_to_the_current_version() {
+    let dir = TempDir::new("v0");
+    std::fs::create_dir_all(dir.db().parent().unwrap()).unwrap();
+    raw(&dir.db())
+        .execute_batch("CREATE TABLE unrelated (x INTEGER);")
+        .unwrap();
+    let store = Store::open(&dir.db()).unwrap();
+    assert_eq!(store.schema_version().unwrap(), 2);
+    store.ensure_session("s", "main").unwrap();
+}
+
+#[test]
+fn a_database_from_a_newer_version_is_refused_and_not_touched() {
+    let dir = TempDir::new("newer");
+    std::fs::create_dir_all(dir.db().parent().unwrap()).unwrap();
+    raw(&dir.db())
+        .execute_batch("CREATE TABLE future (x INTEGER); PRAGMA user_version = 99;")
+        .unwrap();
+    let err = Store::open(&dir.db()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::NewerSchema {
+                found: 99,
+                supported: 2,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let version: i64 = raw(&dir.db())
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 99);
+}
+
+// ---------------------------------------------------------------- concurrency
+
+/// Checks what concurrent writers produced in one session: every batch
+/// present once, contiguous, each writer's batches in its own order, and
+/// the seqs exactly 1..=total.
+fn assert_interleaved_batches(path: &Path, session: &str, writers: &[&str], batches: usize) {
+    let store = Store::open(path).unwrap();
+    let history = store.history(session).unwrap();
+    assert_eq!(history.len(), writers.len() * batches * 2);
+    assert_eq!(
+        seqs(path, session),
+        (1..=history.len() as i64).collect::<Vec<_>>()
+    );
+    let texts: Vec<String> = history
+        .iter()
+        .map(|m| match m {
+            Message::User { content } => content.clone(),
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    for pair in texts.chunks(2) {
+        let (a, b) = (&pair[0], &pair[1]);
+        assert_eq!(
+            a.strip_suffix(" a"),
+            b.strip_suffix(" b"),
+            "batch split: {pair:?}"
+        );
+    }
+    for writer in writers {
+        let own: Vec<&String> = texts
+            .iter()
+            .filter(|t| t.starts_with(&format!("{writer} ")))
+            .collect();
+        let expected: Vec<String> = (0..batches)
+            .flat_map(|i| [format!("{writer} {i} a"), format!("{writer} {i} b")])
+            .collect();
+        assert_eq!(own, expected.iter().collect::<Vec<_>>(), "{writer}");
+    }
+}
+
+fn append_batches(store: &Store, session: &str, writer: &str, batches: usize) -> Vec<(i64, i64)> {
+    (0..batches)
+        .map(|i| {
+            let range = store
+                .append_messages(
+                    session,
+                    &[
+                        Message::user(format!("{writer} {i} a")),
+                        Message::user(format!("{writer} {i} b")),
+                    ],
+                )
+                .unwrap();
+            (*range.start(), *range.end())
+        })
+        .collect()
+}
+
+fn assert_ranges_partition(mut ranges: Vec<(i64, i64)>, total: i64) {
+    ranges.sort();
+    let mut next = 1;
+    for (start, end) in ranges {
+        assert_eq!((start, end), (next, next + 1));
+        next = end + 1;
+    }
+    assert_eq!(next, total + 1);
+}
+
+#[test]
+fn two_handles_in_two_threads_append_to_one_file() {
+    let dir = TempDir::new("threads");
+    let path = dir.db();
+    const BATCHES: usize = 60;
+    // Both open a fresh file at the same moment: the migration races too.
+    let barrier = Arc::new(Barrier::new(2));
+    let handles: Vec<_> = ["left", "right"]
+        .into_iter()
+        .map(|writer| {
+            let path = path.clone();
+            let barrier = barrier.clone();
+            std::thread::spawn(move || {
+                barrier.wait();
+                let store = Store::open(&path).unwrap();
+                store.ensure_session("shared", "main").unwrap();
+                let own = format!("own-{writer}");
+                store.ensure_session(&own, "main").unwrap();
+                barrier.wait();
+                let ranges = append_batches(&store, "shared", writer, BATCHES);
+                append_batches(&store, &own, writer, BATCHES);
+                ranges
+            })
+        })
+        .collect();
+    let ranges: Vec<(i64, i64)> = handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect();
+    assert_ranges_partition(ranges, 2 * 2 * BATCHES as i64);
+    assert_interleaved_batches(&path, "shared", &["left", "right"], BATCHES);
+    assert_interleaved_batches(&path, "own-left", &["left"], BATCHES);
+    assert_interleaved_batches(&path, "own-right", &["right"], BATCHES);
+}
+
+const CHILD_MODE: &str = "HOMEAGENT_STORE_TEST_CHILD";
+const CHILD_DB: &str = "HOMEAGENT_STORE_TEST_DB";
+const CHILD_TEST: &str = "child_process_writer";
+const CHILD_BATCHES: usize = 50;
+
+fn spawn_child(mode: &str, db: &Path) -> std::process::Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", CHILD_TEST, "--ignored", "--nocapture"])
+        .env(CHILD_MODE, mode)
+        .env(CHILD_DB, db)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap()
+}
+
+/// The child's half of the multi-process tests; does nothing unless a parent
+/// test set the mode.
+#[test]
+#[ignore = "run by the multi-process tests as a child process"]
+fn child_process_writer() {
+    let Ok(mode) = std::env::var(CHILD_MODE) else {
+        return;
+    };
+    let db = PathBuf::from(std::env::var(CHILD_DB).unwrap());
+    let store = Store::open(&db).unwrap();
+    match mode.as_str() {
+        "append" => {
+            println!("READY");
+            for (start, end) in append_batches(&store, "shared", "child", CHILD_BATCHES) {
+                println!("RANGE {start} {end}");
+            }
+        }
+        "loop" => {
+            let started = std::time::Instant::now();
+            // Bounded so an orphaned child cannot run forever.
+            for i in 0..1_000_000u64 {
+                if started.elapsed() > std::time::Duration::from_secs(120) {
+                    break;
+                }
+                let id = format!("c{i}");
+                let turn = [
+                    Message::user(format!("turn {i}")),
+                    assistant_calling("", vec![call(&id, "demo_echo", json!({"i": i}))]),
+                ];
+                report_committed(&store, "busy", &turn);
+                report_committed(&store, "busy", &[answer(&id, "demo_echo", &i.to_string())]);
+                if i == 5 {
+                    store
+                        .append_messages(
+                            "pending",
+                            &[
+                                Message::user("do two things"),
+                                assistant_calling(
+                                    "on it",
+                                    vec![
+                                        call("p1", "demo_sleep", json!({"ms": 60000})),
+                                        call("p2", "demo_echo", json!({"text": "later"})),
+                                    ],
+                                ),
+                            ],
+                        )
+                        .unwrap();
+                    println!("PENDING");
+                }
+            }
+        }
+        other => panic!("unknown child mode {other}"),
+    }
+}
+
+/// Appends and then reports each message with its seq; only what was
+/// committed is ever reported.
+fn report_committed(store: &Store, session: &str, messages: &[Message]) {
+    let range = store.append_messages(session, messages).unwrap();
+    for (seq, message) in range.zip(messages) {
+        println!(
+            "COMMITTED {seq} {}",
+            serde_json::to_string(message).unwrap()
+        );
+    }
+}
+
+/// The payload after `marker` on a line of the child's output. The test
+/// harness may print its own text on the same line, so this searches.
+fn after_marker<'a>(line: &'a str, marker: &str) -> Option<&'a str> {
+    line.find(marker).map(|at| &line[at + marker.len()..])
+}
+
+#[test]
+fn a_second_process_appends_to_the_same_file_concurrently() {
+    let dir = TempDir::new("process");
+    let path = dir.db();
+    let store = Store::open(&path).unwrap();
+    store.ensure_session("shared", "main").unwrap();
+    let mut child = spawn_child("append", &path);
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    // Start writing once the child is about to, so the two overlap.
+    for line in lines.by_ref() {
+        if line.unwrap().contains("READY") {
+            break;
+        }
+    }
+    let mut ranges = append_batches(&store, "shared", "parent", CHILD_BATCHES);
+    for line in lines {
+        let line = line.unwrap();
+        if let Some(rest) = after_marker(&line, "RANGE ") {
+            let (start, end) = rest.trim().split_once(' ').unwrap();
+            ranges.push((start.parse().unwrap(), end.parse().unwrap()));
+        }
+    }
+    assert!(child.wait().unwrap().success());
+    assert_eq!(ranges.len(), 2 * CHILD_BATCHES);
+    assert_ranges_partition(ranges, 4 * CHILD_BATCHES as i64);
+    drop(store);
+    assert_interleaved_batches(&path, "shared", &["parent", "child"], CHILD_BATCHES);
+}
+
+#[test]
+fn kill_9_mid_append_loses_no_committed_message_and_load_repairs() {
+    let dir = TempDir::new("kill");
+    let path = dir.db();
+    {
+        let store = Store::open(&path).unwrap();
+        store.ensure_session("busy", "main").unwrap();
+        store.ensure_session("pending", "main").unwrap();
+    }
+    let mut child = spawn_child("loop", &path);
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut committed: Vec<(i64, Message)> = Vec::new();
+    let mut pending_seen = false;
+    let record = |line: &str, committed: &mut Vec<(i64, Message)>| {
+        if let Some(rest) = after_marker(line, "COMMITTED ") {
+            let (seq, body) = rest.split_once(' ').unwrap();
+            committed.push((seq.parse().unwrap(), serde_json::from_str(body).unwrap()));
+        }
+    };
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        record(&line, &mut committed);
+        pending_seen |= line.contains("PENDING");
+        // Kill well after the pending turn, in the middle of the busy loop.
+        if pending_seen && committed.len() >= 60 {
+            break;
+        }
+    }
+    assert!(pending_seen, "the child ended early");
+    child.kill().unwrap(); // SIGKILL
+    // Lines the child wrote before it died are still in the pipe.
+    for line in lines {
+        record(&line.unwrap(), &mut committed);
+    }
+    let status = child.wait().unwrap();
+    assert!(!status.success());
+
+    let store = Store::open(&path).unwrap();
+    let busy = store.history("busy").unwrap();
+    assert!(busy.len() >= committed.len());
+    let reported: BTreeSet<i64> = committed.iter().map(|(seq, _)| *seq).collect();
+    assert_eq!(reported.len(), committed.len(), "a seq was reported twice");
+    for (seq, message) in &committed {
+        assert_eq!(&busy[(*seq - 1) as usize], message, "seq {seq}");
+    }
+    assert_eq!(
+        seqs(&path, "busy"),
+        (1..=busy.len() as i64).collect::<Vec<_>>()
+    );
+
+    // The busy session may or may not have been cut between a turn and its
+    // result; either way the loaded history is paired and keeps every message.
+    let loaded = store.load_session("busy").unwrap();
+    check_pairing(&loaded).unwrap();
+    assert_eq!(&loaded[..busy.len()], &busy[..]);
+
+    // The pending session certainly was: its calls never got results.
+    let pending = store.load_session("pending").unwrap();
+    check_pairing(&pending).unwrap();
+    assert_eq!(
+        pending,
+        vec![
+            Message::user("do two things"),
+            assistant_calling(
+                "on it",
+                vec![
+                    call("p1", "demo_sleep", json!({"ms": 60000})),
+                    call("p2", "demo_echo", json!({"text": "later"})),
+                ],
+            ),
+            cancelled("p1", "demo_sleep"),
+            cancelled("p2", "demo_echo"),
+        ]
+    );
+    drop(store);
+    assert_eq!(
+        Store::open(&path).unwrap().history("pending").unwrap(),
+        pending
+    );
+}

@@ -1,0 +1,209 @@
+//! `homeagent chat`: an interactive session.
+//!
+//! Lines typed are inputs; `/stop`, `/tools`, `/new`, `/quit` are commands.
+//! Ctrl-C stops the current turn (running tools included), not the program.
+//! Tools listed in `tools.require_approval` ask here first: the next line
+//! typed answers (y/n).
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use homeagent_agent::{BuildOptions, Frame, Submission};
+use homeagent_core::{ToolEvent, ToolSource};
+use homeagent_tools::{Approval, Approver};
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::cli::{ChatArgs, GlobalArgs};
+use crate::setup;
+use crate::view::TextView;
+
+/// A question for the person, answered by the next line typed.
+struct Question {
+    prompt: String,
+    answer: oneshot::Sender<bool>,
+}
+
+struct TerminalApprover {
+    questions: mpsc::UnboundedSender<Question>,
+}
+
+impl Approver for TerminalApprover {
+    fn approve(
+        &self,
+        agent: &str,
+        tool: &str,
+        args: &Value,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + 'static>> {
+        let (answer, reply) = oneshot::channel();
+        let prompt = format!("agent {agent} wants to run {tool} {args}. Allow? [y/N] ");
+        let sent = self.questions.send(Question { prompt, answer }).is_ok();
+        // No terminal to ask (the chat ended): the answer is no.
+        Box::pin(async move { sent && reply.await.unwrap_or(false) })
+    }
+}
+
+/// Reads stdin lines on a thread of its own (stdin has no async reader
+/// that can be cancelled); `None` at end of input.
+fn stdin_lines() -> mpsc::UnboundedReceiver<String> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        let stdin = std::io::stdin();
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match stdin.read_line(&mut line) {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {
+                    if tx
+                        .send(line.trim_end_matches(['\n', '\r']).to_owned())
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    rx
+}
+
+const SPINNER: [char; 4] = ['|', '/', '-', '\\'];
+
+pub async fn run(args: ChatArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode> {
+    let loaded = setup::load(global)?;
+    let (questions_tx, mut questions) = mpsc::unbounded_channel();
+    let approver = Arc::new(TerminalApprover {
+        questions: questions_tx,
+    });
+    let agent = setup::agent(
+        &loaded,
+        BuildOptions {
+            approval: Approval::Ask(approver),
+            ..BuildOptions::default()
+        },
+    )?;
+    let mut out = std::io::stdout();
+    for notice in &agent.notices {
+        writeln!(out, "note: {notice}")?;
+    }
+    let mut session = args
+        .session
+        .unwrap_or_else(|| setup::new_session_id("chat"));
+    writeln!(
+        out,
+        "HomeAgent chat (session {session}). /stop /tools /new /quit; Ctrl-C stops a turn."
+    )?;
+    let mut lines = stdin_lines();
+    let mut pending_question: Option<Question> = None;
+    loop {
+        write!(out, "> ")?;
+        out.flush()?;
+        let Some(line) = lines.recv().await else {
+            return Ok(ExitCode::SUCCESS);
+        };
+        let input = line.trim();
+        match input {
+            "" => continue,
+            "/quit" | "/exit" => return Ok(ExitCode::SUCCESS),
+            "/stop" => {
+                let n = agent.scheduler.stop(&session);
+                writeln!(out, "(stopped {n} input(s))")?;
+                continue;
+            }
+            "/new" => {
+                session = setup::new_session_id("chat");
+                writeln!(out, "(new session {session})")?;
+                continue;
+            }
+            "/tools" => {
+                for def in agent.registry.definitions() {
+                    let how = if def.runs_in_parallel() {
+                        "parallel-safe"
+                    } else {
+                        "serial"
+                    };
+                    writeln!(
+                        out,
+                        "  {} ({how}): {}",
+                        def.name,
+                        first_line(&def.description)
+                    )?;
+                }
+                continue;
+            }
+            _ => {}
+        }
+        let mut frames = agent.scheduler.submit(Submission {
+            session: session.clone(),
+            agent: args.agent.clone(),
+            text: input.to_owned(),
+            interrupt: false,
+        });
+        let mut view = TextView::default();
+        let mut tools_running = 0usize;
+        let mut spin = 0usize;
+        let mut ticker = tokio::time::interval(Duration::from_millis(120));
+        let started = Instant::now();
+        loop {
+            tokio::select! {
+                frame = frames.recv() => {
+                    let Some(frame) = frame else { break };
+                    if tools_running > 0 {
+                        // Clear the spinner before printing over it.
+                        write!(out, "\r   \r")?;
+                    }
+                    match &frame {
+                        Frame::ToolCall(ToolEvent::Start { .. }) => tools_running += 1,
+                        Frame::ToolCall(ToolEvent::End { .. }) => {
+                            tools_running = tools_running.saturating_sub(1);
+                        }
+                        _ => {}
+                    }
+                    view.show(&frame, &mut out)?;
+                    out.flush()?;
+                    if frame.is_terminal() {
+                        if let Frame::Response { turns, usage, .. } = &frame {
+                            writeln!(
+                                out,
+                                "({} model request(s), {} tokens, {:.1} s)",
+                                turns,
+                                usage.total_tokens,
+                                started.elapsed().as_secs_f64()
+                            )?;
+                        }
+                        break;
+                    }
+                }
+                question = questions.recv(), if pending_question.is_none() => {
+                    if let Some(question) = question {
+                        write!(out, "\r{}", question.prompt)?;
+                        out.flush()?;
+                        pending_question = Some(question);
+                    }
+                }
+                line = lines.recv(), if pending_question.is_some() => {
+                    let yes = line.as_deref().map(str::trim).is_some_and(|l| l.eq_ignore_ascii_case("y") || l.eq_ignore_ascii_case("yes"));
+                    if let Some(question) = pending_question.take() {
+                        let _ = question.answer.send(yes);
+                    }
+                }
+                _ = tokio::signal::ctrl_c() => {
+                    let n = agent.scheduler.stop(&session);
+                    writeln!(out, "\n(Ctrl-C: stopping the turn; {n} input(s) cancelled)")?;
+                }
+                _ = ticker.tick(), if tools_running > 0 => {
+                    spin = (spin + 1) % SPINNER.len();
+                    write!(out, "\r {} ", SPINNER[spin])?;
+                    out.flush()?;
+                }
+            }
+        }
+    }
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or("")
+}

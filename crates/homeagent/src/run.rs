@@ -1,0 +1,69 @@
+//! `homeagent run "PROMPT"`: one input, its reply streamed; with `--json`,
+//! one frame per line for programs.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use homeagent_agent::{BuildOptions, Frame, Submission};
+use homeagent_tools::Approval;
+
+use crate::cli::{GlobalArgs, RunArgs};
+use crate::setup;
+use crate::view::TextView;
+
+pub async fn run(args: RunArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode> {
+    let loaded = setup::load(global)?;
+    let options = BuildOptions {
+        approval: if args.yes {
+            Approval::Granted
+        } else {
+            Approval::Refused
+        },
+        ..BuildOptions::default()
+    };
+    let agent = setup::agent(&loaded, options)?;
+    if !args.json {
+        for notice in &agent.notices {
+            eprintln!("note: {notice}");
+        }
+    }
+    let session = args.session.unwrap_or_else(|| setup::new_session_id("run"));
+    let mut frames = agent.scheduler.submit(Submission {
+        session: session.clone(),
+        agent: args.agent,
+        text: args.prompt,
+        interrupt: false,
+    });
+    let mut view = TextView::default();
+    let mut stdout = std::io::stdout();
+    let mut stop_sent = false;
+    loop {
+        let frame = tokio::select! {
+            frame = frames.recv() => frame,
+            _ = tokio::signal::ctrl_c(), if !stop_sent => {
+                // Ctrl-C stops the input (tools included); its terminal
+                // frame still comes.
+                stop_sent = true;
+                agent.scheduler.stop(&session);
+                continue;
+            }
+        };
+        let Some(frame) = frame else {
+            anyhow::bail!("the scheduler ended without answering the input");
+        };
+        let terminal = frame.is_terminal();
+        let code = match &frame {
+            Frame::Response { .. } => ExitCode::SUCCESS,
+            _ => ExitCode::FAILURE,
+        };
+        if args.json {
+            writeln!(stdout, "{}", serde_json::to_string(&frame)?)?;
+        } else {
+            view.show(&frame, &mut stdout)?;
+        }
+        stdout.flush()?;
+        if terminal {
+            return Ok(code);
+        }
+    }
+}

@@ -1,0 +1,37 @@
+//! Loading the config and building the agent, shared by the commands that
+//! run it (`run`, `chat`, `config check`, `tools`).
+
+use anyhow::Context as _;
+use homeagent_agent::config::{Config, ConfigPaths, LoadedConfig};
+use homeagent_agent::{Agent, BuildOptions, build};
+
+use crate::cli::GlobalArgs;
+
+/// Reads the real environment; everything below takes a closure so tests
+/// can pass their own.
+pub fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
+pub fn load(global: &GlobalArgs) -> anyhow::Result<LoadedConfig> {
+    let paths = ConfigPaths::resolve(global.config.clone(), global.data_dir.clone(), &env)?;
+    let loaded = Config::load(&paths, &env)?;
+    Ok(loaded)
+}
+
+pub fn agent(loaded: &LoadedConfig, options: BuildOptions) -> anyhow::Result<Agent> {
+    build(loaded, &env, options).with_context(|| {
+        format!(
+            "cannot start the agent (config: {})",
+            loaded.paths.config_file.display()
+        )
+    })
+}
+
+/// A fresh session id for a command that was given none.
+pub fn new_session_id(prefix: &str) -> String {
+    let millis = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    format!("{prefix}-{millis}-{}", std::process::id())
+}

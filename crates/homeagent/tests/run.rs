@@ -1,0 +1,391 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a test failure
+
+//! `homeagent run --json` end to end: the built binary, a config file in a
+//! fresh data directory, and the mock LLM server over loopback HTTP. The
+//! mock's own count of executed tools is the independent check.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use homeagent_mock_llm::{MockServer, ServerConfig};
+use serde_json::Value;
+
+struct Setup {
+    dir: PathBuf,
+    config: PathBuf,
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn setup(sources_toml: &str) -> Setup {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "homeagent-run-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::SeqCst)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("homeagent.toml");
+    std::fs::write(&config, format!("{sources_toml}\n[tools]\ndemo = true\n")).unwrap();
+    Setup { dir, config }
+}
+
+fn openai_source(server: &MockServer) -> String {
+    format!(
+        "[[llm.sources]]\nname = \"local\"\nprotocol = \"openai\"\nbase_url = \"{}/v1\"\nmodel = \"mock\"\n",
+        server.url()
+    )
+}
+
+fn run(setup: &Setup, args: &[&str]) -> (Output, Vec<Value>) {
+    let output = Command::new(env!("CARGO_BIN_EXE_homeagent"))
+        .arg("--config")
+        .arg(&setup.config)
+        .arg("--data-dir")
+        .arg(&setup.dir)
+        .arg("run")
+        .args(args)
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("HOMEAGENT_CONFIG")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(output.stdout.clone()).unwrap();
+    if !args.contains(&"--json") {
+        return (output, Vec::new());
+    }
+    let frames = stdout
+        .lines()
+        .map(|line| {
+            serde_json::from_str::<Value>(line)
+                .unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"))
+        })
+        .collect();
+    (output, frames)
+}
+
+fn of_type<'a>(frames: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    frames.iter().filter(|f| f["type"] == kind).collect()
+}
+
+fn phase<'a>(frames: &'a [Value], phase: &str) -> Vec<&'a Value> {
+    of_type(frames, "tool_call")
+        .into_iter()
+        .filter(|f| f["phase"] == phase)
+        .collect()
+}
+
+async fn stats(server: &MockServer) -> Value {
+    homeagent_llm::transport::install_crypto_provider();
+    let body = reqwest::get(format!("{}/stats", server.url()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    serde_json::from_str(&body).unwrap()
+}
+
+async fn run_async(setup: &Setup, args: &[&str]) -> (Output, Vec<Value>) {
+    let args: Vec<String> = args.iter().map(|s| (*s).to_owned()).collect();
+    let setup = Setup {
+        dir: setup.dir.clone(),
+        config: setup.config.clone(),
+    };
+    tokio::task::spawn_blocking(move || {
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let result = run(&setup, &refs);
+        std::mem::forget(setup); // the caller's Setup cleans up
+        result
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parallel_batch_of_eight_runs_in_one_parallel_batch_and_all_execute() {
+    let server = MockServer::start("127.0.0.1:0", ServerConfig::default())
+        .await
+        .unwrap();
+    let setup = setup(&openai_source(&server));
+    let (output, frames) = run_async(&setup, &["--json", "!slowbatch8"]).await;
+    assert!(output.status.success(), "{output:?}");
+    let starts = phase(&frames, "start");
+    let ends = phase(&frames, "end");
+    assert_eq!(starts.len(), 8, "{frames:#?}");
+    assert_eq!(ends.len(), 8);
+    let batch = &starts[0]["batch_id"];
+    for start in &starts {
+        assert_eq!(start["tool"], "demo_sleep");
+        assert_eq!(start["parallel"], true);
+        assert_eq!(start["batch_size"], 8);
+        assert_eq!(&start["batch_id"], batch);
+        assert!(start["args"].is_object());
+    }
+    for end in &ends {
+        assert_eq!(end["success"], true, "{end}");
+        assert_eq!(end["status"], "ok");
+        assert!(end["duration_ms"].is_u64());
+    }
+    let last = frames.last().unwrap();
+    assert_eq!(last["type"], "response");
+    assert_eq!(last["turns"], 2);
+    assert!(last["usage"]["total_tokens"].is_u64());
+    // The mock counted the tags of its batch in the results: all 8 ran.
+    let content = last["content"].as_str().unwrap();
+    assert!(content.contains("executed=8"), "{content}");
+    assert_eq!(stats(&server).await["last_executed"], 8);
+    // Text streamed as content deltas adds up to the reply's content.
+    let streamed: String = of_type(&frames, "content_delta")
+        .iter()
+        .map(|f| f["text"].as_str().unwrap())
+        .collect();
+    assert!(streamed.ends_with(content), "{streamed:?} / {content:?}");
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_serial_batch_says_so_and_a_cut_call_never_runs() {
+    let server = MockServer::start("127.0.0.1:0", ServerConfig::default())
+        .await
+        .unwrap();
+    let setup = setup(&openai_source(&server));
+    let (output, frames) = run_async(&setup, &["--json", "!serialbatch8"]).await;
+    assert!(output.status.success(), "{output:?}");
+    let starts = phase(&frames, "start");
+    assert_eq!(starts.len(), 9);
+    assert!(starts.iter().all(|s| s["parallel"] == false));
+    assert_eq!(
+        starts.iter().filter(|s| s["tool"] == "demo_note").count(),
+        1
+    );
+    assert!(
+        frames.last().unwrap()["content"]
+            .as_str()
+            .unwrap()
+            .contains("executed=8")
+    );
+
+    let (output, frames) = run_async(&setup, &["--json", "!truncate"]).await;
+    assert!(output.status.success(), "{output:?}");
+    let ends = phase(&frames, "end");
+    assert_eq!(ends.len(), 1, "{frames:#?}");
+    assert_eq!(ends[0]["success"], false);
+    assert_eq!(ends[0]["error"]["reason"], "truncated");
+    assert_eq!(frames.last().unwrap()["type"], "response");
+    assert_eq!(stats(&server).await["last_executed"], 0);
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_source_ends_with_an_error_frame_and_a_non_zero_exit() {
+    let server = MockServer::start("127.0.0.1:0", ServerConfig::default())
+        .await
+        .unwrap();
+    let setup = setup(&openai_source(&server));
+    let (output, frames) = run_async(&setup, &["--json", "!err"]).await;
+    assert!(!output.status.success());
+    let last = frames.last().unwrap();
+    assert_eq!(last["type"], "error", "{frames:#?}");
+    assert_eq!(last["code"], "model");
+    let message = last["message"].as_str().unwrap();
+    assert!(
+        message.contains("500") && message.contains("local"),
+        "{message}"
+    );
+
+    // The same input with a second source behind it falls back.
+    let backup = MockServer::start("127.0.0.1:0", ServerConfig::default())
+        .await
+        .unwrap();
+    let both = format!(
+        "{}priority = 10\n[[llm.sources]]\nname = \"backup\"\nprotocol = \"anthropic\"\nbase_url = \"{}\"\nmodel = \"mock\"\n",
+        openai_source(&server),
+        backup.url()
+    );
+    // `!err` fails at every mock, so fall back on a plain text input instead
+    // from a source that is down.
+    let down = both.replace(&server.url(), "http://127.0.0.1:9");
+    let setup2 = self::setup(&down);
+    let (output, frames) = run_async(&setup2, &["--json", "!text"]).await;
+    assert!(output.status.success(), "{output:?} {frames:#?}");
+    assert_eq!(frames.last().unwrap()["type"], "response");
+    server.shutdown().await.unwrap();
+    backup.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_input_is_skipped_and_the_demo_model_answers_without_config() {
+    let server = MockServer::start("127.0.0.1:0", ServerConfig::default())
+        .await
+        .unwrap();
+    let setup = setup(&openai_source(&server));
+    let (output, frames) = run_async(&setup, &["--json", "   "]).await;
+    assert!(!output.status.success());
+    assert_eq!(
+        frames,
+        [serde_json::json!({"type": "skipped", "reason": "empty_input"})]
+    );
+
+    // No sources at all: the offline demo model answers, and stderr says
+    // how to connect a real one.
+    let bare = self::setup("");
+    let (output, _) = run_async(&bare, &["!slowbatch4"]).await;
+    assert!(output.status.success(), "{output:?}");
+    let stdout = String::from_utf8(output.stdout.clone()).unwrap();
+    let stderr = String::from_utf8(output.stderr.clone()).unwrap();
+    assert!(stdout.contains("parallel batch of 4"), "{stdout}");
+    assert!(stdout.contains("executed=4"), "{stdout}");
+    assert!(
+        stderr.contains("offline demo model") && stderr.contains("OPENAI_API_KEY"),
+        "{stderr}"
+    );
+    let (output, frames) = run_async(&bare, &["--json", "!slowbatch4"]).await;
+    assert!(output.status.success());
+    assert_eq!(phase(&frames, "start").len(), 4);
+    assert!(
+        frames.last().unwrap()["content"]
+            .as_str()
+            .unwrap()
+            .contains("executed=4")
+    );
+    server.shutdown().await.unwrap();
+}
+
+/// Every file under `dir`, as bytes (the store, its WAL, anything else).
+fn all_bytes(dir: &std::path::Path) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(path) = stack.pop() {
+        if path.is_dir() {
+            for entry in std::fs::read_dir(&path).unwrap() {
+                stack.push(entry.unwrap().path());
+            }
+        } else if path.extension().is_some_and(|e| e == "toml") {
+            // The config file holds the server key by design.
+        } else if let Ok(content) = std::fs::read(&path) {
+            bytes.extend(content);
+        }
+    }
+    bytes
+}
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|window| window == needle.as_bytes())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_reach_no_output_no_store_and_no_child_environment() {
+    const PROVIDER_KEY: &str = "sk-planted-provider-key-4f1c";
+    const SERVER_KEY: &str = "srv-planted-server-key-9b7e";
+    let server = MockServer::start("127.0.0.1:0", ServerConfig::default())
+        .await
+        .unwrap();
+    let config = format!(
+        "{}api_key_env = \"OPENAI_API_KEY\"\n[server]\napi_key = \"{SERVER_KEY}\"\n",
+        openai_source(&server)
+    );
+    let setup = setup(&config);
+    let calls = r#"!calls [{"name":"cmd_run","arguments":{"command":"cat /proc/self/environ"}}]"#;
+    let output = Command::new(env!("CARGO_BIN_EXE_homeagent"))
+        .arg("--config")
+        .arg(&setup.config)
+        .arg("--data-dir")
+        .arg(&setup.dir)
+        .args(["run", "--json", "--session", "sec", calls])
+        .env("OPENAI_API_KEY", PROVIDER_KEY)
+        .env("HOMEAGENT_API_KEY", SERVER_KEY)
+        .env("RUST_LOG", "trace")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let stdout = String::from_utf8(output.stdout.clone()).unwrap();
+    // The child really ran and printed its environment (into the store).
+    let store = homeagent_agent::store::Store::open(&setup.dir.join("homeagent.db")).unwrap();
+    let environ: Vec<String> = store
+        .history("sec")
+        .unwrap()
+        .into_iter()
+        .filter_map(|m| match m {
+            homeagent_core::Message::Tool(t) => Some(t.content),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(environ.len(), 1);
+    assert!(environ[0].contains("PATH="), "{environ:?}");
+    drop(store);
+    for secret in [PROVIDER_KEY, SERVER_KEY] {
+        assert!(!stdout.contains(secret), "stdout leaks {secret}");
+        assert!(!contains(&output.stderr, secret), "stderr leaks {secret}");
+        assert!(
+            !contains(&all_bytes(&setup.dir), secret),
+            "the data directory holds {secret}"
+        );
+    }
+    // The source was used (its key variable was set, so it was enabled).
+    assert_eq!(stats(&server).await["requests"], 2);
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kill_9_mid_turn_loses_no_committed_message_and_the_session_stays_paired() {
+    let setup = setup("");
+    let calls = r#"!calls [{"name":"demo_sleep","arguments":{"ms":30000,"tag":"a"}},{"name":"demo_sleep","arguments":{"ms":30000,"tag":"b"}}]"#;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_homeagent"))
+        .arg("--config")
+        .arg(&setup.config)
+        .arg("--data-dir")
+        .arg(&setup.dir)
+        .args(["run", "--json", "--session", "crashy", calls])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until both calls have started (their batch is committed only
+    // when it ends, so the calls are in flight, not in the store).
+    let stdout = child.stdout.take().unwrap();
+    let started = tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        let mut starts = 0;
+        for line in std::io::BufReader::new(stdout).lines() {
+            let line = line.unwrap();
+            if line.contains("\"phase\":\"start\"") {
+                starts += 1;
+                if starts == 2 {
+                    return true;
+                }
+            }
+        }
+        false
+    })
+    .await
+    .unwrap();
+    assert!(started);
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+
+    // The user message was committed before the model was asked.
+    {
+        let store = homeagent_agent::store::Store::open(&setup.dir.join("homeagent.db")).unwrap();
+        let history = store.history("crashy").unwrap();
+        assert_eq!(
+            history,
+            [homeagent_core::Message::user(calls)],
+            "{history:#?}"
+        );
+    }
+    // The session continues: the next input runs on a paired history.
+    let (output, frames) =
+        run_async(&setup, &["--json", "--session", "crashy", "!text again"]).await;
+    assert!(output.status.success(), "{frames:#?}");
+    let store = homeagent_agent::store::Store::open(&setup.dir.join("homeagent.db")).unwrap();
+    let history = store.history("crashy").unwrap();
+    homeagent_core::check_pairing(&history).unwrap();
+    assert_eq!(history.len(), 3);
+}
