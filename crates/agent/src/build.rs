@@ -229,9 +229,17 @@ pub fn build(
 }
 
 /// Credits every tool not yet attributed to `source`.
-fn attribute(registry: &Registry, sources: &mut BTreeMap<String, &'static str>, source: &'static str) {
+fn attribute(
+    registry: &Registry,
+    sources: &mut BTreeMap<String, &'static str>,
+    source: &'static str,
+) {
     use homeagent_core::ToolSource;
-    let names: BTreeSet<String> = registry.definitions().iter().map(|d| d.name.clone()).collect();
+    let names: BTreeSet<String> = registry
+        .definitions()
+        .iter()
+        .map(|d| d.name.clone())
+        .collect();
     for name in names {
         sources.entry(name).or_insert(source);
     }

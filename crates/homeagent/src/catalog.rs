@@ -68,7 +68,11 @@ pub fn print_tools(
         .definitions()
         .into_iter()
         .map(|def| {
-            let source = agent.tool_sources.get(&def.name).copied().unwrap_or("unknown");
+            let source = agent
+                .tool_sources
+                .get(&def.name)
+                .copied()
+                .unwrap_or("unknown");
             (def, source)
         })
         .collect();

@@ -188,7 +188,10 @@ fn config_example_and_check_work_and_a_typo_is_named() {
     assert!(check.status.success(), "{check:?}");
     let text = stdout(&check);
     assert!(text.contains("config OK"), "{text}");
-    assert!(text.contains("demo (demo, model demo, in-process)"), "{text}");
+    assert!(
+        text.contains("demo (demo, model demo, in-process)"),
+        "{text}"
+    );
 
     let dir = std::env::temp_dir().join(format!("homeagent-cli-typo-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
@@ -204,7 +207,10 @@ fn config_example_and_check_work_and_a_typo_is_named() {
         .unwrap();
     assert!(!bad.status.success());
     let err = String::from_utf8(bad.stderr).unwrap();
-    assert!(err.contains("paralell") && err.contains("parallel") && err.contains("require_approval"), "{err}");
+    assert!(
+        err.contains("paralell") && err.contains("parallel") && err.contains("require_approval"),
+        "{err}"
+    );
     assert_eq!(err.lines().count(), 1, "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
