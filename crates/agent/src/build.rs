@@ -66,6 +66,8 @@ pub enum BuildError {
     Files(#[from] FilesSetupError),
     #[error("cannot set up cmd_run: {0}")]
     CmdRun(String),
+    #[error("cannot set up an output channel: {0}")]
+    Channel(String),
     #[error("`{key}` names the tool `{name}`, which does not exist; known tools: {known}")]
     UnknownTool {
         key: &'static str,
@@ -157,6 +159,11 @@ pub fn build(
             env: cmd.env.clone(),
             ..CmdRunPolicy::default()
         };
+        // A policy that cannot be honoured as written (a shell in the
+        // allowlist, a bad variable name) fails the start, loudly.
+        policy
+            .validate()
+            .map_err(|e| BuildError::CmdRun(e.to_string()))?;
         register_cmd_run(&registry, policy).map_err(|e| BuildError::CmdRun(e.to_string()))?;
     }
     register_files_tools(&registry, FilesPolicy::new(loaded.files_root()))?;
@@ -164,7 +171,7 @@ pub fn build(
     let channels = ChannelRegistry::new();
     channels
         .add(Arc::clone(&options.console))
-        .map_err(|e| BuildError::CmdRun(e.to_string()))?;
+        .map_err(|e| BuildError::Channel(e.to_string()))?;
     register_output_channels(&registry, &channels)?;
     attribute(&registry, &mut tool_sources, "output");
 

@@ -7,9 +7,11 @@
 //!    execution-order section, the history fitted to the context budget,
 //!    the tools this agent may see; the pairing check runs on it;
 //! 3. streams the model's reply through the assembler, forwarding text;
-//! 4. runs the calls as one batch through the kernel's executor over the
-//!    gated tool source, forwarding each call's start and end, and commits
-//!    the assistant message with every result in one transaction;
+//! 4. commits the assistant message with its calls, runs them as one batch
+//!    through the kernel's executor over the gated tool source (forwarding
+//!    each call's start and end), and commits every result in one
+//!    transaction — so a crash mid-batch leaves calls the next load answers
+//!    `cancelled`, never calls that silently vanish;
 //! 5. asks again, until a reply has no calls or `max_tool_turns` batches
 //!    ran (then the reply says so).
 //!
@@ -256,13 +258,26 @@ impl Runtime {
                 extras,
                 cancel: control.stop.clone(),
             };
+            // The calls are committed before they run: if the process dies
+            // mid-batch, the store knows they were started (and answers
+            // them `cancelled` on the next load) instead of forgetting
+            // tools that may have had effects.
+            let assistant = Message::Assistant(turn.message());
+            self.store
+                .append_messages(&input.session, std::slice::from_ref(&assistant))
+                .map_err(store_error)?;
+            history.push(assistant);
             let result = executor.run(&turn, &batch).await;
-            let messages = result.messages();
+            let results: Vec<Message> = result
+                .tool_messages
+                .into_iter()
+                .map(Message::Tool)
+                .collect();
             // Committed even when stopped: every call has its outcome.
             self.store
-                .append_messages(&input.session, &messages)
+                .append_messages(&input.session, &results)
                 .map_err(store_error)?;
-            history.extend(messages);
+            history.extend(results);
         }
     }
 

@@ -101,7 +101,15 @@ pub async fn run(args: ChatArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode
     loop {
         write!(out, "> ")?;
         out.flush()?;
-        let Some(line) = lines.recv().await else {
+        let line = tokio::select! {
+            line = lines.recv() => line,
+            _ = tokio::signal::ctrl_c() => {
+                // Ctrl-C belongs to turns; at the prompt it only explains.
+                writeln!(out, "\n(nothing is running; /quit or Ctrl-D leaves)")?;
+                continue;
+            }
+        };
+        let Some(line) = line else {
             return Ok(ExitCode::SUCCESS);
         };
         let input = line.trim();

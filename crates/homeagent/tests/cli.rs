@@ -212,5 +212,19 @@ fn config_example_and_check_work_and_a_typo_is_named() {
         "{err}"
     );
     assert_eq!(err.lines().count(), 1, "{err}");
+
+    // A shell in the cmd_run allowlist is refused at start, not ignored.
+    std::fs::write(&config, "[tools.cmd_run]\nallowlist = [\"ls\", \"bash\"]\n").unwrap();
+    let bad = Command::new(env!("CARGO_BIN_EXE_homeagent"))
+        .arg("--config")
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(&dir)
+        .args(["config", "check"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    let err = String::from_utf8(bad.stderr).unwrap();
+    assert!(err.contains("bash") && err.contains("cmd_run"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

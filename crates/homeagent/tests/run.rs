@@ -347,8 +347,8 @@ async fn a_kill_9_mid_turn_loses_no_committed_message_and_the_session_stays_pair
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Wait until both calls have started (their batch is committed only
-    // when it ends, so the calls are in flight, not in the store).
+    // Wait until both calls have started: the assistant message with the
+    // calls is committed, their results are not.
     let stdout = child.stdout.take().unwrap();
     let started = tokio::task::spawn_blocking(move || {
         use std::io::BufRead;
@@ -370,22 +370,45 @@ async fn a_kill_9_mid_turn_loses_no_committed_message_and_the_session_stays_pair
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
 
-    // The user message was committed before the model was asked.
+    // Committed: the user message and the assistant message with both
+    // calls; their results never came.
     {
         let store = homeagent_agent::store::Store::open(&setup.dir.join("homeagent.db")).unwrap();
         let history = store.history("crashy").unwrap();
-        assert_eq!(
-            history,
-            [homeagent_core::Message::user(calls)],
-            "{history:#?}"
-        );
+        assert_eq!(history.len(), 2, "{history:#?}");
+        assert_eq!(history[0], homeagent_core::Message::user(calls));
+        let homeagent_core::Message::Assistant(assistant) = &history[1] else {
+            panic!("not an assistant message: {history:#?}");
+        };
+        let names: Vec<&str> = assistant
+            .tool_calls
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect();
+        assert_eq!(names, ["demo_sleep", "demo_sleep"]);
     }
-    // The session continues: the next input runs on a paired history.
+    // The session continues: loading it answers both calls `cancelled`, and
+    // the next input runs on a paired history.
     let (output, frames) =
         run_async(&setup, &["--json", "--session", "crashy", "!text again"]).await;
     assert!(output.status.success(), "{frames:#?}");
     let store = homeagent_agent::store::Store::open(&setup.dir.join("homeagent.db")).unwrap();
     let history = store.history("crashy").unwrap();
     homeagent_core::check_pairing(&history).unwrap();
-    assert_eq!(history.len(), 3);
+    let results: Vec<&homeagent_core::ToolMessage> = history
+        .iter()
+        .filter_map(|m| match m {
+            homeagent_core::Message::Tool(t) => Some(t),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results.len(), 2);
+    assert!(
+        results
+            .iter()
+            .all(|t| !t.success && t.content.contains("cancelled")),
+        "{results:#?}"
+    );
+    // user, assistant + 2 cancelled results, user, assistant.
+    assert_eq!(history.len(), 6, "{history:#?}");
 }

@@ -1,0 +1,175 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a test failure
+
+//! The context budget: whole turns dropped oldest first, a call never sent
+//! without its result, the newest turn always kept, the model told; the
+//! store keeps everything.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use homeagent_agent::context::{approx_tokens, fit_history};
+use homeagent_agent::store::Store;
+use homeagent_agent::{
+    AgentSettings, DemoModel, Frame, FrameSink, Runtime, TurnControl, TurnInput,
+};
+use homeagent_core::{
+    AssistantMessage, Message, Registry, StreamEvent, ToolCall, ToolMessage, check_pairing,
+};
+use homeagent_llm::{
+    ChatRequest, FallbackOptions, LocalModel, ProviderError, SourceConfig, SourceProtocol,
+    SourceSetup, Sources,
+};
+use homeagent_tools::{Approval, Gate, GatedSource, register_demo_tools};
+use serde_json::json;
+
+fn exchange(n: usize) -> Vec<Message> {
+    vec![
+        Message::user(format!("question {n} {}", "x".repeat(200))),
+        Message::Assistant(AssistantMessage {
+            content: String::new(),
+            reasoning: Vec::new(),
+            tool_calls: vec![ToolCall {
+                id: format!("call_{n}"),
+                name: "demo_echo".into(),
+                arguments: json!({"n": n}),
+                raw_arguments: format!("{{\"n\":{n}}}"),
+            }],
+        }),
+        Message::Tool(ToolMessage {
+            tool_call_id: format!("call_{n}"),
+            name: "demo_echo".into(),
+            content: format!("{{\"n\":{n}}}"),
+            success: true,
+        }),
+        Message::Assistant(AssistantMessage {
+            content: format!("answer {n}"),
+            ..AssistantMessage::default()
+        }),
+    ]
+}
+
+#[test]
+fn the_oldest_whole_turns_go_first_and_the_newest_always_stays() {
+    let history: Vec<Message> = (0..10).flat_map(exchange).collect();
+    let turn_cost: usize = exchange(5).iter().map(approx_tokens).sum();
+    // Room for three turns and a half: three are kept.
+    let fitted = fit_history(&history, turn_cost * 7 / 2 + 100, 100);
+    assert_eq!(fitted.elided, 7 * 4);
+    assert_eq!(fitted.messages, history[28..]);
+    check_pairing(&fitted.messages).unwrap();
+    // Everything fits: nothing elided.
+    let all = fit_history(&history, usize::MAX / 2, 0);
+    assert_eq!(all.elided, 0);
+    assert_eq!(all.messages.len(), 40);
+    // Nothing fits: the newest turn is still sent, whole.
+    let tiny = fit_history(&history, 1, 0);
+    assert_eq!(tiny.messages, history[36..]);
+}
+
+/// Records every request it is sent; answers with text.
+#[derive(Default)]
+struct Recorder {
+    requests: Mutex<Vec<ChatRequest>>,
+}
+
+impl LocalModel for Recorder {
+    fn respond(&self, request: &ChatRequest) -> Result<Vec<StreamEvent>, ProviderError> {
+        self.requests.lock().unwrap().push(request.clone());
+        Ok(vec![StreamEvent::TextDelta {
+            text: format!("reply {}", "y".repeat(300)),
+        }])
+    }
+}
+
+fn temp_dir() -> PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "homeagent-context-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::SeqCst)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[tokio::test]
+async fn a_session_longer_than_the_budget_still_sends_valid_requests() {
+    let _ = DemoModel::default();
+    let dir = temp_dir();
+    let recorder = Arc::new(Recorder::default());
+    let setup = SourceSetup {
+        adapter_dir: None,
+        local_model: Some(Arc::clone(&recorder) as Arc<dyn LocalModel>),
+    };
+    let sources = Sources::build(
+        vec![SourceConfig::new("rec", SourceProtocol::Demo)],
+        &|_: &str| None,
+        FallbackOptions::default(),
+        &setup,
+    )
+    .unwrap();
+    let registry = Arc::new(Registry::new());
+    register_demo_tools(&registry).unwrap();
+    let tools = Arc::new(GatedSource::new(
+        registry as _,
+        Arc::new(Gate::new([])),
+        Approval::Refused,
+    ));
+    let store = Arc::new(Store::open(&dir.join("homeagent.db")).unwrap());
+    // A long history with calls and results already in the store.
+    store.ensure_session("long", "main").unwrap();
+    let old: Vec<Message> = (0..40).flat_map(exchange).collect();
+    store.append_messages("long", &old).unwrap();
+    let runtime = Runtime::new(
+        Arc::new(sources),
+        tools,
+        Arc::clone(&store),
+        AgentSettings {
+            context_tokens: 2_000,
+            ..AgentSettings::default()
+        },
+    );
+    let sink: FrameSink = Arc::new(|_| {});
+    let input = TurnInput {
+        session: "long".into(),
+        agent: "main".into(),
+        text: "the newest question".into(),
+    };
+    let frame = runtime.run(&input, &TurnControl::default(), &sink).await;
+    assert!(matches!(frame, Frame::Response { .. }), "{frame:?}");
+    let requests = recorder.requests.lock().unwrap();
+    let request = &requests[0];
+    check_pairing(&request.messages).unwrap();
+    // System prompt first, telling the model history was left out.
+    let Message::System { content } = &request.messages[0] else {
+        panic!("no system prompt");
+    };
+    assert!(content.contains("were left out"), "{content}");
+    // The newest input is last; far fewer than the 161 messages are sent,
+    // and what is sent is the newest end of the history, in order.
+    assert_eq!(
+        request.messages.last(),
+        Some(&Message::user("the newest question"))
+    );
+    let sent = request.messages.len() - 1;
+    // Whole old turns (4 messages each) plus the new input, within budget.
+    assert!(sent < 161, "{sent}");
+    assert_eq!((sent - 1) % 4, 0, "{sent}");
+    let cost: usize = request.messages[1..].iter().map(approx_tokens).sum();
+    assert!(cost <= 2_000, "{cost}");
+    // And not needlessly little (the system prompt and the tool list take
+    // their share of the budget too).
+    assert!(cost > 1_000, "{cost}");
+    let full = store.history("long").unwrap();
+    assert_eq!(full.len(), 162);
+    assert_eq!(
+        request.messages[1..],
+        full[full.len() - 1 - sent..full.len() - 1]
+    );
+    // A sent history never starts inside a turn.
+    assert!(matches!(request.messages[1], Message::User { .. }));
+    drop(requests);
+    std::fs::remove_dir_all(dir).unwrap();
+}
