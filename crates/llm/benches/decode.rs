@@ -7,14 +7,25 @@
 //! and Ollama whole calls). Streaming wires carry each call's argument text in
 //! pieces of 4–16 bytes, interleaved across calls as parallel calls arrive.
 //!
+//! A second group puts the Lua adapter path beside the native one, per
+//! chunk: the bundled `openai.lua` and `anthropic.lua` decode the OpenAI and
+//! Anthropic bodies through [`LuaCodec`] with the fallback to the native
+//! decoder switched off, so every fragment comes from the Lua code. The
+//! throughput there counts chunks (SSE frames), so criterion's time per
+//! iteration divided by the chunk count is the cost per chunk.
+//!
 //! Run: `cargo bench -p homeagent-llm --bench decode`
+//! (quicker, noisier: `... --bench decode -- --measurement-time 3 --warm-up-time 1`)
 
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use homeagent_core::StreamAssembler;
-use homeagent_llm::codec::decode_stream_body;
-use homeagent_llm::{Protocol, codec_for};
+use std::sync::Arc;
+
+use homeagent_llm::codec::{Framing, decode_stream_body};
+use homeagent_llm::framing::FrameReader;
+use homeagent_llm::{LuaAdapter, LuaCodec, Protocol, WireCodec, codec_for};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
@@ -161,17 +172,78 @@ fn ollama_body() -> String {
 }
 
 fn decode_and_assemble(protocol: Protocol, body: &[u8]) -> homeagent_core::AssembledTurn {
-    let codec = codec_for(protocol);
+    decode_and_assemble_with(codec_for(protocol).as_ref(), body)
+}
+
+fn decode_and_assemble_with(codec: &dyn WireCodec, body: &[u8]) -> homeagent_core::AssembledTurn {
     let mut asm = StreamAssembler::new();
-    match decode_stream_body(codec.as_ref(), body) {
+    match decode_stream_body(codec, body) {
         Ok(events) => {
             for event in events {
                 asm.push(event);
             }
         }
-        Err(e) => panic!("{protocol:?} body did not decode: {e}"),
+        Err(e) => panic!("{:?} body did not decode: {e}", codec.protocol()),
     }
     asm.finish()
+}
+
+/// Every call must come out whole, with exactly the encoded arguments.
+fn check_turn(label: &str, turn: &homeagent_core::AssembledTurn) {
+    assert_eq!(turn.calls.len(), CALLS, "{label}");
+    for (i, call) in turn.calls.iter().enumerate() {
+        assert!(call.argument_error.is_none(), "{label} call {i}");
+        assert_eq!(call.call.arguments, arguments(i), "{label} call {i}");
+    }
+}
+
+/// How many SSE frames (chunks) a body holds.
+fn sse_chunks(body: &str) -> u64 {
+    let mut frames = Vec::new();
+    let mut reader = FrameReader::new(Framing::Sse);
+    reader.feed(body.as_bytes(), &mut frames);
+    reader.finish(&mut frames);
+    frames.len() as u64
+}
+
+/// A bundled adapter as a codec that never falls back to the native decoder.
+fn strict_lua(name: &str) -> LuaCodec {
+    let adapter = match LuaAdapter::bundled(name) {
+        Some(Ok(adapter)) => adapter,
+        Some(Err(e)) => panic!("bundled {name}.lua does not load: {e}"),
+        None => panic!("no bundled adapter {name}"),
+    };
+    LuaCodec::new(Arc::new(adapter)).with_fallback(false)
+}
+
+/// Native and Lua decoding (plus assembly) of the same SSE bodies, per chunk.
+fn bench_lua_per_chunk(c: &mut Criterion) {
+    let mut rng = SmallRng::seed_from_u64(SEED);
+    let bodies = [
+        ("openai", Protocol::Openai, openai_body(&mut rng)),
+        ("anthropic", Protocol::Anthropic, anthropic_body(&mut rng)),
+    ];
+    let mut group = c.benchmark_group("per_chunk_native_vs_lua");
+    // The Lua path takes tens of milliseconds per body: fewer samples keep
+    // the run short, at the price of a wider interval.
+    group.sample_size(10);
+    for (name, protocol, body) in &bodies {
+        let chunks = sse_chunks(body);
+        let lua = strict_lua(name);
+        check_turn(
+            &format!("{name}.lua"),
+            &decode_and_assemble_with(&lua, body.as_bytes()),
+        );
+        eprintln!("{name}: {chunks} chunks, {} body bytes", body.len());
+        group.throughput(Throughput::Elements(chunks));
+        group.bench_function(format!("{name}/native"), |b| {
+            b.iter(|| decode_and_assemble(*protocol, black_box(body.as_bytes())));
+        });
+        group.bench_function(format!("{name}/lua"), |b| {
+            b.iter(|| decode_and_assemble_with(&lua, black_box(body.as_bytes())));
+        });
+    }
+    group.finish();
 }
 
 fn bench_decode(c: &mut Criterion) {
@@ -185,12 +257,10 @@ fn bench_decode(c: &mut Criterion) {
     let mut group = c.benchmark_group("decode_assemble_64_calls");
     for (protocol, body) in &bodies {
         // Measure the real thing only: every call must come out whole.
-        let turn = decode_and_assemble(*protocol, body.as_bytes());
-        assert_eq!(turn.calls.len(), CALLS, "{protocol:?}");
-        for (i, call) in turn.calls.iter().enumerate() {
-            assert!(call.argument_error.is_none(), "{protocol:?} call {i}");
-            assert_eq!(call.call.arguments, arguments(i), "{protocol:?} call {i}");
-        }
+        check_turn(
+            protocol.as_str(),
+            &decode_and_assemble(*protocol, body.as_bytes()),
+        );
         eprintln!("{protocol:?}: {} body bytes", body.len());
         group.throughput(Throughput::Bytes(body.len() as u64));
         group.bench_function(protocol.as_str(), |b| {
@@ -200,7 +270,7 @@ fn bench_decode(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_decode);
+criterion_group!(benches, bench_decode, bench_lua_per_chunk);
 criterion_main!(benches);
 
 // Measure with the allocator the `homeagent` binary ships with.

@@ -146,8 +146,8 @@ data: {"candidates": [{"content": {"parts": [{"functionCall": {"name": "set_ligh
 #[test]
 fn calls_across_chunks_get_distinct_stream_indexes() {
     let (events, _) = decode(CALLS_ACROSS_CHUNKS).unwrap();
-    // Gemini sends `args` as an object, not text: the codec serializes it
-    // (serde_json sorts the keys).
+    // Gemini sends `args` as an object, not text: the codec passes the
+    // wire's own text of that object through (key order and spacing kept).
     assert_eq!(
         fragments(&events),
         vec![
@@ -155,19 +155,19 @@ fn calls_across_chunks_get_distinct_stream_indexes() {
                 stream_index: Some(0),
                 id: None,
                 name: Some("set_light".into()),
-                raw_arguments: r#"{"on":false,"room":"kitchen"}"#.into(),
+                raw_arguments: r#"{"room": "kitchen","on": false}"#.into(),
             },
             ToolCallFragment {
                 stream_index: Some(1),
                 id: None,
                 name: Some("set_light".into()),
-                raw_arguments: r#"{"on":false,"room":"hall"}"#.into(),
+                raw_arguments: r#"{"room": "hall","on": false}"#.into(),
             },
             ToolCallFragment {
                 stream_index: Some(2),
                 id: None,
                 name: Some("set_light".into()),
-                raw_arguments: r#"{"on":false,"room":"bedroom"}"#.into(),
+                raw_arguments: r#"{"room": "bedroom","on": false}"#.into(),
             },
         ]
     );
@@ -391,7 +391,25 @@ const CALLS_WHOLE: &str = r#"{
 fn streamed_and_whole_forms_assemble_to_the_same_turn() {
     let streamed = assemble(decode(CALLS_ACROSS_CHUNKS).unwrap().0);
     let whole = assemble(GeminiCodec.decode_response(CALLS_WHOLE.as_bytes()).unwrap());
-    assert_eq!(whole.message(), streamed.message());
+    // The same calls; each form keeps its own wire text as raw arguments.
+    let calls = |turn: &homeagent_core::AssembledTurn| {
+        turn.calls
+            .iter()
+            .map(|c| {
+                (
+                    c.call.id.clone(),
+                    c.call.name.clone(),
+                    c.call.arguments.clone(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(calls(&whole), calls(&streamed));
+    assert_eq!(whole.text, streamed.text);
+    assert_eq!(
+        whole.calls[1].call.raw_arguments,
+        r#"{"room": "hall", "on": false}"#
+    );
     assert_eq!(whole.usage, streamed.usage);
     assert_eq!(whole.finish_reason, streamed.finish_reason);
     assert_eq!(whole.calls.len(), 3);

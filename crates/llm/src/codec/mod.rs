@@ -188,6 +188,59 @@ pub(crate) fn frame_json(frame: &Frame, skipped: &mut u64) -> Option<Value> {
     }
 }
 
+/// A frame's payload read as the typed, borrowing shape `T` of that wire's
+/// frames: the fast path of every decoder.
+///
+/// Building a `serde_json::Value` tree per frame (a map and a string
+/// allocation per field, envelope fields included) cost more than the rest
+/// of decoding and assembling together. A typed frame skips the fields it
+/// does not need without allocating, and borrows what it can.
+///
+/// `None` when the payload does not fit `T` exactly: not JSON, or a field of
+/// an unexpected type, or a duplicate field. The decoder then reads the frame
+/// through its `Value` path, which owns every lenient rule (a wrong type is
+/// treated as absent, a non-JSON frame is counted as skipped, and so on), so
+/// the typed shapes must be strict: whatever they accept must mean exactly
+/// what the `Value` path would make of it.
+pub(crate) fn typed_frame<'a, T: Deserialize<'a>>(data: &'a str) -> Option<T> {
+    serde_json::from_str(data).ok()
+}
+
+/// For `#[serde(default, deserialize_with = "present")]`: a field that is
+/// there, even as `null`, is `Some`. (Plain `Option` reads `null` as absent,
+/// which is wrong where the `Value` path treats a `null` member as present.)
+pub(crate) fn present<'de, D, T>(deserializer: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    T::deserialize(deserializer).map(Some)
+}
+
+/// A whole-call argument value as `raw_arguments` text, without a parse and
+/// re-serialise round trip: an object (or any non-string value) is the
+/// wire's own JSON text, key order and spacing included (the assembler
+/// parses it, so only its meaning matters); a JSON string is the text it
+/// holds (servers that send the arguments already serialised).
+pub(crate) fn raw_argument_text(raw: &serde_json::value::RawValue) -> String {
+    let text = raw.get();
+    if text.starts_with('"') {
+        // A RawValue is valid JSON, so this cannot fail; if it somehow did,
+        // the raw text is still the argument as the wire sent it.
+        serde_json::from_str::<String>(text).unwrap_or_else(|_| text.to_owned())
+    } else {
+        text.to_owned()
+    }
+}
+
+/// Whether a raw JSON value is an object with no members (`{}`, `{ }`).
+pub(crate) fn is_empty_object(raw: &serde_json::value::RawValue) -> bool {
+    raw.get()
+        .strip_prefix('{')
+        .and_then(|rest| rest.strip_suffix('}'))
+        .is_some_and(|inside| inside.trim().is_empty())
+}
+
 /// The native codec for a protocol.
 pub fn codec_for(protocol: Protocol) -> Box<dyn WireCodec> {
     match protocol {

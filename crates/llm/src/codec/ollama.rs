@@ -49,10 +49,12 @@ use serde_json::{Map, Value, json};
 
 use super::{
     Endpoint, Flow, Frame, Framing, Protocol, StreamDecoder, WireCodec, WireRequest, frame_json,
-    temperature_json,
+    raw_argument_text, temperature_json, typed_frame,
 };
 use crate::error::CodecError;
 use crate::request::ChatRequest;
+
+mod wire;
 
 const PROTOCOL: &str = "ollama";
 
@@ -134,14 +136,21 @@ impl WireCodec for OllamaCodec {
 
     fn decode_response(&self, body: &[u8]) -> Result<Vec<StreamEvent>, CodecError> {
         // A whole response is the same object as a stream's lines, so it goes
-        // through the same decoder: streamed and whole turns cannot differ.
+        // through the same decoder (typed path first, as for a line):
+        // streamed and whole turns cannot differ.
+        let mut decoder = OllamaDecoder::new();
+        let mut out = Vec::new();
+        if let Ok(line) = serde_json::from_slice::<wire::Line>(body)
+            && line.error.is_none()
+        {
+            decoder.decode_typed(line, &mut out);
+            return Ok(out);
+        }
         let value: Value =
             serde_json::from_slice(body).map_err(|err| CodecError::MalformedResponse {
                 protocol: PROTOCOL,
                 detail: format!("the response body is not JSON: {err}"),
             })?;
-        let mut decoder = OllamaDecoder::new();
-        let mut out = Vec::new();
         decoder.decode_value(&value, &mut out)?;
         Ok(out)
     }
@@ -272,6 +281,29 @@ impl OllamaDecoder {
         self.suspected_textual_calls
     }
 
+    /// The fast path: a line that fits [`wire::Line`]. Same events, in the
+    /// same order, as [`OllamaDecoder::decode_value`] gives for it, except
+    /// that an object of arguments is the wire's own text rather than a
+    /// re-serialised copy (same JSON, possibly other key order and spacing).
+    fn decode_typed(&mut self, line: wire::Line, out: &mut Vec<StreamEvent>) -> Flow {
+        if let Some(message) = line.message {
+            self.message_text(message.thinking, message.content, out);
+            for call in message.tool_calls.into_iter().flatten() {
+                let (name, arguments) = match call.function {
+                    Some(function) => (function.name, function.arguments),
+                    None => (None, None),
+                };
+                let raw_arguments = arguments.map(raw_argument_text).unwrap_or_default();
+                self.push_call(call.id, name, raw_arguments, out);
+            }
+        }
+        if line.done != Some(true) {
+            return Flow::Continue;
+        }
+        let counts = (line.prompt_eval_count, line.eval_count);
+        self.finish(line.done_reason.as_deref(), counts, out)
+    }
+
     fn decode_value(
         &mut self,
         value: &Value,
@@ -289,16 +321,25 @@ impl OllamaDecoder {
         if value.get("done").and_then(Value::as_bool) != Some(true) {
             return Ok(Flow::Continue);
         }
-        let reason = value
-            .get("done_reason")
-            .and_then(Value::as_str)
+        let reason = value.get("done_reason").and_then(Value::as_str);
+        let count = |key: &str| value.get(key).and_then(Value::as_u64);
+        let counts = (count("prompt_eval_count"), count("eval_count"));
+        Ok(self.finish(reason, counts, out))
+    }
+
+    /// The `done: true` line: finish reason, usage, and the end-of-turn check.
+    fn finish(
+        &mut self,
+        reason: Option<&str>,
+        (prompt, completion): (Option<u64>, Option<u64>),
+        out: &mut Vec<StreamEvent>,
+    ) -> Flow {
+        let reason = reason
             .filter(|r| !r.is_empty())
             .unwrap_or(DEFAULT_DONE_REASON);
         out.push(StreamEvent::Finish {
             reason: reason.to_owned(),
         });
-        let count = |key: &str| value.get(key).and_then(Value::as_u64);
-        let (prompt, completion) = (count("prompt_eval_count"), count("eval_count"));
         if prompt.is_some() || completion.is_some() {
             let (prompt_tokens, completion_tokens) = (prompt.unwrap_or(0), completion.unwrap_or(0));
             out.push(StreamEvent::Usage(Usage {
@@ -308,34 +349,12 @@ impl OllamaDecoder {
             }));
         }
         self.check_textual_call();
-        Ok(Flow::Done)
+        Flow::Done
     }
 
     fn decode_message(&mut self, message: &Value, out: &mut Vec<StreamEvent>) {
-        let text_of = |key: &str| {
-            message
-                .get(key)
-                .and_then(Value::as_str)
-                .filter(|s| !s.is_empty())
-        };
-        if let Some(thinking) = text_of("thinking") {
-            out.push(StreamEvent::ReasoningDelta {
-                text: thinking.to_owned(),
-            });
-        }
-        if let Some(content) = text_of("content") {
-            if !self.text_overflowed {
-                if self.text.len() + content.len() > TEXTUAL_CALL_SCAN_LIMIT {
-                    self.text_overflowed = true;
-                    self.text = String::new();
-                } else {
-                    self.text.push_str(content);
-                }
-            }
-            out.push(StreamEvent::TextDelta {
-                text: content.to_owned(),
-            });
-        }
+        let text_of = |key: &str| message.get(key).and_then(Value::as_str).map(str::to_owned);
+        self.message_text(text_of("thinking"), text_of("content"), out);
         let Some(calls) = message.get("tool_calls").and_then(Value::as_array) else {
             return;
         };
@@ -346,20 +365,51 @@ impl OllamaDecoder {
                 None | Some(Value::Null) => String::new(),
                 Some(other) => other.to_string(),
             };
-            let string = |v: Option<&Value>| {
-                v.and_then(Value::as_str)
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_owned)
-            };
-            out.push(StreamEvent::ToolCall(ToolCallFragment {
-                stream_index: Some(self.next_index),
-                id: string(call.get("id")),
-                name: string(function.get("name")),
-                raw_arguments,
-            }));
-            self.next_index = self.next_index.saturating_add(1);
-            self.saw_calls = true;
+            let string = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
+            let (id, name) = (string(call.get("id")), string(function.get("name")));
+            self.push_call(id, name, raw_arguments, out);
         }
+    }
+
+    /// A message's reasoning, then its text (kept for the end-of-turn check).
+    fn message_text(
+        &mut self,
+        thinking: Option<String>,
+        content: Option<String>,
+        out: &mut Vec<StreamEvent>,
+    ) {
+        if let Some(text) = thinking.filter(|s| !s.is_empty()) {
+            out.push(StreamEvent::ReasoningDelta { text });
+        }
+        if let Some(content) = content.filter(|s| !s.is_empty()) {
+            if !self.text_overflowed {
+                if self.text.len() + content.len() > TEXTUAL_CALL_SCAN_LIMIT {
+                    self.text_overflowed = true;
+                    self.text = String::new();
+                } else {
+                    self.text.push_str(&content);
+                }
+            }
+            out.push(StreamEvent::TextDelta { text: content });
+        }
+    }
+
+    /// One whole call, at the next position of the turn.
+    fn push_call(
+        &mut self,
+        id: Option<String>,
+        name: Option<String>,
+        raw_arguments: String,
+        out: &mut Vec<StreamEvent>,
+    ) {
+        out.push(StreamEvent::ToolCall(ToolCallFragment {
+            stream_index: Some(self.next_index),
+            id: id.filter(|s| !s.is_empty()),
+            name: name.filter(|s| !s.is_empty()),
+            raw_arguments,
+        }));
+        self.next_index = self.next_index.saturating_add(1);
+        self.saw_calls = true;
     }
 
     fn check_textual_call(&mut self) {
@@ -378,6 +428,12 @@ impl OllamaDecoder {
 
 impl StreamDecoder for OllamaDecoder {
     fn decode(&mut self, frame: &Frame, out: &mut Vec<StreamEvent>) -> Result<Flow, CodecError> {
+        if let Some(line) = typed_frame::<wire::Line>(frame.data.trim())
+            && line.error.is_none()
+        {
+            return Ok(self.decode_typed(line, out));
+        }
+        // An error line, a member of an odd type, or not JSON at all.
         match frame_json(frame, &mut self.skipped) {
             Some(value) => self.decode_value(&value, out),
             None => Ok(Flow::Continue),
@@ -417,3 +473,7 @@ pub fn looks_like_textual_tool_call(text: &str) -> bool {
         Err(_) => false,
     }
 }
+
+#[cfg(test)]
+#[path = "ollama/parity_tests.rs"]
+mod parity_tests;

@@ -7,8 +7,8 @@
 use homeagent_core::{StreamEvent, ToolCallFragment, Usage};
 use serde_json::{Value, json};
 
-use super::PROTOCOL;
-use crate::codec::{Flow, Frame, StreamDecoder, frame_json};
+use super::{PROTOCOL, wire};
+use crate::codec::{Flow, Frame, StreamDecoder, frame_json, is_empty_object, typed_frame};
 use crate::error::CodecError;
 
 /// A `tool_use` block that has started and not yet stopped.
@@ -32,6 +32,28 @@ pub(crate) struct Decoder {
 
 impl StreamDecoder for Decoder {
     fn decode(&mut self, frame: &Frame, out: &mut Vec<StreamEvent>) -> Result<Flow, CodecError> {
+        if let Some(event) = typed_frame::<wire::Event>(frame.data.trim()) {
+            let kind = event.kind.or(frame.event.as_deref()).unwrap_or("");
+            // An error event is rare: the `Value` path words it.
+            if kind != "error" {
+                return Ok(self.decode_typed(kind, event, out));
+            }
+        }
+        self.decode_value(frame, out)
+    }
+
+    fn skipped_frames(&self) -> u64 {
+        self.skipped
+    }
+}
+
+impl Decoder {
+    /// The `Value` path: error events, and every lenient rule.
+    fn decode_value(
+        &mut self,
+        frame: &Frame,
+        out: &mut Vec<StreamEvent>,
+    ) -> Result<Flow, CodecError> {
         let Some(event) = frame_json(frame, &mut self.skipped) else {
             return Ok(Flow::Continue);
         };
@@ -79,12 +101,124 @@ impl StreamDecoder for Decoder {
         Ok(Flow::Continue)
     }
 
-    fn skipped_frames(&self) -> u64 {
-        self.skipped
+    /// The fast path: an event that fits [`wire::Event`]. Same events, in
+    /// the same order, as the `Value` path gives for it.
+    fn decode_typed(&mut self, kind: &str, event: wire::Event, out: &mut Vec<StreamEvent>) -> Flow {
+        let index = event.block_index();
+        match kind {
+            "message_start" => {
+                if let Some(usage) = event.message.and_then(|m| m.usage).and_then(|u| u.usage()) {
+                    out.push(StreamEvent::Usage(usage));
+                }
+            }
+            "content_block_start" => {
+                if let Some(block) = event.content_block {
+                    self.typed_block_start(index, block, out);
+                }
+            }
+            "content_block_delta" => {
+                if let Some(delta) = event.delta {
+                    self.typed_block_delta(index, delta, out);
+                }
+            }
+            "content_block_stop" => self.block_stop(index, out),
+            "message_delta" => {
+                if let Some(reason) = event.delta.and_then(|d| d.stop_reason) {
+                    out.push(StreamEvent::Finish { reason });
+                }
+                if let Some(usage) = event.usage.and_then(|u| u.usage()) {
+                    out.push(StreamEvent::Usage(usage));
+                }
+            }
+            "message_stop" => return Flow::Done,
+            _ => {}
+        }
+        Flow::Continue
     }
-}
 
-impl Decoder {
+    fn typed_block_start(
+        &mut self,
+        index: Option<u32>,
+        block: wire::Block,
+        out: &mut Vec<StreamEvent>,
+    ) {
+        match block.kind {
+            Some("text") => push_text_owned(block.text, out),
+            Some("thinking") => {
+                push_reasoning_owned(block.thinking, out);
+                push_signature_str(block.signature.as_deref(), out);
+            }
+            Some("redacted_thinking") => push_redacted_str(block.data.as_deref(), out),
+            Some("tool_use") => {
+                // Rare (see `block_start`): only a non-empty object is kept,
+                // as a `Value`, so it is written out exactly as before.
+                let start_input = block
+                    .input
+                    .filter(|raw| raw.get().starts_with('{') && !is_empty_object(raw))
+                    .and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok());
+                self.open_tool(index, block.id, block.name, start_input, out);
+            }
+            _ => {}
+        }
+    }
+
+    fn typed_block_delta(
+        &mut self,
+        index: Option<u32>,
+        delta: wire::Delta,
+        out: &mut Vec<StreamEvent>,
+    ) {
+        match delta.kind {
+            Some("text_delta") => push_text_owned(delta.text, out),
+            Some("thinking_delta") => push_reasoning_owned(delta.thinking, out),
+            Some("signature_delta") => push_signature_str(delta.signature.as_deref(), out),
+            Some("input_json_delta") => {
+                self.input_piece(index, delta.partial_json.unwrap_or_default(), out);
+            }
+            _ => {}
+        }
+    }
+
+    /// A `tool_use` block starts: its opening fragment, and its record.
+    fn open_tool(
+        &mut self,
+        index: Option<u32>,
+        id: Option<String>,
+        name: Option<String>,
+        start_input: Option<Value>,
+        out: &mut Vec<StreamEvent>,
+    ) {
+        out.push(StreamEvent::ToolCall(ToolCallFragment {
+            stream_index: index,
+            id: id.filter(|s| !s.is_empty()),
+            name: name.filter(|s| !s.is_empty()),
+            raw_arguments: String::new(),
+        }));
+        if let Some(index) = index {
+            self.open_tools.push(OpenToolBlock {
+                index,
+                saw_arguments: false,
+                start_input,
+            });
+        }
+    }
+
+    /// One `input_json_delta` piece of a `tool_use` block's arguments.
+    fn input_piece(&mut self, index: Option<u32>, piece: String, out: &mut Vec<StreamEvent>) {
+        if piece.is_empty() {
+            return;
+        }
+        if let Some(open) = self.open_tools.iter_mut().find(|b| Some(b.index) == index) {
+            open.saw_arguments = true;
+        }
+        out.push(StreamEvent::ToolCall(ToolCallFragment {
+            stream_index: index,
+            id: None,
+            name: None,
+            raw_arguments: piece,
+        }));
+    }
+
     fn block_start(&mut self, index: Option<u32>, block: &Value, out: &mut Vec<StreamEvent>) {
         match block.get("type").and_then(Value::as_str) {
             Some("text") => push_text(block.get("text"), out),
@@ -101,19 +235,9 @@ impl Decoder {
                     .get("input")
                     .filter(|v| v.as_object().is_some_and(|m| !m.is_empty()))
                     .cloned();
-                out.push(StreamEvent::ToolCall(ToolCallFragment {
-                    stream_index: index,
-                    id: string_field(block, "id"),
-                    name: string_field(block, "name"),
-                    raw_arguments: String::new(),
-                }));
-                if let Some(index) = index {
-                    self.open_tools.push(OpenToolBlock {
-                        index,
-                        saw_arguments: false,
-                        start_input,
-                    });
-                }
+                let id = string_field(block, "id");
+                let name = string_field(block, "name");
+                self.open_tool(index, id, name, start_input, out);
             }
             _ => {}
         }
@@ -129,18 +253,7 @@ impl Decoder {
                     .get("partial_json")
                     .and_then(Value::as_str)
                     .unwrap_or("");
-                if piece.is_empty() {
-                    return;
-                }
-                if let Some(open) = self.open_tools.iter_mut().find(|b| Some(b.index) == index) {
-                    open.saw_arguments = true;
-                }
-                out.push(StreamEvent::ToolCall(ToolCallFragment {
-                    stream_index: index,
-                    id: None,
-                    name: None,
-                    raw_arguments: piece.to_owned(),
-                }));
+                self.input_piece(index, piece.to_owned(), out);
             }
             _ => {}
         }
@@ -244,23 +357,31 @@ fn string_field(value: &Value, key: &str) -> Option<String> {
 }
 
 fn push_text(text: Option<&Value>, out: &mut Vec<StreamEvent>) {
-    if let Some(text) = text.and_then(Value::as_str).filter(|t| !t.is_empty()) {
-        out.push(StreamEvent::TextDelta {
-            text: text.to_owned(),
-        });
+    push_text_owned(text.and_then(Value::as_str).map(str::to_owned), out);
+}
+
+fn push_text_owned(text: Option<String>, out: &mut Vec<StreamEvent>) {
+    if let Some(text) = text.filter(|t| !t.is_empty()) {
+        out.push(StreamEvent::TextDelta { text });
     }
 }
 
 fn push_reasoning(text: Option<&Value>, out: &mut Vec<StreamEvent>) {
-    if let Some(text) = text.and_then(Value::as_str).filter(|t| !t.is_empty()) {
-        out.push(StreamEvent::ReasoningDelta {
-            text: text.to_owned(),
-        });
+    push_reasoning_owned(text.and_then(Value::as_str).map(str::to_owned), out);
+}
+
+fn push_reasoning_owned(text: Option<String>, out: &mut Vec<StreamEvent>) {
+    if let Some(text) = text.filter(|t| !t.is_empty()) {
+        out.push(StreamEvent::ReasoningDelta { text });
     }
 }
 
 fn push_signature(signature: Option<&Value>, out: &mut Vec<StreamEvent>) {
-    if let Some(signature) = signature.and_then(Value::as_str).filter(|s| !s.is_empty()) {
+    push_signature_str(signature.and_then(Value::as_str), out);
+}
+
+fn push_signature_str(signature: Option<&str>, out: &mut Vec<StreamEvent>) {
+    if let Some(signature) = signature.filter(|s| !s.is_empty()) {
         out.push(StreamEvent::ReasoningMetadata {
             metadata: json!({PROTOCOL: {"signature": signature}}),
         });
@@ -268,7 +389,11 @@ fn push_signature(signature: Option<&Value>, out: &mut Vec<StreamEvent>) {
 }
 
 fn push_redacted(block: &Value, out: &mut Vec<StreamEvent>) {
-    if let Some(data) = block.get("data").and_then(Value::as_str) {
+    push_redacted_str(block.get("data").and_then(Value::as_str), out);
+}
+
+fn push_redacted_str(data: Option<&str>, out: &mut Vec<StreamEvent>) {
+    if let Some(data) = data {
         out.push(StreamEvent::ReasoningMetadata {
             metadata: json!({PROTOCOL: {"redacted_data": data}}),
         });
@@ -309,3 +434,7 @@ fn reported(event: &Value) -> CodecError {
         message,
     }
 }
+
+#[cfg(test)]
+#[path = "parity_tests.rs"]
+mod parity_tests;

@@ -15,6 +15,7 @@
 
 mod decode;
 mod request;
+mod wire;
 
 use homeagent_core::StreamEvent;
 use serde_json::Value;

@@ -5,8 +5,8 @@
 use homeagent_core::{StreamEvent, ToolCallFragment, Usage};
 use serde_json::Value;
 
-use super::{PROTOCOL, SignatureTarget, signature_metadata};
-use crate::codec::{Flow, Frame, StreamDecoder, frame_json};
+use super::{PROTOCOL, SignatureTarget, signature_metadata, wire};
+use crate::codec::{Flow, Frame, StreamDecoder, frame_json, is_empty_object, typed_frame};
 use crate::error::CodecError;
 
 /// Decodes one streamed (or whole) response.
@@ -25,6 +25,12 @@ pub(crate) struct Decoder {
 
 impl StreamDecoder for Decoder {
     fn decode(&mut self, frame: &Frame, out: &mut Vec<StreamEvent>) -> Result<Flow, CodecError> {
+        if let Some(response) = typed_frame::<wire::Response>(frame.data.trim())
+            && response.error.is_none()
+        {
+            self.typed_chunk(response, out)?;
+            return Ok(Flow::Continue);
+        }
         let Some(chunk) = frame_json(frame, &mut self.skipped) else {
             return Ok(Flow::Continue);
         };
@@ -39,6 +45,53 @@ impl StreamDecoder for Decoder {
 }
 
 impl Decoder {
+    /// The fast path: a response that fits [`wire::Response`]. Same events,
+    /// in the same order, as [`Decoder::chunk`] gives for it, except that a
+    /// call's arguments are the wire's own text rather than a re-serialised
+    /// copy (same JSON, possibly other key order and spacing).
+    fn typed_chunk(
+        &mut self,
+        response: wire::Response,
+        out: &mut Vec<StreamEvent>,
+    ) -> Result<(), CodecError> {
+        if let Some(reason) = response.prompt_feedback.and_then(|f| f.block_reason) {
+            return Err(blocked(&reason));
+        }
+        let candidate = response.candidates.and_then(|c| c.into_iter().next());
+        let (parts, finish_reason) = match candidate {
+            Some(c) => (c.content.and_then(|c| c.parts), c.finish_reason),
+            None => (None, None),
+        };
+        for part in parts.into_iter().flatten() {
+            let signature = part.thought_signature.as_deref().filter(|s| !s.is_empty());
+            match part.function_call {
+                Some(call) => {
+                    // Any JSON value, as sent: `args` is an object by
+                    // contract, and whatever else came is for the assembler
+                    // to reject (a string is not unwrapped into arguments).
+                    let args = call
+                        .args
+                        .filter(|raw| !is_empty_object(raw))
+                        .map(|raw| raw.get().to_owned())
+                        .unwrap_or_default();
+                    self.call_part(call.name, call.id, args, signature, out);
+                }
+                None => {
+                    let thought = part.thought == Some(true);
+                    self.text_part(part.text, thought, signature, out);
+                }
+            }
+        }
+        if let Some(reason) = finish_reason {
+            self.close_awaiting(out);
+            out.push(StreamEvent::Finish { reason });
+        }
+        if let Some(usage) = response.usage_metadata.and_then(|u| u.usage()) {
+            out.push(StreamEvent::Usage(usage));
+        }
+        Ok(())
+    }
+
     /// The events of one `GenerateContentResponse` (or a JSON array of them,
     /// the shape of the stream endpoint without `alt=sse`).
     fn chunk(&mut self, chunk: &Value, out: &mut Vec<StreamEvent>) -> Result<(), CodecError> {
@@ -55,10 +108,7 @@ impl Decoder {
             .pointer("/promptFeedback/blockReason")
             .and_then(Value::as_str)
         {
-            return Err(CodecError::ProviderReported {
-                protocol: PROTOCOL,
-                message: format!("the prompt was blocked: {reason}"),
-            });
+            return Err(blocked(reason));
         }
         // HomeAgent never asks for several candidates.
         let candidate = chunk.pointer("/candidates/0");
@@ -91,21 +141,51 @@ impl Decoder {
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty());
         if let Some(call) = part.get("functionCall") {
-            let position = self.function_call(call, out);
-            if let Some(signature) = signature {
-                let target = SignatureTarget::FunctionCall(position as usize);
-                out.push(StreamEvent::ReasoningMetadata {
-                    metadata: signature_metadata(signature, target),
-                });
-            }
+            let name = string_field(call, "name");
+            let id = string_field(call, "id");
+            let args = call
+                .get("args")
+                .filter(|a| !a.is_null() && a.as_object().is_none_or(|m| !m.is_empty()));
+            let raw_arguments = args.map(Value::to_string).unwrap_or_default();
+            self.call_part(name, id, raw_arguments, signature, out);
             return;
         }
+        let text = part.get("text").and_then(Value::as_str).map(str::to_owned);
+        let thought = part.get("thought").and_then(Value::as_bool) == Some(true);
+        self.text_part(text, thought, signature, out);
+    }
+
+    /// A `functionCall` part, then its thought signature.
+    fn call_part(
+        &mut self,
+        name: Option<String>,
+        id: Option<String>,
+        raw_arguments: String,
+        signature: Option<&str>,
+        out: &mut Vec<StreamEvent>,
+    ) {
+        let name = name.filter(|s| !s.is_empty());
+        let id = id.filter(|s| !s.is_empty());
+        let position = self.function_call(name, id, raw_arguments, out);
+        if let Some(signature) = signature {
+            let target = SignatureTarget::FunctionCall(position as usize);
+            out.push(StreamEvent::ReasoningMetadata {
+                metadata: signature_metadata(signature, target),
+            });
+        }
+    }
+
+    /// A text (or thought) part, then its thought signature.
+    fn text_part(
+        &mut self,
+        text: Option<String>,
+        thought: bool,
+        signature: Option<&str>,
+        out: &mut Vec<StreamEvent>,
+    ) {
         self.close_awaiting(out);
-        if let Some(text) = part.get("text").and_then(Value::as_str)
-            && !text.is_empty()
-        {
-            let text = text.to_owned();
-            if part.get("thought").and_then(Value::as_bool) == Some(true) {
+        if let Some(text) = text.filter(|t| !t.is_empty()) {
+            if thought {
                 out.push(StreamEvent::ReasoningDelta { text });
             } else {
                 out.push(StreamEvent::TextDelta { text });
@@ -119,14 +199,13 @@ impl Decoder {
     }
 
     /// Emits one `functionCall` part; returns the call's position.
-    fn function_call(&mut self, call: &Value, out: &mut Vec<StreamEvent>) -> u32 {
-        let name = string_field(call, "name");
-        let id = string_field(call, "id");
-        let args = call
-            .get("args")
-            .filter(|a| !a.is_null() && a.as_object().is_none_or(|m| !m.is_empty()));
-        let raw_arguments = args.map(Value::to_string).unwrap_or_default();
-
+    fn function_call(
+        &mut self,
+        name: Option<String>,
+        id: Option<String>,
+        raw_arguments: String,
+        out: &mut Vec<StreamEvent>,
+    ) -> u32 {
         // A nameless part continues the latest call: same position, so the
         // assembler joins it to that call instead of dropping it as a
         // nameless phantom.
@@ -164,13 +243,22 @@ impl Decoder {
 
 /// The events of a whole `generateContent` response.
 pub(super) fn decode_response(body: &[u8]) -> Result<Vec<StreamEvent>, CodecError> {
+    let mut decoder = Decoder::default();
+    let mut out = Vec::new();
+    // The typed path first, as for a streamed chunk: streamed and whole
+    // turns must come out the same, arguments' text included.
+    if let Ok(response) = serde_json::from_slice::<wire::Response>(body)
+        && response.error.is_none()
+    {
+        decoder.typed_chunk(response, &mut out)?;
+        decoder.close_awaiting(&mut out);
+        return Ok(out);
+    }
     let response: Value =
         serde_json::from_slice(body).map_err(|e| CodecError::MalformedResponse {
             protocol: PROTOCOL,
             detail: format!("the body is not JSON: {e}"),
         })?;
-    let mut decoder = Decoder::default();
-    let mut out = Vec::new();
     decoder.chunk(&response, &mut out)?;
     // The response is complete: a call still waiting has no arguments.
     decoder.close_awaiting(&mut out);
@@ -209,6 +297,13 @@ fn usage_of(usage: &Value) -> Option<Usage> {
     (usage != Usage::default()).then_some(usage)
 }
 
+fn blocked(reason: &str) -> CodecError {
+    CodecError::ProviderReported {
+        protocol: PROTOCOL,
+        message: format!("the prompt was blocked: {reason}"),
+    }
+}
+
 /// `{"code": 429, "message": "...", "status": "RESOURCE_EXHAUSTED"}`.
 fn reported(error: &Value) -> CodecError {
     let message = error
@@ -225,3 +320,7 @@ fn reported(error: &Value) -> CodecError {
         message,
     }
 }
+
+#[cfg(test)]
+#[path = "parity_tests.rs"]
+mod parity_tests;

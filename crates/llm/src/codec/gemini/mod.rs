@@ -37,6 +37,7 @@
 mod decode;
 mod request;
 mod schema;
+mod wire;
 
 use homeagent_core::StreamEvent;
 use serde_json::{Value, json};

@@ -34,8 +34,8 @@
 use homeagent_core::{StreamEvent, ToolCallFragment, Usage};
 use serde_json::{Map, Value};
 
-use super::{PROTOCOL, provider_message};
-use crate::codec::{Flow, Frame, StreamDecoder};
+use super::{PROTOCOL, provider_message, wire};
+use crate::codec::{Flow, Frame, StreamDecoder, typed_frame};
 use crate::error::CodecError;
 
 /// Decodes the SSE frames of one streamed response.
@@ -51,6 +51,31 @@ impl StreamDecoder for ChunkDecoder {
         if data == "[DONE]" {
             return Ok(Flow::Done);
         }
+        if frame.event.as_deref() != Some("error")
+            && let Some(chunk) = typed_frame::<wire::Chunk>(data)
+            && chunk.error.is_none()
+        {
+            self.decode_typed(chunk, out);
+            return Ok(Flow::Continue);
+        }
+        // Anything unusual: an error, content parts, arguments as an object,
+        // a field of an odd type, or not JSON at all.
+        self.decode_value(frame, data, out)
+    }
+
+    fn skipped_frames(&self) -> u64 {
+        self.skipped
+    }
+}
+
+impl ChunkDecoder {
+    /// The `Value` path: every lenient rule lives here.
+    fn decode_value(
+        &mut self,
+        frame: &Frame,
+        data: &str,
+        out: &mut Vec<StreamEvent>,
+    ) -> Result<Flow, CodecError> {
         let chunk = match serde_json::from_str::<Value>(data) {
             Ok(Value::Object(chunk)) => chunk,
             Ok(_) | Err(_) => {
@@ -73,15 +98,7 @@ impl StreamDecoder for ChunkDecoder {
                     push_content(delta, out);
                     if let Some(Value::Array(calls)) = delta.get("tool_calls") {
                         for call in calls {
-                            let fragment = fragment(call, None);
-                            if self.calls.admit(&fragment) {
-                                out.push(StreamEvent::ToolCall(fragment));
-                            } else {
-                                tracing::debug!(
-                                    stream_index = fragment.stream_index,
-                                    "dropping an exact repeat of a tool call's opening fragment"
-                                );
-                            }
+                            self.admit(fragment(call, None), out);
                         }
                     }
                 }
@@ -92,8 +109,38 @@ impl StreamDecoder for ChunkDecoder {
         Ok(Flow::Continue)
     }
 
-    fn skipped_frames(&self) -> u64 {
-        self.skipped
+    /// The fast path: a chunk that fits [`wire::Chunk`]. Same events, in the
+    /// same order, as the `Value` path gives for it.
+    fn decode_typed(&mut self, chunk: wire::Chunk, out: &mut Vec<StreamEvent>) {
+        for choice in chunk.choices.into_iter().flatten() {
+            if !choice.is_first() {
+                continue;
+            }
+            if let Some(mut delta) = choice.delta {
+                delta.push_content(out);
+                for call in delta.tool_calls.into_iter().flatten() {
+                    self.admit(call.into_fragment(), out);
+                }
+            }
+            if let Some(reason) = choice.finish_reason {
+                out.push(StreamEvent::Finish { reason });
+            }
+        }
+        if let Some(usage) = chunk.usage {
+            out.push(StreamEvent::Usage(usage.into()));
+        }
+    }
+
+    /// Passes a fragment on unless it repeats the opening one.
+    fn admit(&mut self, fragment: ToolCallFragment, out: &mut Vec<StreamEvent>) {
+        if self.calls.admit(&fragment) {
+            out.push(StreamEvent::ToolCall(fragment));
+        } else {
+            tracing::debug!(
+                stream_index = fragment.stream_index,
+                "dropping an exact repeat of a tool call's opening fragment"
+            );
+        }
     }
 }
 
@@ -293,3 +340,7 @@ fn malformed(detail: String) -> CodecError {
         detail,
     }
 }
+
+#[cfg(test)]
+#[path = "parity_tests.rs"]
+mod parity_tests;

@@ -25,6 +25,7 @@ use crate::request::ChatRequest;
 
 mod decode;
 mod request;
+mod wire;
 
 pub(crate) const PROTOCOL: &str = "openai";
 
