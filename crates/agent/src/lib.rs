@@ -23,4 +23,6 @@ pub use build::{Agent, BuildError, BuildOptions, DEMO_NOTICE, build};
 pub use demo_model::DemoModel;
 pub use frames::{Frame, SkipReason, UsageFrame};
 pub use runtime::{AgentSettings, FrameSink, Runtime, TurnControl, TurnInput};
-pub use scheduler::{Frames, Scheduler, SchedulerCounters, SchedulerOptions, Submission};
+pub use scheduler::{
+    FrameObserver, Frames, Scheduler, SchedulerCounters, SchedulerOptions, Submission,
+};

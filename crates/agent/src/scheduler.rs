@@ -79,7 +79,32 @@ pub struct SchedulerCounters {
 
 struct Pending {
     input: TurnInput,
-    frames: mpsc::UnboundedSender<Frame>,
+    frames: Reply,
+}
+
+/// Where one input's frames go: its own channel, and every observer.
+#[derive(Clone)]
+struct Reply {
+    session: String,
+    tx: mpsc::UnboundedSender<Frame>,
+    inner: Arc<Inner>,
+}
+
+impl Reply {
+    fn send(&self, frame: Frame) {
+        let observers = self
+            .inner
+            .observers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        for observer in &observers {
+            observer(&self.session, &frame);
+        }
+        // The submitter may have gone away (a closed HTTP client): the
+        // input still runs to its end and its frames still reach observers.
+        let _ = self.tx.send(frame);
+    }
 }
 
 #[derive(Default)]
@@ -100,8 +125,13 @@ struct Counts {
     cancelled: AtomicU64,
 }
 
+/// Sees every frame of every input (session id, frame), terminal frames
+/// included: the server's event stream and dashboard hang off this.
+pub type FrameObserver = Arc<dyn Fn(&str, &Frame) + Send + Sync>;
+
 struct Inner {
     runtime: Arc<Runtime>,
+    observers: Mutex<Vec<FrameObserver>>,
     options: SchedulerOptions,
     sessions: Mutex<HashMap<String, SessionQueue>>,
     permits: Arc<Semaphore>,
@@ -128,6 +158,7 @@ impl Scheduler {
         Scheduler {
             inner: Arc::new(Inner {
                 runtime,
+                observers: Mutex::new(Vec::new()),
                 options,
                 sessions: Mutex::new(HashMap::new()),
                 permits,
@@ -140,15 +171,30 @@ impl Scheduler {
         &self.inner.runtime
     }
 
+    /// Adds an observer of every frame from now on (in the order each
+    /// input produces them; inputs of different sessions interleave).
+    pub fn observe(&self, observer: FrameObserver) {
+        self.inner
+            .observers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(observer);
+    }
+
     /// Queues an input; its frames arrive on the returned channel, ending
     /// with exactly one terminal frame. Must be called within a Tokio
     /// runtime (the session's worker is a task).
     pub fn submit(&self, submission: Submission) -> Frames {
         let (tx, rx) = mpsc::unbounded_channel();
+        let tx = Reply {
+            session: submission.session.clone(),
+            tx,
+            inner: Arc::clone(&self.inner),
+        };
         let counts = &self.inner.counts;
         if submission.text.trim().is_empty() {
             counts.rejected.fetch_add(1, Ordering::SeqCst);
-            let _ = tx.send(Frame::Skipped {
+            tx.send(Frame::Skipped {
                 reason: SkipReason::EmptyInput,
             });
             return rx;
@@ -170,7 +216,7 @@ impl Scheduler {
                 .any(|(text, _)| *text == submission.text)
             {
                 counts.rejected.fetch_add(1, Ordering::SeqCst);
-                let _ = tx.send(Frame::Skipped {
+                tx.send(Frame::Skipped {
                     reason: SkipReason::Duplicate,
                 });
                 return rx;
@@ -179,7 +225,7 @@ impl Scheduler {
         }
         if entry.queue.len() >= self.inner.options.queue_capacity {
             counts.rejected.fetch_add(1, Ordering::SeqCst);
-            let _ = tx.send(Frame::Skipped {
+            tx.send(Frame::Skipped {
                 reason: SkipReason::QueueFull,
             });
             return rx;
@@ -229,7 +275,7 @@ impl Scheduler {
             cancelled += 1;
         }
         for pending in entry.queue.drain(..) {
-            let _ = pending.frames.send(Frame::Skipped {
+            pending.frames.send(Frame::Skipped {
                 reason: SkipReason::Stopped,
             });
             cancelled += 1;
@@ -301,9 +347,7 @@ async fn work(inner: Arc<Inner>, session: String) {
             }
         };
         let frames = pending.frames.clone();
-        let sink: FrameSink = Arc::new(move |frame| {
-            let _ = frames.send(frame);
-        });
+        let sink: FrameSink = Arc::new(move |frame| frames.send(frame));
         let terminal = inner.runtime.run(&pending.input, &control, &sink).await;
         {
             let mut sessions = lock(&inner.sessions);
@@ -312,7 +356,7 @@ async fn work(inner: Arc<Inner>, session: String) {
             }
         }
         inner.counts.executed.fetch_add(1, Ordering::SeqCst);
-        let _ = pending.frames.send(terminal);
+        pending.frames.send(terminal);
         drop(permit);
     }
 }

@@ -306,3 +306,29 @@ async fn past_max_tool_turns_the_reply_says_so() {
     }
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn observers_see_every_frame_of_every_input_in_order() {
+    let (runtime, dir) = runtime(demo_sources(), AgentSettings::default());
+    let scheduler = Scheduler::new(runtime, SchedulerOptions::default());
+    let seen: Arc<std::sync::Mutex<Vec<(String, Frame)>>> = Arc::default();
+    let log = Arc::clone(&seen);
+    scheduler.observe(Arc::new(move |session: &str, frame: &Frame| {
+        log.lock()
+            .unwrap()
+            .push((session.to_owned(), frame.clone()));
+    }));
+    let a = drain(scheduler.submit(submission("a", "!batch2"))).await;
+    let b = drain(scheduler.submit(submission("b", ""))).await;
+    let seen = seen.lock().unwrap();
+    let of = |session: &str| -> Vec<Frame> {
+        seen.iter()
+            .filter(|(s, _)| s == session)
+            .map(|(_, f)| f.clone())
+            .collect()
+    };
+    assert_eq!(of("a"), a);
+    assert_eq!(of("b"), b);
+    drop(seen);
+    std::fs::remove_dir_all(dir).unwrap();
+}
