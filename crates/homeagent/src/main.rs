@@ -24,6 +24,15 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    // Logs go to stderr only when RUST_LOG asks for them (stdout carries
+    // replies and `--json` frames). Nothing logged ever holds a key.
+    if let Ok(filter) = tracing_subscriber::EnvFilter::try_from_default_env() {
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(std::io::stderr)
+            .with_ansi(false)
+            .init();
+    }
     match run(cli).await {
         Ok(code) => code,
         Err(error) => {

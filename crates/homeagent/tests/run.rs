@@ -306,6 +306,11 @@ async fn secrets_reach_no_output_no_store_and_no_child_environment() {
         .output()
         .unwrap();
     assert!(output.status.success(), "{output:?}");
+    // RUST_LOG=trace really produced log lines to search.
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("store opened"),
+        "{output:?}"
+    );
     let stdout = String::from_utf8(output.stdout.clone()).unwrap();
     // The child really ran and printed its environment (into the store).
     let store = homeagent_agent::store::Store::open(&setup.dir.join("homeagent.db")).unwrap();
