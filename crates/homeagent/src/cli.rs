@@ -55,6 +55,19 @@ pub enum Command {
     /// Check the config or print a complete, commented example.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Serve the agent over HTTP: an OpenAI-compatible endpoint (model
+    /// `homeagent`), the sessions API, a live event stream, status, and a
+    /// dashboard at `/`. Stops on Ctrl-C or SIGTERM.
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on [default: server.listen from the config,
+    /// 127.0.0.1:8080]. A non-loopback address needs an API key
+    /// (server.api_key or HOMEAGENT_API_KEY).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]

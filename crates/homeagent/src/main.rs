@@ -9,6 +9,7 @@ mod config_cmd;
 mod demo;
 mod mock_llm;
 mod run;
+mod serve;
 mod setup;
 mod view;
 
@@ -50,6 +51,12 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
     match cli.command {
         Command::Run(args) => return run::run(args, &global).await,
         Command::Chat(args) => return chat::run(args, &global).await,
+        Command::Serve(args) => {
+            let loaded = setup::load(&global)?;
+            let agent = setup::agent(&loaded, homeagent_agent::BuildOptions::default())?;
+            serve::run(agent, &loaded, args.listen).await?;
+            return Ok(std::process::ExitCode::SUCCESS);
+        }
         _ => {}
     }
     let mut out = std::io::stdout().lock();
@@ -65,7 +72,7 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Adapter(cli::AdapterCommand::Check(args)) => adapter::check(&args, &mut out),
         Command::Config(cli::ConfigCommand::Check) => config_cmd::check(&global, &mut out),
         Command::Config(cli::ConfigCommand::Example) => config_cmd::example(&mut out),
-        Command::Run(_) | Command::Chat(_) => Ok(()),
+        Command::Run(_) | Command::Chat(_) | Command::Serve(_) => Ok(()),
     }
     .map(|()| std::process::ExitCode::SUCCESS)
 }

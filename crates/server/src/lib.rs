@@ -1,0 +1,173 @@
+//! HomeAgent's HTTP server: the agent made reachable by other programs
+//! (an OpenAI-compatible endpoint, a sessions API, an event stream, status)
+//! and watchable by a person (the dashboard at `/`).
+//!
+//! # Routes
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET /` | the dashboard (one HTML page from the binary; no key needed to load it) |
+//! | `POST /v1/chat/completions` | OpenAI chat completions as model `homeagent` ([`openai`]) |
+//! | `GET /v1/models` | the one model |
+//! | `GET /api/v1/sessions` | stored sessions |
+//! | `POST /api/v1/sessions/{id}/messages` | `{text, agent?, interrupt?}` → SSE of frames |
+//! | `POST /api/v1/sessions/{id}/stop` | stop the running input and the queue |
+//! | `GET`/`DELETE /api/v1/sessions/{id}` | history with calls, results and tool events / delete |
+//! | `GET /api/v1/events` | SSE of every frame, numbered, with `Last-Event-ID` replay ([`events`]) |
+//! | `GET /api/v1/status` | scheduler counters, sources' health, tool counts, uptime |
+//! | `GET /api/v1/tools` | every tool and its scheduling declarations |
+//!
+//! # Security
+//!
+//! With an API key every route but `/` needs `Authorization: Bearer <key>`
+//! (the event stream also takes `?token=` or the `homeagent_token` cookie,
+//! because browsers' `EventSource` cannot send headers). [`bind`] refuses a
+//! non-loopback address without a key. Bodies are capped
+//! ([`ServerOptions::body_limit`]) and each client address may run a
+//! bounded number of turns at once.
+//!
+//! # Shutdown
+//!
+//! [`serve`] runs until its shutdown future completes, then stops accepting,
+//! ends event streams, gives running turns [`ServerOptions::shutdown_grace`]
+//! to finish, stops the ones still running (their outcomes are committed,
+//! so the stored history stays paired) and returns.
+
+pub mod error;
+pub mod events;
+mod http;
+pub mod openai;
+mod sessions;
+pub mod state;
+mod status;
+mod turn;
+
+use std::future::{Future, IntoFuture};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use tokio::net::TcpListener;
+
+pub use error::{ApiError, ServeError};
+pub use events::{EventHub, Read, Subscriber};
+pub use http::TOKEN_COOKIE;
+pub use state::{ServerOptions, ServerState};
+
+/// The dashboard page, compiled into the binary.
+pub const DASHBOARD_HTML: &str = include_str!("dashboard.html");
+
+/// The default listen address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+
+/// How long, after the grace period, shutdown waits for stopped turns and
+/// open connections before returning anyway.
+const SHUTDOWN_LINGER: Duration = Duration::from_secs(5);
+
+/// Every route, with the key check and the body limit.
+pub fn router(state: ServerState) -> Router {
+    let limit = state.options().body_limit;
+    Router::new()
+        .route("/", get(dashboard))
+        .route("/v1/models", get(openai::models))
+        .route("/v1/chat/completions", post(openai::completions))
+        .route("/api/v1/sessions", get(sessions::list))
+        .route(
+            "/api/v1/sessions/{id}",
+            get(sessions::get).delete(sessions::delete),
+        )
+        .route("/api/v1/sessions/{id}/messages", post(sessions::send))
+        .route("/api/v1/sessions/{id}/stop", post(sessions::stop))
+        .route("/api/v1/events", get(events::stream))
+        .route("/api/v1/status", get(status::status))
+        .route("/api/v1/tools", get(status::tools))
+        .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            http::require_key,
+        ))
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}
+
+async fn dashboard() -> Html<&'static str> {
+    Html(DASHBOARD_HTML)
+}
+
+async fn not_found(uri: axum::http::Uri) -> Response {
+    ApiError::not_found(format!(
+        "no route {}; see GET /api/v1/status, /api/v1/sessions, /v1/chat/completions",
+        uri.path()
+    ))
+    .into_response()
+}
+
+/// Resolves `listen` and binds it, refusing an address other machines can
+/// reach when there is no API key.
+pub async fn bind(listen: &str, api_key: Option<&str>) -> Result<TcpListener, ServeError> {
+    let addrs: Vec<SocketAddr> = tokio::net::lookup_host(listen)
+        .await
+        .map_err(|e| ServeError::BadAddress {
+            addr: listen.to_owned(),
+            detail: e.to_string(),
+        })?
+        .collect();
+    let Some(first) = addrs.first().copied() else {
+        return Err(ServeError::BadAddress {
+            addr: listen.to_owned(),
+            detail: "it resolves to no address".to_owned(),
+        });
+    };
+    if api_key.is_none_or(str::is_empty) && !addrs.iter().all(|a| a.ip().is_loopback()) {
+        return Err(ServeError::NonLoopbackWithoutKey {
+            addr: listen.to_owned(),
+        });
+    }
+    TcpListener::bind(first)
+        .await
+        .map_err(|source| ServeError::Bind {
+            addr: listen.to_owned(),
+            source,
+        })
+}
+
+/// Serves until `shutdown` completes, then shuts down gracefully (see the
+/// module docs). Returns once every connection is closed or the linger
+/// after the grace period ran out.
+pub async fn serve(
+    listener: TcpListener,
+    state: ServerState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServeError> {
+    let token = state.shutdown_token().clone();
+    let app = router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
+    let stopping = token.clone();
+    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+        shutdown.await;
+        tracing::info!("shutting down: no new connections");
+        stopping.cancel();
+    });
+    let drain = async {
+        token.cancelled().await;
+        let grace = state.options().shutdown_grace;
+        let deadline = tokio::time::Instant::now() + grace;
+        while !state.sessions_running().is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        for session in state.sessions_running() {
+            tracing::info!(%session, "shutdown grace over: stopping its turn");
+            state.scheduler().stop(&session);
+        }
+        tokio::time::sleep(SHUTDOWN_LINGER).await;
+    };
+    tokio::select! {
+        result = server.into_future() => result.map_err(ServeError::Io),
+        () = drain => {
+            tracing::warn!("connections still open after the shutdown linger; exiting anyway");
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,295 @@
+//! The OpenAI-compatible endpoint: the agent acts as the model
+//! `homeagent`.
+//!
+//! # Sessions
+//!
+//! Without `X-Session-Id`, a request is stateless as OpenAI's are: it runs
+//! in a fresh session whose stored history is seeded with the request's
+//! earlier messages, and the last (user) message is the input. The
+//! session id comes back in the `X-Session-Id` response header, so a client
+//! can continue it. With `X-Session-Id`, an existing session continues with
+//! the last user message only (the store, not the client, holds the
+//! history, tool calls included); a new id is seeded like a stateless
+//! request.
+//!
+//! # Streaming
+//!
+//! `stream: true` answers `chat.completion.chunk`s: a first chunk with the
+//! role, one per piece of text the model streams (on every model turn of
+//! the input, so text written before a tool batch streams too), a last one
+//! with `finish_reason: "stop"`, a usage chunk when
+//! `stream_options.include_usage`, and `[DONE]`. A turn that fails after
+//! the stream began ends with an `{"error": …}` chunk, which OpenAI clients
+//! raise as an error. A client that disconnects stops its turn.
+
+mod request;
+
+use std::net::SocketAddr;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{ConnectInfo, State};
+use axum::http::{HeaderMap, HeaderValue};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::stream::{self, Stream};
+use homeagent_agent::store::{StoreError, validate_session_id};
+use homeagent_agent::{Frame, UsageFrame};
+use serde_json::{Value, json};
+
+pub use request::{CompletionRequest, IGNORED, MODEL_ID};
+
+use crate::error::ApiError;
+use crate::http::{json_body, json_ok};
+use crate::state::{ServerState, TurnGuard};
+use crate::turn::{self, terminal_error};
+
+/// The header naming the session to continue (and, in answers, the
+/// session a request ran in).
+pub const SESSION_HEADER: &str = "x-session-id";
+
+/// `GET /v1/models`.
+pub async fn models() -> Response {
+    json_ok(&json!({
+        "object": "list",
+        "data": [{"id": MODEL_ID, "object": "model", "created": 0, "owned_by": "homeagent"}],
+    }))
+    .into_response()
+}
+
+/// `POST /v1/chat/completions`.
+pub async fn completions(
+    State(state): State<ServerState>,
+    ConnectInfo(client): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    match completions_inner(&state, client, &headers, body).await {
+        Ok(response) => response,
+        Err(error) => error.into_response(),
+    }
+}
+
+async fn completions_inner(
+    state: &ServerState,
+    client: SocketAddr,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let body: Value = json_body(body)?;
+    let request = request::parse(body)?;
+    let agent = state.options().default_agent.clone();
+    let session = prepare_session(state, headers, &agent, &request)?;
+    let turn::Started { frames, guard } = turn::start(
+        state,
+        client.ip(),
+        &session,
+        &agent,
+        request.input.clone(),
+        false,
+    )?;
+    let completion_id = state.fresh_id("chatcmpl");
+    let created = unix_seconds();
+    let mut response = if request.stream {
+        let chunks = ChunkStream {
+            frames,
+            guard: Some(guard),
+            id: completion_id,
+            created,
+            include_usage: request.include_usage,
+            queue: std::collections::VecDeque::new(),
+            started: false,
+        };
+        Sse::new(chunks.into_stream())
+            .keep_alive(KeepAlive::default())
+            .into_response()
+    } else {
+        whole(frames, guard, &completion_id, created).await?
+    };
+    if let Ok(value) = HeaderValue::from_str(&session) {
+        response.headers_mut().insert(SESSION_HEADER, value);
+    }
+    Ok(response)
+}
+
+/// The session the request runs in, created and seeded when new.
+fn prepare_session(
+    state: &ServerState,
+    headers: &HeaderMap,
+    agent: &str,
+    request: &CompletionRequest,
+) -> Result<String, ApiError> {
+    let store = state.runtime().store();
+    let store_error = |e: StoreError| match e {
+        StoreError::InvalidSessionId { .. } => {
+            ApiError::bad_request("invalid_session_id", format!("{SESSION_HEADER}: {e}"))
+        }
+        StoreError::AgentMismatch { .. } => ApiError::new(
+            axum::http::StatusCode::CONFLICT,
+            "session_conflict",
+            e.to_string(),
+        ),
+        other => ApiError::internal(other.to_string()),
+    };
+    let session = match headers.get(SESSION_HEADER) {
+        Some(value) => {
+            let id = value.to_str().map_err(|_| {
+                ApiError::bad_request(
+                    "invalid_session_id",
+                    format!("{SESSION_HEADER} must be visible ASCII"),
+                )
+            })?;
+            validate_session_id(id).map_err(store_error)?;
+            if store.session(id).map_err(store_error)?.is_some() {
+                return Ok(id.to_owned());
+            }
+            id.to_owned()
+        }
+        None => state.fresh_id("chat"),
+    };
+    store.ensure_session(&session, agent).map_err(store_error)?;
+    if !request.prior.is_empty() {
+        store
+            .append_messages(&session, &request.prior)
+            .map_err(store_error)?;
+    }
+    Ok(session)
+}
+
+/// Waits for the terminal frame and answers one `chat.completion`.
+async fn whole(
+    mut frames: homeagent_agent::Frames,
+    guard: TurnGuard,
+    id: &str,
+    created: u64,
+) -> Result<Response, ApiError> {
+    loop {
+        let Some(frame) = frames.recv().await else {
+            return Err(ApiError::internal("the scheduler ended without answering"));
+        };
+        if !frame.is_terminal() {
+            continue;
+        }
+        guard.finish();
+        if let Some(error) = terminal_error(&frame) {
+            return Err(error);
+        }
+        let Frame::Response { content, usage, .. } = frame else {
+            return Err(ApiError::internal("unexpected terminal frame"));
+        };
+        return Ok(json_ok(&json!({
+            "id": id,
+            "object": "chat.completion",
+            "created": created,
+            "model": MODEL_ID,
+            "choices": [{
+                "index": 0,
+                "message": {"role": "assistant", "content": content, "refusal": null},
+                "logprobs": null,
+                "finish_reason": "stop",
+            }],
+            "usage": usage_json(&usage),
+        }))
+        .into_response());
+    }
+}
+
+fn usage_json(usage: &UsageFrame) -> Value {
+    json!({
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
+    })
+}
+
+fn unix_seconds() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The state of one streamed completion. Dropped mid-turn (the client went
+/// away), its guard stops the turn.
+struct ChunkStream {
+    frames: homeagent_agent::Frames,
+    guard: Option<TurnGuard>,
+    id: String,
+    created: u64,
+    include_usage: bool,
+    queue: std::collections::VecDeque<String>,
+    started: bool,
+}
+
+impl ChunkStream {
+    fn chunk(&self, delta: Value, finish: Option<&str>) -> String {
+        json!({
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": MODEL_ID,
+            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
+        })
+        .to_string()
+    }
+
+    /// Turns one frame into the chunks it stands for.
+    fn push(&mut self, frame: Frame) {
+        if !self.started {
+            self.started = true;
+            let first = self.chunk(json!({"role": "assistant", "content": ""}), None);
+            self.queue.push_back(first);
+        }
+        match frame {
+            Frame::ContentDelta { text } => {
+                let chunk = self.chunk(json!({"content": text}), None);
+                self.queue.push_back(chunk);
+            }
+            Frame::ToolCall(_) => {}
+            terminal => {
+                if let Some(guard) = self.guard.take() {
+                    guard.finish();
+                }
+                if let Some(error) = terminal_error(&terminal) {
+                    self.queue.push_back(error.body().to_string());
+                } else {
+                    let last = self.chunk(json!({}), Some("stop"));
+                    self.queue.push_back(last);
+                    if self.include_usage
+                        && let Frame::Response { usage, .. } = &terminal
+                    {
+                        let usage = json!({
+                            "id": self.id,
+                            "object": "chat.completion.chunk",
+                            "created": self.created,
+                            "model": MODEL_ID,
+                            "choices": [],
+                            "usage": usage_json(usage),
+                        });
+                        self.queue.push_back(usage.to_string());
+                    }
+                }
+                self.queue.push_back("[DONE]".to_owned());
+            }
+        }
+    }
+
+    fn into_stream(self) -> impl Stream<Item = Result<Event, std::convert::Infallible>> + Send {
+        stream::unfold(self, |mut this| async move {
+            loop {
+                if let Some(data) = this.queue.pop_front() {
+                    return Some((Ok(Event::default().data(data)), this));
+                }
+                // The terminal frame was turned into chunks: the end.
+                this.guard.as_ref()?;
+                match this.frames.recv().await {
+                    Some(frame) => this.push(frame),
+                    None => {
+                        let error = ApiError::internal("the scheduler ended without answering");
+                        this.guard = None;
+                        this.queue.push_back(error.body().to_string());
+                    }
+                }
+            }
+        })
+    }
+}

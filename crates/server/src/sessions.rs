@@ -1,0 +1,150 @@
+//! The sessions API: send an input and watch its frames (the same frames
+//! as `homeagent run --json`), stop a session, read or delete its history.
+
+use std::net::SocketAddr;
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{ConnectInfo, Path, State};
+use axum::http::StatusCode;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+
+use futures_util::stream;
+use homeagent_agent::store::{StoreError, validate_session_id};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::error::ApiError;
+use crate::http::{json_body, json_ok};
+use crate::state::ServerState;
+use crate::turn;
+
+/// `POST /api/v1/sessions/{id}/messages` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SendMessage {
+    pub text: String,
+    /// The agent to run as (default: the server's default agent).
+    #[serde(default)]
+    pub agent: Option<String>,
+    /// Cancel the session's model stream in flight and run this next.
+    #[serde(default)]
+    pub interrupt: bool,
+}
+
+fn store_error(e: StoreError) -> ApiError {
+    match e {
+        StoreError::InvalidSessionId { .. } => {
+            ApiError::bad_request("invalid_session_id", e.to_string())
+        }
+        StoreError::SessionNotFound { id } => {
+            ApiError::not_found(format!("session {id} does not exist"))
+        }
+        StoreError::AgentMismatch { .. } => {
+            ApiError::new(StatusCode::CONFLICT, "session_conflict", e.to_string())
+        }
+        other => ApiError::internal(other.to_string()),
+    }
+}
+
+fn checked(id: &str) -> Result<(), ApiError> {
+    validate_session_id(id).map_err(store_error)
+}
+
+/// `POST /api/v1/sessions/{id}/messages`: SSE, one `data:` per frame,
+/// ending with the terminal frame. Disconnecting stops the turn.
+pub async fn send(
+    State(state): State<ServerState>,
+    ConnectInfo(client): ConnectInfo<SocketAddr>,
+    Path(id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    let started = (|| {
+        checked(&id)?;
+        let message: SendMessage = json_body(body)?;
+        let agent = message
+            .agent
+            .unwrap_or_else(|| state.options().default_agent.clone());
+        turn::start(
+            &state,
+            client.ip(),
+            &id,
+            &agent,
+            message.text,
+            message.interrupt,
+        )
+    })();
+    let turn::Started { frames, guard } = match started {
+        Ok(started) => started,
+        Err(error) => return error.into_response(),
+    };
+    let events = stream::unfold(
+        (frames, Some(guard)),
+        |(mut frames, mut guard)| async move {
+            guard.as_ref()?;
+            let frame = frames.recv().await?;
+            if frame.is_terminal()
+                && let Some(guard) = guard.take()
+            {
+                guard.finish();
+            }
+            let data = serde_json::to_string(&frame).unwrap_or_default();
+            let event = Event::default().data(data);
+            Some((Ok::<_, std::convert::Infallible>(event), (frames, guard)))
+        },
+    );
+    Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}
+
+/// `POST /api/v1/sessions/{id}/stop`.
+pub async fn stop(State(state): State<ServerState>, Path(id): Path<String>) -> Response {
+    if let Err(error) = checked(&id) {
+        return error.into_response();
+    }
+    let cancelled = state.scheduler().stop(&id);
+    json_ok(&json!({"session": id, "cancelled": cancelled}))
+}
+
+/// `GET /api/v1/sessions`.
+pub async fn list(State(state): State<ServerState>) -> Response {
+    match state.runtime().store().list_sessions() {
+        Ok(sessions) => json_ok(&json!({"sessions": sessions})),
+        Err(e) => store_error(e).into_response(),
+    }
+}
+
+/// `GET /api/v1/sessions/{id}`: the session, its messages (calls and
+/// results) and its tool events (timing and status of every call).
+pub async fn get(State(state): State<ServerState>, Path(id): Path<String>) -> Response {
+    let result = (|| {
+        checked(&id)?;
+        let store = state.runtime().store();
+        let info = store
+            .session(&id)
+            .map_err(store_error)?
+            .ok_or_else(|| ApiError::not_found(format!("session {id} does not exist")))?;
+        let messages = store.history(&id).map_err(store_error)?;
+        let events = store.tool_events(&id).map_err(store_error)?;
+        Ok::<_, ApiError>(json!({"session": info, "messages": messages, "tool_events": events}))
+    })();
+    match result {
+        Ok(body) => json_ok(&body),
+        Err(error) => error.into_response(),
+    }
+}
+
+/// `DELETE /api/v1/sessions/{id}`: stops it, then deletes its history.
+pub async fn delete(State(state): State<ServerState>, Path(id): Path<String>) -> Response {
+    if let Err(error) = checked(&id) {
+        return error.into_response();
+    }
+    state.scheduler().stop(&id);
+    match state.runtime().store().delete_session(&id) {
+        Ok(true) => StatusCode::NO_CONTENT.into_response(),
+        Ok(false) => ApiError::not_found(format!("session {id} does not exist")).into_response(),
+        Err(e) => store_error(e).into_response(),
+    }
+}

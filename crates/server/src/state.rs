@@ -1,0 +1,244 @@
+//! What every handler shares: the agent's scheduler and runtime, the event
+//! hub, the options, and the bookkeeping of turns the server started (for
+//! per-client limits, client disconnects and graceful shutdown).
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use axum::http::StatusCode;
+use homeagent_agent::{Agent, Runtime, Scheduler};
+use homeagent_core::{CancellationToken, Registry};
+
+use crate::error::ApiError;
+use crate::events::{DEFAULT_RING_CAPACITY, EventHub};
+
+/// The server's knobs.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// The bearer token every API route requires; `None`: no auth (then
+    /// only a loopback address may be used, see [`crate::bind`]).
+    pub api_key: Option<String>,
+    /// Largest request body accepted, in bytes.
+    pub body_limit: usize,
+    /// Events the `/api/v1/events` ring keeps for `Last-Event-ID` replay.
+    pub event_ring: usize,
+    /// Turns one client address may have running at once (429 beyond).
+    pub turns_per_client: usize,
+    /// On shutdown, how long running turns may take before they are
+    /// stopped.
+    pub shutdown_grace: Duration,
+    /// The agent completions and sessions run as unless told otherwise.
+    pub default_agent: String,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            api_key: None,
+            body_limit: 1024 * 1024,
+            event_ring: DEFAULT_RING_CAPACITY,
+            turns_per_client: 32,
+            shutdown_grace: Duration::from_secs(10),
+            default_agent: "main".to_owned(),
+        }
+    }
+}
+
+/// Shared by every handler. Cheap to clone.
+#[derive(Clone)]
+pub struct ServerState {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    scheduler: Scheduler,
+    runtime: Arc<Runtime>,
+    registry: Arc<Registry>,
+    tool_sources: BTreeMap<String, &'static str>,
+    options: ServerOptions,
+    events: EventHub,
+    started: Instant,
+    shutdown: CancellationToken,
+    turns: Mutex<Turns>,
+    next_id: AtomicU64,
+}
+
+#[derive(Default)]
+struct Turns {
+    /// Turns running per session (a session may have queued inputs).
+    sessions: HashMap<String, usize>,
+    per_client: HashMap<IpAddr, usize>,
+}
+
+impl std::fmt::Debug for ServerState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerState")
+            .field("events", &self.inner.events)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ServerState {
+    /// The state over a built agent. Registers the event stream's observer
+    /// on the agent's scheduler: build one state per agent.
+    pub fn new(agent: &Agent, options: ServerOptions) -> Self {
+        let events = EventHub::new(options.event_ring);
+        {
+            let events = events.clone();
+            agent.scheduler.observe(Arc::new(move |session, frame| {
+                events.publish(session, frame);
+            }));
+        }
+        ServerState {
+            inner: Arc::new(Inner {
+                scheduler: agent.scheduler.clone(),
+                runtime: Arc::clone(&agent.runtime),
+                registry: Arc::clone(&agent.registry),
+                tool_sources: agent.tool_sources.clone(),
+                options,
+                events,
+                started: Instant::now(),
+                shutdown: CancellationToken::new(),
+                turns: Mutex::new(Turns::default()),
+                next_id: AtomicU64::new(1),
+            }),
+        }
+    }
+
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.inner.scheduler
+    }
+
+    pub fn runtime(&self) -> &Arc<Runtime> {
+        &self.inner.runtime
+    }
+
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.inner.registry
+    }
+
+    pub fn tool_source(&self, tool: &str) -> &'static str {
+        self.inner
+            .tool_sources
+            .get(tool)
+            .copied()
+            .unwrap_or("other")
+    }
+
+    pub fn options(&self) -> &ServerOptions {
+        &self.inner.options
+    }
+
+    pub fn events(&self) -> &EventHub {
+        &self.inner.events
+    }
+
+    pub fn uptime(&self) -> Duration {
+        self.inner.started.elapsed()
+    }
+
+    /// Cancelled when the server starts shutting down: streams end on it.
+    pub fn shutdown_token(&self) -> &CancellationToken {
+        &self.inner.shutdown
+    }
+
+    /// A fresh id (sessions of stateless completions, completion ids).
+    pub fn fresh_id(&self, prefix: &str) -> String {
+        let n = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        format!("{prefix}-{nanos:x}-{n}")
+    }
+
+    fn turns(&self) -> std::sync::MutexGuard<'_, Turns> {
+        self.inner
+            .turns
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Counts a turn in for `client` on `session`, or refuses it when the
+    /// client is at its limit or the server is shutting down.
+    pub fn begin_turn(&self, client: IpAddr, session: &str) -> Result<TurnGuard, ApiError> {
+        if self.inner.shutdown.is_cancelled() {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "shutting_down",
+                "the server is shutting down; retry against the next instance",
+            ));
+        }
+        let mut turns = self.turns();
+        let running = turns.per_client.entry(client).or_default();
+        if *running >= self.inner.options.turns_per_client {
+            return Err(ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_requests",
+                format!(
+                    "this client already has {} turns running (the limit); wait for one to finish",
+                    *running
+                ),
+            ));
+        }
+        *running += 1;
+        *turns.sessions.entry(session.to_owned()).or_default() += 1;
+        Ok(TurnGuard {
+            state: self.clone(),
+            client,
+            session: session.to_owned(),
+            finished: false,
+        })
+    }
+
+    /// Sessions with a turn the server started and has not finished.
+    pub fn sessions_running(&self) -> Vec<String> {
+        self.turns().sessions.keys().cloned().collect()
+    }
+}
+
+/// One turn the server started. Dropped before [`TurnGuard::finish`] (the
+/// client went away mid-turn), it stops the session's turn, tools included;
+/// the runtime still commits every call's outcome, so the history stays
+/// paired.
+pub struct TurnGuard {
+    state: ServerState,
+    client: IpAddr,
+    session: String,
+    finished: bool,
+}
+
+impl TurnGuard {
+    /// The turn reached its terminal frame.
+    pub fn finish(mut self) {
+        self.finished = true;
+    }
+
+    pub fn session(&self) -> &str {
+        &self.session
+    }
+}
+
+impl Drop for TurnGuard {
+    fn drop(&mut self) {
+        if !self.finished {
+            tracing::info!(session = %self.session, "client went away mid-turn: stopping it");
+            self.state.scheduler().stop(&self.session);
+        }
+        let mut turns = self.state.turns();
+        if let Some(n) = turns.per_client.get_mut(&self.client) {
+            *n -= 1;
+            if *n == 0 {
+                turns.per_client.remove(&self.client);
+            }
+        }
+        if let Some(n) = turns.sessions.get_mut(&self.session) {
+            *n -= 1;
+            if *n == 0 {
+                turns.sessions.remove(&self.session);
+            }
+        }
+    }
+}

@@ -1,0 +1,306 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a test failure
+
+//! Auth, the listen-address rule, body limits and request checking.
+
+mod common;
+
+use common::{KEY, Setup, body_json, start};
+use homeagent_server::{ServeError, ServerOptions, bind};
+use serde_json::json;
+
+/// Every API route, with a body that would be accepted with the key.
+fn routes() -> Vec<(&'static str, &'static str)> {
+    vec![
+        ("GET", "/v1/models"),
+        ("POST", "/v1/chat/completions"),
+        ("GET", "/api/v1/sessions"),
+        ("GET", "/api/v1/sessions/s1"),
+        ("DELETE", "/api/v1/sessions/s1"),
+        ("POST", "/api/v1/sessions/s1/messages"),
+        ("POST", "/api/v1/sessions/s1/stop"),
+        ("GET", "/api/v1/events"),
+        ("GET", "/api/v1/status"),
+        ("GET", "/api/v1/tools"),
+        ("GET", "/api/v1/no-such-route"),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_api_route_needs_the_key_and_answers_401_json_without_it() {
+    let server = start(Setup::default()).await;
+    let client = server.client();
+    for (method, path) in routes() {
+        let url = format!("{}{path}", server.url);
+        let method: reqwest::Method = method.parse().unwrap();
+        for auth in [None, Some("Bearer wrong-key"), Some("Bearer "), Some(KEY)] {
+            let mut request = client.request(method.clone(), &url);
+            if let Some(auth) = auth {
+                request = request.header("authorization", auth);
+            }
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status(), 401, "{method} {path} with {auth:?}");
+            let body = body_json(response).await;
+            assert_eq!(body["error"]["code"], "unauthorized", "{body}");
+            assert!(
+                body["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("Authorization: Bearer"),
+                "{body}"
+            );
+        }
+        // `?token=` is not a way in, except on the event stream.
+        if path != "/api/v1/events" {
+            let response = client
+                .request(method.clone(), format!("{url}?token={KEY}"))
+                .header("cookie", format!("homeagent_token={KEY}"))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 401, "{method} {path} with ?token");
+        }
+    }
+    // With the key, the read-only routes answer.
+    for path in [
+        "/v1/models",
+        "/api/v1/status",
+        "/api/v1/tools",
+        "/api/v1/sessions",
+    ] {
+        let response = server.get(path).send().await.unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+    }
+    // The dashboard page loads without the key (it asks for it).
+    let page = client.get(&server.url).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.text().await.unwrap().contains("<html"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_event_stream_takes_the_key_as_a_query_parameter_or_a_cookie() {
+    let server = start(Setup::default()).await;
+    let client = server.client();
+    let by_query = client
+        .get(format!("{}/api/v1/events?token={KEY}", server.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(by_query.status(), 200);
+    assert_eq!(by_query.headers()["content-type"], "text/event-stream");
+    let by_cookie = client
+        .get(format!("{}/api/v1/events", server.url))
+        .header("cookie", format!("other=1; homeagent_token={KEY}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(by_cookie.status(), 200);
+    let wrong = client
+        .get(format!("{}/api/v1/events?token=nope", server.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), 401);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_key_the_api_is_open_but_only_on_loopback() {
+    let server = start(Setup {
+        api_key: None,
+        ..Setup::default()
+    })
+    .await;
+    let response = server
+        .client()
+        .get(format!("{}/api/v1/status", server.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+
+    for addr in ["0.0.0.0:0", "[::]:0"] {
+        match bind(addr, None).await {
+            Err(ServeError::NonLoopbackWithoutKey { addr: refused }) => assert_eq!(refused, addr),
+            other => panic!("{addr}: expected a refusal, got {other:?}"),
+        }
+        let empty = bind(addr, Some("")).await;
+        assert!(
+            matches!(empty, Err(ServeError::NonLoopbackWithoutKey { .. })),
+            "{empty:?}"
+        );
+    }
+    let message = bind("0.0.0.0:0", None).await.unwrap_err().to_string();
+    assert!(message.contains("HOMEAGENT_API_KEY"), "{message}");
+    // With a key, any address; loopback needs none.
+    bind("0.0.0.0:0", Some("k")).await.unwrap();
+    bind("127.0.0.1:0", None).await.unwrap();
+    assert!(matches!(
+        bind("not an address", None).await,
+        Err(ServeError::BadAddress { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_unknown_and_refused_requests_get_a_400_naming_the_problem() {
+    let server = start(Setup {
+        options: ServerOptions {
+            body_limit: 4096,
+            ..ServerOptions::default()
+        },
+        ..Setup::default()
+    })
+    .await;
+    let client = server.client();
+    let post = |path: &str, body: String| {
+        client
+            .post(format!("{}{path}", server.url))
+            .bearer_auth(KEY)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+    };
+    let user = json!([{"role": "user", "content": "hi"}]);
+    // (path, body, status, code, a piece of the message)
+    let cases: Vec<(&str, String, u16, &str, &str)> = vec![
+        ("/v1/chat/completions", "{\"model\": ".into(), 400, "invalid_json", "EOF"),
+        ("/v1/chat/completions", "[1]".into(), 400, "invalid_request", "JSON object"),
+        (
+            "/v1/chat/completions",
+            json!({"model": "homeagent", "messages": user, "temperatur": 1}).to_string(),
+            400,
+            "unknown_field",
+            "`temperatur`",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": "homeagent", "messages": user,
+                   "tools": [{"type": "function", "function": {"name": "x"}}]})
+            .to_string(),
+            400,
+            "tools_not_supported",
+            "runs its own tools",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": "homeagent", "messages": user, "functions": [{"name": "x"}]})
+                .to_string(),
+            400,
+            "tools_not_supported",
+            "`functions`",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": "homeagent", "messages": [
+                {"role": "user", "content": "a"},
+                {"role": "tool", "tool_call_id": "c1", "content": "r"},
+                {"role": "user", "content": "b"}]})
+            .to_string(),
+            400,
+            "tools_not_supported",
+            "messages[1]",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": "gpt-4o", "messages": user}).to_string(),
+            404,
+            "model_not_found",
+            "`homeagent`",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": "homeagent", "messages": [{"role": "assistant", "content": "x"}]})
+                .to_string(),
+            400,
+            "invalid_request",
+            "role `user`",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": "homeagent", "messages": [{"role": "user", "content": "x", "colour": 1}]})
+                .to_string(),
+            400,
+            "invalid_request",
+            "messages[0]: unknown field `colour`",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": "homeagent", "messages": user, "n": 2}).to_string(),
+            400,
+            "unsupported_parameter",
+            "`n` is 2",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": "homeagent", "messages": user, "pad": "x".repeat(5000)}).to_string(),
+            413,
+            "body_too_large",
+            "larger",
+        ),
+        (
+            "/api/v1/sessions/s1/messages",
+            json!({"text": "hi", "agnet": "main"}).to_string(),
+            400,
+            "invalid_request",
+            "unknown field `agnet`",
+        ),
+        (
+            "/api/v1/sessions/s1/messages",
+            "{}".into(),
+            400,
+            "invalid_request",
+            "missing field `text`",
+        ),
+        (
+            "/api/v1/sessions/bad%20id/messages",
+            json!({"text": "hi"}).to_string(),
+            400,
+            "invalid_session_id",
+            "allowed set",
+        ),
+    ];
+    for (path, body, status, code, piece) in cases {
+        let response = post(path, body.clone()).await.unwrap();
+        assert_eq!(response.status(), status, "{path} {body:.200}");
+        let answer = body_json(response).await;
+        assert_eq!(answer["error"]["code"], code, "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains(piece), "{message:?} lacks {piece:?}");
+    }
+    // Fields OpenAI clients send are accepted (and ignored).
+    let response = post(
+        "/v1/chat/completions",
+        json!({"model": "homeagent", "messages": user, "temperature": 0.2, "user": "u",
+               "max_tokens": 10, "n": 1, "stream": false, "tool_choice": "auto"})
+        .to_string(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(response.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn models_lists_homeagent_and_tools_and_status_describe_the_agent() {
+    let server = start(Setup::default()).await;
+    let models = body_json(server.get("/v1/models").send().await.unwrap()).await;
+    assert_eq!(
+        models,
+        json!({"object": "list", "data": [
+            {"id": "homeagent", "object": "model", "created": 0, "owned_by": "homeagent"}]})
+    );
+    let tools = body_json(server.get("/api/v1/tools").send().await.unwrap()).await;
+    let tools = tools["tools"].as_array().unwrap();
+    let sleep = tools.iter().find(|t| t["name"] == "demo_sleep").unwrap();
+    assert_eq!(sleep["source"], "demo");
+    assert_eq!(sleep["parallel_safe"], true);
+    let note = tools.iter().find(|t| t["name"] == "demo_note").unwrap();
+    assert_eq!(note["parallel_safe"], false);
+
+    let status = body_json(server.get("/api/v1/status").send().await.unwrap()).await;
+    assert_eq!(status["tools"]["total"], tools.len());
+    assert_eq!(status["tools"]["by_source"]["demo"], 3);
+    assert_eq!(status["sources"][0]["name"], "demo");
+    assert_eq!(status["sources"][0]["protocol"], "demo");
+    assert_eq!(status["sources"][0]["healthy"], true);
+    assert_eq!(status["scheduler"]["executed"], 0);
+    assert!(status["uptime_ms"].is_u64());
+    assert_eq!(status["events"]["ring_capacity"], 4096);
+}

@@ -1,0 +1,307 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a test failure
+
+//! `POST /v1/chat/completions`, whole and streamed, stateless and with
+//! `X-Session-Id`; a client that disconnects mid-stream stops its turn.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Setup, SseReader, body_json, json, start};
+use serde_json::{Value, json};
+
+fn request(messages: Value, stream: bool) -> Value {
+    json!({"model": "homeagent", "messages": messages, "stream": stream,
+           "stream_options": if stream { json!({"include_usage": true}) } else { Value::Null }})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_completion_runs_the_agents_tools_and_answers_the_final_message() {
+    let server = start(Setup::default()).await;
+    let response = server
+        .post_json(
+            "/v1/chat/completions",
+            &request(json!([{"role": "user", "content": "!slowbatch4"}]), false),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let session = response.headers()["x-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let body = body_json(response).await;
+    assert_eq!(body["object"], "chat.completion");
+    assert_eq!(body["model"], "homeagent");
+    assert_eq!(body["choices"].as_array().unwrap().len(), 1);
+    assert_eq!(body["choices"][0]["message"]["role"], "assistant");
+    assert_eq!(body["choices"][0]["finish_reason"], "stop");
+    let content = body["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(content.contains("executed=4"), "{content}");
+    let usage = &body["usage"];
+    assert_eq!(
+        usage["total_tokens"].as_u64().unwrap(),
+        usage["prompt_tokens"].as_u64().unwrap() + usage["completion_tokens"].as_u64().unwrap()
+    );
+    // The turn is stored: user, assistant with 4 calls, 4 results, answer.
+    let stored = body_json(
+        server
+            .get(&format!("/api/v1/sessions/{session}"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let roles: Vec<&str> = stored["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles,
+        [
+            "user",
+            "assistant",
+            "tool",
+            "tool",
+            "tool",
+            "tool",
+            "assistant"
+        ]
+    );
+    assert_eq!(
+        stored["messages"][1]["tool_calls"]
+            .as_array()
+            .unwrap()
+            .len(),
+        4
+    );
+    assert_eq!(stored["tool_events"].as_array().unwrap().len(), 8);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_completion_sends_chunks_usage_last_and_done() {
+    let server = start(Setup::default()).await;
+    let response = server
+        .post_json(
+            "/v1/chat/completions",
+            &request(json!([{"role": "user", "content": "!slowbatch4"}]), true),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["content-type"], "text/event-stream");
+    let events = SseReader::new(response).all().await;
+    let (done, chunks) = events.split_last().unwrap();
+    assert_eq!(done.data, "[DONE]");
+    let chunks: Vec<Value> = chunks.iter().map(|e| json(&e.data)).collect();
+    assert!(chunks.len() >= 4, "{chunks:#?}");
+    let id = &chunks[0]["id"];
+    for chunk in &chunks {
+        assert_eq!(chunk["object"], "chat.completion.chunk");
+        assert_eq!(&chunk["id"], id);
+        assert_eq!(chunk["model"], "homeagent");
+    }
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    // The usage chunk is last, with no choices; the one before ends the choice.
+    let (usage, body) = chunks.split_last().unwrap();
+    assert_eq!(usage["choices"], json!([]));
+    assert!(usage["usage"]["total_tokens"].as_u64().unwrap() > 0);
+    let (stop, deltas) = body.split_last().unwrap();
+    assert_eq!(stop["choices"][0]["finish_reason"], "stop");
+    assert_eq!(stop["choices"][0]["delta"], json!({}));
+    let text: String = deltas
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert!(text.contains("executed=4"), "{text}");
+    for delta in deltas {
+        assert_eq!(delta["choices"][0]["finish_reason"], Value::Null);
+    }
+
+    // Without include_usage there is no usage chunk.
+    let response = server
+        .post_json(
+            "/v1/chat/completions",
+            &json!({"model": "homeagent", "stream": true,
+                    "messages": [{"role": "user", "content": "hello"}]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    let events = SseReader::new(response).all().await;
+    assert_eq!(events.last().unwrap().data, "[DONE]");
+    let before = json(&events[events.len() - 2].data);
+    assert_eq!(before["choices"][0]["finish_reason"], "stop");
+    assert!(events.iter().all(|e| !e.data.contains("\"usage\"")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn earlier_messages_seed_a_fresh_session_and_x_session_id_continues_one() {
+    let server = start(Setup::default()).await;
+    let messages = json!([
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": [{"type": "text", "text": "first"}]},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "!batch2"},
+    ]);
+    let response = server
+        .post_json("/v1/chat/completions", &request(messages, false))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let session = response.headers()["x-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        body_json(response).await["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .contains("executed=2")
+    );
+    let history = |server: &common::TestServer, session: String| {
+        let request = server.get(&format!("/api/v1/sessions/{session}"));
+        async move { body_json(request.send().await.unwrap()).await["messages"].clone() }
+    };
+    let stored = history(&server, session.clone()).await;
+    let first: Vec<(String, String)> = stored
+        .as_array()
+        .unwrap()
+        .iter()
+        .take(4)
+        .map(|m| {
+            (
+                m["role"].as_str().unwrap().to_owned(),
+                m["content"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        first,
+        [
+            ("system".to_owned(), "be brief".to_owned()),
+            ("user".to_owned(), "first".to_owned()),
+            ("assistant".to_owned(), "ok".to_owned()),
+            ("user".to_owned(), "!batch2".to_owned()),
+        ]
+    );
+    let before = stored.as_array().unwrap().len();
+    assert_eq!(before, 4 + 1 + 2 + 1);
+
+    // Continuing: only the last user message is added; the rest of the
+    // request's messages are not stored again.
+    let response = server
+        .post_json(
+            "/v1/chat/completions",
+            &request(
+                json!([{"role": "user", "content": "ignored"}, {"role": "user", "content": "!batch3"}]),
+                false,
+            ),
+        )
+        .header("x-session-id", &session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(response.headers()["x-session-id"], session.as_str());
+    let stored = history(&server, session.clone()).await;
+    let stored = stored.as_array().unwrap();
+    assert_eq!(stored.len(), before + 1 + 1 + 3 + 1);
+    assert_eq!(stored[before]["content"], "!batch3");
+
+    // Two stateless requests get two sessions.
+    let a = server
+        .post_json(
+            "/v1/chat/completions",
+            &request(json!([{"role": "user", "content": "hi"}]), false),
+        )
+        .send()
+        .await
+        .unwrap();
+    let b = server
+        .post_json(
+            "/v1/chat/completions",
+            &request(json!([{"role": "user", "content": "hi"}]), false),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_ne!(a.headers()["x-session-id"], b.headers()["x-session-id"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_disconnects_mid_stream_stops_its_turn_and_the_history_stays_paired() {
+    // Tools that would sleep 30 s: only a stop ends them early.
+    let server = start(Setup {
+        tool_sleep_ms: 30_000,
+        ..Setup::default()
+    })
+    .await;
+    let events = server.get("/api/v1/events").send().await.unwrap();
+    let mut events = SseReader::new(events);
+    let response = server
+        .post_json(
+            "/v1/chat/completions",
+            &request(json!([{"role": "user", "content": "!slowbatch4"}]), true),
+        )
+        .send()
+        .await
+        .unwrap();
+    let session = response.headers()["x-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    // Wait until all four tools are running, then hang up.
+    let mut started = 0;
+    while started < 4 {
+        let event = json(&events.next_within(30).await.unwrap().data);
+        if event["frame"]["type"] == "tool_call" && event["frame"]["phase"] == "start" {
+            started += 1;
+        }
+    }
+    drop(response);
+    // The turn ends (stopped) and every call has its `cancelled` outcome.
+    let mut ended = Vec::new();
+    loop {
+        let event = json(&events.next_within(30).await.unwrap().data);
+        assert_eq!(event["session"], session.as_str());
+        if event["frame"]["type"] == "tool_call" && event["frame"]["phase"] == "end" {
+            ended.push(event["frame"]["status"].as_str().unwrap().to_owned());
+        }
+        if event["frame"]["type"] == "error" {
+            assert_eq!(event["frame"]["code"], "stopped");
+            break;
+        }
+    }
+    assert_eq!(ended, ["cancelled"; 4]);
+    let stored = body_json(
+        server
+            .get(&format!("/api/v1/sessions/{session}"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let messages = stored["messages"].as_array().unwrap();
+    let calls: Vec<&str> = messages[1]["tool_calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    let results: Vec<&str> = messages[2..]
+        .iter()
+        .map(|m| m["tool_call_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(calls, results);
+    assert!(messages[2..].iter().all(|m| m["success"] == false));
+    let status = body_json(server.get("/api/v1/status").send().await.unwrap()).await;
+    assert_eq!(status["scheduler"]["cancelled"], 1);
+    assert_eq!(status["scheduler"]["running_sessions"], 0);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+}

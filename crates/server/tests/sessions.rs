@@ -1,0 +1,210 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a test failure
+
+//! The sessions API: frames over SSE, history, stop, delete; and the load
+//! test (24 clients × 12 requests, every one answered once).
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::{Setup, SseReader, body_json, json, start};
+use serde_json::{Value, json};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_stream_the_run_json_frames_and_the_history_can_be_read_and_deleted() {
+    let server = start(Setup::default()).await;
+    let response = server
+        .post_json(
+            "/api/v1/sessions/kitchen/messages",
+            &json!({"text": "!slowbatch4"}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let frames: Vec<Value> = SseReader::new(response)
+        .all()
+        .await
+        .iter()
+        .map(|e| json(&e.data))
+        .collect();
+    let phase = |p: &str| {
+        frames
+            .iter()
+            .filter(|f| f["type"] == "tool_call" && f["phase"] == p)
+            .count()
+    };
+    assert_eq!(phase("start"), 4);
+    assert_eq!(phase("end"), 4);
+    assert!(
+        frames
+            .iter()
+            .filter(|f| f["type"] == "tool_call")
+            .all(|f| f["parallel"] == true && f["batch_size"] == 4)
+    );
+    let last = frames.last().unwrap();
+    assert_eq!(last["type"], "response");
+    assert!(last["content"].as_str().unwrap().contains("executed=4"));
+    assert_eq!(last["turns"], 2);
+
+    let listed = body_json(server.get("/api/v1/sessions").send().await.unwrap()).await;
+    let ids: Vec<&str> = listed["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["kitchen"]);
+    let stored = body_json(server.get("/api/v1/sessions/kitchen").send().await.unwrap()).await;
+    assert_eq!(stored["session"]["agent"], "main");
+    assert_eq!(stored["session"]["message_count"], 7);
+    assert_eq!(stored["messages"].as_array().unwrap().len(), 7);
+
+    // Stop with nothing running cancels nothing.
+    let stopped = body_json(
+        server
+            .post_json("/api/v1/sessions/kitchen/stop", &json!({}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(stopped, json!({"session": "kitchen", "cancelled": 0}));
+
+    let client = server.client();
+    let delete = || {
+        client
+            .delete(format!("{}/api/v1/sessions/kitchen", server.url))
+            .bearer_auth(common::KEY)
+            .send()
+    };
+    assert_eq!(delete().await.unwrap().status(), 204);
+    assert_eq!(delete().await.unwrap().status(), 404);
+    let gone = server.get("/api/v1/sessions/kitchen").send().await.unwrap();
+    assert_eq!(gone.status(), 404);
+    assert_eq!(body_json(gone).await["error"]["code"], "not_found");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_cancels_a_running_input_and_an_unknown_agent_is_an_error_frame() {
+    let server = start(Setup {
+        tool_sleep_ms: 30_000,
+        ..Setup::default()
+    })
+    .await;
+    let response = server
+        .post_json(
+            "/api/v1/sessions/s1/messages",
+            &json!({"text": "!slowbatch2"}),
+        )
+        .send()
+        .await
+        .unwrap();
+    let mut frames = SseReader::new(response);
+    let mut starts = 0;
+    while starts < 2 {
+        let frame = json(&frames.next_within(30).await.unwrap().data);
+        if frame["phase"] == "start" {
+            starts += 1;
+        }
+    }
+    let stopped = body_json(
+        server
+            .post_json("/api/v1/sessions/s1/stop", &json!({}))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(stopped["cancelled"], 1);
+    let rest: Vec<Value> = frames.all().await.iter().map(|e| json(&e.data)).collect();
+    let last = rest.last().unwrap();
+    assert_eq!(last["type"], "error");
+    assert_eq!(last["code"], "stopped");
+
+    let response = server
+        .post_json(
+            "/api/v1/sessions/s2/messages",
+            &json!({"text": "hi", "agent": "nobody"}),
+        )
+        .send()
+        .await
+        .unwrap();
+    let frames = SseReader::new(response).all().await;
+    assert_eq!(frames.len(), 1);
+    let frame = json(&frames[0].data);
+    assert_eq!(frame["type"], "error");
+    assert_eq!(frame["code"], "agent");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_four_clients_times_twelve_requests_are_all_answered_once() {
+    const CLIENTS: usize = 24;
+    const REQUESTS: usize = 12;
+    let server = start(Setup::default()).await;
+    let url = format!("{}/v1/chat/completions", server.url);
+    let tasks: Vec<_> = (0..CLIENTS)
+        .map(|c| {
+            let url = url.clone();
+            tokio::spawn(async move {
+                let client = reqwest::Client::builder().no_proxy().build().unwrap();
+                let mut answers = Vec::new();
+                for r in 0..REQUESTS {
+                    let tag = format!("c{c}r{r}");
+                    let body = json!({"model": "homeagent", "stream": r % 2 == 1,
+                        "messages": [{"role": "user", "content": format!("{tag} !batch1")}]});
+                    let response = client
+                        .post(&url)
+                        .bearer_auth(common::KEY)
+                        .body(body.to_string())
+                        .send()
+                        .await
+                        .unwrap();
+                    assert_eq!(response.status(), 200, "{tag}");
+                    let session = response.headers()["x-session-id"]
+                        .to_str()
+                        .unwrap()
+                        .to_owned();
+                    let content = if r % 2 == 1 {
+                        let events = SseReader::new(response).all().await;
+                        assert_eq!(events.last().unwrap().data, "[DONE]");
+                        events[..events.len() - 1]
+                            .iter()
+                            .filter_map(|e| {
+                                json(&e.data)["choices"][0]["delta"]["content"]
+                                    .as_str()
+                                    .map(str::to_owned)
+                            })
+                            .collect::<String>()
+                    } else {
+                        body_json(response).await["choices"][0]["message"]["content"]
+                            .as_str()
+                            .unwrap()
+                            .to_owned()
+                    };
+                    assert!(content.contains("executed=1"), "{tag}: {content}");
+                    answers.push(session);
+                }
+                answers
+            })
+        })
+        .collect();
+    let mut sessions = BTreeSet::new();
+    let mut answered = 0;
+    for task in tasks {
+        for session in task.await.unwrap() {
+            answered += 1;
+            assert!(sessions.insert(session), "a session answered twice");
+        }
+    }
+    assert_eq!(answered, CLIENTS * REQUESTS);
+    let status = body_json(server.get("/api/v1/status").send().await.unwrap()).await;
+    assert_eq!(status["scheduler"]["executed"], CLIENTS * REQUESTS);
+    assert_eq!(status["scheduler"]["enqueued"], CLIENTS * REQUESTS);
+    assert_eq!(status["scheduler"]["rejected"], 0);
+    // Each input ran its one tool exactly once: one user message per session.
+    let listed = body_json(server.get("/api/v1/sessions").send().await.unwrap()).await;
+    let listed = listed["sessions"].as_array().unwrap();
+    assert_eq!(listed.len(), CLIENTS * REQUESTS);
+    assert!(listed.iter().all(|s| s["message_count"] == 4));
+}

@@ -1,0 +1,105 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a test failure
+
+//! Graceful shutdown: a running turn gets the grace period, then is
+//! stopped with its outcomes stored; event streams end; `serve` returns.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Setup, SseReader, json, start};
+use homeagent_agent::store::Store;
+use homeagent_core::Message;
+use homeagent_server::ServerOptions;
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_stops_a_turn_after_the_grace_period_and_the_history_stays_paired() {
+    let grace = Duration::from_millis(600);
+    let mut server = start(Setup {
+        tool_sleep_ms: 60_000,
+        options: ServerOptions {
+            shutdown_grace: grace,
+            ..ServerOptions::default()
+        },
+        ..Setup::default()
+    })
+    .await;
+    let events = SseReader::new(server.get("/api/v1/events").send().await.unwrap());
+    let response = server
+        .post_json(
+            "/api/v1/sessions/long/messages",
+            &json!({"text": "!slowbatch3"}),
+        )
+        .send()
+        .await
+        .unwrap();
+    let mut frames = SseReader::new(response);
+    let mut starts = 0;
+    while starts < 3 {
+        if json(&frames.next_within(30).await.unwrap().data)["phase"] == "start" {
+            starts += 1;
+        }
+    }
+    let began = Instant::now();
+    let reader = tokio::spawn(async move { frames.all().await });
+    server.shutdown().await.unwrap();
+    // The turn was given its grace period before being stopped.
+    assert!(began.elapsed() >= grace);
+    let rest = reader.await.unwrap();
+    let last = json(&rest.last().unwrap().data);
+    assert_eq!(last["type"], "error");
+    assert_eq!(last["code"], "stopped");
+    // The event stream ended with the server.
+    let all = tokio::time::timeout(Duration::from_secs(30), events.all())
+        .await
+        .expect("the event stream did not end");
+    assert!(!all.is_empty());
+    // New connections are refused.
+    assert!(server.get("/api/v1/status").send().await.is_err());
+    // The store on disk has the turn, paired: 3 calls, 3 cancelled results.
+    let store = Store::open(&server.agent.store_path).unwrap();
+    let history = store.history("long").unwrap();
+    let Message::Assistant(assistant) = &history[1] else {
+        panic!("{history:?}")
+    };
+    let calls: Vec<&str> = assistant.tool_calls.iter().map(|c| c.id.as_str()).collect();
+    let results: Vec<&str> = history[2..]
+        .iter()
+        .map(|m| match m {
+            Message::Tool(t) => t.tool_call_id.as_str(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(calls.len(), 3);
+    assert_eq!(calls, results);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_that_finishes_within_the_grace_period_is_answered_normally() {
+    let mut server = start(Setup {
+        tool_sleep_ms: 300,
+        options: ServerOptions {
+            shutdown_grace: Duration::from_secs(60),
+            ..ServerOptions::default()
+        },
+        ..Setup::default()
+    })
+    .await;
+    let response = server
+        .post_json(
+            "/api/v1/sessions/short/messages",
+            &json!({"text": "!slowbatch2"}),
+        )
+        .send()
+        .await
+        .unwrap();
+    let mut frames = SseReader::new(response);
+    while json(&frames.next_within(30).await.unwrap().data)["phase"] != "start" {}
+    let reader = tokio::spawn(async move { frames.all().await });
+    server.shutdown().await.unwrap();
+    let rest = reader.await.unwrap();
+    let last = json(&rest.last().unwrap().data);
+    assert_eq!(last["type"], "response", "{last}");
+    assert!(last["content"].as_str().unwrap().contains("executed=2"));
+}
