@@ -67,6 +67,38 @@ fn the_oldest_whole_turns_go_first_and_the_newest_always_stays() {
     assert_eq!(tiny.messages, history[36..]);
 }
 
+#[test]
+fn a_turn_that_fits_exactly_is_kept_and_leading_non_user_messages_count() {
+    let history: Vec<Message> = (0..5).flat_map(exchange).collect();
+    let last_three: usize = history[8..].iter().map(approx_tokens).sum();
+    // Exactly the room the newest three turns need (after the reserve).
+    let fitted = fit_history(&history, last_three + 50, 50);
+    assert_eq!(fitted.elided, 8);
+    // One token less: only two fit.
+    let fitted = fit_history(&history, last_three + 49, 50);
+    assert_eq!(fitted.elided, 12);
+
+    // A history that starts before its first user message (an assistant
+    // greeting): that message belongs to the first turn and is kept when
+    // everything fits.
+    let mut greeted = vec![Message::Assistant(AssistantMessage {
+        content: "hello".into(),
+        ..AssistantMessage::default()
+    })];
+    greeted.extend(exchange(0));
+    let all = fit_history(&greeted, 1_000_000, 0);
+    assert_eq!(all.elided, 0);
+    assert_eq!(all.messages.len(), 5);
+}
+
+#[test]
+fn tokens_are_about_a_quarter_of_the_json_plus_framing() {
+    let message = Message::user("abcd".repeat(25));
+    // {"role":"user","content":"<100 chars>"} is 26 + 100 + 2 = 128 bytes.
+    assert_eq!(serde_json::to_string(&message).unwrap().len(), 128);
+    assert_eq!(approx_tokens(&message), 128 / 4 + 4);
+}
+
 /// Records every request it is sent; answers with text.
 #[derive(Default)]
 struct Recorder {
