@@ -16,6 +16,9 @@ use homeagent_llm::{
     FallbackOptions, LocalModel, Options, SetupError, SourceConfig, SourceProtocol, SourceSetup,
     Sources,
 };
+use homeagent_seq::{
+    BackendSlot, SeqBackend, SeqSetupError, SeqStore, SeqToolsOptions, register_seq_tools,
+};
 use homeagent_tools::{
     AGENT_EXTRA, AgentGrant, Approval, ChannelRegistry, CmdRunPolicy, ConsoleChannel, DemoState,
     FilesPolicy, FilesSetupError, Gate, GatedSource, OutputChannel, ToolVisibility,
@@ -31,6 +34,10 @@ use crate::store::{Store, StoreError};
 
 /// The store's file name inside the data directory.
 pub const STORE_FILE: &str = "homeagent.db";
+
+/// Where `seq_create {file}` may read sequence files from (inside the data
+/// directory; the model cannot name a path outside it).
+pub const SEQUENCE_SOURCES_DIR: &str = "sequence-sources";
 
 /// What the front end adds to the config.
 #[derive(Clone)]
@@ -68,6 +75,8 @@ pub enum BuildError {
     CmdRun(String),
     #[error("cannot set up an output channel: {0}")]
     Channel(String),
+    #[error(transparent)]
+    Seq(#[from] SeqSetupError),
     #[error("`{key}` names the tool `{name}`, which does not exist; known tools: {known}")]
     UnknownTool {
         key: &'static str,
@@ -195,6 +204,19 @@ pub fn build(
     };
     register_get_tools(&registry, Some(visible))?;
     attribute(&registry, &mut tool_sources, "builtin");
+    // The sequence tools run their calls through the gated executor, which
+    // exists only once the runtime does: they get a slot filled below.
+    let seq_store = Arc::new(SeqStore::new(&loaded.paths.data_dir));
+    let seq_backend = BackendSlot::default();
+    register_seq_tools(
+        &registry,
+        Arc::clone(&seq_store),
+        Arc::clone(&seq_backend),
+        SeqToolsOptions {
+            source_dir: Some(loaded.paths.data_dir.join(SEQUENCE_SOURCES_DIR)),
+        },
+    )?;
+    attribute(&registry, &mut tool_sources, "seq");
     check_tool_names(&registry, &config.tools.require_approval)?;
 
     let store_path = loaded.paths.data_dir.join(STORE_FILE);
@@ -215,6 +237,8 @@ pub fn build(
         },
     };
     let runtime = Arc::new(Runtime::new(sources, tools, store, settings));
+    // Filled exactly once, here, before anything can call a sequence tool.
+    let _ = seq_backend.set(SeqBackend::new(Arc::new(runtime.executor(None))));
     let scheduler = Scheduler::new(
         Arc::clone(&runtime),
         SchedulerOptions {

@@ -59,6 +59,38 @@ pub enum Command {
     /// `homeagent`), the sessions API, a live event stream, status, and a
     /// dashboard at `/`. Stops on Ctrl-C or SIGTERM.
     Serve(ServeArgs),
+    /// Tool sequences: named groups of tool calls, saved once and run by
+    /// name (by you here, or by the model through the seq_* tools).
+    #[command(subcommand)]
+    Seq(SeqCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SeqCommand {
+    /// Save a sequence from a JSON file (checked first; warnings on
+    /// stderr, any error exits non-zero). `homeagent seq create --help`
+    /// and the seq_help tool describe the format.
+    Create {
+        #[arg(long, value_name = "FILE")]
+        file: std::path::PathBuf,
+    },
+    /// List saved sequences.
+    List,
+    /// Print a saved sequence.
+    Show { name: String },
+    /// Run a saved sequence; prints each group's status and the final
+    /// slots, and exits non-zero when the run failed.
+    Run {
+        name: String,
+        /// The run's arguments, a JSON object.
+        #[arg(long, value_name = "JSON", default_value = "{}")]
+        args: String,
+        /// The agent the calls are made as (its tool grants apply).
+        #[arg(long, value_name = "NAME", default_value = "main")]
+        agent: String,
+    },
+    /// Delete a saved sequence.
+    Delete { name: String },
 }
 
 #[derive(Debug, Args)]

@@ -9,6 +9,7 @@ mod config_cmd;
 mod demo;
 mod mock_llm;
 mod run;
+mod seq_cmd;
 mod serve;
 mod setup;
 mod view;
@@ -57,6 +58,12 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
             serve::run(agent, &loaded, args.listen).await?;
             return Ok(std::process::ExitCode::SUCCESS);
         }
+        Command::Seq(cli::SeqCommand::Run { name, args, agent }) => {
+            let loaded = setup::load(&global)?;
+            let built = setup::agent(&loaded, homeagent_agent::BuildOptions::default())?;
+            let mut out = std::io::stdout().lock();
+            return seq_cmd::run(&built, &name, &args, &agent, &mut out).await;
+        }
         _ => {}
     }
     let mut out = std::io::stdout().lock();
@@ -72,7 +79,28 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Adapter(cli::AdapterCommand::Check(args)) => adapter::check(&args, &mut out),
         Command::Config(cli::ConfigCommand::Check) => config_cmd::check(&global, &mut out),
         Command::Config(cli::ConfigCommand::Example) => config_cmd::example(&mut out),
+        Command::Seq(command) => seq(command, &global, &mut out),
         Command::Run(_) | Command::Chat(_) | Command::Serve(_) => Ok(()),
     }
     .map(|()| std::process::ExitCode::SUCCESS)
+}
+
+fn seq(
+    command: cli::SeqCommand,
+    global: &cli::GlobalArgs,
+    out: &mut dyn std::io::Write,
+) -> anyhow::Result<()> {
+    let loaded = setup::load(global)?;
+    let data_dir = loaded.paths.data_dir.clone();
+    match command {
+        cli::SeqCommand::Create { file } => {
+            let built = setup::agent(&loaded, homeagent_agent::BuildOptions::default())?;
+            seq_cmd::create(&built, &file, out)
+        }
+        cli::SeqCommand::List => seq_cmd::list(&data_dir, out),
+        cli::SeqCommand::Show { name } => seq_cmd::show(&data_dir, &name, out),
+        cli::SeqCommand::Delete { name } => seq_cmd::delete(&data_dir, &name, out),
+        // Handled (async) before this match.
+        cli::SeqCommand::Run { .. } => Ok(()),
+    }
 }

@@ -137,6 +137,13 @@ fn tools_json_lists_every_tool_with_its_source_and_flags() {
             ("files_write", "builtin", false, true),
             ("get_tools", "builtin", true, false),
             ("output_send__console", "output", true, false),
+            ("seq_call", "seq", false, false),
+            ("seq_create", "seq", false, false),
+            ("seq_delete", "seq", false, false),
+            ("seq_help", "seq", false, false),
+            ("seq_list", "seq", false, false),
+            ("seq_run", "seq", false, false),
+            ("seq_when_call", "seq", false, false),
         ]
     );
 }

@@ -417,3 +417,45 @@ async fn a_kill_9_mid_turn_loses_no_committed_message_and_the_session_stays_pair
     // user, assistant + 2 cancelled results, user, assistant.
     assert_eq!(history.len(), 6, "{history:#?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_model_creates_a_sequence_and_runs_it_and_its_tools_execute() {
+    let setup = setup("");
+    let create = r#"!calls [{"name":"seq_create","arguments":{"name":"greet","description":"two echoes then a note","groups":[{"name":"echoes","description":"both at once","in":{"who":"string"},"out":{"said":"array<object>"},"tools":"{\"tool\":\"demo_echo\",\"args\":{\"to\":\"$args.who\",\"n\":1},\"as\":\"said\"} ; {\"tool\":\"demo_echo\",\"args\":{\"to\":\"$args.who\",\"n\":2},\"as\":\"said\"} ;"}]}}]"#;
+    let (output, frames) = run_async(&setup, &["--json", "--session", "seq", create]).await;
+    assert!(output.status.success(), "{frames:#?}");
+    let ends = phase(&frames, "end");
+    assert_eq!(ends.len(), 1);
+    assert_eq!(ends[0]["tool"], "seq_create");
+    assert_eq!(ends[0]["success"], true, "{frames:#?}");
+    // The file is stored as the parsed tree.
+    assert!(setup.dir.join("sequences/greet.json").is_file());
+
+    let run = r#"!calls [{"name":"seq_run","arguments":{"name":"greet","args":{"who":"ada"}}}]"#;
+    let (output, frames) = run_async(&setup, &["--json", "--session", "seq", run]).await;
+    assert!(output.status.success(), "{frames:#?}");
+    let ends = phase(&frames, "end");
+    assert_eq!(ends[0]["tool"], "seq_run");
+    assert_eq!(ends[0]["success"], true, "{frames:#?}");
+    // The echoes really ran: their results are in the run's slots, in
+    // declaration order.
+    let store = homeagent_agent::store::Store::open(&setup.dir.join("homeagent.db")).unwrap();
+    let result = store
+        .history("seq")
+        .unwrap()
+        .into_iter()
+        .filter_map(|m| match m {
+            homeagent_core::Message::Tool(t) if t.name == "seq_run" => Some(t.content),
+            _ => None,
+        })
+        .next_back()
+        .unwrap();
+    let first = result
+        .find(r#""n":1"#)
+        .unwrap_or_else(|| panic!("{result}"));
+    let second = result
+        .find(r#""n":2"#)
+        .unwrap_or_else(|| panic!("{result}"));
+    assert!(first < second, "{result}");
+    assert!(result.contains("ada"), "{result}");
+}

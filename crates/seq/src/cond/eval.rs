@@ -1,0 +1,152 @@
+//! Evaluating a parsed condition against a group's args.
+
+use serde_json::{Map, Value};
+
+use super::{CmpOp, CondError, Expr};
+
+pub(super) fn eval(expr: &Expr, args: &Map<String, Value>) -> Result<Value, CondError> {
+    Ok(match expr {
+        Expr::Literal(v) => v.clone(),
+        Expr::Ref { path, text } => resolve(path, text, args)?.clone(),
+        Expr::Not(e) => Value::Bool(!truthy(&eval(e, args)?)),
+        Expr::And(a, b) => Value::Bool(truthy(&eval(a, args)?) && truthy(&eval(b, args)?)),
+        Expr::Or(a, b) => Value::Bool(truthy(&eval(a, args)?) || truthy(&eval(b, args)?)),
+        Expr::Compare(a, op, b) => Value::Bool(compare(&eval(a, args)?, *op, &eval(b, args)?)?),
+    })
+}
+
+/// Follows `$args.a.b.0` into `args`.
+fn resolve<'v>(
+    path: &[String],
+    text: &str,
+    args: &'v Map<String, Value>,
+) -> Result<&'v Value, CondError> {
+    let unknown = |detail: String| CondError::UnknownReference {
+        reference: text.to_owned(),
+        detail,
+    };
+    let (first, rest) = path
+        .split_first()
+        .ok_or_else(|| unknown("empty reference".into()))?;
+    let mut current = args.get(first).ok_or_else(|| {
+        let mut keys: Vec<&str> = args.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        unknown(format!(
+            "no argument `{first}` (provided: {})",
+            if keys.is_empty() {
+                "none".to_owned()
+            } else {
+                keys.join(", ")
+            }
+        ))
+    })?;
+    let mut walked = first.clone();
+    for segment in rest {
+        current = match current {
+            Value::Object(map) => map.get(segment).ok_or_else(|| {
+                let fields: Vec<&str> = map.keys().map(String::as_str).collect();
+                unknown(format!(
+                    "`{walked}` has no field `{segment}` (fields: {})",
+                    if fields.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        fields.join(", ")
+                    }
+                ))
+            })?,
+            Value::Array(items) => {
+                let index: usize = segment.parse().map_err(|_| {
+                    unknown(format!(
+                        "`{walked}` is an array; index it with a number, not `{segment}`"
+                    ))
+                })?;
+                items.get(index).ok_or_else(|| {
+                    unknown(format!(
+                        "`{walked}` has {} items; index {index} is out of range",
+                        items.len()
+                    ))
+                })?
+            }
+            other => {
+                return Err(unknown(format!(
+                    "`{walked}` is {}, which has no field `{segment}`",
+                    crate::format::kind(other)
+                )));
+            }
+        };
+        walked.push('.');
+        walked.push_str(segment);
+    }
+    Ok(current)
+}
+
+/// The truth value of a value; see the module docs.
+pub fn truthy(value: &Value) -> bool {
+    match value {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+    }
+}
+
+fn compare(left: &Value, op: CmpOp, right: &Value) -> Result<bool, CondError> {
+    match op {
+        CmpOp::Eq => Ok(equal(left, right)),
+        CmpOp::Ne => Ok(!equal(left, right)),
+        CmpOp::Contains => match left {
+            Value::String(s) => Ok(s.contains(&text_of(right))),
+            Value::Array(items) => Ok(items.iter().any(|item| equal(item, right))),
+            Value::Object(map) => Ok(map.contains_key(&text_of(right))),
+            other => Err(CondError::BadContains { left: shown(other) }),
+        },
+        CmpOp::Gt | CmpOp::Lt | CmpOp::Ge | CmpOp::Le => {
+            let (Some(a), Some(b)) = (number(left), number(right)) else {
+                return Err(CondError::NotNumbers {
+                    op: op.text(),
+                    left: shown(left),
+                    right: shown(right),
+                });
+            };
+            Ok(match op {
+                CmpOp::Gt => a > b,
+                CmpOp::Lt => a < b,
+                CmpOp::Ge => a >= b,
+                _ => a <= b,
+            })
+        }
+    }
+}
+
+/// Equality: numbers (and numeric strings) by value, everything else by
+/// its text form, so `"3" == 3` and `"true" == true` hold.
+fn equal(left: &Value, right: &Value) -> bool {
+    if let (Some(a), Some(b)) = (number(left), number(right)) {
+        return a == b;
+    }
+    left == right || text_of(left) == text_of(right)
+}
+
+fn number(value: &Value) -> Option<f64> {
+    match value {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => s.trim().parse::<f64>().ok().filter(|f| f.is_finite()),
+        _ => None,
+    }
+}
+
+fn text_of(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn shown(value: &Value) -> String {
+    match value {
+        Value::String(s) => format!("the string {:?}", crate::display::cut(s, 60)),
+        other => crate::format::kind(other),
+    }
+}

@@ -1,0 +1,228 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a test failure
+
+use homeagent_core::Registry;
+use homeagent_seq::{CheckError, Warning, check_sequence, parse_sequence_value};
+use homeagent_tools::register_demo_tools;
+use serde_json::{Value, json};
+
+fn tools() -> Registry {
+    let registry = Registry::new();
+    register_demo_tools(&registry).unwrap();
+    registry
+}
+
+/// Checks a one-group sequence against the demo tools.
+fn check(group: Value) -> (Vec<CheckError>, Vec<Warning>) {
+    check_groups(json!([group]))
+}
+
+fn check_groups(groups: Value) -> (Vec<CheckError>, Vec<Warning>) {
+    let seq = parse_sequence_value(&json!({"name": "s", "groups": groups})).unwrap();
+    let registry = tools();
+    let report = check_sequence(&seq, Some(&registry));
+    (report.errors, report.warnings)
+}
+
+#[test]
+fn a_clean_group_passes_without_warnings() {
+    let (errors, warnings) = check(
+        json!({"name": "g", "in": {"host": "string"}, "out": {"r": "array"},
+        "when": "$args.host != \"\"",
+        "tools": "{\"tool\":\"demo_echo\",\"args\":{\"tag\":\"$args.host\"},\"as\":\"r\"} ; {\"tool\":\"demo_echo\",\"as\":\"r\"} ;"}),
+    );
+    assert_eq!(errors, []);
+    assert_eq!(warnings, []);
+}
+
+#[test]
+fn as_must_name_an_out_slot() {
+    let (errors, _) = check(json!({"name": "g", "out": {"b": "string", "a": "string"},
+        "tools": "{\"tool\":\"demo_echo\",\"as\":\"c\"} ;"}));
+    assert_eq!(
+        errors,
+        [CheckError::UndeclaredSlot {
+            group: "g".into(),
+            index: 1,
+            tool: "demo_echo".into(),
+            slot: "c".into(),
+            outputs: "a, b".into()
+        }]
+    );
+}
+
+#[test]
+fn args_references_must_be_declared_inputs() {
+    let (errors, _) = check(json!({"name": "g", "in": {"host": "string"},
+        "tools": "{\"tool\":\"demo_echo\",\"args\":{\"tag\":\"$args.host on $args.port\"}} ;"}));
+    assert_eq!(
+        errors,
+        [CheckError::UndeclaredArg {
+            group: "g".into(),
+            place: "tool #1 (demo_echo) args".into(),
+            arg: "port".into(),
+            inputs: "host".into()
+        }]
+    );
+    let (errors, _) = check(json!({"name": "g", "when": "$args.flag",
+        "tools": "{\"tool\":\"demo_echo\"} ;"}));
+    assert!(
+        matches!(&errors[..], [CheckError::UndeclaredArg { arg, place, inputs, .. }]
+        if arg == "flag" && place == "`when`" && inputs == "(none)"),
+        "{errors:?}"
+    );
+}
+
+#[test]
+fn a_scalar_slot_written_twice_is_an_error_but_an_array_slot_appends() {
+    let tools = "{\"tool\":\"demo_echo\",\"as\":\"r\"} ; {\"tool\":\"demo_echo\",\"as\":\"r\"} ;";
+    let (errors, _) = check(json!({"name": "g", "out": {"r": "string"}, "tools": tools}));
+    assert_eq!(
+        errors,
+        [CheckError::SlotWrittenTwice {
+            group: "g".into(),
+            slot: "r".into(),
+            writers: 2
+        }]
+    );
+    let (errors, _) = check(json!({"name": "g", "out": {"r": "array<string>"}, "tools": tools}));
+    assert_eq!(errors, []);
+}
+
+#[test]
+fn parallel_with_an_unsafe_tool_is_an_error_naming_it() {
+    let tools = "{\"tool\":\"demo_echo\"} ; {\"tool\":\"demo_note\",\"args\":{\"text\":\"x\"}} ;";
+    let (errors, _) = check(json!({"name": "g", "tools": tools}));
+    assert_eq!(
+        errors,
+        [CheckError::UnsafeInParallel {
+            group: "g".into(),
+            tool: "demo_note".into()
+        }]
+    );
+    let message = errors[0].to_string();
+    assert!(message.contains("\"unsafe_serial\": true"), "{message}");
+    // Serial must be declared as such.
+    let (errors, _) = check(json!({"name": "g", "parallel": false, "tools": tools}));
+    assert_eq!(
+        errors,
+        [CheckError::UndeclaredSerial {
+            group: "g".into(),
+            tool: "demo_note".into()
+        }]
+    );
+    assert!(
+        errors[0]
+            .to_string()
+            .contains("say \"unsafe_serial\": true")
+    );
+    let (errors, _) =
+        check(json!({"name": "g", "parallel": false, "unsafe_serial": true, "tools": tools}));
+    assert_eq!(errors, []);
+    // One call alone has nothing to overlap with.
+    let (errors, _) = check(
+        json!({"name": "g", "tools": "{\"tool\":\"demo_note\",\"args\":{\"text\":\"x\"}} ;"}),
+    );
+    assert_eq!(errors, []);
+}
+
+#[test]
+fn seq_call_targets_must_be_a_group_here_or_another_sequence() {
+    let (errors, warnings) = check_groups(json!([
+        {"name": "a", "tools": "{\"tool\":\"seq_call\",\"args\":{\"target\":\"nope\"}} ;"},
+        {"name": "b", "tools": "{\"tool\":\"seq_call\",\"args\":{\"target\":\"a\"}} ;"},
+        {"name": "c", "tools": "{\"tool\":\"seq_call\",\"args\":{\"target\":\"#Other\"}} ;"},
+        {"name": "d", "tools": "{\"tool\":\"seq_call\",\"args\":{\"target\":\"d\"}} ;"},
+        {"name": "e", "tools": "{\"tool\":\"seq_call\",\"args\":{\"target\":\"a\",\"sequence\":\"x\"}} ;"},
+        {"name": "f", "tools": "{\"tool\":\"seq_when_call\",\"args\":{\"target\":\"a\",\"when\":\"1 ==\"}} ;"}
+    ]));
+    let groups: Vec<&str> = errors
+        .iter()
+        .map(|e| match e {
+            CheckError::BadTarget { group, .. } | CheckError::BadCondition { group, .. } => {
+                group.as_str()
+            }
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(groups, ["a", "d", "e", "f"], "{errors:#?}");
+    assert!(
+        errors[0]
+            .to_string()
+            .contains("not a group of this sequence (groups: a, b, c, d, e, f)")
+    );
+    assert_eq!(warnings, []);
+}
+
+#[test]
+fn tools_forbidden_inside_sequences_are_errors() {
+    for tool in [
+        "output_send__console",
+        "output_send__qq",
+        "spawn_child",
+        "seq_run",
+        "seq_create",
+        "plgreload",
+    ] {
+        let (errors, _) =
+            check(json!({"name": "g", "tools": format!("{{\"tool\":\"{tool}\"}} ;")}));
+        assert_eq!(
+            errors,
+            [CheckError::ForbiddenTool {
+                group: "g".into(),
+                tool: tool.into()
+            }],
+            "{tool}"
+        );
+    }
+    for allowed in [
+        "seq_call",
+        "seq_when_call",
+        "demo_echo",
+        "cmd_run",
+        "get_tools",
+    ] {
+        assert!(!homeagent_seq::check::is_forbidden(allowed), "{allowed}");
+    }
+}
+
+#[test]
+fn unused_inputs_unwritten_slots_and_unknown_tools_are_warnings() {
+    let (errors, warnings) = check(
+        json!({"name": "g", "in": {"unused": "string"}, "out": {"never": "string"},
+        "tools": "{\"tool\":\"not_installed\"} ; {\"tool\":\"demo_echo\"} ;"}),
+    );
+    assert_eq!(errors, []);
+    assert_eq!(
+        warnings,
+        [
+            Warning::UnknownTool {
+                group: "g".into(),
+                tool: "not_installed".into()
+            },
+            Warning::UnusedInput {
+                group: "g".into(),
+                key: "unused".into()
+            },
+            Warning::UnwrittenOutput {
+                group: "g".into(),
+                slot: "never".into()
+            },
+        ]
+    );
+}
+
+#[test]
+fn bad_conditions_and_retry_without_retries_are_errors() {
+    let (errors, _) =
+        check(json!({"name": "g", "when": "$args.", "tools": "{\"tool\":\"demo_echo\"} ;"}));
+    assert!(
+        matches!(&errors[..], [CheckError::BadCondition { .. }]),
+        "{errors:?}"
+    );
+    let (errors, _) =
+        check(json!({"name": "g", "on_error": "retry", "tools": "{\"tool\":\"demo_echo\"} ;"}));
+    assert_eq!(
+        errors,
+        [CheckError::RetryWithoutRetries { group: "g".into() }]
+    );
+}

@@ -1,0 +1,326 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a test failure
+//! The engine against real tools in a real registry behind the gate.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{args, harness, main_caller, seq};
+use homeagent_core::ErrorReason;
+use homeagent_seq::report::CallStatus;
+use homeagent_seq::{GroupStatus, RunStatus};
+use serde_json::{Value, json};
+
+fn tools(steps: &[Value]) -> String {
+    steps
+        .iter()
+        .map(|s| format!("{s} ;"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slots_are_written_by_name_and_args_are_substituted() {
+    let h = harness();
+    let s = seq(
+        json!({"name": "s", "groups": [{"name": "g", "in": {"host": "string", "n": "integer"},
+        "out": {"echo": "object", "slept": "string"},
+        "tools": tools(&[
+            json!({"tool": "demo_echo", "args": {"cmd": "ssh $args.host", "n": "$args.n", "all": "$args.host:$args.n"}, "as": "echo"}),
+            json!({"tool": "t_delay", "args": {"ms": 0, "tag": "$args.host"}, "as": "slept"}),
+        ])}]}),
+    );
+    let report = h
+        .engine
+        .run_sequence(&s, args(json!({"host": "node-a", "n": 3})), &main_caller())
+        .await;
+    assert_eq!(report.status, RunStatus::Completed, "{report:?}");
+    assert_eq!(
+        report.slots["echo"],
+        json!({"cmd": "ssh node-a", "n": 3, "all": "node-a:3"})
+    );
+    assert_eq!(report.slots["slept"], json!("ran:node-a"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn results_merge_in_declaration_order_whatever_finishes_first() {
+    let h = harness();
+    let s = seq(
+        json!({"name": "s", "groups": [{"name": "g", "out": {"r": "array<string>"},
+        "tools": tools(&[
+            json!({"tool": "t_delay", "args": {"ms": 300, "tag": "A"}, "as": "r"}),
+            json!({"tool": "t_delay", "args": {"ms": 0, "tag": "B"}, "as": "r"}),
+            json!({"tool": "t_delay", "args": {"ms": 0, "tag": "C"}, "as": "r"}),
+        ])}]}),
+    );
+    let report = h
+        .engine
+        .run_sequence(&s, args(json!({})), &main_caller())
+        .await;
+    assert_eq!(report.groups[0].mode, Some("parallel"));
+    let finished = h.finished.lock().unwrap().clone();
+    assert_eq!(
+        finished.last().map(String::as_str),
+        Some("A"),
+        "A was delayed: {finished:?}"
+    );
+    assert_eq!(report.slots["r"], json!(["ran:A", "ran:B", "ran:C"]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_that_is_not_parallel_safe_makes_the_group_serial_at_run_time() {
+    let h = harness();
+    // Built without the create-time checks: it claims parallel.
+    let s = seq(
+        json!({"name": "s", "groups": [{"name": "g", "out": {"r": "array"},
+        "tools": tools(&[
+            json!({"tool": "t_delay", "args": {"ms": 200, "tag": "A"}, "as": "r"}),
+            json!({"tool": "t_unsafe", "args": {"tag": "U"}, "as": "r"}),
+            json!({"tool": "t_delay", "args": {"ms": 0, "tag": "B"}, "as": "r"}),
+        ])}]}),
+    );
+    let report = h
+        .engine
+        .run_sequence(&s, args(json!({})), &main_caller())
+        .await;
+    assert_eq!(report.groups[0].mode, Some("serial"));
+    assert_eq!(*h.finished.lock().unwrap(), ["A", "B"], "declaration order");
+    assert_eq!(report.slots["r"], json!(["ran:A", "U", "ran:B"]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_false_condition_skips_the_group_and_field_access_works() {
+    let h = harness();
+    let s = seq(json!({"name": "s", "groups": [
+        {"name": "first", "out": {"res": "object"},
+         "tools": tools(&[json!({"tool": "demo_echo", "args": {"count": 5, "items": [{"name": "disk"}]}, "as": "res"})])},
+        {"name": "skipped", "in": {"go": "boolean"}, "out": {"x": "string"}, "when": "$args.go == true",
+         "tools": tools(&[json!({"tool": "t_delay", "args": {"ms": 0, "tag": "never"}, "as": "x"})])},
+        {"name": "deep", "in": {"res": "object"}, "out": {"y": "string"},
+         "when": "$args.res.count > 3 && $args.res.items.0.name == \"disk\"",
+         "tools": tools(&[json!({"tool": "t_delay", "args": {"ms": 0, "tag": "deep"}, "as": "y"})])}
+    ]}));
+    let report = h
+        .engine
+        .run_sequence(&s, args(json!({"go": false})), &main_caller())
+        .await;
+    let statuses: Vec<GroupStatus> = report.groups.iter().map(|g| g.status).collect();
+    assert_eq!(
+        statuses,
+        [GroupStatus::Ran, GroupStatus::Skipped, GroupStatus::Ran]
+    );
+    assert!(report.groups[1].calls.is_empty());
+    assert!(
+        !report.slots.contains_key("x"),
+        "a skipped group writes no slot"
+    );
+    assert_eq!(*h.finished.lock().unwrap(), ["deep"]);
+    assert_eq!(report.slots["y"], json!("ran:deep"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_condition_that_cannot_be_evaluated_fails_the_group_and_runs_nothing() {
+    let h = harness();
+    for when in ["$args.missing == 1", "$args.word > 3", "1 =="] {
+        let s = seq(json!({"name": "s", "groups": [{"name": "g", "when": when,
+            "tools": tools(&[json!({"tool": "t_delay", "args": {"ms": 0, "tag": "x"}})])}]}));
+        let report = h
+            .engine
+            .run_sequence(&s, args(json!({"word": "abc"})), &main_caller())
+            .await;
+        assert_eq!(report.status, RunStatus::Aborted, "{when}");
+        assert_eq!(report.groups[0].status, GroupStatus::Failed);
+        let error = report.groups[0].error.clone().unwrap();
+        assert!(error.contains("could not be evaluated"), "{error}");
+    }
+    assert!(h.finished.lock().unwrap().is_empty(), "no call ran");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_stops_the_run_and_continue_goes_on() {
+    let h = harness();
+    let groups = |policy: &str| {
+        json!({"name": "s", "groups": [
+            {"name": "bad", "on_error": policy, "out": {"ok": "object", "failed": "object"},
+             "tools": tools(&[
+                json!({"tool": "t_flaky", "args": {"key": format!("k-{policy}"), "fail": 9}, "as": "failed"}),
+                json!({"tool": "demo_echo", "args": {"v": 1}, "as": "ok"}),
+             ])},
+            {"name": "after", "out": {"z": "string"},
+             "tools": tools(&[json!({"tool": "t_delay", "args": {"ms": 0, "tag": policy}, "as": "z"})])}
+        ]})
+    };
+    let report = h
+        .engine
+        .run_sequence(&seq(groups("abort")), args(json!({})), &main_caller())
+        .await;
+    assert_eq!(report.status, RunStatus::Aborted);
+    assert_eq!(report.groups[1].status, GroupStatus::NotRun);
+    assert!(
+        report
+            .error
+            .as_deref()
+            .unwrap()
+            .starts_with("group \"bad\" failed: tool t_flaky failed"),
+        "{:?}",
+        report.error
+    );
+    assert!(
+        report.to_value()["error"].is_string(),
+        "an aborted run is an error shape"
+    );
+
+    let report = h
+        .engine
+        .run_sequence(&seq(groups("continue")), args(json!({})), &main_caller())
+        .await;
+    assert_eq!(report.status, RunStatus::CompletedWithErrors);
+    assert_eq!(report.groups[0].status, GroupStatus::Failed);
+    assert_eq!(report.groups[1].status, GroupStatus::Ran);
+    assert_eq!(report.slots["ok"], json!({"v": 1}));
+    assert!(!report.slots.contains_key("failed"));
+    assert_eq!(report.slots["z"], json!("ran:continue"));
+    assert!(report.to_value().get("error").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_retries_execution_failures_with_backoff_then_gives_up() {
+    let h = harness();
+    let s = |key: &str, fail: u64| {
+        seq(
+            json!({"name": "s", "groups": [{"name": "g", "on_error": "retry", "retries": 2,
+        "out": {"r": "object"},
+        "tools": tools(&[json!({"tool": "t_flaky", "args": {"key": key, "fail": fail}, "as": "r"})])}]}),
+        )
+    };
+    let started = Instant::now();
+    let report = h
+        .engine
+        .run_sequence(&s("two", 2), args(json!({})), &main_caller())
+        .await;
+    // Backoff 100 ms then 200 ms.
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(report.status, RunStatus::Completed, "{report:?}");
+    assert_eq!(report.groups[0].calls[0].attempts, 3);
+    assert_eq!(report.slots["r"], json!({"key": "two", "call": 3}));
+
+    let report = h
+        .engine
+        .run_sequence(&s("many", 9), args(json!({})), &main_caller())
+        .await;
+    assert_eq!(report.status, RunStatus::Aborted);
+    assert_eq!(report.groups[0].calls[0].attempts, 3);
+    assert_eq!(h.attempts.lock().unwrap()["many"], 3, "1 call + 2 retries");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_group_timeout_bounds_its_wall_time() {
+    let h = harness();
+    let s = seq(
+        json!({"name": "s", "groups": [{"name": "slow", "timeout": "200ms", "out": {"r": "array"},
+        "tools": tools(&[
+            json!({"tool": "t_delay", "args": {"ms": 20000, "tag": "slow"}, "as": "r"}),
+            json!({"tool": "t_delay", "args": {"ms": 0, "tag": "fast"}, "as": "r"}),
+        ])}]}),
+    );
+    let started = Instant::now();
+    let report = h
+        .engine
+        .run_sequence(&s, args(json!({})), &main_caller())
+        .await;
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    assert_eq!(report.status, RunStatus::Aborted);
+    let group = &report.groups[0];
+    assert!(
+        group.error.as_deref().unwrap().contains("timeout of 200ms"),
+        "{group:?}"
+    );
+    assert_eq!(group.calls[0].reason, Some(ErrorReason::Cancelled));
+    assert_eq!(group.calls[1].status, CallStatus::Ok);
+    assert_eq!(
+        *h.finished.lock().unwrap(),
+        ["fast"],
+        "the slow call was stopped"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_tools_fail_skip_or_degrade_and_are_never_retried() {
+    let h = harness();
+    let s = |policy: &str| {
+        seq(
+            json!({"name": "s", "groups": [{"name": "g", "missing": policy,
+            "on_error": "retry", "retries": 3, "out": {"gone": "object", "here": "string"},
+            "tools": tools(&[
+                json!({"tool": "gone_tool", "args": {}, "as": "gone", "fallback": {"degraded": true}}),
+                json!({"tool": "t_delay", "args": {"ms": 0, "tag": policy}, "as": "here"}),
+            ])}]}),
+        )
+    };
+    let report = h
+        .engine
+        .run_sequence(&s("fail"), args(json!({})), &main_caller())
+        .await;
+    assert_eq!(report.status, RunStatus::Aborted);
+    let call = &report.groups[0].calls[0];
+    assert_eq!(
+        (call.status, call.reason, call.attempts),
+        (CallStatus::Failed, Some(ErrorReason::NotFound), 0)
+    );
+    assert!(
+        call.error
+            .as_deref()
+            .unwrap()
+            .starts_with("tool gone_tool does not exist"),
+        "{call:?}"
+    );
+
+    let report = h
+        .engine
+        .run_sequence(&s("skip"), args(json!({})), &main_caller())
+        .await;
+    assert_eq!(report.status, RunStatus::Completed);
+    assert_eq!(report.groups[0].missing, ["gone_tool"]);
+    assert!(!report.slots.contains_key("gone"));
+    assert_eq!(report.slots["here"], json!("ran:skip"));
+
+    let report = h
+        .engine
+        .run_sequence(&s("degrade"), args(json!({})), &main_caller())
+        .await;
+    assert_eq!(report.status, RunStatus::Completed);
+    assert_eq!(report.groups[0].missing, ["gone_tool"]);
+    assert_eq!(report.slots["gone"], json!({"degraded": true}));
+    assert!(
+        report.render().contains("missing tools: gone_tool"),
+        "{}",
+        report.render()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unprovided_argument_fails_the_call_without_running_it() {
+    let h = harness();
+    let s = seq(
+        json!({"name": "s", "groups": [{"name": "g", "in": {"host": "string"},
+        "tools": tools(&[json!({"tool": "t_delay", "args": {"ms": 0, "tag": "$args.host"}})])}]}),
+    );
+    let report = h
+        .engine
+        .run_sequence(&s, args(json!({})), &main_caller())
+        .await;
+    assert_eq!(report.status, RunStatus::Aborted);
+    assert!(
+        report.groups[0]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("$args.host is not provided"),
+        "{report:?}"
+    );
+    assert!(h.finished.lock().unwrap().is_empty());
+}
