@@ -37,6 +37,7 @@ pub mod error;
 pub mod events;
 mod http;
 pub mod openai;
+mod sequences;
 mod sessions;
 pub mod state;
 mod status;
@@ -84,6 +85,14 @@ pub fn router(state: ServerState) -> Router {
         .route("/api/v1/events", get(events::stream))
         .route("/api/v1/status", get(status::status))
         .route("/api/v1/tools", get(status::tools))
+        .route(
+            "/api/v1/sequences",
+            get(sequences::list).post(sequences::create),
+        )
+        .route(
+            "/api/v1/sequences/{name}",
+            get(sequences::get).delete(sequences::delete),
+        )
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),

@@ -21,6 +21,10 @@ fn routes() -> Vec<(&'static str, &'static str)> {
         ("GET", "/api/v1/events"),
         ("GET", "/api/v1/status"),
         ("GET", "/api/v1/tools"),
+        ("GET", "/api/v1/sequences"),
+        ("POST", "/api/v1/sequences"),
+        ("GET", "/api/v1/sequences/s1"),
+        ("DELETE", "/api/v1/sequences/s1"),
         ("GET", "/api/v1/no-such-route"),
     ]
 }
