@@ -77,6 +77,12 @@ pub enum BuildError {
     Channel(String),
     #[error(transparent)]
     Seq(#[from] SeqSetupError),
+    #[error(transparent)]
+    Hook(#[from] homeagent_tools::hooks::HookSpecError),
+    #[error(transparent)]
+    Mcp(#[from] homeagent_mcp::SpecError),
+    #[error("MCP servers need a running Tokio runtime to start in (build the agent inside one)")]
+    NoRuntime,
     #[error("`{key}` names the tool `{name}`, which does not exist; known tools: {known}")]
     UnknownTool {
         key: &'static str,
@@ -97,8 +103,11 @@ pub struct Agent {
     /// Things the person should know (e.g. the demo model is in use).
     pub notices: Vec<String>,
     pub store_path: PathBuf,
-    /// Where each tool came from (`builtin`, `demo`, `output`), by name.
+    /// Where each tool came from (`builtin`, `demo`, `output`, `seq`), by
+    /// name; MCP tools are not listed here (they come and go).
     pub tool_sources: BTreeMap<String, &'static str>,
+    /// The MCP servers' manager, when any is configured (status, shutdown).
+    pub mcp: Option<homeagent_mcp::McpManager>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -221,11 +230,22 @@ pub fn build(
 
     let store_path = loaded.paths.data_dir.join(STORE_FILE);
     let store = Arc::new(Store::open(&store_path)?);
-    let tools = Arc::new(GatedSource::new(
-        Arc::clone(&registry) as _,
-        gate,
-        options.approval.clone(),
-    ));
+    // MCP tools sit in front of the built-in registry; both behind the gate.
+    let mcp = start_mcp(config, &registry)?;
+    let inner: Arc<dyn homeagent_core::ToolSource> = match &mcp {
+        Some(manager) => Arc::new(manager.clone()),
+        None => Arc::clone(&registry) as _,
+    };
+    let tools = Arc::new(GatedSource::new(inner, gate, options.approval.clone()));
+    let hook_spec = |entry: &crate::config::HookEntry| homeagent_tools::hooks::CommandHookSpec {
+        matcher: entry.matcher.clone(),
+        command: entry.command.clone(),
+        timeout: entry.timeout.as_duration(),
+        env: entry.env.clone(),
+    };
+    let pre: Vec<_> = config.hooks.pre_tool_use.iter().map(hook_spec).collect();
+    let post: Vec<_> = config.hooks.post_tool_use.iter().map(hook_spec).collect();
+    let hooks = homeagent_tools::hooks::command_hooks(&pre, &post, options.approval.clone())?;
     let settings = AgentSettings {
         max_tool_turns: config.agent.max_tool_turns,
         context_tokens: config.agent.context_tokens as usize,
@@ -235,6 +255,7 @@ pub fn build(
             parallel: config.tools.parallel,
             ..ExecutorOptions::default()
         },
+        hooks,
     };
     let runtime = Arc::new(Runtime::new(sources, tools, store, settings));
     // Filled exactly once, here, before anything can call a sequence tool.
@@ -256,7 +277,44 @@ pub fn build(
         notices,
         store_path,
         tool_sources,
+        mcp,
     })
+}
+
+/// Starts the configured MCP servers (in the background: a server that is
+/// slow or down is reported in its status, and the agent starts anyway).
+fn start_mcp(
+    config: &crate::config::Config,
+    registry: &Arc<Registry>,
+) -> Result<Option<homeagent_mcp::McpManager>, BuildError> {
+    if config.mcp.servers.is_empty() {
+        return Ok(None);
+    }
+    let mut specs = Vec::with_capacity(config.mcp.servers.len());
+    for entry in &config.mcp.servers {
+        let transport = homeagent_mcp::McpTransport::from_fields(
+            &entry.name,
+            homeagent_mcp::TransportFields {
+                command: entry.command.clone(),
+                args: entry.args.clone(),
+                env: entry.env.clone(),
+                url: entry.url.clone(),
+                bearer_token: entry.bearer_token.as_ref().map(|s| s.expose().to_owned()),
+            },
+        )?;
+        specs.push(homeagent_mcp::McpServerSpec {
+            name: entry.name.clone(),
+            transport,
+            trusted: entry.trusted,
+            parallel_safe: entry.parallel_safe.clone(),
+            serial: entry.serial.clone(),
+            timeout: entry.timeout.as_duration(),
+        });
+    }
+    let parent: Arc<dyn homeagent_core::ToolSource> = Arc::clone(registry) as _;
+    homeagent_mcp::spawn_mcp_servers(specs, Some(parent), homeagent_mcp::McpOptions::default())
+        .map(Some)
+        .map_err(|_| BuildError::NoRuntime)
 }
 
 /// Credits every tool not yet attributed to `source`.

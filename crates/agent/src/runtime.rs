@@ -31,6 +31,7 @@ use homeagent_core::{
     StreamEvent, ToolEvent, ToolSource, check_pairing, execution_order_section, remint_reused_ids,
 };
 use homeagent_llm::{ChatRequest, FallbackError, Sources, ToolSpec};
+use homeagent_tools::hooks::CommandHooks;
 use homeagent_tools::{AGENT_EXTRA, Approval, GatedSource};
 use serde_json::{Map, Value};
 
@@ -47,6 +48,9 @@ pub struct AgentSettings {
     /// Appended to the built-in system prompt.
     pub system_prompt: Option<String>,
     pub executor: ExecutorOptions,
+    /// Command hooks, attached to every executor the runtime makes — the
+    /// model's batches, sequences (ToolApi) and `mcp-serve` alike.
+    pub hooks: CommandHooks,
 }
 
 impl Default for AgentSettings {
@@ -57,6 +61,7 @@ impl Default for AgentSettings {
             max_tokens: 4096,
             system_prompt: None,
             executor: ExecutorOptions::default(),
+            hooks: CommandHooks::default(),
         }
     }
 }
@@ -142,7 +147,10 @@ impl Runtime {
     /// An executor over the gated tools whose events go to `events`.
     pub fn executor(&self, events: Option<Arc<dyn homeagent_core::EventSink>>) -> Executor {
         let source: Arc<dyn homeagent_core::ToolSource> = Arc::clone(&self.tools) as _;
-        let executor = Executor::new(source).with_options(self.settings.executor.clone());
+        let executor = self
+            .settings
+            .hooks
+            .attach(Executor::new(source).with_options(self.settings.executor.clone()));
         match events {
             Some(sink) => executor.with_events(sink),
             None => executor,

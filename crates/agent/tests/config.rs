@@ -757,6 +757,8 @@ fn the_example_parses_and_shows_every_key() {
             ..Default::default()
         },
         agents: vec![AgentEntry::main()],
+        mcp: example_mcp(),
+        hooks: example_hooks(),
         ..Config::default()
     };
     assert_eq!(config, expected);
@@ -838,4 +840,29 @@ fn docs_config_md_is_the_generated_example() {
         "docs/CONFIG.md is out of date with the config types; regenerate it with \
          `HOMEAGENT_UPDATE_DOCS=1 cargo test -p homeagent-agent --test config`"
     );
+}
+
+/// The `[[mcp.servers]]` entry the example shows, written out by hand.
+fn example_mcp() -> homeagent_agent::config::McpSection {
+    let mut server: homeagent_agent::config::McpServerEntry =
+        toml::from_str("name = \"git\"\ncommand = \"/usr/local/bin/mcp-server-git\"").unwrap();
+    server.args = vec!["--repository".into(), "/srv/repo".into()];
+    server.serial = vec!["git_commit".into()];
+    homeagent_agent::config::McpSection {
+        servers: vec![server],
+    }
+}
+
+/// The hook entries the example shows, written out by hand.
+fn example_hooks() -> homeagent_agent::config::HooksSection {
+    let hook = |matcher: &str, command: &str| -> homeagent_agent::config::HookEntry {
+        toml::from_str(&format!("matcher = {matcher:?}\ncommand = {command:?}")).unwrap()
+    };
+    homeagent_agent::config::HooksSection {
+        pre_tool_use: vec![hook(
+            "cmd_run|files_write",
+            "$HOME/.config/homeagent/hooks/check.sh",
+        )],
+        post_tool_use: vec![hook("mcp__.*", "logger -t homeagent-tool")],
+    }
 }

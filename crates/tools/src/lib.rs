@@ -11,12 +11,14 @@
 //! - [`get_tools`]: `get_tools`, the list of tools the caller may use.
 //! - [`gate`]: the one authorization gate ([`GatedSource`]) every call passes.
 //! - [`tool_api`]: running a tool from code, through the same kernel path.
+//! - [`hooks`]: the person's command hooks (`sh -c`), run before and after calls.
 
 pub mod cmd_run;
 pub mod demo;
 pub mod files;
 pub mod gate;
 pub mod get_tools;
+pub mod hooks;
 pub mod output;
 pub mod tool_api;
 

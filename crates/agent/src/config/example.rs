@@ -49,6 +49,20 @@ fn example_entry(path: &str) -> Option<Vec<(&'static str, Value)>> {
             ("deny_tools", json!([])),
             ("devices", json!([])),
         ]),
+        "mcp.servers" => Some(vec![
+            ("name", json!("git")),
+            ("command", json!("/usr/local/bin/mcp-server-git")),
+            ("args", json!(["--repository", "/srv/repo"])),
+            ("serial", json!(["git_commit"])),
+        ]),
+        "hooks.pre_tool_use" => Some(vec![
+            ("matcher", json!("cmd_run|files_write")),
+            ("command", json!("$HOME/.config/homeagent/hooks/check.sh")),
+        ]),
+        "hooks.post_tool_use" => Some(vec![
+            ("matcher", json!("mcp__.*")),
+            ("command", json!("logger -t homeagent-tool")),
+        ]),
         _ => None,
     }
 }

@@ -26,6 +26,7 @@ pub use load::{
 };
 pub use secret::Secret;
 pub use types::{
-    AgentEntry, AgentSection, CmdRunSection, Config, DEFAULT_AGENT, FilesSection, LlmSection,
-    SchedulerSection, ServerSection, ToolsSection,
+    AgentEntry, AgentSection, CmdRunSection, Config, DEFAULT_AGENT, FilesSection, HookEntry,
+    HooksSection, LlmSection, McpSection, McpServerEntry, SchedulerSection, ServerSection,
+    ToolsSection,
 };

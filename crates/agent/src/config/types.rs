@@ -7,6 +7,7 @@
 //! generated from their JSON schema: the doc comment of a field is the
 //! comment above its line, so write them for the person editing the file.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use homeagent_llm::SourceConfig;
@@ -36,6 +37,10 @@ pub struct Config {
     pub agents: Vec<AgentEntry>,
     /// The HTTP server (`homeagent serve`).
     pub server: ServerSection,
+    /// MCP servers whose tools the agents may use.
+    pub mcp: McpSection,
+    /// Commands run before and after tool calls (your own policy scripts).
+    pub hooks: HooksSection,
 }
 
 /// `[agent]`
@@ -271,4 +276,96 @@ impl Config {
             None => None,
         }
     }
+}
+
+/// `[mcp]`
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpSection {
+    /// MCP servers; their tools appear as `<name>__<tool>`.
+    pub servers: Vec<McpServerEntry>,
+}
+
+/// `[[mcp.servers]]`: one MCP server, started as a program (`command`) or
+/// reached over Streamable HTTP (`url`); give exactly one of the two.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct McpServerEntry {
+    /// Prefix of the server's tools (`<name>__<tool>`); unique.
+    pub name: String,
+    /// The program to start; it speaks MCP on stdin/stdout.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(example = &"/usr/local/bin/mcp-server-git")]
+    pub command: Option<String>,
+    /// Arguments of `command`.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// The program's whole environment: it gets these variables and
+    /// nothing of HomeAgent's own (never its API keys).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Streamable HTTP address of the server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(example = &"http://127.0.0.1:8931/mcp")]
+    pub url: Option<String>,
+    /// Bearer token sent to `url`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(example = &"change-me")]
+    pub bearer_token: Option<Secret>,
+    /// Act on the server's tool annotations: a tool it marks `readOnlyHint`
+    /// may run beside other calls. Annotations of untrusted servers are
+    /// ignored.
+    #[serde(default)]
+    pub trusted: bool,
+    /// Tools (by the server's own names) that may run beside other calls.
+    /// Every other MCP tool runs alone.
+    #[serde(default)]
+    pub parallel_safe: Vec<String>,
+    /// Tools that always run alone (wins over everything else).
+    #[serde(default)]
+    pub serial: Vec<String>,
+    /// Time allowed to start (`initialize`) and for each call.
+    #[serde(default = "mcp_default_timeout")]
+    pub timeout: HumanDuration,
+}
+
+fn mcp_default_timeout() -> HumanDuration {
+    HumanDuration::seconds(30)
+}
+
+/// `[hooks]`
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct HooksSection {
+    /// Run before matching tool calls; they may allow, deny or rewrite.
+    pub pre_tool_use: Vec<HookEntry>,
+    /// Run after matching tool calls; they see the result.
+    pub post_tool_use: Vec<HookEntry>,
+}
+
+/// `[[hooks.pre_tool_use]]` / `[[hooks.post_tool_use]]`: a command run with
+/// `sh -c` (unlike the model's `cmd_run`, which never uses a shell). It
+/// reads the call as JSON on stdin; exit 2 refuses the call (pre) with
+/// stderr as the reason.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HookEntry {
+    /// Tool names the hook sees: names separated by `|`, each may end in
+    /// `.*` (a prefix); empty means every tool.
+    #[serde(default)]
+    pub matcher: String,
+    /// The shell command.
+    pub command: String,
+    /// A hook still running after this long is killed (and a pre hook's
+    /// call refused).
+    #[serde(default = "hook_default_timeout")]
+    pub timeout: HumanDuration,
+    /// Environment besides PATH and HOMEAGENT_SESSION_ID (nothing else of
+    /// HomeAgent's environment is passed).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+}
+
+fn hook_default_timeout() -> HumanDuration {
+    HumanDuration::seconds(60)
 }

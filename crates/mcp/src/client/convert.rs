@@ -1,0 +1,205 @@
+//! Translations between MCP's shapes and the kernel's: a listed tool becomes
+//! a [`ToolDef`], a `tools/call` answer becomes the handler's result.
+//!
+//! These are pure functions so the contract (what is parallel-safe, what is
+//! a failure) can be read and tested in one place.
+
+use homeagent_core::{ErrorReason, ToolDef, ToolError};
+use rmcp::ServiceError;
+use rmcp::model::{CallToolResult, Tool};
+use serde_json::Value;
+
+use crate::spec::McpServerSpec;
+
+/// The kernel's definition of one MCP tool, exposed as `exposed`.
+///
+/// Scheduling: serial unless the config lists the tool in `parallel_safe`,
+/// or the server is trusted and annotates it `readOnlyHint: true`; a tool
+/// listed in `serial` is serial whatever else says. `read_only` (advisory,
+/// shown again when HomeAgent serves MCP) is taken from a trusted server
+/// only.
+pub fn tool_def(spec: &McpServerSpec, exposed: &str, tool: &Tool) -> ToolDef {
+    let remote = tool.name.as_ref();
+    let annotated_read_only = spec.trusted
+        && tool
+            .annotations
+            .as_ref()
+            .and_then(|a| a.read_only_hint)
+            .unwrap_or(false);
+    let description = tool.description.as_deref().unwrap_or("").to_owned();
+    let mut def = ToolDef::new(exposed, description)
+        .with_parameters(Value::Object((*tool.input_schema).clone()))
+        .with_timeout(spec.timeout);
+    if spec.parallel_safe.iter().any(|t| t == remote) || annotated_read_only {
+        def = def.parallel_safe();
+    }
+    if spec.serial.iter().any(|t| t == remote) {
+        def = def.serial();
+    }
+    if annotated_read_only {
+        def = def.read_only();
+    }
+    def
+}
+
+/// The handler's result for a `tools/call` answer.
+///
+/// `isError: true` is a failed call with the server's text as detail;
+/// otherwise `structuredContent` is the value when present, else the text
+/// content (one string when every block is text, the blocks as JSON when
+/// not). Returns the value and, when the value breaks the tool's
+/// `outputSchema`, a warning saying how.
+pub fn call_result_value(
+    server: &str,
+    tool: &str,
+    result: CallToolResult,
+    output_schema: Option<&jsonschema::Validator>,
+) -> Result<(Value, Option<String>), ToolError> {
+    let texts: Vec<&str> = result
+        .content
+        .iter()
+        .filter_map(|block| block.as_text().map(|t| t.text.as_str()))
+        .collect();
+    if result.is_error == Some(true) {
+        let detail = if texts.is_empty() {
+            format!("MCP server `{server}` reported an error from tool {tool} without a message")
+        } else {
+            texts.join("\n")
+        };
+        return Err(ToolError::execution(detail));
+    }
+    if let Some(structured) = result.structured_content {
+        let warning = output_schema.and_then(|validator| {
+            let problems: Vec<String> = validator
+                .iter_errors(&structured)
+                .take(3)
+                .map(|e| e.to_string())
+                .collect();
+            (!problems.is_empty()).then(|| {
+                format!(
+                    "MCP tool {tool} of server `{server}` returned structured content that does not match its outputSchema: {}",
+                    problems.join("; ")
+                )
+            })
+        });
+        return Ok((structured, warning));
+    }
+    if texts.len() == result.content.len() {
+        return Ok((Value::String(texts.join("\n")), None));
+    }
+    Ok((
+        serde_json::to_value(&result.content).unwrap_or(Value::Null),
+        None,
+    ))
+}
+
+/// A failure to get an answer at all.
+pub fn service_error(server: &str, tool: &str, error: ServiceError) -> ToolError {
+    match error {
+        ServiceError::McpError(data) => ToolError::execution(format!(
+            "MCP server `{server}` refused tool {tool}: JSON-RPC error {}: {}",
+            data.code.0, data.message
+        )),
+        ServiceError::TransportClosed | ServiceError::TransportSend(_) => ToolError::execution(
+            format!("MCP server `{server}` disconnected while tool {tool} was running"),
+        )
+        .with_hint(
+            "the server is being restarted; the call may or may not have taken effect, so check before repeating it",
+        ),
+        ServiceError::Timeout { timeout } => ToolError::new(
+            ErrorReason::Timeout,
+            format!("MCP server `{server}` did not answer tool {tool} within {timeout:?}"),
+        ),
+        ServiceError::Cancelled { reason } => ToolError::new(
+            ErrorReason::Cancelled,
+            format!(
+                "the call to MCP tool {tool} was cancelled: {}",
+                reason.unwrap_or_else(|| "no reason given".into())
+            ),
+        ),
+        other => ToolError::execution(format!(
+            "MCP server `{server}` gave no usable answer for tool {tool}: {other}"
+        )),
+    }
+}
+
+/// Compiles an output schema offline (no remote `$ref`); a schema that does
+/// not compile is not checked rather than failing every call.
+pub(crate) fn output_validator(
+    schema: Option<&rmcp::model::JsonObject>,
+) -> Option<jsonschema::Validator> {
+    let schema = Value::Object(schema?.clone());
+    jsonschema::validator_for(&schema).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn result(value: Value) -> CallToolResult {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn results_map_onto_the_outcome_contract() {
+        let failed = call_result_value(
+            "s",
+            "t",
+            result(json!({"content": [{"type": "text", "text": "no such file"}], "isError": true})),
+            None,
+        )
+        .unwrap_err();
+        assert_eq!(failed, ToolError::execution("no such file"));
+
+        let text = call_result_value(
+            "s",
+            "t",
+            result(
+                json!({"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}),
+            ),
+            None,
+        )
+        .unwrap();
+        assert_eq!(text, (json!("a\nb"), None));
+
+        let schema =
+            json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]});
+        let validator = output_validator(schema.as_object()).unwrap();
+        let good = call_result_value(
+            "s",
+            "t",
+            result(json!({"content": [], "structuredContent": {"n": 1}})),
+            Some(&validator),
+        )
+        .unwrap();
+        assert_eq!(good, (json!({"n": 1}), None));
+        let (value, warning) = call_result_value(
+            "s",
+            "t",
+            result(json!({"content": [], "structuredContent": {"n": "one"}})),
+            Some(&validator),
+        )
+        .unwrap();
+        assert_eq!(value, json!({"n": "one"}));
+        let warning = warning.unwrap();
+        assert!(
+            warning.starts_with("MCP tool t of server `s` returned structured content that does not match its outputSchema: "),
+            "{warning}"
+        );
+    }
+
+    #[test]
+    fn json_rpc_errors_are_execution_failures() {
+        let error = service_error(
+            "s",
+            "t",
+            ServiceError::McpError(rmcp::ErrorData::invalid_params("bad path", None)),
+        );
+        assert_eq!(error.reason, ErrorReason::Execution);
+        assert_eq!(
+            error.detail,
+            "MCP server `s` refused tool t: JSON-RPC error -32602: bad path"
+        );
+    }
+}

@@ -1,0 +1,471 @@
+//! [`McpManager`]: every configured server's tools as one [`ToolSource`],
+//! layered over a parent source (the built-in tools), and the status of
+//! each server.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use homeagent_core::registry::not_found;
+use homeagent_core::{ErrorReason, ToolContext, ToolDef, ToolError, ToolFuture, ToolSource};
+use rmcp::RoleClient;
+use rmcp::model::CallToolRequestParams;
+use rmcp::service::Peer;
+use serde::Serialize;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::convert::{call_result_value, service_error};
+use super::supervise::supervise;
+use crate::spec::{McpOptions, McpServerSpec, McpTransport, SpecError};
+
+/// Where a server is in its life.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum ServerPhase {
+    /// Starting or restarting; its tools are not available yet.
+    Connecting,
+    /// Connected; its tools are available.
+    Running,
+    /// Crashed, failed to start, or never answered `initialize`; a restart
+    /// is scheduled.
+    Down { reason: String },
+    /// Crashed too often; not restarted until HomeAgent restarts.
+    GaveUp { reason: String },
+    /// The spec is unusable; never started.
+    Invalid { reason: String },
+    /// [`McpManager::shutdown`] was called.
+    Stopped,
+}
+
+/// An MCP tool that was not exposed because its name was taken.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Collision {
+    /// The name both would have had.
+    pub name: String,
+    pub server: String,
+    /// The tool's own name on its server.
+    pub tool: String,
+    /// Who has the name: `mcp server <s> tool <t>` or `built-in tool`.
+    pub taken_by: String,
+}
+
+/// One server's status, as `homeagent status` or a dashboard shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct McpServerStatus {
+    pub name: String,
+    pub phase: ServerPhase,
+    /// Exposed names of the tools it provides (while running).
+    pub tools: Vec<String>,
+    pub collisions: Vec<Collision>,
+    /// Restarts after a crash or failed start.
+    pub restarts: u32,
+    /// The child's process id (stdio servers, while running).
+    pub pid: Option<u32>,
+    /// Results whose structured content broke the tool's outputSchema.
+    pub output_schema_warnings: Vec<String>,
+}
+
+pub(crate) struct ExposedTool {
+    pub(crate) def: Arc<ToolDef>,
+    pub(crate) server: String,
+    pub(crate) remote: String,
+    pub(crate) output: Option<Arc<jsonschema::Validator>>,
+}
+
+pub(crate) struct ServerState {
+    pub(crate) status: McpServerStatus,
+    pub(crate) peer: Option<Peer<RoleClient>>,
+}
+
+/// State shared by the manager and the supervisors.
+pub(crate) struct Shared {
+    pub(crate) parent: Option<Arc<dyn ToolSource>>,
+    pub(crate) tools: RwLock<BTreeMap<String, ExposedTool>>,
+    pub(crate) servers: RwLock<BTreeMap<String, ServerState>>,
+    pub(crate) shutdown: CancellationToken,
+}
+
+impl Shared {
+    pub(crate) fn with_server<T>(
+        &self,
+        name: &str,
+        f: impl FnOnce(&mut ServerState) -> T,
+    ) -> Option<T> {
+        let mut servers = self.servers.write().unwrap_or_else(|e| e.into_inner());
+        servers.get_mut(name).map(f)
+    }
+
+    fn tools(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<String, ExposedTool>> {
+        self.tools.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn running_peer(&self, server: &str) -> Result<Peer<RoleClient>, ServerPhase> {
+        let servers = self.servers.read().unwrap_or_else(|e| e.into_inner());
+        match servers.get(server) {
+            Some(ServerState {
+                status:
+                    McpServerStatus {
+                        phase: ServerPhase::Running,
+                        ..
+                    },
+                peer: Some(peer),
+            }) if !peer.is_transport_closed() => Ok(peer.clone()),
+            // Closed but not yet noticed by the supervisor: down all the same.
+            Some(ServerState {
+                status:
+                    McpServerStatus {
+                        phase: ServerPhase::Running,
+                        ..
+                    },
+                ..
+            }) => Err(ServerPhase::Down {
+                reason: "the connection closed".into(),
+            }),
+            Some(state) => Err(state.status.phase.clone()),
+            None => Err(ServerPhase::Stopped),
+        }
+    }
+}
+
+/// Every MCP server's tools as one [`ToolSource`], over an optional parent.
+///
+/// Cheap to clone; clones share the servers.
+#[derive(Clone)]
+pub struct McpManager {
+    shared: Arc<Shared>,
+    /// One per server still making its first attempt.
+    first_attempts: Arc<std::sync::Mutex<Vec<tokio::sync::oneshot::Receiver<()>>>>,
+}
+
+impl std::fmt::Debug for McpManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpManager")
+            .field("servers", &self.status())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Starts every server and returns once each has connected or failed its
+/// first attempt (bounded by its own timeout). A server that failed is
+/// retried in the background; the rest of the agent does not wait for it.
+///
+/// `parent` is where names that are not MCP tools go (the built-in
+/// registry); an MCP tool whose name a parent tool already has is reported
+/// as a collision and not exposed.
+pub async fn start_mcp_servers(
+    specs: Vec<McpServerSpec>,
+    parent: Option<Arc<dyn ToolSource>>,
+    options: McpOptions,
+) -> McpManager {
+    // Inside an async fn a runtime is always present.
+    let manager = match spawn_mcp_servers(specs, parent, options) {
+        Ok(manager) => manager,
+        Err(NoRuntime) => return McpManager::empty(),
+    };
+    manager.wait_started().await;
+    manager
+}
+
+/// [`spawn_mcp_servers`] was called outside a tokio runtime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("MCP servers can only be started inside a tokio runtime")]
+pub struct NoRuntime;
+
+/// Like [`start_mcp_servers`] but returns at once, for a synchronous
+/// builder running inside a tokio runtime; await
+/// [`McpManager::wait_started`] before the first call that should see the
+/// servers' tools.
+pub fn spawn_mcp_servers(
+    specs: Vec<McpServerSpec>,
+    parent: Option<Arc<dyn ToolSource>>,
+    options: McpOptions,
+) -> Result<McpManager, NoRuntime> {
+    let runtime = tokio::runtime::Handle::try_current().map_err(|_| NoRuntime)?;
+    let manager = McpManager::with_parent(parent);
+    let shared = &manager.shared;
+    let mut first_attempts = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for spec in specs {
+        let checked = check_spec(&spec, &mut seen);
+        let phase = match &checked {
+            Ok(()) => ServerPhase::Connecting,
+            Err(e) => ServerPhase::Invalid {
+                reason: e.to_string(),
+            },
+        };
+        if let Err(e) = &checked {
+            tracing::error!("{e}");
+        }
+        let key = match &checked {
+            // A duplicate keeps its report under a distinct key.
+            Err(SpecError::DuplicateName(_)) => format!("{}#{}", spec.name, seen.len()),
+            _ => spec.name.clone(),
+        };
+        shared
+            .servers
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(
+                key,
+                ServerState {
+                    status: McpServerStatus {
+                        name: spec.name.clone(),
+                        phase,
+                        tools: Vec::new(),
+                        collisions: Vec::new(),
+                        restarts: 0,
+                        pid: None,
+                        output_schema_warnings: Vec::new(),
+                    },
+                    peer: None,
+                },
+            );
+        if checked.is_ok() {
+            let (done, first) = tokio::sync::oneshot::channel();
+            runtime.spawn(supervise(shared.clone(), spec, options.clone(), done));
+            first_attempts.push(first);
+        }
+    }
+    *manager
+        .first_attempts
+        .lock()
+        .unwrap_or_else(|e| e.into_inner()) = first_attempts;
+    Ok(manager)
+}
+
+fn check_spec(
+    spec: &McpServerSpec,
+    seen: &mut std::collections::HashSet<String>,
+) -> Result<(), SpecError> {
+    if spec.name.is_empty() {
+        return Err(SpecError::EmptyName);
+    }
+    if !seen.insert(spec.name.clone()) {
+        return Err(SpecError::DuplicateName(spec.name.clone()));
+    }
+    match &spec.transport {
+        McpTransport::Stdio { command, .. } if command.is_empty() => {
+            Err(SpecError::EmptyCommand(spec.name.clone()))
+        }
+        McpTransport::Http { url, .. }
+            if !(url.starts_with("http://") || url.starts_with("https://")) =>
+        {
+            Err(SpecError::BadUrl {
+                server: spec.name.clone(),
+                url: url.clone(),
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
+impl McpManager {
+    fn with_parent(parent: Option<Arc<dyn ToolSource>>) -> Self {
+        McpManager {
+            shared: Arc::new(Shared {
+                parent,
+                tools: RwLock::default(),
+                servers: RwLock::default(),
+                shutdown: CancellationToken::new(),
+            }),
+            first_attempts: Arc::default(),
+        }
+    }
+
+    fn empty() -> Self {
+        Self::with_parent(None)
+    }
+
+    /// Waits until every server has connected or failed its first attempt
+    /// (each bounded by its own timeout).
+    pub async fn wait_started(&self) {
+        let pending = std::mem::take(
+            &mut *self
+                .first_attempts
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        );
+        for first in pending {
+            let _ = first.await;
+        }
+    }
+
+    /// A snapshot of every server, sorted by name.
+    pub fn status(&self) -> Vec<McpServerStatus> {
+        let servers = self
+            .shared
+            .servers
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
+        servers.values().map(|s| s.status.clone()).collect()
+    }
+
+    /// Waits until `server` is running (after a restart, say), up to `limit`.
+    pub async fn wait_running(&self, server: &str, limit: std::time::Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            if self.shared.running_peer(server).is_ok() {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Stops every server (children are killed) and their supervisors.
+    pub async fn shutdown(&self) {
+        self.shared.shutdown.cancel();
+        // Supervisors mark their server stopped once the connection closed.
+        for _ in 0..100 {
+            let all_stopped = self
+                .status()
+                .iter()
+                .all(|s| !matches!(s.phase, ServerPhase::Running | ServerPhase::Connecting));
+            if all_stopped {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
+    fn mcp_definition(&self, name: &str) -> Option<Arc<ToolDef>> {
+        let tools = self.shared.tools();
+        let tool = tools.get(name)?;
+        self.shared
+            .running_peer(&tool.server)
+            .ok()
+            .map(|_| tool.def.clone())
+    }
+}
+
+impl ToolSource for McpManager {
+    fn definition(&self, name: &str) -> Option<Arc<ToolDef>> {
+        self.mcp_definition(name)
+            .or_else(|| self.shared.parent.as_ref().and_then(|p| p.definition(name)))
+    }
+
+    fn definitions(&self) -> Vec<Arc<ToolDef>> {
+        let mut all: BTreeMap<String, Arc<ToolDef>> = BTreeMap::new();
+        if let Some(parent) = &self.shared.parent {
+            for def in parent.definitions() {
+                all.insert(def.name.clone(), def);
+            }
+        }
+        let names: Vec<String> = self.shared.tools().keys().cloned().collect();
+        for name in names {
+            if let Some(def) = self.mcp_definition(&name) {
+                all.insert(name, def);
+            }
+        }
+        all.into_values().collect()
+    }
+
+    fn invoke(&self, name: &str, ctx: ToolContext) -> ToolFuture {
+        let found = {
+            let tools = self.shared.tools();
+            tools
+                .get(name)
+                .map(|t| (t.server.clone(), t.remote.clone(), t.output.clone()))
+        };
+        let Some((server, remote, output)) = found else {
+            return self.miss(name, ctx);
+        };
+        let peer = match self.shared.running_peer(&server) {
+            Ok(peer) => peer,
+            Err(phase) => {
+                let error = server_down(name, &server, &phase);
+                return Box::pin(async move { Err(error) });
+            }
+        };
+        let shared = self.shared.clone();
+        Box::pin(async move {
+            let arguments = match ctx.arguments {
+                Value::Object(map) => map,
+                Value::Null => serde_json::Map::new(),
+                _ => {
+                    return Err(ToolError::new(
+                        ErrorReason::InvalidArguments,
+                        "arguments must be a JSON object",
+                    ));
+                }
+            };
+            let params = CallToolRequestParams::new(remote.clone()).with_arguments(arguments);
+            // Dropping the call (a stop, a timeout) makes rmcp send
+            // `notifications/cancelled` for it.
+            let answer = tokio::select! {
+                answer = peer.call_tool(params) => answer,
+                () = ctx.cancel.cancelled() => {
+                    return Err(ToolError::new(
+                        ErrorReason::Cancelled,
+                        format!("the call to MCP tool {remote} was stopped; the server was told to cancel it"),
+                    ));
+                }
+            };
+            let result = answer.map_err(|e| service_error(&server, &remote, e))?;
+            let (value, warning) = call_result_value(&server, &remote, result, output.as_deref())?;
+            if let Some(warning) = warning {
+                tracing::warn!("{warning}");
+                shared.with_server(&server, |s| {
+                    let warnings = &mut s.status.output_schema_warnings;
+                    if warnings.len() >= 20 {
+                        warnings.remove(0);
+                    }
+                    warnings.push(warning);
+                });
+            }
+            Ok(value)
+        })
+    }
+}
+
+impl McpManager {
+    fn miss(&self, name: &str, ctx: ToolContext) -> ToolFuture {
+        match &self.shared.parent {
+            Some(parent) => {
+                let from_parent = parent.invoke(name, ctx);
+                let me = self.clone();
+                let name = name.to_owned();
+                Box::pin(async move {
+                    match from_parent.await {
+                        Err(e) if e.reason == ErrorReason::NotFound => Err(me.not_found(&name)),
+                        other => other,
+                    }
+                })
+            }
+            None => {
+                let error = self.not_found(name);
+                Box::pin(async move { Err(error) })
+            }
+        }
+    }
+
+    fn not_found(&self, name: &str) -> ToolError {
+        let known: Vec<String> = self.definitions().iter().map(|d| d.name.clone()).collect();
+        not_found(name, &known)
+    }
+}
+
+/// The typed not-found of a tool whose server is not running.
+fn server_down(name: &str, server: &str, phase: &ServerPhase) -> ToolError {
+    let (detail, hint) = match phase {
+        ServerPhase::GaveUp { reason } => (
+            format!(
+                "tool {name} is unavailable: its MCP server `{server}` is down and will not be restarted ({reason})"
+            ),
+            "use another tool; the server comes back only when HomeAgent restarts".to_owned(),
+        ),
+        ServerPhase::Down { reason } => (
+            format!(
+                "tool {name} is unavailable: its MCP server `{server}` is down ({reason}) and is being restarted"
+            ),
+            "try again in a little while, or use another tool".to_owned(),
+        ),
+        _ => (
+            format!("tool {name} is unavailable: its MCP server `{server}` is not connected"),
+            "try again in a little while, or use another tool".to_owned(),
+        ),
+    };
+    ToolError::new(ErrorReason::NotFound, detail).with_hint(hint)
+}

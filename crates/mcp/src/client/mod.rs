@@ -1,0 +1,7 @@
+//! The client side: connecting to servers, supervising them, and showing
+//! their tools to the kernel.
+
+mod connect;
+pub mod convert;
+pub mod manager;
+mod supervise;

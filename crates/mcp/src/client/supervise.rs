@@ -1,0 +1,214 @@
+//! One task per server: connect, publish its tools, refresh them when the
+//! server says they changed, and restart it with backoff when it dies —
+//! until it has died too often within the window.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use super::connect::{Connection, connect};
+use super::convert::{output_validator, tool_def};
+use super::manager::{Collision, ExposedTool, ServerPhase, Shared};
+use crate::naming::exposed_name;
+use crate::spec::{McpOptions, McpServerSpec};
+
+pub(crate) async fn supervise(
+    shared: Arc<Shared>,
+    spec: McpServerSpec,
+    options: McpOptions,
+    first_attempt: tokio::sync::oneshot::Sender<()>,
+) {
+    let mut first_attempt = Some(first_attempt);
+    let mut failures: VecDeque<Instant> = VecDeque::new();
+    let mut backoff = options.restart_backoff;
+    let name = spec.name.clone();
+    loop {
+        set_phase(&shared, &name, ServerPhase::Connecting);
+        let tools_changed = Arc::new(Notify::new());
+        let reason = match connect(&spec, tools_changed.clone()).await {
+            Ok((connection, pid)) => {
+                let refreshed = publish_tools(&shared, &spec, &connection).await;
+                match refreshed {
+                    Err(reason) => reason,
+                    Ok(()) => {
+                        shared.with_server(&name, |s| {
+                            s.status.phase = ServerPhase::Running;
+                            s.status.pid = pid;
+                            s.peer = Some(connection.peer().clone());
+                        });
+                        tracing::info!(server = %name, "MCP server connected");
+                        if let Some(done) = first_attempt.take() {
+                            let _ = done.send(());
+                        }
+                        match run_until_closed(&shared, &spec, connection, &tools_changed).await {
+                            Closed::Shutdown => {
+                                set_phase(&shared, &name, ServerPhase::Stopped);
+                                return;
+                            }
+                            Closed::Lost(reason) => reason,
+                        }
+                    }
+                }
+            }
+            Err(e) => e.to_string(),
+        };
+        shared.with_server(&name, |s| {
+            s.peer = None;
+            s.status.pid = None;
+        });
+        tracing::warn!(server = %name, "MCP server down: {reason}");
+        if let Some(done) = first_attempt.take() {
+            let _ = done.send(());
+        }
+        let now = Instant::now();
+        failures.push_back(now);
+        while failures
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > options.crash_window)
+        {
+            failures.pop_front();
+        }
+        if failures.len() >= options.max_crashes as usize {
+            let reason = format!(
+                "{} crashes or failed starts within {:?}; last: {reason}",
+                failures.len(),
+                options.crash_window
+            );
+            tracing::error!(server = %name, "giving up on MCP server: {reason}");
+            set_phase(&shared, &name, ServerPhase::GaveUp { reason });
+            return;
+        }
+        set_phase(&shared, &name, ServerPhase::Down { reason });
+        tokio::select! {
+            () = tokio::time::sleep(backoff) => {}
+            () = shared.shutdown.cancelled() => {
+                set_phase(&shared, &name, ServerPhase::Stopped);
+                return;
+            }
+        }
+        backoff = (backoff * 2).min(options.max_restart_backoff);
+        shared.with_server(&name, |s| s.status.restarts += 1);
+    }
+}
+
+enum Closed {
+    Shutdown,
+    Lost(String),
+}
+
+async fn run_until_closed(
+    shared: &Arc<Shared>,
+    spec: &McpServerSpec,
+    connection: Connection,
+    tools_changed: &Notify,
+) -> Closed {
+    let peer_closed = connection.cancellation_token();
+    let waiting = connection.waiting();
+    tokio::pin!(waiting);
+    loop {
+        tokio::select! {
+            ended = &mut waiting => {
+                let detail = match ended {
+                    Ok(reason) => format!("the connection closed ({reason:?})"),
+                    Err(e) => format!("the connection task failed: {e}"),
+                };
+                return Closed::Lost(detail);
+            }
+            () = tools_changed.notified() => {
+                let peer = shared.with_server(&spec.name, |s| s.peer.clone()).flatten();
+                if let Some(peer) = peer
+                    && let Err(reason) = list_and_publish(shared, spec, &peer).await
+                {
+                    tracing::warn!(server = %spec.name, "refreshing the tool list failed: {reason}");
+                }
+            }
+            () = shared.shutdown.cancelled() => {
+                peer_closed.cancel();
+                let _ = waiting.await;
+                return Closed::Shutdown;
+            }
+        }
+    }
+}
+
+async fn publish_tools(
+    shared: &Arc<Shared>,
+    spec: &McpServerSpec,
+    connection: &Connection,
+) -> Result<(), String> {
+    list_and_publish(shared, spec, connection.peer()).await
+}
+
+/// Lists the server's tools and replaces its entries in the shared map.
+async fn list_and_publish(
+    shared: &Arc<Shared>,
+    spec: &McpServerSpec,
+    peer: &rmcp::service::Peer<rmcp::RoleClient>,
+) -> Result<(), String> {
+    let listed = tokio::time::timeout(spec.timeout, peer.list_all_tools())
+        .await
+        .map_err(|_| format!("tools/list got no answer within {:?}", spec.timeout))?
+        .map_err(|e| format!("tools/list failed: {e}"))?;
+    let mut collisions = Vec::new();
+    let mut exposed_names = Vec::new();
+    {
+        let mut tools = shared.tools.write().unwrap_or_else(|e| e.into_inner());
+        tools.retain(|_, t| t.server != spec.name);
+        for tool in &listed {
+            let name = match exposed_name(&spec.name, &tool.name) {
+                Ok(name) => name,
+                Err(e) => {
+                    tracing::warn!("{e}");
+                    continue;
+                }
+            };
+            let taken_by = match tools.get(&name) {
+                Some(other) => Some(format!(
+                    "MCP server `{}` tool `{}`",
+                    other.server, other.remote
+                )),
+                None => shared
+                    .parent
+                    .as_ref()
+                    .and_then(|p| p.definition(&name))
+                    .map(|_| "a built-in tool".to_owned()),
+            };
+            if let Some(taken_by) = taken_by {
+                tracing::warn!(
+                    server = %spec.name,
+                    "MCP tool `{}` would be named {name}, which {taken_by} already has; it is not exposed",
+                    tool.name
+                );
+                collisions.push(Collision {
+                    name,
+                    server: spec.name.clone(),
+                    tool: tool.name.to_string(),
+                    taken_by,
+                });
+                continue;
+            }
+            let def = tool_def(spec, &name, tool);
+            tools.insert(
+                name.clone(),
+                ExposedTool {
+                    def: Arc::new(def),
+                    server: spec.name.clone(),
+                    remote: tool.name.to_string(),
+                    output: output_validator(tool.output_schema.as_deref()).map(Arc::new),
+                },
+            );
+            exposed_names.push(name);
+        }
+    }
+    shared.with_server(&spec.name, |s| {
+        s.status.tools = exposed_names;
+        s.status.collisions = collisions;
+    });
+    Ok(())
+}
+
+fn set_phase(shared: &Shared, name: &str, phase: ServerPhase) {
+    shared.with_server(name, |s| s.status.phase = phase);
+}

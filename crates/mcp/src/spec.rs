@@ -1,0 +1,211 @@
+//! What the embedder tells this crate about each server (the agent's config
+//! `[[mcp.servers]]` maps onto [`McpServerSpec`] one field to one field).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// One MCP server to connect to.
+#[derive(Clone)]
+pub struct McpServerSpec {
+    /// Prefix of the server's tools (`<name>__<tool>`).
+    pub name: String,
+    pub transport: McpTransport,
+    /// Act on the server's tool annotations (`readOnlyHint` makes a tool
+    /// parallel-safe). Untrusted servers' annotations are ignored.
+    pub trusted: bool,
+    /// Tools (by the server's own names) that may run beside other calls.
+    pub parallel_safe: Vec<String>,
+    /// Tools that never run beside another call; wins over everything.
+    pub serial: Vec<String>,
+    /// Time allowed for `initialize` and for each tool call.
+    pub timeout: Duration,
+}
+
+/// How to reach a server.
+#[derive(Clone)]
+pub enum McpTransport {
+    /// A child process speaking MCP on stdin/stdout. It gets an empty
+    /// environment plus exactly `env`: never HomeAgent's own keys.
+    Stdio {
+        command: String,
+        args: Vec<String>,
+        env: BTreeMap<String, String>,
+    },
+    /// Streamable HTTP at `url`, with an optional bearer token.
+    Http {
+        url: String,
+        bearer_token: Option<String>,
+    },
+}
+
+// Hand-written so a bearer token or an env value (often a key) never
+// reaches a log line.
+impl std::fmt::Debug for McpTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            McpTransport::Stdio { command, args, env } => f
+                .debug_struct("Stdio")
+                .field("command", command)
+                .field("args", args)
+                .field("env", &env.keys().collect::<Vec<_>>())
+                .finish(),
+            McpTransport::Http { url, bearer_token } => f
+                .debug_struct("Http")
+                .field("url", url)
+                .field("bearer_token", &bearer_token.as_ref().map(|_| "<redacted>"))
+                .finish(),
+        }
+    }
+}
+
+impl std::fmt::Debug for McpServerSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpServerSpec")
+            .field("name", &self.name)
+            .field("transport", &self.transport)
+            .field("trusted", &self.trusted)
+            .field("parallel_safe", &self.parallel_safe)
+            .field("serial", &self.serial)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+impl McpServerSpec {
+    /// A stdio server with the defaults: untrusted, every tool serial, 30 s.
+    pub fn stdio(name: impl Into<String>, command: impl Into<String>, args: Vec<String>) -> Self {
+        McpServerSpec {
+            name: name.into(),
+            transport: McpTransport::Stdio {
+                command: command.into(),
+                args,
+                env: BTreeMap::new(),
+            },
+            trusted: false,
+            parallel_safe: Vec::new(),
+            serial: Vec::new(),
+            timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// A Streamable HTTP server with the same defaults.
+    pub fn http(name: impl Into<String>, url: impl Into<String>) -> Self {
+        McpServerSpec {
+            transport: McpTransport::Http {
+                url: url.into(),
+                bearer_token: None,
+            },
+            ..McpServerSpec::stdio(name, String::new(), Vec::new())
+        }
+    }
+}
+
+/// A config entry's transport fields, as the config file has them.
+#[derive(Clone, Default)]
+pub struct TransportFields {
+    pub command: Option<String>,
+    pub args: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub url: Option<String>,
+    pub bearer_token: Option<String>,
+}
+
+impl McpTransport {
+    /// The transport of a config entry, which must give exactly one of
+    /// `command` and `url`.
+    pub fn from_fields(server: &str, fields: TransportFields) -> Result<Self, SpecError> {
+        match (fields.command, fields.url) {
+            (Some(command), None) => Ok(McpTransport::Stdio {
+                command,
+                args: fields.args,
+                env: fields.env,
+            }),
+            (None, Some(url)) => Ok(McpTransport::Http {
+                url,
+                bearer_token: fields.bearer_token,
+            }),
+            (Some(_), Some(_)) => Err(SpecError::BothTransports(server.to_owned())),
+            (None, None) => Err(SpecError::NoTransport(server.to_owned())),
+        }
+    }
+}
+
+/// Supervision knobs shared by every server.
+#[derive(Debug, Clone)]
+pub struct McpOptions {
+    /// Wait before the first restart; doubled after each crash.
+    pub restart_backoff: Duration,
+    /// Longest wait between restarts.
+    pub max_restart_backoff: Duration,
+    /// Crashes (or failed starts) within `crash_window` after which the
+    /// server is given up on until HomeAgent restarts.
+    pub max_crashes: u32,
+    pub crash_window: Duration,
+}
+
+impl Default for McpOptions {
+    fn default() -> Self {
+        McpOptions {
+            restart_backoff: Duration::from_millis(500),
+            max_restart_backoff: Duration::from_secs(30),
+            max_crashes: 5,
+            crash_window: Duration::from_secs(300),
+        }
+    }
+}
+
+/// A server spec that cannot be started.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    #[error("an MCP server has an empty name; give every [[mcp.servers]] entry a name")]
+    EmptyName,
+    #[error("two MCP servers are named `{0}`; server names must be unique")]
+    DuplicateName(String),
+    #[error(
+        "MCP server `{0}` has both `command` and `url`; give `command` to start a program, or `url` for a Streamable HTTP server"
+    )]
+    BothTransports(String),
+    #[error(
+        "MCP server `{0}` has neither `command` nor `url`; give `command` to start a program, or `url` for a Streamable HTTP server"
+    )]
+    NoTransport(String),
+    #[error("MCP server `{0}` has an empty command; set `command` (stdio) or `url` (HTTP)")]
+    EmptyCommand(String),
+    #[error(
+        "MCP server `{server}` has url `{url}`, which is not http:// or https://; give the server's full Streamable HTTP address"
+    )]
+    BadUrl { server: String, url: String },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exactly_one_transport() {
+        let both = TransportFields {
+            command: Some("x".into()),
+            url: Some("http://h/mcp".into()),
+            ..TransportFields::default()
+        };
+        assert_eq!(
+            McpTransport::from_fields("s", both).unwrap_err(),
+            SpecError::BothTransports("s".into())
+        );
+        assert_eq!(
+            McpTransport::from_fields("s", TransportFields::default()).unwrap_err(),
+            SpecError::NoTransport("s".into())
+        );
+        let http = TransportFields {
+            url: Some("http://h/mcp".into()),
+            bearer_token: Some("t".into()),
+            ..TransportFields::default()
+        };
+        let transport = McpTransport::from_fields("s", http).unwrap();
+        // The token is never printed.
+        assert_eq!(
+            format!("{transport:?}"),
+            r#"Http { url: "http://h/mcp", bearer_token: Some("<redacted>") }"#
+        );
+    }
+}

@@ -1,0 +1,363 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a test failure
+
+//! The MCP client against a real server written with the official Python
+//! MCP SDK (tests/mcp/fixture_server.py), over stdio and Streamable HTTP.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::*;
+use homeagent_core::{
+    BatchMode, CancellationToken, ErrorReason, Registry, SerialReason, ToolDef, ToolSource,
+};
+use homeagent_mcp::{McpManager, McpOptions, McpServerSpec, ServerPhase, start_mcp_servers};
+use serde_json::json;
+
+async fn start(specs: Vec<McpServerSpec>) -> (McpManager, Arc<dyn ToolSource>) {
+    let manager = start_mcp_servers(specs, None, McpOptions::default()).await;
+    let source: Arc<dyn ToolSource> = Arc::new(manager.clone());
+    (manager, source)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_tools_are_listed_and_called_with_a_clean_environment() {
+    let (manager, source) = start(vec![stdio_spec("fx")]).await;
+    let status = manager.status();
+    assert_eq!(status.len(), 1);
+    assert_eq!(status[0].phase, ServerPhase::Running, "{status:?}");
+    let mut names: Vec<String> = source
+        .definitions()
+        .iter()
+        .map(|d| d.name.clone())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "fx__add_tool",
+            "fx__echo",
+            "fx__env_names",
+            "fx__fail",
+            "fx__hang",
+            "fx__pid",
+            "fx__read_slow",
+            "fx__stats",
+            "fx__write_slow"
+        ]
+    );
+    // structuredContent arrives as the structured value.
+    let echo = call(source.clone(), "fx__echo", json!({"text": "hi"})).await;
+    assert!(echo.success, "{}", echo.text);
+    assert_eq!(echo.value, json!({"echo": "hi", "length": 2}));
+    // Exactly the listed environment: nothing of ours (PATH, HOME, keys).
+    let env = call(source.clone(), "fx__env_names", json!({})).await;
+    assert_eq!(env.value, json!({"result": ["HA_MARK", "LC_ALL"]}));
+    manager.shutdown().await;
+    assert_eq!(manager.status()[0].phase, ServerPhase::Stopped);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamable_http_tools_are_listed_and_called() {
+    let fixture = http_fixture().await;
+    let mut spec = McpServerSpec::http("web", fixture.url.clone());
+    if let homeagent_mcp::McpTransport::Http { bearer_token, .. } = &mut spec.transport {
+        *bearer_token = Some("test-token".into());
+    }
+    let (manager, source) = start(vec![spec]).await;
+    assert_eq!(
+        manager.status()[0].phase,
+        ServerPhase::Running,
+        "{:?}",
+        manager.status()
+    );
+    assert!(source.definition("web__echo").is_some());
+    let echo = call(source.clone(), "web__echo", json!({"text": "über"})).await;
+    assert!(echo.success, "{}", echo.text);
+    assert_eq!(echo.value, json!({"echo": "über", "length": 4}));
+    let failed = call(source.clone(), "web__fail", json!({"message": "over http"})).await;
+    assert!(!failed.success);
+    assert!(failed.error.unwrap().detail.contains("over http"));
+    manager.shutdown().await;
+    drop(fixture);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_tools_run_in_parallel_only_when_the_server_is_trusted() {
+    let mut trusted = stdio_spec("tr");
+    trusted.trusted = true;
+    let untrusted = stdio_spec("un");
+    let (manager, source) = start(vec![trusted, untrusted]).await;
+
+    let three = |p: &str| {
+        (0..3)
+            .map(|_| (format!("{p}__read_slow"), json!({"ms": 400})))
+            .collect::<Vec<_>>()
+    };
+    let calls = three("tr");
+    let calls: Vec<(&str, serde_json::Value)> =
+        calls.iter().map(|(n, a)| (n.as_str(), a.clone())).collect();
+    let result = run_batch(source.clone(), &calls, CancellationToken::new()).await;
+    assert_eq!(result.mode, BatchMode::Parallel);
+    assert!(result.outcomes.iter().all(|o| o.success));
+    let peak = stats(source.clone(), "tr").await["peak_in_flight"]
+        .as_i64()
+        .unwrap();
+    assert!(
+        peak >= 2,
+        "trusted read-only calls did not overlap (peak {peak})"
+    );
+
+    let calls = three("un");
+    let calls: Vec<(&str, serde_json::Value)> =
+        calls.iter().map(|(n, a)| (n.as_str(), a.clone())).collect();
+    let result = run_batch(source.clone(), &calls, CancellationToken::new()).await;
+    assert_eq!(
+        result.mode,
+        BatchMode::Serial {
+            reason: SerialReason::NotParallelSafe {
+                tool: "un__read_slow".into()
+            }
+        }
+    );
+    let stats_un = stats(source.clone(), "un").await;
+    assert_eq!(stats_un["peak_in_flight"], json!(1));
+    assert_eq!(stats_un["calls"]["read_slow"], json!(3));
+    // Annotations of an untrusted server are not even shown as read-only.
+    assert!(!source.definition("un__read_slow").unwrap().read_only);
+    assert!(source.definition("tr__read_slow").unwrap().read_only);
+    manager.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_lists_override_annotations_and_serial_wins() {
+    let mut spec = stdio_spec("cf");
+    spec.trusted = true;
+    spec.parallel_safe = vec!["write_slow".into(), "hang".into()];
+    spec.serial = vec!["read_slow".into(), "hang".into()];
+    let (manager, source) = start(vec![spec]).await;
+    let def = |n: &str| source.definition(n).unwrap();
+    assert!(def("cf__write_slow").runs_in_parallel());
+    assert!(!def("cf__read_slow").runs_in_parallel());
+    assert!(!def("cf__hang").runs_in_parallel());
+    assert!(def("cf__echo").runs_in_parallel());
+    assert!(!def("cf__pid").runs_in_parallel());
+    manager.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn is_error_fails_and_invalid_arguments_never_reach_the_server() {
+    let (manager, source) = start(vec![stdio_spec("fx")]).await;
+    let failed = call(source.clone(), "fx__fail", json!({"message": "boom 42"})).await;
+    assert!(!failed.success);
+    let error = failed.error.unwrap();
+    assert_eq!(error.reason, ErrorReason::Execution);
+    assert!(error.detail.contains("boom 42"), "{}", error.detail);
+
+    let missing = call(source.clone(), "fx__echo", json!({})).await;
+    assert_eq!(missing.error.unwrap().reason, ErrorReason::Required);
+    let wrong = call(source.clone(), "fx__read_slow", json!({"ms": "soon"})).await;
+    assert_eq!(wrong.error.unwrap().reason, ErrorReason::Type);
+    let counts = stats(source.clone(), "fx").await;
+    assert_eq!(counts["calls"], json!({"fail": 1}));
+    manager.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_call_sends_notifications_cancelled() {
+    let (manager, source) = start(vec![stdio_spec("fx")]).await;
+    let stop = CancellationToken::new();
+    let batch = spawn_batch(
+        source.clone(),
+        vec![("fx__hang", json!({"ms": 60000}))],
+        stop.clone(),
+    );
+    wait_for(|| async { stats(source.clone(), "fx").await["calls"]["hang"] == json!(1) }).await;
+    stop.cancel();
+    let outcome = batch.await.unwrap().outcomes.pop().unwrap();
+    assert_eq!(outcome.error.unwrap().reason, ErrorReason::Cancelled);
+    wait_for(|| async { stats(source.clone(), "fx").await["cancelled"] == json!(1) }).await;
+    manager.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_call_sends_notifications_cancelled() {
+    let mut spec = stdio_spec("fx");
+    spec.timeout = Duration::from_secs(8);
+    let (manager, source) = start(vec![spec]).await;
+    let started = std::time::Instant::now();
+    let outcome = call(source.clone(), "fx__hang", json!({"ms": 60000})).await;
+    assert_eq!(outcome.error.unwrap().reason, ErrorReason::Timeout);
+    assert!(started.elapsed() >= Duration::from_secs(8));
+    wait_for(|| async { stats(source.clone(), "fx").await["cancelled"] == json!(1) }).await;
+    manager.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_server_fails_its_calls_hides_its_tools_and_comes_back() {
+    let options = McpOptions {
+        restart_backoff: Duration::from_secs(3),
+        ..McpOptions::default()
+    };
+    let manager = start_mcp_servers(vec![stdio_spec("fx")], None, options).await;
+    let source: Arc<dyn ToolSource> = Arc::new(manager.clone());
+    let pid = call(source.clone(), "fx__pid", json!({})).await.value["result"]
+        .as_i64()
+        .unwrap();
+    assert_eq!(manager.status()[0].pid, Some(u32::try_from(pid).unwrap()));
+    let in_flight = spawn_batch(
+        source.clone(),
+        vec![("fx__hang", json!({"ms": 60000}))],
+        CancellationToken::new(),
+    );
+    wait_for(|| async { stats(source.clone(), "fx").await["calls"]["hang"] == json!(1) }).await;
+    let killed = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+
+    let outcome = in_flight.await.unwrap().outcomes.pop().unwrap();
+    let error = outcome.error.unwrap();
+    assert_eq!(error.reason, ErrorReason::Execution);
+    assert!(error.detail.contains("disconnected"), "{}", error.detail);
+
+    // Down until the restart: a typed not-found naming the server.
+    wait_for(|| async { matches!(manager.status()[0].phase, ServerPhase::Down { .. }) }).await;
+    let down = call(source.clone(), "fx__echo", json!({"text": "x"})).await;
+    let error = down.error.unwrap();
+    assert_eq!(error.reason, ErrorReason::NotFound);
+    assert!(
+        error.detail.contains("MCP server `fx` is down"),
+        "{}",
+        error.detail
+    );
+    assert!(source.definition("fx__echo").is_none());
+    assert!(matches!(
+        manager.status()[0].phase,
+        ServerPhase::Down { .. }
+    ));
+
+    assert!(manager.wait_running("fx", Duration::from_secs(60)).await);
+    let back = call(source.clone(), "fx__echo", json!({"text": "again"})).await;
+    assert!(back.success, "{}", back.text);
+    let status = &manager.status()[0];
+    assert_eq!(status.restarts, 1);
+    assert_ne!(status.pid, Some(u32::try_from(pid).unwrap()));
+    manager.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_keeps_crashing_is_given_up_and_a_silent_one_does_not_block() {
+    let python = python().to_string_lossy().into_owned();
+    let crashing = McpServerSpec::stdio(
+        "crashy",
+        python.clone(),
+        vec!["-c".into(), "import sys; sys.exit(3)".into()],
+    );
+    let mut silent = McpServerSpec::stdio(
+        "silent",
+        python,
+        vec!["-c".into(), "import time; time.sleep(600)".into()],
+    );
+    silent.timeout = Duration::from_millis(700);
+    let options = McpOptions {
+        restart_backoff: Duration::from_millis(10),
+        max_restart_backoff: Duration::from_millis(20),
+        max_crashes: 3,
+        ..McpOptions::default()
+    };
+    let manager =
+        start_mcp_servers(vec![crashing, silent, stdio_spec("good")], None, options).await;
+    let source: Arc<dyn ToolSource> = Arc::new(manager.clone());
+    // The good server is usable although the silent one never answered.
+    assert!(
+        call(source.clone(), "good__echo", json!({"text": "ok"}))
+            .await
+            .success
+    );
+    wait_for(|| async {
+        manager
+            .status()
+            .iter()
+            .all(|s| s.name == "good" || matches!(s.phase, ServerPhase::GaveUp { .. }))
+    })
+    .await;
+    let status = manager.status();
+    let silent = status.iter().find(|s| s.name == "silent").unwrap();
+    let ServerPhase::GaveUp { reason } = &silent.phase else {
+        panic!("{silent:?}")
+    };
+    assert!(
+        reason.contains("did not answer `initialize` within 700ms"),
+        "{reason}"
+    );
+    let crashy = status.iter().find(|s| s.name == "crashy").unwrap();
+    assert_eq!(crashy.restarts, 2);
+    manager.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_tool_list_is_picked_up() {
+    let (manager, source) = start(vec![stdio_spec("fx")]).await;
+    assert!(source.definition("fx__late").is_none());
+    assert!(
+        call(source.clone(), "fx__add_tool", json!({}))
+            .await
+            .success
+    );
+    wait_for(|| async { source.definition("fx__late").is_some() }).await;
+    let late = call(source.clone(), "fx__late", json!({})).await;
+    assert_eq!(late.value, json!({"result": "late tool ran"}));
+    manager.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_taken_by_a_built_in_tool_is_a_reported_collision() {
+    let builtin = Registry::new();
+    builtin
+        .register(ToolDef::new("fx__echo", "built in"), |_ctx| async {
+            Ok(json!("from the built-in"))
+        })
+        .unwrap();
+    let manager = start_mcp_servers(
+        vec![stdio_spec("fx")],
+        Some(Arc::new(builtin)),
+        McpOptions::default(),
+    )
+    .await;
+    let source: Arc<dyn ToolSource> = Arc::new(manager.clone());
+    let status = &manager.status()[0];
+    assert_eq!(status.collisions.len(), 1);
+    assert_eq!(status.collisions[0].name, "fx__echo");
+    assert_eq!(status.collisions[0].taken_by, "a built-in tool");
+    let echo = call(source.clone(), "fx__echo", json!({"text": "x"})).await;
+    assert_eq!(echo.value, json!("from the built-in"));
+    let missing = call(source.clone(), "fx__nope", json!({})).await;
+    assert_eq!(missing.error.unwrap().reason, ErrorReason::NotFound);
+    manager.shutdown().await;
+}
+
+/// Polls `check` until it holds; fails after 60 s (a generous bound on a
+/// condition, not a timing assertion).
+async fn wait_for<F, Fut>(mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    for _ in 0..600 {
+        if check().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("condition not reached within 60 s");
+}
+
+#[test]
+fn spawning_outside_a_runtime_is_an_error_not_a_panic() {
+    let spawned =
+        homeagent_mcp::spawn_mcp_servers(vec![stdio_spec("fx")], None, McpOptions::default());
+    assert_eq!(spawned.err(), Some(homeagent_mcp::NoRuntime));
+}

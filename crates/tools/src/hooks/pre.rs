@@ -1,0 +1,155 @@
+//! The pre-tool command hook.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use homeagent_core::hooks::HookFuture;
+use homeagent_core::{CallInfo, PreDecision, PreToolHook};
+use serde_json::{Value, json};
+
+use super::matcher::Matcher;
+use super::process::{run_hook, specific_output};
+use super::{CommandHookSpec, HookSpecError, SESSION_EXTRA};
+use crate::gate::{AGENT_EXTRA, Approval};
+
+/// Runs a command before each matching call; see the module docs for the
+/// protocol.
+pub struct CommandPreHook {
+    name: String,
+    matcher: Matcher,
+    command: String,
+    timeout: Duration,
+    env: BTreeMap<String, String>,
+    approval: Approval,
+}
+
+impl CommandPreHook {
+    /// `name` appears in the outcome when the hook itself fails.
+    pub fn new(name: impl Into<String>, spec: &CommandHookSpec) -> Result<Self, HookSpecError> {
+        if spec.command.trim().is_empty() {
+            return Err(HookSpecError::EmptyCommand);
+        }
+        Ok(CommandPreHook {
+            name: name.into(),
+            matcher: Matcher::parse(&spec.matcher)?,
+            command: spec.command.clone(),
+            timeout: spec.timeout,
+            env: spec.env.clone(),
+            // Nobody to ask unless the embedder says who.
+            approval: Approval::Refused,
+        })
+    }
+
+    /// Who answers a hook's `ask`.
+    pub fn with_approval(mut self, approval: Approval) -> Self {
+        self.approval = approval;
+        self
+    }
+}
+
+impl PreToolHook for CommandPreHook {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn before(&self, call: &CallInfo) -> HookFuture<PreDecision> {
+        if !self.matcher.matches(&call.tool) {
+            return Box::pin(async { Ok(PreDecision::Allow) });
+        }
+        let session = extra(call, SESSION_EXTRA);
+        let agent = extra(call, AGENT_EXTRA);
+        let event = json!({
+            "hook_event_name": "PreToolUse",
+            "session_id": session,
+            "tool_name": call.tool,
+            "tool_input": call.arguments,
+            "tool_use_id": call.call_id,
+        });
+        let command = self.command.clone();
+        let env = self.env.clone();
+        let timeout = self.timeout;
+        let approval = self.approval.clone();
+        let name = self.name.clone();
+        let tool = call.tool.clone();
+        let arguments = call.arguments.clone();
+        Box::pin(async move {
+            let run = run_hook(&command, &env, &session, &event, timeout).await?;
+            match run.code {
+                Some(0) => {}
+                Some(2) => {
+                    let reason = run.stderr.trim();
+                    return Ok(PreDecision::Deny {
+                        reason: if reason.is_empty() {
+                            format!("hook {name} refused the call (exit 2, no reason given)")
+                        } else {
+                            reason.to_owned()
+                        },
+                    });
+                }
+                other => {
+                    // Non-blocking, as in the protocol people know: the
+                    // call runs and the problem is logged.
+                    tracing::warn!(
+                        hook = %name,
+                        "pre-tool hook exited with {other:?} (not 0 or 2): {}; the call runs",
+                        run.stderr.trim()
+                    );
+                    return Ok(PreDecision::Allow);
+                }
+            }
+            let Some(specific) = specific_output(&run.stdout) else {
+                return Ok(PreDecision::Allow);
+            };
+            let reason = specific
+                .get("permissionDecisionReason")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            let decision = specific.get("permissionDecision").and_then(Value::as_str);
+            match decision {
+                None | Some("allow") => {}
+                Some("deny") => {
+                    return Ok(PreDecision::Deny {
+                        reason: reason.unwrap_or_else(|| format!("hook {name} denied the call")),
+                    });
+                }
+                Some("ask") => {
+                    let approved = match &approval {
+                        Approval::Granted => true,
+                        Approval::Refused => false,
+                        Approval::Ask(approver) => {
+                            approver.approve(&agent, &tool, &arguments).await
+                        }
+                    };
+                    if !approved {
+                        return Ok(PreDecision::Deny {
+                            reason: format!(
+                                "hook {name} asked for approval and it was not given{}",
+                                reason.map(|r| format!(" ({r})")).unwrap_or_default()
+                            ),
+                        });
+                    }
+                }
+                Some(other) => {
+                    // An unknown decision must not wave the call through.
+                    return Err(format!(
+                        "answered permissionDecision {other:?}; expected allow, deny or ask"
+                    ));
+                }
+            }
+            match specific.get("updatedInput") {
+                Some(updated) => Ok(PreDecision::Rewrite {
+                    arguments: updated.clone(),
+                }),
+                None => Ok(PreDecision::Allow),
+            }
+        })
+    }
+}
+
+pub(super) fn extra(call: &CallInfo, key: &str) -> String {
+    call.extras
+        .get(key)
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned()
+}

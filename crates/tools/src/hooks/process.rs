@@ -1,0 +1,105 @@
+//! Running one hook command: `sh -c`, a clean environment, the event as
+//! JSON on stdin, and a kill at the timeout.
+
+use std::collections::BTreeMap;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::io::AsyncWriteExt;
+
+/// What a finished hook said.
+pub(crate) struct HookRun {
+    /// `None` when it was killed by a signal.
+    pub(crate) code: Option<i32>,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
+}
+
+/// Runs `command` with `event` on stdin. `Err` describes a hook that could
+/// not be started or did not finish in time (it was killed).
+pub(crate) async fn run_hook(
+    command: &str,
+    env: &BTreeMap<String, String>,
+    session: &str,
+    event: &Value,
+    timeout: Duration,
+) -> Result<HookRun, String> {
+    let mut cmd = tokio::process::Command::new("sh");
+    cmd.arg("-c")
+        .arg(command)
+        .env_clear()
+        .env("HOMEAGENT_SESSION_ID", session)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    // PATH is not a secret, and without it `sh` finds nothing the person
+    // expects; nothing else of HomeAgent's environment is passed.
+    if let Some(path) = std::env::var_os("PATH") {
+        cmd.env("PATH", path);
+    }
+    cmd.envs(env);
+    // Its own process group, so a timeout kills what the shell started too.
+    #[cfg(unix)]
+    cmd.process_group(0);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("could not start `sh -c {command}`: {e}"))?;
+    let pid = child.id();
+    let input = serde_json::to_vec(event).unwrap_or_default();
+    let mut stdin = child.stdin.take();
+    let work = async move {
+        if let Some(stdin) = stdin.as_mut() {
+            // A hook that does not read its input is fine: ignore EPIPE.
+            let _ = stdin.write_all(&input).await;
+        }
+        drop(stdin);
+        child.wait_with_output().await
+    };
+    match tokio::time::timeout(timeout, work).await {
+        Ok(Ok(output)) => Ok(HookRun {
+            code: output.status.code(),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }),
+        Ok(Err(e)) => Err(format!("could not run `sh -c {command}`: {e}")),
+        Err(_) => {
+            kill_group(pid).await;
+            Err(format!(
+                "did not finish within {}ms and was killed",
+                timeout.as_millis()
+            ))
+        }
+    }
+}
+
+/// Kills the hook's whole process group (the shell was dropped already,
+/// which killed it; what it started may still run).
+async fn kill_group(pid: Option<u32>) {
+    #[cfg(unix)]
+    if let Some(pid) = pid {
+        let _ = tokio::process::Command::new("kill")
+            .args(["-KILL", "--", &format!("-{pid}")])
+            .env_clear()
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .await;
+    }
+}
+
+/// `hookSpecificOutput` of a hook's stdout, when stdout is such JSON.
+pub(crate) fn specific_output(stdout: &str) -> Option<serde_json::Map<String, Value>> {
+    let trimmed = stdout.trim();
+    if !trimmed.starts_with('{') {
+        return None;
+    }
+    match serde_json::from_str::<Value>(trimmed).ok()? {
+        Value::Object(mut map) => match map.remove("hookSpecificOutput") {
+            Some(Value::Object(specific)) => Some(specific),
+            _ => None,
+        },
+        _ => None,
+    }
+}

@@ -1,0 +1,428 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a test failure
+
+//! Command hooks with real shell scripts in temp dirs, attached to a real
+//! executor: the model's path (a batch) and the programmatic path
+//! ([`ToolApi`], which sequences and `mcp-serve` use).
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use homeagent_core::{
+    AssembledCall, AssembledTurn, BatchContext, CancellationToken, ErrorReason, Executor, Registry,
+    ToolCall, ToolContext, ToolDef, ToolError, ToolOutcome,
+};
+use homeagent_tools::hooks::{CommandHookSpec, HookSpecError, command_hooks};
+use homeagent_tools::{Approval, ToolApi};
+use serde_json::{Map, Value, json};
+
+/// A temp dir with the hook scripts of one test; removed on drop.
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(tag: &str) -> Self {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "homeagent-hooks-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::SeqCst)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        Dir(dir)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
+    /// A hook script; the command runs it with `sh`.
+    fn script(&self, name: &str, body: &str) -> String {
+        let path = self.path(name);
+        std::fs::write(&path, body).unwrap();
+        format!("sh '{}'", path.display())
+    }
+
+    fn read_json(&self, name: &str) -> Value {
+        serde_json::from_str(&std::fs::read_to_string(self.path(name)).unwrap()).unwrap()
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// What reached the handler of `note` (its `text`), and a tool that fails.
+#[derive(Default)]
+struct Seen(Mutex<Vec<String>>);
+
+fn registry(seen: &Arc<Seen>) -> Arc<Registry> {
+    let registry = Arc::new(Registry::new());
+    let s = seen.clone();
+    registry
+        .register(
+            ToolDef::new("note", "keeps a note").with_parameters(json!({
+                "type": "object",
+                "properties": {"text": {"type": "string"}},
+                "required": ["text"]
+            })),
+            move |ctx: ToolContext| {
+                let s = s.clone();
+                async move {
+                    let text = ctx.arguments["text"].as_str().unwrap_or("").to_owned();
+                    s.0.lock().unwrap().push(text.clone());
+                    Ok::<Value, ToolError>(json!({"noted": text}))
+                }
+            },
+        )
+        .unwrap();
+    registry
+        .register(
+            ToolDef::new("broken", "always fails"),
+            |_ctx: ToolContext| async {
+                Err::<Value, ToolError>(ToolError::execution("the disk is full"))
+            },
+        )
+        .unwrap();
+    registry
+}
+
+fn spec(command: String) -> CommandHookSpec {
+    CommandHookSpec::new(command)
+}
+
+fn executor(
+    seen: &Arc<Seen>,
+    pre: &[CommandHookSpec],
+    post: &[CommandHookSpec],
+    approval: Approval,
+) -> Executor {
+    let hooks = command_hooks(pre, post, approval).unwrap();
+    hooks.attach(Executor::new(registry(seen)))
+}
+
+async fn run(executor: &Executor, tool: &str, args: Value) -> ToolOutcome {
+    let turn = AssembledTurn {
+        calls: vec![AssembledCall {
+            call: ToolCall {
+                id: "call_7".into(),
+                name: tool.into(),
+                arguments: args.clone(),
+                raw_arguments: args.to_string(),
+            },
+            argument_error: None,
+        }],
+        ..AssembledTurn::default()
+    };
+    let mut extras = Map::new();
+    extras.insert("agent".into(), json!("main"));
+    extras.insert("session".into(), json!("s1"));
+    let batch = BatchContext {
+        batch_id: "b1".into(),
+        extras,
+        cancel: CancellationToken::new(),
+    };
+    executor.run(&turn, &batch).await.outcomes.pop().unwrap()
+}
+
+#[tokio::test]
+async fn exit_2_denies_with_stderr_as_the_reason_and_the_hook_sees_the_call() {
+    let dir = Dir::new("exit2");
+    let stdin = dir.path("stdin.json");
+    let env = dir.path("env.txt");
+    let command = dir.script(
+        "deny.sh",
+        &format!(
+            "cat > '{}'\nenv > '{}'\necho 'no notes today' >&2\nexit 2\n",
+            stdin.display(),
+            env.display()
+        ),
+    );
+    let mut hook = spec(command);
+    hook.env.insert("HOOK_MARK".into(), "yes".into());
+    let seen = Arc::new(Seen::default());
+    let executor = executor(&seen, &[hook], &[], Approval::Refused);
+    let outcome = run(&executor, "note", json!({"text": "hello"})).await;
+    let error = outcome.error.unwrap();
+    assert_eq!(error.reason, ErrorReason::Denied);
+    assert_eq!(error.detail, "no notes today");
+    assert!(outcome.text.contains("no notes today"));
+    assert!(seen.0.lock().unwrap().is_empty(), "a denied call ran");
+    assert_eq!(
+        dir.read_json("stdin.json"),
+        json!({
+            "hook_event_name": "PreToolUse",
+            "session_id": "s1",
+            "tool_name": "note",
+            "tool_input": {"text": "hello"},
+            "tool_use_id": "call_7"
+        })
+    );
+    let env = std::fs::read_to_string(&env).unwrap();
+    let names: Vec<&str> = env
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, _)| k)
+        .collect();
+    assert!(env.lines().any(|l| l == "HOMEAGENT_SESSION_ID=s1"), "{env}");
+    assert!(env.lines().any(|l| l == "HOOK_MARK=yes"), "{env}");
+    // Nothing of the test process's own environment but PATH.
+    assert!(!names.contains(&"CARGO_MANIFEST_DIR"), "{env}");
+    assert!(!names.contains(&"HOME"), "{env}");
+}
+
+#[tokio::test]
+async fn a_json_deny_refuses_and_other_exit_codes_do_not_block() {
+    let dir = Dir::new("json");
+    let deny = dir.script(
+        "deny.sh",
+        r#"echo '{"hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"deny","permissionDecisionReason":"json says no"}}'"#,
+    );
+    let seen = Arc::new(Seen::default());
+    let outcome = run(
+        &executor(&seen, &[spec(deny)], &[], Approval::Refused),
+        "note",
+        json!({"text": "a"}),
+    )
+    .await;
+    let error = outcome.error.unwrap();
+    assert_eq!(error.reason, ErrorReason::Denied);
+    assert_eq!(error.detail, "json says no");
+
+    let broken = dir.script("broken.sh", "echo oops >&2\nexit 1\n");
+    let outcome = run(
+        &executor(&seen, &[spec(broken)], &[], Approval::Refused),
+        "note",
+        json!({"text": "b"}),
+    )
+    .await;
+    assert!(outcome.success, "{}", outcome.text);
+    assert_eq!(*seen.0.lock().unwrap(), vec!["b".to_owned()]);
+}
+
+#[tokio::test]
+async fn updated_input_is_validated_again() {
+    let dir = Dir::new("rewrite");
+    let good = dir.script(
+        "good.sh",
+        r#"echo '{"hookSpecificOutput":{"permissionDecision":"allow","updatedInput":{"text":"rewritten"}}}'"#,
+    );
+    let bad = dir.script(
+        "bad.sh",
+        r#"echo '{"hookSpecificOutput":{"updatedInput":{"note":"no text key"}}}'"#,
+    );
+    let seen = Arc::new(Seen::default());
+    let outcome = run(
+        &executor(&seen, &[spec(good)], &[], Approval::Refused),
+        "note",
+        json!({"text": "original"}),
+    )
+    .await;
+    assert_eq!(outcome.value, json!({"noted": "rewritten"}));
+    let outcome = run(
+        &executor(&seen, &[spec(bad)], &[], Approval::Refused),
+        "note",
+        json!({"text": "original"}),
+    )
+    .await;
+    let error = outcome.error.unwrap();
+    assert_eq!(error.reason, ErrorReason::Required);
+    assert!(
+        error.detail.contains("after hook pre_tool_use[0] rewrote"),
+        "{}",
+        error.detail
+    );
+    assert_eq!(*seen.0.lock().unwrap(), vec!["rewritten".to_owned()]);
+}
+
+#[tokio::test]
+async fn ask_goes_through_the_approval_policy() {
+    let dir = Dir::new("ask");
+    let ask = dir.script(
+        "ask.sh",
+        r#"echo '{"hookSpecificOutput":{"permissionDecision":"ask","permissionDecisionReason":"writes a note"}}'"#,
+    );
+    let seen = Arc::new(Seen::default());
+    let refused = run(
+        &executor(&seen, &[spec(ask.clone())], &[], Approval::Refused),
+        "note",
+        json!({"text": "a"}),
+    )
+    .await;
+    let error = refused.error.unwrap();
+    assert_eq!(error.reason, ErrorReason::Denied);
+    assert!(error.detail.contains("(writes a note)"), "{}", error.detail);
+    let granted = run(
+        &executor(&seen, &[spec(ask)], &[], Approval::Granted),
+        "note",
+        json!({"text": "b"}),
+    )
+    .await;
+    assert!(granted.success);
+    assert_eq!(*seen.0.lock().unwrap(), vec!["b".to_owned()]);
+}
+
+#[tokio::test]
+async fn a_hanging_hook_is_killed_with_what_it_started_and_the_call_refused() {
+    let dir = Dir::new("hang");
+    let pid_file = dir.path("sleep.pid");
+    let command = dir.script(
+        "hang.sh",
+        &format!("sleep 30 &\necho $! > '{}'\nwait\n", pid_file.display()),
+    );
+    let mut hook = spec(command);
+    hook.timeout = Duration::from_millis(500);
+    let seen = Arc::new(Seen::default());
+    let started = Instant::now();
+    let outcome = run(
+        &executor(&seen, &[hook], &[], Approval::Refused),
+        "note",
+        json!({"text": "a"}),
+    )
+    .await;
+    assert!(started.elapsed() >= Duration::from_millis(500));
+    let error = outcome.error.unwrap();
+    assert_eq!(error.reason, ErrorReason::Denied);
+    assert!(
+        error
+            .detail
+            .contains("did not finish within 500ms and was killed"),
+        "{}",
+        error.detail
+    );
+    assert!(seen.0.lock().unwrap().is_empty());
+    let pid = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .to_owned();
+    assert!(
+        process_gone(&pid).await,
+        "the hook's child {pid} still runs"
+    );
+}
+
+#[tokio::test]
+async fn a_post_hook_sees_a_failed_call_and_its_exit_2_marks_the_outcome() {
+    let dir = Dir::new("post");
+    let stdin = dir.path("post.json");
+    let command = dir.script(
+        "post.sh",
+        &format!(
+            "cat > '{}'\necho 'looked wrong' >&2\nexit 2\n",
+            stdin.display()
+        ),
+    );
+    let seen = Arc::new(Seen::default());
+    let outcome = run(
+        &executor(&seen, &[], &[spec(command)], Approval::Refused),
+        "broken",
+        json!({}),
+    )
+    .await;
+    assert!(!outcome.success);
+    assert_eq!(
+        dir.read_json("post.json"),
+        json!({
+            "hook_event_name": "PostToolUse",
+            "session_id": "s1",
+            "tool_name": "broken",
+            "tool_input": {},
+            "tool_use_id": "call_7",
+            "tool_response": {"reason": "execution", "detail": "the disk is full"},
+            "success": false
+        })
+    );
+    assert_eq!(
+        outcome.warnings,
+        vec!["post-tool hook post_tool_use[0] failed: flagged the result: looked wrong; the result was kept as the tool returned it".to_owned()]
+    );
+}
+
+#[tokio::test]
+async fn a_post_hook_adds_context_and_matchers_pick_tools() {
+    let dir = Dir::new("context");
+    let context = dir.script(
+        "ctx.sh",
+        r#"echo '{"hookSpecificOutput":{"hookEventName":"PostToolUse","additionalContext":"remember to tidy up"}}'"#,
+    );
+    let marker = dir.path("ran");
+    let other = dir.script("other.sh", &format!("touch '{}'\n", marker.display()));
+    let mut post = spec(context);
+    post.matcher = "note|files_.*".into();
+    let mut pre = spec(other);
+    pre.matcher = "broken".into();
+    let seen = Arc::new(Seen::default());
+    let outcome = run(
+        &executor(&seen, &[pre], &[post], Approval::Refused),
+        "note",
+        json!({"text": "x"}),
+    )
+    .await;
+    assert_eq!(
+        outcome.value,
+        json!({"noted": "x", "additional_context": "remember to tidy up"})
+    );
+    assert!(
+        !marker.exists(),
+        "a hook ran for a tool its matcher excludes"
+    );
+}
+
+#[tokio::test]
+async fn a_pre_hook_fires_for_calls_through_the_tool_api() {
+    let dir = Dir::new("api");
+    let deny = dir.script("deny.sh", "echo 'not from code either' >&2\nexit 2\n");
+    let seen = Arc::new(Seen::default());
+    let api = ToolApi::new(Arc::new(executor(
+        &seen,
+        &[spec(deny)],
+        &[],
+        Approval::Refused,
+    )));
+    let outcome = api
+        .call(
+            "main",
+            "note",
+            json!({"text": "x"}),
+            Map::new(),
+            CancellationToken::new(),
+        )
+        .await;
+    let error = outcome.error.unwrap();
+    assert_eq!(error.reason, ErrorReason::Denied);
+    assert_eq!(error.detail, "not from code either");
+    assert!(seen.0.lock().unwrap().is_empty());
+}
+
+#[test]
+fn bad_entries_are_refused_at_load() {
+    let mut bad = spec("true".into());
+    bad.matcher = "note(s)?".into();
+    assert!(matches!(
+        command_hooks(&[bad], &[], Approval::Refused).err().unwrap(),
+        HookSpecError::UnsupportedMatcher { .. }
+    ));
+    assert_eq!(
+        command_hooks(&[], &[spec(" ".into())], Approval::Refused)
+            .err()
+            .unwrap(),
+        HookSpecError::EmptyCommand
+    );
+}
+
+/// Whether `pid` is gone (polled: the kill is asynchronous).
+async fn process_gone(pid: &str) -> bool {
+    for _ in 0..100 {
+        let alive = Path::new(&format!("/proc/{pid}")).exists()
+            && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .unwrap_or_default()
+                .contains(") Z ");
+        if !alive {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    false
+}

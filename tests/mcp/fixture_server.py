@@ -1,0 +1,151 @@
+"""A real MCP server, written with the official Python MCP SDK, that the
+Rust interop tests (crates/mcp/tests/) start over stdio or Streamable HTTP.
+
+Its tools make the client's behaviour observable from the server side:
+`stats` reports how many calls of each tool reached the server, the peak
+number of calls in flight at once, and how many calls were cancelled by a
+`notifications/cancelled` from the client. Those counts are kept by this
+process, independently of the code under test.
+
+Usage: fixture_server.py            (stdio)
+       fixture_server.py --http     (Streamable HTTP on 127.0.0.1, a free
+                                      port, printed as `PORT <n>` on stdout)
+"""
+
+import asyncio
+import os
+import socket
+import sys
+
+from typing import TypedDict
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+
+server = MCPServer("homeagent-fixture")
+
+calls: dict[str, int] = {}
+in_flight = 0
+peak_in_flight = 0
+cancelled = 0
+
+
+class EchoResult(TypedDict):
+    echo: str
+    length: int
+
+
+class Stats(TypedDict):
+    calls: dict[str, int]
+    peak_in_flight: int
+    cancelled: int
+
+
+def count(tool: str) -> None:
+    calls[tool] = calls.get(tool, 0) + 1
+
+
+async def timed(tool: str, ms: int) -> str:
+    """Sleeps while counted as in flight, so overlap is measurable."""
+    global in_flight, peak_in_flight, cancelled
+    count(tool)
+    in_flight += 1
+    peak_in_flight = max(peak_in_flight, in_flight)
+    try:
+        await asyncio.sleep(ms / 1000)
+    except asyncio.CancelledError:
+        cancelled += 1
+        raise
+    finally:
+        in_flight -= 1
+    return f"{tool} slept {ms} ms"
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def echo(text: str) -> EchoResult:
+    """Returns the text as structured content."""
+    count("echo")
+    return EchoResult(echo=text, length=len(text))
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+async def read_slow(ms: int) -> str:
+    """A read-only tool that takes `ms` milliseconds."""
+    return await timed("read_slow", ms)
+
+
+@server.tool()
+async def write_slow(ms: int) -> str:
+    """A tool without annotations that takes `ms` milliseconds."""
+    return await timed("write_slow", ms)
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+def fail(message: str) -> str:
+    """Always fails with `message` (an isError result)."""
+    count("fail")
+    raise ToolError(message)
+
+
+@server.tool()
+async def hang(ms: int) -> str:
+    """Sleeps `ms` milliseconds unless cancelled first."""
+    return await timed("hang", ms)
+
+
+@server.tool()
+def pid() -> int:
+    """The server's process id."""
+    count("pid")
+    return os.getpid()
+
+
+@server.tool()
+def env_names() -> list[str]:
+    """The names of the environment variables this server process got."""
+    count("env_names")
+    return sorted(os.environ.keys())
+
+
+@server.tool()
+def stats() -> Stats:
+    """What reached this server so far."""
+    return Stats(calls=dict(calls), peak_in_flight=peak_in_flight, cancelled=cancelled)
+
+
+@server.tool()
+async def add_tool(ctx: Context) -> str:
+    """Registers the tool `late` and tells the client the list changed."""
+    count("add_tool")
+
+    def late() -> str:
+        """A tool that exists only after add_tool ran."""
+        count("late")
+        return "late tool ran"
+
+    server.add_tool(late, name="late")
+    await ctx.session.send_tool_list_changed()
+    return "added late"
+
+
+def main() -> None:
+    if "--http" in sys.argv:
+        import uvicorn
+
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        # Listening before the port is printed: a client that connects at
+        # once waits in the backlog instead of being refused.
+        sock.listen(128)
+        print(f"PORT {sock.getsockname()[1]}", flush=True)
+        app = server.streamable_http_app()
+        config = uvicorn.Config(app, log_level="warning")
+        asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))
+    else:
+        server.run("stdio")
+
+
+if __name__ == "__main__":
+    main()
