@@ -11,6 +11,7 @@
 //! Anthropic, Gemini and Ollama on their native paths and encodes these same
 //! events onto each wire, so every protocol sees the same calls.
 
+pub mod inputs;
 pub mod script;
 pub mod server;
 mod stats;

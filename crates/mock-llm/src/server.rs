@@ -10,7 +10,8 @@
 //! | Gemini    | `POST /v1beta/models/{model}:streamGenerateContent?alt=sse`, `:generateContent` (also under `/v1/`) |
 //! | Ollama    | `POST /api/chat`                                            |
 //!
-//! plus `GET /v1/models`, `GET`/`HEAD /` (200) and `GET /stats`.
+//! plus `GET /v1/models`, `GET`/`HEAD /` (200), `GET /stats` and
+//! `GET`/`DELETE /stats/inputs` (the per-input log, see [`crate::inputs`]).
 //!
 //! Two triggers act at the HTTP level, in the last user message when no
 //! tool result follows it: `!err` answers HTTP 500 with an error body in the
@@ -36,12 +37,14 @@ use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
+use axum::serve::ListenerExt as _;
 use homeagent_core::{CancellationToken, Message};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
+use crate::inputs::{InputLog, RequestKind};
 use crate::script::{Reply, ScriptOptions, Trigger, respond};
 use crate::stats::Stats;
 use crate::wire::{self, Ctx, ParsedRequest, Wire};
@@ -110,6 +113,7 @@ pub async fn serve(
     let state = Arc::new(ServerState {
         config,
         stats: Mutex::new(Stats::default()),
+        inputs: Mutex::new(InputLog::default()),
         in_flight: AtomicU64::new(0),
         peak: AtomicU64::new(0),
         responses: AtomicU64::new(0),
@@ -119,6 +123,13 @@ pub async fn serve(
     tokio::spawn(async move {
         shutdown.await;
         trigger.cancel();
+    });
+    // TCP_NODELAY: a streamed reply is many small writes, and with Nagle's
+    // algorithm each one after the first waits for the client's delayed ACK
+    // (40 ms on Linux), so the agent would see ~40 ms per model turn that
+    // neither the configured delays nor `/stats/inputs` account for.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
     });
     axum::serve(listener, router(state))
         .with_graceful_shutdown(stop.cancelled_owned())
@@ -130,6 +141,8 @@ fn router(state: Arc<ServerState>) -> Router {
         .route("/", get(root))
         .route("/v1/models", get(models))
         .route("/stats", get(stats))
+        .route("/stats/inputs", get(input_log))
+        .route("/stats/inputs", delete(clear_input_log))
         .route("/v1/chat/completions", post(openai))
         .route("/v1/messages", post(anthropic))
         .route("/v1beta/models/{model_action}", post(gemini))
@@ -143,6 +156,7 @@ fn router(state: Arc<ServerState>) -> Router {
 struct ServerState {
     config: ServerConfig,
     stats: Mutex<Stats>,
+    inputs: Mutex<InputLog>,
     in_flight: AtomicU64,
     peak: AtomicU64,
     responses: AtomicU64,
@@ -160,6 +174,11 @@ impl ServerState {
         // A panic while holding the lock cannot leave the counters invalid.
         let mut stats = self.stats.lock().unwrap_or_else(|e| e.into_inner());
         f(&mut stats);
+    }
+
+    fn with_inputs(&self, f: impl FnOnce(&mut InputLog)) {
+        let mut inputs = self.inputs.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut inputs);
     }
 }
 
@@ -198,6 +217,18 @@ async fn stats(State(state): State<Arc<ServerState>>) -> Response {
         "tool": state.config.script.tool_name,
     });
     json_response(StatusCode::OK, &body)
+}
+
+async fn input_log(State(state): State<Arc<ServerState>>) -> Response {
+    let mut body = json!({});
+    state.with_inputs(|log| body = log.to_json());
+    json_response(StatusCode::OK, &body)
+}
+
+async fn clear_input_log(State(state): State<Arc<ServerState>>) -> Response {
+    let mut cleared = 0;
+    state.with_inputs(|log| cleared = log.clear());
+    json_response(StatusCode::OK, &json!({"cleared": cleared}))
 }
 
 async fn openai(State(state): State<Arc<ServerState>>, body: Bytes) -> Response {
@@ -283,6 +314,14 @@ fn http_trigger(messages: &[Message]) -> Option<HttpTrigger> {
                     && !rest[word.len()..].starts_with(|c: char| c.is_alphanumeric() || c == '_')
             })
             .map(|(_, t)| t)
+    })
+}
+
+/// The text of the last user message: the key of the per-input log.
+fn last_user_text(messages: &[Message]) -> Option<&str> {
+    messages.iter().rev().find_map(|m| match m {
+        Message::User { content } => Some(content.as_str()),
+        _ => None,
     })
 }
 
@@ -400,6 +439,7 @@ async fn chat(
         );
     }
 
+    let input = last_user_text(&request.messages).map(crate::inputs::input_key);
     let turn = respond(&request.messages, &state.config.script);
     let n = state.responses.fetch_add(1, Ordering::Relaxed) + 1;
     let ctx = Ctx {
@@ -419,7 +459,7 @@ async fn chat(
         include_usage: request.include_usage,
     };
     let prepared = encode(wire, &turn.events, &ctx, &request, gemini_sse);
-    let own_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX);
+    let own_us = micros(started.elapsed());
     let key = input_key(&turn.reply);
     state.with_stats(|s| {
         match &turn.reply {
@@ -435,6 +475,18 @@ async fn chat(
         }
         s.per_input.entry(key).or_default().record(own_us);
     });
+    if let Some(input) = &input {
+        let kind = match &turn.reply {
+            Reply::Batch { calls, .. } => RequestKind::Batch {
+                calls: *calls as u64,
+            },
+            Reply::Report(report) => RequestKind::Report {
+                executed: report.executed as u64,
+            },
+            Reply::Text | Reply::Help { .. } => RequestKind::Other,
+        };
+        state.with_inputs(|log| log.request(input, kind, own_us));
+    }
     tokio::time::sleep(delay).await;
 
     if trigger == Some(HttpTrigger::Hang) {
@@ -451,10 +503,15 @@ async fn chat(
             Duration::ZERO,
             guard,
             true,
+            None,
         );
     }
     if !prepared.stream {
         let whole = prepared.chunks.into_iter().next().unwrap_or_default();
+        if let Some(input) = &input {
+            let served_us = micros(started.elapsed());
+            state.with_inputs(|log| log.served(input, served_us));
+        }
         return (
             StatusCode::OK,
             [(header::CONTENT_TYPE, prepared.content_type)],
@@ -469,24 +526,31 @@ async fn chat(
         chunk_delay,
         guard,
         false,
+        input.map(|input| (input, started)),
     )
+}
+
+fn micros(elapsed: Duration) -> u64 {
+    u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// A body sent chunk by chunk from a task that owns the in-flight guard, so
 /// the request counts as served until its last byte (or until the client
 /// goes away). With `hang`, the task sends its chunks and then waits for the
-/// client to leave or the server to stop.
+/// client to leave or the server to stop. With `served`, the time from the
+/// request's arrival to its last chunk is added to that input's log record.
 fn body_response(
     content_type: &'static str,
     chunks: Vec<Bytes>,
     chunk_delay: Duration,
     guard: InFlight,
     hang: bool,
+    served: Option<(String, Instant)>,
 ) -> Response {
     let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(1);
     let stop = guard.0.stop.clone();
     tokio::spawn(async move {
-        let _guard = guard;
+        let guard = guard;
         for (i, chunk) in chunks.into_iter().enumerate() {
             if i > 0 && !chunk_delay.is_zero() {
                 tokio::select! {
@@ -497,6 +561,10 @@ fn body_response(
             if tx.send(Ok(chunk)).await.is_err() {
                 return; // the client went away
             }
+        }
+        if let Some((input, started)) = served {
+            let served_us = micros(started.elapsed());
+            guard.0.with_inputs(|log| log.served(&input, served_us));
         }
         if hang {
             tokio::select! {

@@ -497,3 +497,70 @@ async fn an_ollama_cut_call_is_reported_as_truncated() {
     assert_eq!(error.reason, ErrorReason::Truncated);
     server.shutdown().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_input_log_records_each_input_with_its_count_and_time() {
+    let server = start(ServerConfig {
+        delay_ms: 40,
+        ..ServerConfig::default()
+    })
+    .await;
+    let input = "!batch3-log-1";
+    // The batch turn, streamed.
+    let batch = turn(&server, Protocol::Openai, vec![Message::user(input)], true).await;
+    assert_eq!(batch.calls.len(), 3);
+    // The report turn: two of the three calls answered with their tags.
+    let mut messages = vec![Message::user(input)];
+    messages.push(Message::Assistant(homeagent_core::AssistantMessage {
+        content: String::new(),
+        tool_calls: batch.calls.iter().map(|c| c.call.clone()).collect(),
+        reasoning: Vec::new(),
+    }));
+    for call in &batch.calls[..2] {
+        messages.push(Message::Tool(ToolMessage {
+            tool_call_id: call.call.id.clone(),
+            name: call.call.name.clone(),
+            content: call.call.arguments["tag"].as_str().unwrap().to_owned(),
+            success: true,
+        }));
+    }
+    let (status, _) = exchange(&server, Protocol::Openai, messages, false).await;
+    assert_eq!(status, 200);
+
+    let client = reqwest::Client::new();
+    let url = format!("{}/stats/inputs", server.url());
+    let log: Value = serde_json::from_slice(
+        &client
+            .get(&url)
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    let record = &log["inputs"][input];
+    assert_eq!(record["requests"], json!(2), "{log}");
+    assert_eq!(record["reports"], json!(1));
+    assert_eq!(record["batch_calls"], json!(3));
+    assert_eq!(record["executed"], json!(2));
+    assert_eq!(record["served"], json!(2));
+    // Both requests waited the 40 ms delay before their first byte.
+    assert!(record["served_us"].as_u64().unwrap() >= 80_000, "{record}");
+    assert!(record["own_us"].as_u64().unwrap() > 0);
+
+    let cleared: Value = serde_json::from_slice(
+        &client
+            .delete(&url)
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(cleared, json!({"cleared": 1}));
+    server.shutdown().await.unwrap();
+}

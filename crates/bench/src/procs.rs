@@ -1,0 +1,293 @@
+//! The two child processes the bench measures: `homeagent mock-llm` (the
+//! model) and `homeagent serve` (the agent), started from the same binary on
+//! free loopback ports with a private data directory, the way a user
+//! deploys them. Measuring separate processes over real sockets is the
+//! point: an in-process bench would hide the HTTP and provider paths, and
+//! the agent's RSS could not be read apart from the bench's.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, ChildStdout, Command};
+
+use crate::error::BenchError;
+
+/// How long a child may take to print its address.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The mock's knobs (`homeagent mock-llm --delay-ms ...`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MockSettings {
+    pub delay_ms: u64,
+    pub chunk_delay_ms: u64,
+    pub tool_sleep_ms: u64,
+}
+
+/// A temporary directory removed on drop.
+#[derive(Debug)]
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(label: &str) -> Result<TempDir, BenchError> {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let path = std::env::temp_dir().join(format!(
+            "homeagent-bench-{}-{nanos}-{label}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&path).map_err(|source| BenchError::Io {
+            what: format!("create the temporary directory {}", path.display()),
+            source,
+        })?;
+        Ok(TempDir(path))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A mock and an agent serving it. Dropping it kills both children
+/// (`kill_on_drop`) and removes the data directory.
+#[derive(Debug)]
+pub struct Stack {
+    pub mock_url: String,
+    pub serve_url: String,
+    pub serve_pid: u32,
+    pub settings: MockSettings,
+    // Field order is drop order: the children die before their directory goes.
+    _serve: Child,
+    _mock: Child,
+    dir: TempDir,
+}
+
+impl Stack {
+    /// Starts `binary mock-llm` with `settings`, then `binary serve` with a
+    /// config pointing at it (`[tools] demo = true`, and room for
+    /// `max_sessions` sessions running at once).
+    pub async fn start(
+        binary: &Path,
+        settings: MockSettings,
+        max_sessions: usize,
+        label: &str,
+    ) -> Result<Stack, BenchError> {
+        let dir = TempDir::new(label)?;
+        let mut mock_cmd = Command::new(binary);
+        mock_cmd.args([
+            "mock-llm",
+            "--listen",
+            "127.0.0.1:0",
+            "--delay-ms",
+            &settings.delay_ms.to_string(),
+            "--chunk-delay-ms",
+            &settings.chunk_delay_ms.to_string(),
+            "--tool-sleep-ms",
+            &settings.tool_sleep_ms.to_string(),
+        ]);
+        let (mock, mock_url) = spawn_and_wait(
+            mock_cmd,
+            &dir.path().join("mock.log"),
+            "HomeAgent mock LLM listening on ",
+            "homeagent mock-llm",
+        )
+        .await?;
+
+        let config = dir.path().join("homeagent.toml");
+        let toml = config_toml(&mock_url, max_sessions);
+        std::fs::write(&config, toml).map_err(|source| BenchError::Io {
+            what: format!("write {}", config.display()),
+            source,
+        })?;
+        let mut serve_cmd = Command::new(binary);
+        serve_cmd
+            .arg("--config")
+            .arg(&config)
+            .arg("--data-dir")
+            .arg(dir.path())
+            .args(["serve", "--listen", "127.0.0.1:0"]);
+        let (serve, serve_url) = spawn_and_wait(
+            serve_cmd,
+            &dir.path().join("serve.log"),
+            "HomeAgent listening on ",
+            "homeagent serve",
+        )
+        .await?;
+        let serve_pid = serve.id().ok_or_else(|| BenchError::Start {
+            what: "homeagent serve".into(),
+            detail: "it exited right after printing its address".into(),
+        })?;
+        Ok(Stack {
+            mock_url,
+            serve_url,
+            serve_pid,
+            settings,
+            _serve: serve,
+            _mock: mock,
+            dir,
+        })
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// The agent's config: the mock as its only (OpenAI) source, the demo
+/// tools on, and as many concurrent sessions as the bench will drive (the
+/// default 16 would make the blast measure queueing behind the permit, not
+/// the kernel).
+pub fn config_toml(mock_url: &str, max_sessions: usize) -> String {
+    format!(
+        "[[llm.sources]]\n\
+         name = \"mock\"\n\
+         protocol = \"openai\"\n\
+         base_url = \"{mock_url}/v1\"\n\
+         model = \"mock\"\n\
+         \n\
+         [tools]\n\
+         demo = true\n\
+         \n\
+         [scheduler]\n\
+         max_concurrent_sessions = {}\n",
+        max_sessions.max(16)
+    )
+}
+
+/// Spawns `cmd` (stdout piped, stderr to `log`) and waits for the line
+/// starting with `prefix`; returns the child and the URL after the prefix.
+async fn spawn_and_wait(
+    mut cmd: Command,
+    log: &Path,
+    prefix: &str,
+    what: &str,
+) -> Result<(Child, String), BenchError> {
+    let log_file = std::fs::File::create(log).map_err(|source| BenchError::Io {
+        what: format!("create {}", log.display()),
+        source,
+    })?;
+    // A clean environment for what matters: no key (loopback needs none),
+    // no other config or data dir, no logging to slow the agent down.
+    for var in [
+        "HOMEAGENT_API_KEY",
+        "HOMEAGENT_CONFIG",
+        "HOMEAGENT_DATA_DIR",
+        "OPENAI_API_KEY",
+        "RUST_LOG",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(log_file))
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().map_err(|source| BenchError::Io {
+        what: format!("start {what}"),
+        source,
+    })?;
+    let Some(stdout) = child.stdout.take() else {
+        return Err(BenchError::Start {
+            what: what.into(),
+            detail: "no stdout pipe".into(),
+        });
+    };
+    let found = tokio::time::timeout(START_TIMEOUT, read_address(stdout, prefix)).await;
+    let log_tail = || {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let tail: Vec<&str> = text.lines().rev().take(10).collect();
+        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+    };
+    match found {
+        Ok(Some(url)) => Ok((child, url)),
+        Ok(None) => Err(BenchError::Start {
+            what: what.into(),
+            detail: format!(
+                "it exited without printing its address; its log:\n{}",
+                log_tail()
+            ),
+        }),
+        Err(_) => Err(BenchError::Start {
+            what: what.into(),
+            detail: format!(
+                "no address within {} s; its log:\n{}",
+                START_TIMEOUT.as_secs(),
+                log_tail()
+            ),
+        }),
+    }
+}
+
+/// Reads lines until one starts with `prefix`, then keeps draining stdout
+/// in the background so the child never blocks on a full pipe.
+async fn read_address(stdout: ChildStdout, prefix: &str) -> Option<String> {
+    let mut lines = BufReader::new(stdout).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        if let Some(rest) = line.strip_prefix(prefix) {
+            let url = rest
+                .split_whitespace()
+                .next()?
+                .trim_end_matches('/')
+                .to_owned();
+            tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+            return Some(url);
+        }
+    }
+    None
+}
+
+/// The resident set size of `pid` in kB, from `/proc/<pid>/status`.
+pub fn rss_kb(pid: u32) -> Result<u64, BenchError> {
+    let path = format!("/proc/{pid}/status");
+    let text = std::fs::read_to_string(&path).map_err(|source| BenchError::Io {
+        what: format!("read {path} (RSS is read from /proc, so Linux only)"),
+        source,
+    })?;
+    parse_vm_rss(&text).ok_or_else(|| BenchError::Start {
+        what: format!("process {pid}"),
+        detail: format!("{path} has no VmRSS line"),
+    })
+}
+
+/// The `VmRSS:  1234 kB` line of a `/proc/<pid>/status` text.
+pub fn parse_vm_rss(status: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let mut parts = line["VmRSS:".len()..].split_whitespace();
+    let value: u64 = parts.next()?.parse().ok()?;
+    match parts.next() {
+        Some("kB") | None => Some(value),
+        Some(_) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vm_rss_is_read_in_kb() {
+        let status = "Name:\thomeagent\nVmPeak:\t  99999 kB\nVmRSS:\t   12345 kB\nThreads:\t4\n";
+        assert_eq!(parse_vm_rss(status), Some(12345));
+        assert_eq!(parse_vm_rss("Name:\tx\n"), None);
+        assert_eq!(parse_vm_rss("VmRSS:\t12 MB\n"), None);
+    }
+
+    #[test]
+    fn the_config_points_at_the_mock_with_demo_tools() {
+        let toml = config_toml("http://127.0.0.1:4000", 240);
+        assert!(
+            toml.contains("base_url = \"http://127.0.0.1:4000/v1\"\n"),
+            "{toml}"
+        );
+        assert!(toml.contains("[tools]\ndemo = true\n"), "{toml}");
+        assert!(toml.contains("max_concurrent_sessions = 240\n"), "{toml}");
+        assert!(config_toml("http://x", 4).contains("max_concurrent_sessions = 16\n"));
+    }
+}

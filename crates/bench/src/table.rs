@@ -1,0 +1,156 @@
+//! The human-readable report printed at the end of a run.
+
+use std::fmt::Write as _;
+
+use crate::report::{BenchReport, Status};
+
+fn verdict(status: Status) -> &'static str {
+    match status {
+        Status::Ok => "ok",
+        Status::Fail => "FAIL",
+    }
+}
+
+/// The report as plain-text tables.
+pub fn render(report: &BenchReport) -> String {
+    let mut out = String::new();
+    let s = &report.setup;
+    let _ = writeln!(
+        out,
+        "homeagent bench{}: {} build, {} CPUs ({}), {}; mock delay {} ms, chunk delay {} ms, tool sleep S = {} ms (call i sleeps S + 5i)",
+        if s.quick { " --quick" } else { "" },
+        s.build,
+        s.cpus,
+        s.cpu_model.as_deref().unwrap_or("unknown CPU"),
+        s.os,
+        s.delay_ms,
+        s.chunk_delay_ms,
+        s.tool_sleep_ms
+    );
+    if !report.batch.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n1. Batch speed-up (!slowbatchN vs !serialbatchN, medians; executed = the mock's count)"
+        );
+        let _ = writeln!(
+            out,
+            "{:>4} {:>6} {:>9} {:>11} {:>10} {:>8} {:>7} {:>8} {:>9} {:>6}",
+            "N",
+            "rounds",
+            "executed",
+            "parallel s",
+            "serial s",
+            "speedup",
+            "ideal",
+            "ratio",
+            "M par s",
+            ""
+        );
+        for r in &report.batch {
+            let _ = writeln!(
+                out,
+                "{:>4} {:>6} {:>9} {:>11.3} {:>10.3} {:>7.2}x {:>6.2}x {:>7.1}% {:>9.3} {:>6}",
+                r.n,
+                r.rounds,
+                r.executed,
+                r.parallel_s,
+                r.serial_s,
+                r.speedup,
+                r.ideal,
+                r.ratio * 100.0,
+                r.m_parallel_s,
+                verdict(r.status)
+            );
+        }
+    }
+    if let Some(b) = &report.blast {
+        let _ = writeln!(
+            out,
+            "\n2. Blast: {} sessions x {} !batch2 = {} inputs, {} answered exactly once ({})\n   added latency (reply - mock time): p50 {:.2} ms, p95 {:.2} ms, p99 {:.2} ms; wall {:.2} s\n   scheduler before: executed {} rejected {} queued {}; after: executed {} rejected {} queued {} running {}",
+            b.sessions,
+            b.inputs_per_session,
+            b.inputs,
+            b.answered,
+            verdict(b.status),
+            b.p50_added_ms,
+            b.p95_added_ms,
+            b.p99_added_ms,
+            b.wall_s,
+            b.before.executed,
+            b.before.rejected,
+            b.before.queued,
+            b.after.executed,
+            b.after.rejected,
+            b.after.queued,
+            b.after.running_sessions
+        );
+    }
+    if let Some(st) = &report.stability {
+        let _ = writeln!(
+            out,
+            "\n3. Stability: {}/{} rounds of !slowbatch4 on one session ok, median {:.3} s ({})",
+            st.ok,
+            st.rounds,
+            st.median_s,
+            verdict(st.status)
+        );
+    }
+    if !report.overhead.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n4. Kernel overhead (zero-delay mock, instant tools; reply - mock time, medians)"
+        );
+        let _ = writeln!(
+            out,
+            "{:>4} {:>6} {:>13} {:>12} {:>12} {:>12} {:>10} {:>6}",
+            "N", "rounds", "per input us", "per turn us", "per call us", "reply us", "mock us", ""
+        );
+        for r in &report.overhead {
+            let per_call = r
+                .per_call_us
+                .map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"));
+            let _ = writeln!(
+                out,
+                "{:>4} {:>6} {:>13.0} {:>12.0} {:>12} {:>12.0} {:>10.0} {:>6}",
+                r.n,
+                r.rounds,
+                r.per_input_us,
+                r.per_turn_us,
+                per_call,
+                r.median_reply_us,
+                r.median_mock_us,
+                verdict(r.status)
+            );
+        }
+    }
+    if let Some(m) = &report.memory {
+        let _ = writeln!(
+            out,
+            "\n5. Memory (serve RSS): idle {} kB; with {} sessions {} kB; {:.1} kB per session ({})",
+            m.idle_rss_kb,
+            m.sessions,
+            m.loaded_rss_kb,
+            m.per_session_kb,
+            verdict(m.status)
+        );
+    }
+    for nd in &report.not_done {
+        let _ = writeln!(out, "\nnot done: {}: {}", nd.what, nd.why);
+    }
+    let failures = report.failures();
+    if failures.is_empty() {
+        let _ = writeln!(
+            out,
+            "\ncorrectness: every input answered once, every batch ran all its tools"
+        );
+    } else {
+        let _ = writeln!(out, "\ncorrectness FAILURES ({}):", failures.len());
+        for f in failures.iter().take(50) {
+            let _ = writeln!(out, "  {f}");
+        }
+        if failures.len() > 50 {
+            let _ = writeln!(out, "  ... and {} more (see --json)", failures.len() - 50);
+        }
+    }
+    out
+}
