@@ -55,7 +55,7 @@ impl Catalog {
 }
 
 /// `homeagent tools [--json]`: every tool of the agent the config describes.
-pub fn print_tools(
+pub async fn print_tools(
     json: bool,
     global: &crate::cli::GlobalArgs,
     out: &mut dyn Write,
@@ -63,8 +63,14 @@ pub fn print_tools(
     let loaded = crate::setup::load(global)?;
     let options = homeagent_agent::BuildOptions::default();
     let agent = crate::setup::agent(&loaded, options)?;
+    if let Some(mcp) = &agent.mcp {
+        // List the MCP servers' tools too, once they have answered (or
+        // failed to; their status says which).
+        mcp.wait_started().await;
+    }
     let entries: Vec<(Arc<ToolDef>, &'static str)> = agent
-        .registry
+        .runtime
+        .tools()
         .definitions()
         .into_iter()
         .map(|def| {

@@ -63,6 +63,40 @@ pub enum Command {
     /// name (by you here, or by the model through the seq_* tools).
     #[command(subcommand)]
     Seq(SeqCommand),
+    /// Serve HomeAgent's own tools (cmd_run, files, sequences, get_tools,
+    /// ...) to an MCP client over stdin/stdout, as the agent `main`.
+    McpServe(McpServeArgs),
+    /// Benchmark the agent end to end: starts mock-llm and serve as child
+    /// processes over loopback and measures batch speed-up (against the
+    /// mock's own count of executed tools), a blast of sessions,
+    /// stability, kernel overhead and memory. Exits non-zero only on a
+    /// correctness failure, never on a timing.
+    Bench(BenchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct McpServeArgs {
+    /// Approve tools listed in tools.require_approval without asking
+    /// (nobody can be asked over stdio; without this they are refused).
+    #[arg(long)]
+    pub yes: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Small N (2, 4), 2 rounds, a small blast, no peers (for CI).
+    #[arg(long)]
+    pub quick: bool,
+    /// Print the whole report as JSON on stdout instead of the tables.
+    #[arg(long)]
+    pub json: bool,
+    /// Blast sessions = 24 × N.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub scale: u32,
+    /// Also write bench-results.json, bench-speedup.svg and
+    /// bench-overhead.svg into this directory.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]

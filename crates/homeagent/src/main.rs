@@ -2,11 +2,13 @@
 //! file only parses the command line and dispatches.
 
 mod adapter;
+mod bench_cmd;
 mod catalog;
 mod chat;
 mod cli;
 mod config_cmd;
 mod demo;
+mod mcp_serve;
 mod mock_llm;
 mod run;
 mod seq_cmd;
@@ -52,6 +54,33 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
     match cli.command {
         Command::Run(args) => return run::run(args, &global).await,
         Command::Chat(args) => return chat::run(args, &global).await,
+        Command::Bench(args) => {
+            return bench_cmd::run(args.quick, args.json, args.scale, args.out).await;
+        }
+        Command::McpServe(args) => {
+            let loaded = setup::load(&global)?;
+            // Stdin is the MCP stream: nobody can be asked to approve.
+            let approval = if args.yes {
+                homeagent_tools::Approval::Granted
+            } else {
+                homeagent_tools::Approval::Refused
+            };
+            let options = homeagent_agent::BuildOptions {
+                approval,
+                // Stdout belongs to the protocol: the console channel
+                // writes to stderr instead.
+                console: std::sync::Arc::new(homeagent_tools::ConsoleChannel::with_writer(
+                    std::sync::Arc::new(std::sync::Mutex::new(std::io::stderr())),
+                )),
+                ..homeagent_agent::BuildOptions::default()
+            };
+            let agent = setup::agent(&loaded, options)?;
+            for notice in &agent.notices {
+                eprintln!("note: {notice}");
+            }
+            mcp_serve::run(agent).await?;
+            return Ok(std::process::ExitCode::SUCCESS);
+        }
         Command::Serve(args) => {
             let loaded = setup::load(&global)?;
             let agent = setup::agent(&loaded, homeagent_agent::BuildOptions::default())?;
@@ -74,13 +103,17 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
             };
             demo::run(&options, &mut out).await
         }
-        Command::Tools(args) => catalog::print_tools(args.json, &global, &mut out),
+        Command::Tools(args) => catalog::print_tools(args.json, &global, &mut out).await,
         Command::MockLlm(args) => mock_llm::run(args, &mut out).await,
         Command::Adapter(cli::AdapterCommand::Check(args)) => adapter::check(&args, &mut out),
         Command::Config(cli::ConfigCommand::Check) => config_cmd::check(&global, &mut out),
         Command::Config(cli::ConfigCommand::Example) => config_cmd::example(&mut out),
         Command::Seq(command) => seq(command, &global, &mut out),
-        Command::Run(_) | Command::Chat(_) | Command::Serve(_) => Ok(()),
+        Command::Run(_)
+        | Command::Chat(_)
+        | Command::Serve(_)
+        | Command::McpServe(_)
+        | Command::Bench(_) => Ok(()),
     }
     .map(|()| std::process::ExitCode::SUCCESS)
 }

@@ -154,6 +154,11 @@ pub async fn serve(
     let token = state.shutdown_token().clone();
     let app = router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
     let stopping = token.clone();
+    // TCP_NODELAY: streamed answers (SSE) are many small writes; with
+    // Nagle's algorithm each waits for the client's delayed ACK (~40 ms).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
+        let _ = tcp.set_nodelay(true);
+    });
     let server = axum::serve(listener, app).with_graceful_shutdown(async move {
         shutdown.await;
         tracing::info!("shutting down: no new connections");

@@ -1,0 +1,296 @@
+"""The dashboard at `/`, driven in a real headless browser.
+
+Usage: check_dashboard.py BASE_URL API_KEY SCREENSHOT_PATH
+
+BASE_URL is a running `homeagent serve` (with API_KEY as its key and the
+offline demo model, which follows the mock LLM's script). The check drives
+Debian's chromium through Debian's chromedriver with selenium, as a person
+would: it loads the page, gives the key when the page asks for it, sends
+`!slowbatch4` in the chat box and waits for the timeline to draw one batch
+of 4 demo_sleep calls *side by side* (they ran in parallel), then sends
+`!serialbatch2` and waits for its 3 calls drawn *one under another* (the
+batch holds a serial tool, so it ran serially). "Side by side" and "one
+under another" are judged from the bars' rectangles as laid out by the
+browser, not from class names, so a stylesheet that draws a parallel batch
+stacked fails the check. The replies must state executed=4 and executed=2
+(counted by the model's script from the tool results). Saves a screenshot.
+
+The browser and the driver are the system's: /usr/bin/chromium and
+/usr/bin/chromedriver are named explicitly, so selenium never runs
+selenium-manager (which would try to download a browser of its own).
+"""
+
+import json
+import os
+import sys
+import tempfile
+import time
+
+from selenium import webdriver
+from selenium.common.exceptions import TimeoutException, WebDriverException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import WebDriverWait
+
+CHROMIUM = os.environ.get("HOMEAGENT_CHROMIUM", "/usr/bin/chromium")
+CHROMEDRIVER = os.environ.get("HOMEAGENT_CHROMEDRIVER", "/usr/bin/chromedriver")
+# Generous: the machine is shared and slow; a pass never waits this long.
+WAIT_S = 120
+# Sub-pixel rounding between two rectangles that touch.
+EPSILON_PX = 0.5
+
+FAILING_CALLS = '!calls [{"name": "no_such_tool", "arguments": {}}, {"name": "demo_echo", "arguments": {"tag": "x"}}]'
+MESSAGES = ["!slowbatch4", "!serialbatch2", FAILING_CALLS]
+
+# Each bar of a batch: its tool, status, painted background and whether its
+# tooltip carries an error; run in the page.
+COLOURS_JS = """
+return Array.from(arguments[0].querySelectorAll('.call')).map((el) => ({
+  tool: el.textContent.split(' ')[0], status: el.dataset.status,
+  background: getComputedStyle(el).backgroundColor, error: el.title.includes('not_found'),
+}));
+"""
+
+# Each bar of a batch: its rectangle, status and text; run in the page.
+BARS_JS = """
+const batch = arguments[0];
+return Array.from(batch.querySelectorAll('.call')).map((el) => {
+  const r = el.getBoundingClientRect();
+  return { status: el.dataset.status, text: el.textContent,
+           left: r.left, right: r.right, top: r.top, bottom: r.bottom,
+           width: r.width, height: r.height };
+});
+"""
+
+
+def make_driver(profile_dir):
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in (
+        "--headless=new",
+        # CI runs as root in a container, where Chromium's sandbox cannot start.
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1400,900",
+        "--no-first-run",
+        "--no-default-browser-check",
+        f"--user-data-dir={profile_dir}",
+    ):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+
+
+def visible(driver, element_id):
+    elements = driver.find_elements(By.ID, element_id)
+    return bool(elements) and elements[0].is_displayed()
+
+
+def wait_for(driver, what, predicate):
+    """Polls `predicate(driver)` until it returns something truthy; raises
+    TimeoutException naming `what` after WAIT_S."""
+    return WebDriverWait(driver, WAIT_S, poll_frequency=0.2).until(
+        lambda d: predicate(d), message=f"waited {WAIT_S} s for {what}"
+    )
+
+
+def send(driver, text):
+    box = driver.find_element(By.ID, "chat-input")
+    box.clear()
+    box.send_keys(text, Keys.ENTER)
+
+
+def finished_batch(parallel, size):
+    """A predicate: the newest timeline batch drawn with data-parallel =
+    `parallel` whose `size` calls all ended ok."""
+
+    def find(driver):
+        selector = f'#timeline .batch[data-parallel="{str(parallel).lower()}"]'
+        for batch in driver.find_elements(By.CSS_SELECTOR, selector):
+            calls = batch.find_elements(By.CSS_SELECTOR, ".call")
+            ok = batch.find_elements(By.CSS_SELECTOR, '.call[data-status="ok"]')
+            if len(calls) == size and len(ok) == size:
+                return batch
+        return None
+
+    return find
+
+
+def failed_batch(driver):
+    """The batch holding a finished call of no_such_tool, once both of its
+    calls have ended."""
+    for batch in driver.find_elements(By.CSS_SELECTOR, "#timeline .batch"):
+        calls = batch.find_elements(By.CSS_SELECTOR, ".call")
+        ended = [c for c in calls if c.get_attribute("data-status") not in (None, "running")]
+        if len(calls) == 2 and len(ended) == 2 and "no_such_tool" in batch.text:
+            return batch
+    return None
+
+
+def user_messages(driver):
+    return [m.text for m in driver.find_elements(By.CSS_SELECTOR, "#conversation .msg.user")]
+
+
+def reply_containing(needle):
+    def find(driver):
+        for msg in driver.find_elements(By.CSS_SELECTOR, "#conversation .msg.assistant"):
+            if needle in msg.text:
+                return msg.text
+        return None
+
+    return find
+
+
+def side_by_side(bars):
+    """One horizontal row: every pair shares a vertical band, and sorted by
+    their left edge no bar overlaps the next."""
+    if not all(b["width"] > 0 and b["height"] > 0 for b in bars):
+        return False
+    band_top = max(b["top"] for b in bars)
+    band_bottom = min(b["bottom"] for b in bars)
+    row = sorted(bars, key=lambda b: b["left"])
+    apart = all(a["right"] <= b["left"] + EPSILON_PX for a, b in zip(row, row[1:]))
+    distinct = len({round(b["left"]) for b in bars}) == len(bars)
+    return band_top < band_bottom and apart and distinct
+
+
+def stacked(bars):
+    """One column: sorted by their top edge no bar overlaps the next, and
+    every pair shares a horizontal band."""
+    if not all(b["width"] > 0 and b["height"] > 0 for b in bars):
+        return False
+    band_left = max(b["left"] for b in bars)
+    band_right = min(b["right"] for b in bars)
+    column = sorted(bars, key=lambda b: b["top"])
+    apart = all(a["bottom"] <= b["top"] + EPSILON_PX for a, b in zip(column, column[1:]))
+    distinct = len({round(b["top"]) for b in bars}) == len(bars)
+    return band_left < band_right and apart and distinct
+
+
+def main() -> int:
+    base, key, screenshot = sys.argv[1], sys.argv[2], sys.argv[3]
+    passed, failures = 0, []
+
+    def check(name, ok, detail=""):
+        nonlocal passed
+        print(("ok   " if ok else "FAIL ") + name + (f": {detail}" if detail and not ok else ""), flush=True)
+        if ok:
+            passed += 1
+        else:
+            failures.append(name)
+        return ok
+
+    with tempfile.TemporaryDirectory(prefix="homeagent-dashboard-profile-") as profile:
+        driver = make_driver(profile)
+        try:
+            run(driver, base, key, screenshot, check)
+        except (TimeoutException, WebDriverException) as error:
+            check("the page reached every step", False, str(error).strip())
+            try:
+                driver.save_screenshot(screenshot)
+                print(f"dashboard-check: the page at the failure is in {screenshot}")
+            except WebDriverException:
+                pass
+        finally:
+            # Uncaught exceptions of the page's own script fail the check;
+            # refused requests (the 401 that makes it ask for the key) do not.
+            errors = [
+                entry["message"]
+                for entry in driver.get_log("browser")
+                if entry["level"] == "SEVERE" and "Failed to load resource" not in entry["message"]
+            ]
+            check("the page's script logged no errors", not errors, json.dumps(errors, indent=1))
+            driver.quit()
+
+    print(f"dashboard-check: {passed} passed, {len(failures)} failed")
+    return 1 if failures else 0
+
+
+def run(driver, base, key, screenshot, check):
+    driver.get(base + "/")
+    wait_for(driver, "the page to ask for the key", lambda d: visible(d, "login") and visible(d, "token"))
+    check("without a key the page asks for it", not visible(driver, "app"))
+    check("asking for the key first is not reported as a refused key", not visible(driver, "login-error"),
+          driver.find_element(By.ID, "login-error").text)
+
+    token = driver.find_element(By.ID, "token")
+    token.send_keys("not-" + key, Keys.ENTER)
+    wait_for(driver, "the page to say a wrong key was refused", lambda d: visible(d, "login-error"))
+    check("a wrong key is refused and asked for again",
+          "refused" in driver.find_element(By.ID, "login-error").text and not visible(driver, "app"),
+          driver.find_element(By.ID, "login-error").text)
+
+    token.clear()
+    token.send_keys(key, Keys.ENTER)
+    wait_for(driver, "the app after the key was given", lambda d: visible(d, "app"))
+    check("with the key the page shows the chat and the timeline", not visible(driver, "login"))
+    check("the key is kept in session storage",
+          driver.execute_script("return sessionStorage.getItem('homeagent_token')") == key)
+    # The batch's events must not start before the live stream is connected.
+    wait_for(driver, "the event stream to connect", lambda d: d.find_element(By.ID, "conn").text == "live")
+    wait_for(driver, "the sources list", lambda d: d.find_elements(By.CSS_SELECTOR, '#sources li[data-source="demo"]'))
+    check("the sources list shows the demo source as healthy",
+          driver.find_element(By.CSS_SELECTOR, '#sources li[data-source="demo"]').get_attribute("data-healthy") == "true")
+
+    # A parallel batch: 4 bars side by side.
+    start = time.monotonic()
+    send(driver, "!slowbatch4")
+    batch = wait_for(driver, "a parallel batch of 4 finished calls", finished_batch(True, 4))
+    reply = wait_for(driver, "the reply stating executed=4", reply_containing("executed=4"))
+    print(f"     (!slowbatch4 drawn and answered after {time.monotonic() - start:.1f} s)")
+    check("the !slowbatch4 reply states executed=4", "executed=4" in reply, reply)
+    bars = driver.execute_script(BARS_JS, batch)
+    check("the 4 parallel calls are drawn side by side", side_by_side(bars), json.dumps(bars, indent=1))
+    check("each parallel bar shows its tool and duration",
+          all(b["text"].startswith("demo_sleep ok ") and b["text"].endswith(" ms") for b in bars),
+          json.dumps([b["text"] for b in bars]))
+    label = batch.find_element(By.CSS_SELECTOR, ".label").text
+    check("the parallel batch is labelled as such", label == "4 call(s), in parallel", label)
+
+    # A serial batch: 3 bars (2 demo_sleep + 1 demo_note) one under another.
+    send(driver, "!serialbatch2")
+    batch = wait_for(driver, "a serial batch of 3 finished calls", finished_batch(False, 3))
+    reply = wait_for(driver, "the reply stating executed=2", reply_containing("executed=2"))
+    check("the !serialbatch2 reply states executed=2", "executed=2" in reply, reply)
+    bars = driver.execute_script(BARS_JS, batch)
+    check("the 3 serial calls are drawn one under another", stacked(bars), json.dumps(bars, indent=1))
+    label = batch.find_element(By.CSS_SELECTOR, ".label").text
+    check("the serial batch is labelled as such", label == "3 call(s), one after another", label)
+
+    # Status colours: a call of a tool that does not exist fails (red, its
+    # error in the tooltip) next to one that succeeds (green).
+    send(driver, FAILING_CALLS)
+    batch = wait_for(driver, "a batch with a failed call", failed_batch)
+    wait_for(driver, "the reply to the failing calls", reply_containing("1 failed"))
+    colours = driver.execute_script(COLOURS_JS, batch)
+    check("a failed call is drawn red and an ok call green",
+          colours == [
+              {"tool": "no_such_tool", "status": "error", "background": "rgb(201, 55, 59)", "error": True},
+              {"tool": "demo_echo", "status": "ok", "background": "rgb(46, 157, 79)", "error": False},
+          ],
+          json.dumps(colours))
+    check("the user's messages are in the conversation", user_messages(driver) == MESSAGES,
+          json.dumps(user_messages(driver)))
+    # The counters refresh after each reply: three inputs ran.
+    wait_for(driver, "the counters", lambda d: d.find_element(By.ID, "counters").text.startswith("inputs run 3 "))
+    check("the screenshot was saved", driver.save_screenshot(screenshot) and os.path.getsize(screenshot) > 0)
+
+    # The key is asked for once per tab, and the tab's session comes back
+    # with its conversation and its batches after a reload.
+    driver.refresh()
+    wait_for(driver, "the app after a reload", lambda d: visible(d, "app"))
+    check("after a reload the page does not ask for the key again", not visible(driver, "login"))
+    wait_for(driver, "the conversation after a reload", reply_containing("executed=4"))
+    check("after a reload the conversation is shown again", user_messages(driver) == MESSAGES,
+          json.dumps(user_messages(driver)))
+    batch = wait_for(driver, "the parallel batch after a reload", finished_batch(True, 4))
+    bars = driver.execute_script(BARS_JS, batch)
+    check("after a reload the parallel batch is drawn side by side again", side_by_side(bars),
+          json.dumps(bars, indent=1))
+    wait_for(driver, "the event stream after a reload", lambda d: d.find_element(By.ID, "conn").text == "live")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
