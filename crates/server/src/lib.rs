@@ -68,9 +68,10 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 /// open connections before returning anyway.
 const SHUTDOWN_LINGER: Duration = Duration::from_secs(5);
 
-/// Every route, with the key check and the body limit.
+/// Every route, with the key check, the body limit and the body timeout.
 pub fn router(state: ServerState) -> Router {
     let limit = state.options().body_limit;
+    let body_timeout = state.options().body_timeout;
     Router::new()
         .route("/", get(dashboard))
         .route("/v1/models", get(openai::models))
@@ -99,6 +100,9 @@ pub fn router(state: ServerState) -> Router {
             http::require_key,
         ))
         .layer(DefaultBodyLimit::max(limit))
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+            body_timeout,
+        ))
         .with_state(state)
 }
 

@@ -23,6 +23,9 @@ pub struct ServerOptions {
     pub api_key: Option<String>,
     /// Largest request body accepted, in bytes.
     pub body_limit: usize,
+    /// A request body that has not fully arrived after this long is refused
+    /// (a client trickling bytes cannot hold a connection and a task).
+    pub body_timeout: Duration,
     /// Events the `/api/v1/events` ring keeps for `Last-Event-ID` replay.
     pub event_ring: usize,
     /// Turns one client address may have running at once (429 beyond).
@@ -39,6 +42,7 @@ impl Default for ServerOptions {
         ServerOptions {
             api_key: None,
             body_limit: 1024 * 1024,
+            body_timeout: Duration::from_secs(30),
             event_ring: DEFAULT_RING_CAPACITY,
             turns_per_client: 32,
             shutdown_grace: Duration::from_secs(10),

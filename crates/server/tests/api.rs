@@ -308,3 +308,50 @@ async fn models_lists_homeagent_and_tools_and_status_describe_the_agent() {
     assert!(status["uptime_ms"].is_u64());
     assert_eq!(status["events"]["ring_capacity"], 4096);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_trickles_in_is_refused_after_the_body_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let timeout = std::time::Duration::from_millis(400);
+    let server = start(Setup {
+        options: homeagent_server::state::ServerOptions {
+            body_timeout: timeout,
+            ..Default::default()
+        },
+        ..Setup::default()
+    })
+    .await;
+    let address = server.url.trim_start_matches("http://").to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let started = std::time::Instant::now();
+    // Announce 100 bytes, send 9, then nothing.
+    stream
+        .write_all(
+            format!(
+                "POST /v1/chat/completions HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {}\r\n\
+                 Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"model\":",
+                common::KEY
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    // Read until the head and the JSON body are in (the server may keep
+    // the connection open after answering).
+    while !String::from_utf8_lossy(&answer).contains("invalid_body") {
+        let n = tokio::time::timeout(std::time::Duration::from_secs(30), stream.read(&mut buf))
+            .await
+            .expect("the server answers the stalled request")
+            .unwrap();
+        if n == 0 {
+            break;
+        }
+        answer.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 400"), "{text}");
+    assert!(text.contains("invalid_body"), "{text}");
+    assert!(started.elapsed() >= timeout, "{:?}", started.elapsed());
+}

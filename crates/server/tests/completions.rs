@@ -305,3 +305,69 @@ async fn a_client_that_disconnects_mid_stream_stops_its_turn_and_the_history_sta
     assert_eq!(status["scheduler"]["running_sessions"], 0);
     tokio::time::sleep(Duration::from_millis(10)).await;
 }
+
+/// Pids of running processes whose command line is exactly `argv`.
+fn processes_running(argv: &[&str]) -> Vec<u32> {
+    let wanted: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == wanted))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_disconnects_stops_the_child_process_of_its_running_tool() {
+    let server = start(Setup::default()).await;
+    // A duration no other test uses, so the child can be found in /proc.
+    let argv = ["sleep", "41.731"];
+    let input =
+        r#"!calls [{"name":"cmd_run","arguments":{"command":"sleep 41.731","timeout":"60s"}}]"#;
+    let events = server.get("/api/v1/events").send().await.unwrap();
+    let mut events = SseReader::new(events);
+    let response = server
+        .post_json(
+            "/v1/chat/completions",
+            &request(json!([{"role": "user", "content": input}]), true),
+        )
+        .send()
+        .await
+        .unwrap();
+    loop {
+        let event = json(&events.next_within(30).await.unwrap().data);
+        if event["frame"]["type"] == "tool_call" && event["frame"]["phase"] == "start" {
+            break;
+        }
+    }
+    // The child is running (give the spawn a moment to exec).
+    let mut found = Vec::new();
+    for _ in 0..100 {
+        found = processes_running(&argv);
+        if !found.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(found.len(), 1, "the tool's child never appeared");
+    drop(response);
+    loop {
+        let event = json(&events.next_within(30).await.unwrap().data);
+        if event["frame"]["type"] == "error" {
+            assert_eq!(event["frame"]["code"], "stopped");
+            break;
+        }
+    }
+    // Gone (killed and reaped), long before its 41 s were up.
+    let mut left = found.clone();
+    for _ in 0..200 {
+        left = processes_running(&argv);
+        if left.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(
+        left.is_empty(),
+        "the child {left:?} outlived its stopped turn"
+    );
+}
