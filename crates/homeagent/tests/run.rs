@@ -459,3 +459,17 @@ async fn the_model_creates_a_sequence_and_runs_it_and_its_tools_execute() {
     assert!(first < second, "{result}");
     assert!(result.contains("ada"), "{result}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_agent_is_an_error_naming_it() {
+    let setup = setup("");
+    let (output, frames) = run_async(&setup, &["--json", "--agent", "ghost", "!text"]).await;
+    assert!(!output.status.success());
+    assert_eq!(frames.len(), 1, "{frames:#?}");
+    assert_eq!(frames[0]["type"], "error");
+    assert_eq!(frames[0]["code"], "agent");
+    assert!(
+        frames[0]["message"].as_str().unwrap().contains("ghost"),
+        "{frames:#?}"
+    );
+}

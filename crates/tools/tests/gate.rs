@@ -285,6 +285,26 @@ async fn approval_asks_with_the_arguments_and_a_no_means_the_handler_never_runs(
 }
 
 #[test]
+fn the_gate_lists_its_agents_with_main_added_and_the_source_passes_definitions_through() {
+    let gate = gate();
+    let names: Vec<&str> = gate.agents().map(|a| a.name.as_str()).collect();
+    assert_eq!(names, ["main", "ops", "reader"]);
+    assert_eq!(gate.agent("main"), Some(&AgentGrant::main()));
+    assert_eq!(gate.agent("main").unwrap().name, "main");
+    assert_eq!(gate.agent("reader").unwrap().devices, ["nas"]);
+    assert_eq!(gate.agent("ghost"), None);
+
+    let ran = Arc::new(Ran::default());
+    let inner = registry(&ran);
+    let source = GatedSource::new(Arc::clone(&inner) as _, Arc::new(gate), Approval::Refused);
+    let names = |defs: Vec<Arc<ToolDef>>| defs.iter().map(|d| d.name.clone()).collect::<Vec<_>>();
+    assert_eq!(names(source.definitions()), names(inner.definitions()));
+    assert_eq!(names(source.definitions()).len(), 5);
+    assert_eq!(source.definition("files_read").unwrap().name, "files_read");
+    assert!(source.definition("nope").is_none());
+}
+
+#[test]
 fn visibility_follows_allow_and_deny_lists() {
     let gate = gate();
     assert!(gate.visible("reader", "files_read"));
