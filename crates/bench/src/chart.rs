@@ -2,6 +2,7 @@
 //! backend only: text goes out as SVG `<text>` and its size is estimated
 //! without a font library, so nothing links fontconfig or freetype.
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 use crate::error::BenchError;
@@ -12,6 +13,40 @@ fn chart_error(what: &str, error: impl std::fmt::Display) -> BenchError {
         what: what.to_owned(),
         detail: error.to_string(),
     }
+}
+
+/// Both charts: N on a log scale against a linear value.
+type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<LogCoord<f64>, RangedCoordf64>>;
+
+/// One labelled series: a line through `points` with a dot at each.
+fn draw_line(
+    chart: &mut Chart<'_, '_>,
+    what: &str,
+    points: &[(f64, f64)],
+    color: RGBColor,
+    dot: u32,
+    label: &str,
+) -> Result<(), BenchError> {
+    chart
+        .draw_series(LineSeries::new(points.to_vec(), color.stroke_width(2)))
+        .map_err(|e| chart_error(what, e))?
+        .label(label)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+    chart
+        .draw_series(points.iter().map(|&p| Circle::new(p, dot, color.filled())))
+        .map_err(|e| chart_error(what, e))?;
+    Ok(())
+}
+
+/// The legend box, top left.
+fn draw_legend<'a, 'b: 'a>(chart: &mut Chart<'a, 'b>, what: &str) -> Result<(), BenchError> {
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| chart_error(what, e))
 }
 
 /// Measured and ideal speed-up against N (log scale).
@@ -46,29 +81,16 @@ pub fn speedup_svg(rows: &[BatchRow]) -> Result<String, BenchError> {
             .map_err(|e| chart_error(what, e))?;
         let measured: Vec<(f64, f64)> = rows.iter().map(|r| (r.n as f64, r.speedup)).collect();
         let ideal: Vec<(f64, f64)> = rows.iter().map(|r| (r.n as f64, r.ideal)).collect();
-        chart
-            .draw_series(LineSeries::new(ideal.clone(), RED.stroke_width(2)))
-            .map_err(|e| chart_error(what, e))?
-            .label("ideal (M + Σt) / (M + max t)")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], RED.stroke_width(2)));
-        chart
-            .draw_series(ideal.iter().map(|&p| Circle::new(p, 3, RED.filled())))
-            .map_err(|e| chart_error(what, e))?;
-        chart
-            .draw_series(LineSeries::new(measured.clone(), BLUE.stroke_width(2)))
-            .map_err(|e| chart_error(what, e))?
-            .label("measured (median)")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE.stroke_width(2)));
-        chart
-            .draw_series(measured.iter().map(|&p| Circle::new(p, 4, BLUE.filled())))
-            .map_err(|e| chart_error(what, e))?;
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|e| chart_error(what, e))?;
+        draw_line(
+            &mut chart,
+            what,
+            &ideal,
+            RED,
+            3,
+            "ideal (M + Σt) / (M + max t)",
+        )?;
+        draw_line(&mut chart, what, &measured, BLUE, 4, "measured (median)")?;
+        draw_legend(&mut chart, what)?;
         root.present().map_err(|e| chart_error(what, e))?;
     }
     Ok(svg)
@@ -105,21 +127,15 @@ pub fn overhead_svg(rows: &[OverheadRow]) -> Result<String, BenchError> {
             .iter()
             .map(|r| (r.n as f64, r.per_input_us / 1000.0))
             .collect();
-        chart
-            .draw_series(LineSeries::new(points.clone(), BLUE.stroke_width(2)))
-            .map_err(|e| chart_error(what, e))?
-            .label("HomeAgent (peers: not measured yet)")
-            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLUE.stroke_width(2)));
-        chart
-            .draw_series(points.iter().map(|&p| Circle::new(p, 4, BLUE.filled())))
-            .map_err(|e| chart_error(what, e))?;
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(|e| chart_error(what, e))?;
+        draw_line(
+            &mut chart,
+            what,
+            &points,
+            BLUE,
+            4,
+            "HomeAgent (peers: not measured yet)",
+        )?;
+        draw_legend(&mut chart, what)?;
         root.present().map_err(|e| chart_error(what, e))?;
     }
     Ok(svg)
