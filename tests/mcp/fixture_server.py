@@ -10,6 +10,9 @@ process, independently of the code under test.
 Usage: fixture_server.py            (stdio)
        fixture_server.py --http     (Streamable HTTP on 127.0.0.1, a free
                                       port, printed as `PORT <n>` on stdout)
+       fixture_server.py --http --port N
+                                    (the same on port N: a restarted server
+                                      comes back where the client expects it)
 """
 
 import asyncio
@@ -21,7 +24,7 @@ from typing import TypedDict
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
 server = MCPServer("homeagent-fixture")
 
@@ -109,6 +112,35 @@ def env_names() -> list[str]:
 
 
 @server.tool()
+def summary() -> CallToolResult:
+    """Structured content with its own, different text for people."""
+    count("summary")
+    return CallToolResult(
+        content=[TextContent(type="text", text="3 items, all green")],
+        structured_content={"items": 3, "status": "green"},
+    )
+
+
+@server.tool()
+def bad_output() -> CallToolResult:
+    """Structured content that breaks the outputSchema it declares."""
+    count("bad_output")
+    return CallToolResult(
+        content=[TextContent(type="text", text="n is one")],
+        structured_content={"n": "one"},
+    )
+
+
+# Declared by hand, so the SDK advertises the schema without enforcing it:
+# the point is a server whose answer breaks its own outputSchema.
+server._tool_manager.get_tool("bad_output").fn_metadata.output_schema = {
+    "type": "object",
+    "properties": {"n": {"type": "integer"}},
+    "required": ["n"],
+}
+
+
+@server.tool()
 def stats() -> Stats:
     """What reached this server so far."""
     return Stats(calls=dict(calls), peak_in_flight=peak_in_flight, cancelled=cancelled)
@@ -135,7 +167,8 @@ def main() -> None:
 
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
+        port = int(sys.argv[sys.argv.index("--port") + 1]) if "--port" in sys.argv else 0
+        sock.bind(("127.0.0.1", port))
         # Listening before the port is printed: a client that connects at
         # once waits in the backlog instead of being refused.
         sock.listen(128)

@@ -20,10 +20,11 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
 use crate::assemble::{AssembledCall, AssembledTurn};
+use crate::call_notes::CallNotes;
 use crate::event::{EventSink, ToolEvent};
 use crate::hooks::{CallInfo, HookFuture, PostToolHook, PreDecision, PreToolHook};
 use crate::message::{AssistantMessage, Message, ToolMessage};
-use crate::outcome::{ErrorReason, ToolError, ToolOutcome, cap_text};
+use crate::outcome::{ErrorReason, ToolError, ToolOutcome, append_warnings, cap_text};
 use crate::registry::{ToolContext, ToolSource};
 use crate::tool::ToolDef;
 
@@ -274,6 +275,9 @@ impl Executor {
         {
             outcome.text = capped;
         }
+        // After the cap, so a long result cannot push its warnings out of
+        // what the model reads.
+        append_warnings(&mut outcome.text, &outcome.warnings);
         self.emit(|| ToolEvent::End {
             call_id: outcome.call_id.clone(),
             tool: outcome.tool.clone(),
@@ -296,7 +300,23 @@ impl Executor {
         }
     }
 
+    /// Runs one call inside its own notes scope (see [`crate::call_notes`])
+    /// and moves the notes' warnings onto the outcome, first to last.
     async fn execute(&self, call: &AssembledCall, batch: &BatchContext) -> ToolOutcome {
+        let notes = CallNotes::default();
+        let mut outcome = notes.scope(self.execute_noted(call, batch, &notes)).await;
+        let mut warnings = notes.take_warnings();
+        warnings.append(&mut outcome.warnings);
+        outcome.warnings = warnings;
+        outcome
+    }
+
+    async fn execute_noted(
+        &self,
+        call: &AssembledCall,
+        batch: &BatchContext,
+        notes: &CallNotes,
+    ) -> ToolOutcome {
         let id = call.call.id.as_str();
         let name = call.call.name.as_str();
         let fail = |error: ToolError| ToolOutcome::failure(id, name, error);
@@ -311,7 +331,6 @@ impl Executor {
         }
         let inner = &self.inner;
         let def = inner.source.definition(name);
-        let mut warnings = Vec::new();
         let mut info = CallInfo {
             call_id: id.to_owned(),
             tool: name.to_owned(),
@@ -321,7 +340,7 @@ impl Executor {
         };
         if let Some(def) = &def {
             match def.compiled_schema().prepare(name, &mut info.arguments) {
-                Ok(w) => warnings.extend(w),
+                Ok(w) => w.into_iter().for_each(|w| notes.push_warning(w)),
                 Err(error) => return fail(error),
             }
         }
@@ -330,9 +349,7 @@ impl Executor {
             match guarded(|| hook.before(&info)).await {
                 Ok(PreDecision::Allow) => {}
                 Ok(PreDecision::Deny { reason }) => {
-                    let mut outcome = fail(ToolError::new(ErrorReason::Denied, reason));
-                    outcome.warnings = warnings;
-                    return outcome;
+                    return fail(ToolError::new(ErrorReason::Denied, reason));
                 }
                 Ok(PreDecision::Rewrite { arguments }) => {
                     info.arguments = arguments;
@@ -345,7 +362,7 @@ impl Executor {
                         )),
                     };
                     match checked {
-                        Ok(w) => warnings.extend(w),
+                        Ok(w) => w.into_iter().for_each(|w| notes.push_warning(w)),
                         Err(mut error) => {
                             error.detail = format!(
                                 "{} (after hook {hook_name} rewrote the arguments)",
@@ -380,10 +397,18 @@ impl Executor {
             cancel: call_cancel.clone(),
         };
         let mut outcome = match self
-            .dispatch(name, ctx, timeout, &call_cancel, &batch.cancel)
+            .dispatch(name, ctx, timeout, &call_cancel, &batch.cancel, notes)
             .await
         {
-            Ok(value) => ToolOutcome::from_value(id, name, value),
+            Ok(value) => {
+                let mut outcome = ToolOutcome::from_value(id, name, value);
+                if let Some(text) = notes.take_text()
+                    && outcome.success
+                {
+                    outcome.text = text;
+                }
+                outcome
+            }
             Err(error) => fail(error),
         };
         for hook in &inner.post_hooks {
@@ -391,12 +416,11 @@ impl Executor {
             match guarded(|| hook.after(&info, &outcome)).await {
                 Ok(Some(value)) => outcome.replace_value(value),
                 Ok(None) => {}
-                Err(problem) => warnings.push(format!(
+                Err(problem) => notes.push_warning(format!(
                     "post-tool hook {hook_name} {problem}; the result was kept as the tool returned it"
                 )),
             }
         }
-        outcome.warnings.splice(0..0, warnings);
         outcome
     }
 
@@ -409,13 +433,19 @@ impl Executor {
         timeout: Duration,
         call_cancel: &CancellationToken,
         batch_cancel: &CancellationToken,
+        notes: &CallNotes,
     ) -> Result<Value, ToolError> {
         let source = &self.inner.source;
-        let future = match std::panic::catch_unwind(AssertUnwindSafe(|| source.invoke(name, ctx))) {
+        let invoked = notes
+            .sync_scope(|| std::panic::catch_unwind(AssertUnwindSafe(|| source.invoke(name, ctx))));
+        let future = match invoked {
             Ok(future) => future,
             Err(payload) => return Err(panic_error(name, &payload)),
         };
-        let mut handle = tokio::spawn(future);
+        // A task-local does not follow a spawn: the handler's task gets the
+        // call's notes explicitly.
+        let notes = notes.clone();
+        let mut handle = tokio::spawn(async move { notes.scope(future).await });
         enum Ended {
             Joined(Result<Result<Value, ToolError>, tokio::task::JoinError>),
             TimedOut,

@@ -16,6 +16,7 @@
 
 pub mod assemble;
 pub mod batch;
+pub mod call_notes;
 pub mod event;
 pub mod hooks;
 pub mod message;

@@ -130,8 +130,13 @@ pub struct ToolOutcome {
     pub value: Value,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ToolError>,
-    /// What the model reads: rendered from `value` or `error`.
+    /// What the model reads: rendered from `value` or `error` (or the
+    /// tool's own rendering, [`crate::call_notes::set_text`]); the executor
+    /// appends the `warnings` after capping it.
     pub text: String,
+    /// Problems that did not fail the call: an unenforced schema, a hook
+    /// that misbehaved, a result that breaks its declared output schema
+    /// ([`crate::call_notes::add_warning`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
 }
@@ -270,6 +275,21 @@ fn compact_json(value: &Value) -> String {
     // Serialising a `Value` cannot fail: its keys are strings and it holds no
     // non-finite floats.
     serde_json::to_string(value).unwrap_or_default()
+}
+
+/// Appends an outcome's warnings to the text the model reads, one
+/// `warning:` line each after a blank line, so the model sees what the
+/// outcome records (an `outputSchema` violation, a hook that misbehaved).
+pub fn append_warnings(text: &mut String, warnings: &[String]) {
+    for (i, warning) in warnings.iter().enumerate() {
+        match (i, text.is_empty()) {
+            (0, false) => text.push_str("\n\n"),
+            (0, true) => {}
+            _ => text.push('\n'),
+        }
+        text.push_str("warning: ");
+        text.push_str(warning);
+    }
 }
 
 /// Caps the text sent to the model, keeping the full value elsewhere. The

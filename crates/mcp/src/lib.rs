@@ -25,7 +25,7 @@ pub mod naming;
 pub mod serve;
 pub mod spec;
 
-pub use client::convert::{call_result_value, tool_def};
+pub use client::convert::{McpCallValue, call_result_value, tool_def};
 pub use client::manager::{
     Collision, McpManager, McpServerStatus, NoRuntime, ServerPhase, spawn_mcp_servers,
     start_mcp_servers,

@@ -141,6 +141,11 @@ pub struct McpOptions {
     /// server is given up on until HomeAgent restarts.
     pub max_crashes: u32,
     pub crash_window: Duration,
+    /// How often a Streamable HTTP server is pinged while idle. A stdio
+    /// server's death closes its pipe; an HTTP server that went away is
+    /// only noticed when a request to it fails, so one is made regularly
+    /// (and at once after a call failed at the transport).
+    pub http_ping_interval: Duration,
 }
 
 impl Default for McpOptions {
@@ -150,6 +155,7 @@ impl Default for McpOptions {
             max_restart_backoff: Duration::from_secs(30),
             max_crashes: 5,
             crash_window: Duration::from_secs(300),
+            http_ping_interval: Duration::from_secs(15),
         }
     }
 }

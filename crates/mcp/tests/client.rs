@@ -37,6 +37,7 @@ async fn stdio_tools_are_listed_and_called_with_a_clean_environment() {
         names,
         [
             "fx__add_tool",
+            "fx__bad_output",
             "fx__echo",
             "fx__env_names",
             "fx__fail",
@@ -44,6 +45,7 @@ async fn stdio_tools_are_listed_and_called_with_a_clean_environment() {
             "fx__pid",
             "fx__read_slow",
             "fx__stats",
+            "fx__summary",
             "fx__write_slow"
         ]
     );
@@ -79,6 +81,63 @@ async fn streamable_http_tools_are_listed_and_called() {
     let failed = call(source.clone(), "web__fail", json!({"message": "over http"})).await;
     assert!(!failed.success);
     assert!(failed.error.unwrap().detail.contains("over http"));
+    manager.shutdown().await;
+    drop(fixture);
+}
+
+/// The server's text next to its structured content is what the model reads;
+/// the structure is the value. A structured value that breaks the tool's
+/// outputSchema is kept, with a warning on the outcome that the model reads
+/// too.
+async fn structured_content_keeps_its_text_and_output_schema_breaks_warn(
+    source: Arc<dyn ToolSource>,
+    server: &str,
+) {
+    let summary = call(source.clone(), &format!("{server}__summary"), json!({})).await;
+    assert!(summary.success, "{}", summary.text);
+    assert_eq!(summary.value, json!({"items": 3, "status": "green"}));
+    assert_eq!(summary.text, "3 items, all green");
+    assert!(summary.warnings.is_empty(), "{:?}", summary.warnings);
+
+    // The SDK's own text for a structured result: the JSON, indented by 2.
+    let echo = call(
+        source.clone(),
+        &format!("{server}__echo"),
+        json!({"text": "hi"}),
+    )
+    .await;
+    assert_eq!(echo.text, "{\n  \"echo\": \"hi\",\n  \"length\": 2\n}");
+
+    let bad = call(source.clone(), &format!("{server}__bad_output"), json!({})).await;
+    assert!(bad.success, "{}", bad.text);
+    assert_eq!(bad.value, json!({"n": "one"}));
+    assert_eq!(bad.warnings.len(), 1, "{:?}", bad.warnings);
+    let warning = &bad.warnings[0];
+    let prefix = format!(
+        "MCP tool bad_output of server `{server}` returned structured content that does not match its outputSchema: "
+    );
+    assert!(warning.starts_with(&prefix), "{warning}");
+    assert!(
+        warning.contains(r#""one" is not of type "integer""#),
+        "{warning}"
+    );
+    assert_eq!(bad.text, format!("n is one\n\nwarning: {warning}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_structured_content_keeps_its_text_and_output_schema_breaks_warn() {
+    let (manager, source) = start(vec![stdio_spec("fx")]).await;
+    structured_content_keeps_its_text_and_output_schema_breaks_warn(source, "fx").await;
+    // The person sees it in the status as well.
+    assert_eq!(manager.status()[0].output_schema_warnings.len(), 1);
+    manager.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_structured_content_keeps_its_text_and_output_schema_breaks_warn() {
+    let fixture = http_fixture().await;
+    let (manager, source) = start(vec![McpServerSpec::http("web", fixture.url.clone())]).await;
+    structured_content_keeps_its_text_and_output_schema_breaks_warn(source, "web").await;
     manager.shutdown().await;
     drop(fixture);
 }
@@ -245,6 +304,99 @@ async fn a_killed_server_fails_its_calls_hides_its_tools_and_comes_back() {
     let status = &manager.status()[0];
     assert_eq!(status.restarts, 1);
     assert_ne!(status.pid, Some(u32::try_from(pid).unwrap()));
+    manager.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_http_server_fails_its_calls_hides_its_tools_and_is_reconnected() {
+    let mut fixture = http_fixture().await;
+    let options = McpOptions {
+        restart_backoff: Duration::from_millis(500),
+        max_restart_backoff: Duration::from_secs(2),
+        // Reconnect attempts while the server is away count as failures.
+        max_crashes: 1000,
+        // Only the failed call can tell that the server went away.
+        http_ping_interval: Duration::from_secs(3600),
+        ..McpOptions::default()
+    };
+    let manager = start_mcp_servers(
+        vec![McpServerSpec::http("web", fixture.url.clone())],
+        None,
+        options,
+    )
+    .await;
+    let source: Arc<dyn ToolSource> = Arc::new(manager.clone());
+    assert_eq!(manager.status()[0].phase, ServerPhase::Running);
+    let in_flight = spawn_batch(
+        source.clone(),
+        vec![("web__hang", json!({"ms": 60000}))],
+        CancellationToken::new(),
+    );
+    wait_for(|| async { stats(source.clone(), "web").await["calls"]["hang"] == json!(1) }).await;
+    fixture.child.kill().await.unwrap();
+
+    // The call in flight fails clearly, well before its 60 s sleep ends.
+    let outcome = in_flight.await.unwrap().outcomes.pop().unwrap();
+    let error = outcome.error.unwrap();
+    assert_eq!(error.reason, ErrorReason::Execution, "{error:?}");
+    assert!(
+        error.detail.contains("MCP server `web`"),
+        "{}",
+        error.detail
+    );
+
+    // Down: a typed not-found naming the server, and no definition.
+    wait_for(|| async { matches!(manager.status()[0].phase, ServerPhase::Down { .. }) }).await;
+    let down = call(source.clone(), "web__echo", json!({"text": "x"})).await;
+    let error = down.error.unwrap();
+    assert_eq!(error.reason, ErrorReason::NotFound);
+    assert!(
+        error.detail.contains("MCP server `web` is down"),
+        "{}",
+        error.detail
+    );
+    assert!(source.definition("web__echo").is_none());
+
+    // The server comes back where it was; the client reconnects by itself.
+    let back = http_fixture_on(Some(fixture.port)).await;
+    assert!(manager.wait_running("web", Duration::from_secs(60)).await);
+    let echo = call(source.clone(), "web__echo", json!({"text": "again"})).await;
+    assert!(echo.success, "{}", echo.text);
+    assert_eq!(echo.value, json!({"echo": "again", "length": 5}));
+    // A new process: its counts start from zero.
+    assert_eq!(
+        stats(source.clone(), "web").await["calls"],
+        json!({"echo": 1})
+    );
+    assert!(manager.status()[0].restarts >= 1);
+    manager.shutdown().await;
+    drop(back);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_http_server_that_went_away_is_noticed_by_its_ping() {
+    let mut fixture = http_fixture().await;
+    let options = McpOptions {
+        http_ping_interval: Duration::from_millis(300),
+        max_crashes: 1000,
+        ..McpOptions::default()
+    };
+    let manager = start_mcp_servers(
+        vec![McpServerSpec::http("web", fixture.url.clone())],
+        None,
+        options,
+    )
+    .await;
+    let source: Arc<dyn ToolSource> = Arc::new(manager.clone());
+    assert!(source.definition("web__echo").is_some());
+    fixture.child.kill().await.unwrap();
+    // No call is made: only the ping can notice.
+    wait_for(|| async { matches!(manager.status()[0].phase, ServerPhase::Down { .. }) }).await;
+    assert!(source.definition("web__echo").is_none());
+    let ServerPhase::Down { reason } = manager.status()[0].phase.clone() else {
+        unreachable!()
+    };
+    assert!(reason.contains("stopped answering"), "{reason}");
     manager.shutdown().await;
 }
 

@@ -200,6 +200,13 @@ async fn a_json_deny_refuses_and_other_exit_codes_do_not_block() {
     .await;
     assert!(outcome.success, "{}", outcome.text);
     assert_eq!(*seen.0.lock().unwrap(), vec!["b".to_owned()]);
+    // Non-blocking, but on the outcome and in what the model reads.
+    let warning = "pre-tool hook pre_tool_use[0] exited with code 1 (only 0 allows and 2 denies): oops; the call ran anyway";
+    assert_eq!(outcome.warnings, vec![warning.to_owned()]);
+    assert_eq!(
+        outcome.text,
+        format!("{}\n\nwarning: {warning}", json!({"noted": "b"}))
+    );
 }
 
 #[tokio::test]
@@ -334,9 +341,32 @@ async fn a_post_hook_sees_a_failed_call_and_its_exit_2_marks_the_outcome() {
             "success": false
         })
     );
+    let mark = "post-tool hook post_tool_use[0] failed: flagged the result: looked wrong; the result was kept as the tool returned it";
+    assert_eq!(outcome.warnings, vec![mark.to_owned()]);
+    // The model reads the mark after the failure.
+    assert!(
+        outcome.text.ends_with(&format!("\n\nwarning: {mark}")),
+        "{}",
+        outcome.text
+    );
+}
+
+#[tokio::test]
+async fn a_hanging_post_hook_is_killed_and_recorded_on_the_outcome() {
+    let dir = Dir::new("posthang");
+    let mut hook = spec(dir.script("hang.sh", "sleep 30\n"));
+    hook.timeout = Duration::from_millis(300);
+    let seen = Arc::new(Seen::default());
+    let outcome = run(
+        &executor(&seen, &[], &[hook], Approval::Refused),
+        "note",
+        json!({"text": "a"}),
+    )
+    .await;
+    assert!(outcome.success, "{}", outcome.text);
     assert_eq!(
         outcome.warnings,
-        vec!["post-tool hook post_tool_use[0] failed: flagged the result: looked wrong; the result was kept as the tool returned it".to_owned()]
+        vec!["post-tool hook post_tool_use[0] failed: did not finish within 300ms and was killed; the result was kept as the tool returned it".to_owned()]
     );
 }
 
@@ -396,14 +426,64 @@ async fn a_pre_hook_fires_for_calls_through_the_tool_api() {
     assert!(seen.0.lock().unwrap().is_empty());
 }
 
+#[tokio::test]
+async fn matchers_are_regular_expressions_on_the_whole_tool_name() {
+    let dir = Dir::new("regex");
+    let marker = dir.path("ran");
+    let touch = dir.script("touch.sh", &format!("echo x >> '{}'\n", marker.display()));
+    let seen = Arc::new(Seen::default());
+    // Which of `note` and `broken` each matcher's hook sees.
+    let cases: [(&str, [bool; 2]); 8] = [
+        ("", [true, true]),
+        ("*", [true, true]),
+        (".*", [true, true]),
+        ("note", [true, false]),
+        ("not", [false, false]),
+        ("note|broken", [true, true]),
+        ("no(te|pe)", [true, false]),
+        ("b.*n", [false, true]),
+    ];
+    for (matcher, expected) in cases {
+        for (tool, want) in ["note", "broken"].into_iter().zip(expected) {
+            let _ = std::fs::remove_file(&marker);
+            let mut hook = spec(touch.clone());
+            hook.matcher = matcher.into();
+            run(
+                &executor(&seen, &[hook], &[], Approval::Refused),
+                tool,
+                json!({"text": "x"}),
+            )
+            .await;
+            assert_eq!(marker.exists(), want, "matcher {matcher:?} on {tool}");
+        }
+    }
+}
+
 #[test]
 fn bad_entries_are_refused_at_load() {
+    let mut fine = spec("true".into());
+    fine.matcher = "note".into();
     let mut bad = spec("true".into());
-    bad.matcher = "note(s)?".into();
-    assert!(matches!(
-        command_hooks(&[bad], &[], Approval::Refused).err().unwrap(),
-        HookSpecError::UnsupportedMatcher { .. }
-    ));
+    bad.matcher = "note(s".into();
+    let error = command_hooks(&[fine], &[bad], Approval::Refused)
+        .err()
+        .unwrap();
+    let HookSpecError::InvalidMatcher {
+        hook,
+        matcher,
+        reason,
+    } = &error
+    else {
+        panic!("{error:?}")
+    };
+    assert_eq!(hook, "post_tool_use[0]");
+    assert_eq!(matcher, "note(s");
+    assert!(!reason.is_empty());
+    let message = error.to_string();
+    assert!(
+        message.starts_with("hook post_tool_use[0] has an invalid matcher `note(s`: "),
+        "{message}"
+    );
     assert_eq!(
         command_hooks(&[], &[spec(" ".into())], Approval::Refused)
             .err()

@@ -350,8 +350,9 @@ pub struct HooksSection {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HookEntry {
-    /// Tool names the hook sees: names separated by `|`, each may end in
-    /// `.*` (a prefix); empty means every tool.
+    /// A regular expression matched against the whole tool name
+    /// (`cmd_run`, `files_read|files_write`, `mcp__.*`); empty means every
+    /// tool. An invalid one fails the start, naming the hook.
     #[serde(default)]
     pub matcher: String,
     /// The shell command.

@@ -42,19 +42,34 @@ pub fn tool_def(spec: &McpServerSpec, exposed: &str, tool: &Tool) -> ToolDef {
     def
 }
 
+/// What a successful `tools/call` answer becomes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct McpCallValue {
+    /// The outcome's structured value.
+    pub value: Value,
+    /// The server's own text for a structured value, shown to the model
+    /// instead of the value's JSON (`None`: render the value).
+    pub text: Option<String>,
+    /// Set when the structured value breaks the tool's `outputSchema`: the
+    /// value is kept, and the outcome carries this warning.
+    pub warning: Option<String>,
+}
+
 /// The handler's result for a `tools/call` answer.
 ///
-/// `isError: true` is a failed call with the server's text as detail;
-/// otherwise `structuredContent` is the value when present, else the text
-/// content (one string when every block is text, the blocks as JSON when
-/// not). Returns the value and, when the value breaks the tool's
-/// `outputSchema`, a warning saying how.
+/// `isError: true` is a failed call with the server's text as detail.
+/// Otherwise `structuredContent`, when present, is the value, and the text
+/// blocks of `content` (joined by newlines) are kept as the text the model
+/// reads; a structured value that breaks the tool's `outputSchema` comes
+/// with a warning saying how. Without structured content the value is the
+/// text content (one string when every block is text, the blocks as JSON
+/// when not).
 pub fn call_result_value(
     server: &str,
     tool: &str,
     result: CallToolResult,
     output_schema: Option<&jsonschema::Validator>,
-) -> Result<(Value, Option<String>), ToolError> {
+) -> Result<McpCallValue, ToolError> {
     let texts: Vec<&str> = result
         .content
         .iter()
@@ -82,15 +97,22 @@ pub fn call_result_value(
                 )
             })
         });
-        return Ok((structured, warning));
+        return Ok(McpCallValue {
+            value: structured,
+            text: (!texts.is_empty()).then(|| texts.join("\n")),
+            warning,
+        });
     }
-    if texts.len() == result.content.len() {
-        return Ok((Value::String(texts.join("\n")), None));
-    }
-    Ok((
-        serde_json::to_value(&result.content).unwrap_or(Value::Null),
-        None,
-    ))
+    let value = if texts.len() == result.content.len() {
+        Value::String(texts.join("\n"))
+    } else {
+        serde_json::to_value(&result.content).unwrap_or(Value::Null)
+    };
+    Ok(McpCallValue {
+        value,
+        text: None,
+        warning: None,
+    })
 }
 
 /// A failure to get an answer at all.
@@ -161,7 +183,14 @@ mod tests {
             None,
         )
         .unwrap();
-        assert_eq!(text, (json!("a\nb"), None));
+        assert_eq!(
+            text,
+            McpCallValue {
+                value: json!("a\nb"),
+                text: None,
+                warning: None
+            }
+        );
 
         let schema =
             json!({"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]});
@@ -173,8 +202,34 @@ mod tests {
             Some(&validator),
         )
         .unwrap();
-        assert_eq!(good, (json!({"n": 1}), None));
-        let (value, warning) = call_result_value(
+        assert_eq!(
+            good,
+            McpCallValue {
+                value: json!({"n": 1}),
+                text: None,
+                warning: None
+            }
+        );
+        // Text next to structured content is kept for the model to read.
+        let both = call_result_value(
+            "s",
+            "t",
+            result(json!({
+                "content": [{"type": "text", "text": "n is"}, {"type": "text", "text": "one"}],
+                "structuredContent": {"n": 1}
+            })),
+            Some(&validator),
+        )
+        .unwrap();
+        assert_eq!(
+            both,
+            McpCallValue {
+                value: json!({"n": 1}),
+                text: Some("n is\none".into()),
+                warning: None
+            }
+        );
+        let McpCallValue { value, warning, .. } = call_result_value(
             "s",
             "t",
             result(json!({"content": [], "structuredContent": {"n": "one"}})),

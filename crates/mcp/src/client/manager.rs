@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
+use homeagent_core::call_notes;
 use homeagent_core::registry::not_found;
 use homeagent_core::{ErrorReason, ToolContext, ToolDef, ToolError, ToolFuture, ToolSource};
 use rmcp::RoleClient;
@@ -75,6 +76,9 @@ pub(crate) struct ExposedTool {
 pub(crate) struct ServerState {
     pub(crate) status: McpServerStatus,
     pub(crate) peer: Option<Peer<RoleClient>>,
+    /// Woken when a call failed at the transport: the supervisor checks
+    /// whether the server is still there.
+    pub(crate) suspect: Arc<tokio::sync::Notify>,
 }
 
 /// State shared by the manager and the supervisors.
@@ -109,6 +113,7 @@ impl Shared {
                         ..
                     },
                 peer: Some(peer),
+                ..
             }) if !peer.is_transport_closed() => Ok(peer.clone()),
             // Closed but not yet noticed by the supervisor: down all the same.
             Some(ServerState {
@@ -218,6 +223,7 @@ pub fn spawn_mcp_servers(
                         output_schema_warnings: Vec::new(),
                     },
                     peer: None,
+                    suspect: Arc::default(),
                 },
             );
         if checked.is_ok() {
@@ -403,10 +409,24 @@ impl ToolSource for McpManager {
                     ));
                 }
             };
-            let result = answer.map_err(|e| service_error(&server, &remote, e))?;
-            let (value, warning) = call_result_value(&server, &remote, result, output.as_deref())?;
-            if let Some(warning) = warning {
+            let result = answer.map_err(|e| {
+                if matches!(
+                    e,
+                    rmcp::ServiceError::TransportSend(_) | rmcp::ServiceError::TransportClosed
+                ) {
+                    shared.with_server(&server, |s| s.suspect.notify_one());
+                }
+                service_error(&server, &remote, e)
+            })?;
+            let answer = call_result_value(&server, &remote, result, output.as_deref())?;
+            if let Some(text) = answer.text {
+                call_notes::set_text(text);
+            }
+            if let Some(warning) = answer.warning {
                 tracing::warn!("{warning}");
+                // On the outcome for the model, and in the status (the
+                // last 20) for the person.
+                call_notes::add_warning(warning.clone());
                 shared.with_server(&server, |s| {
                     let warnings = &mut s.status.output_schema_warnings;
                     if warnings.len() >= 20 {
@@ -415,7 +435,7 @@ impl ToolSource for McpManager {
                     warnings.push(warning);
                 });
             }
-            Ok(value)
+            Ok(answer.value)
         })
     }
 }

@@ -5,6 +5,9 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use std::time::Duration;
+
+use rmcp::model::{ClientRequest, PingRequest};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -12,7 +15,7 @@ use super::connect::{Connection, connect};
 use super::convert::{output_validator, tool_def};
 use super::manager::{Collision, ExposedTool, ServerPhase, Shared};
 use crate::naming::exposed_name;
-use crate::spec::{McpOptions, McpServerSpec};
+use crate::spec::{McpOptions, McpServerSpec, McpTransport};
 
 pub(crate) async fn supervise(
     shared: Arc<Shared>,
@@ -42,7 +45,9 @@ pub(crate) async fn supervise(
                         if let Some(done) = first_attempt.take() {
                             let _ = done.send(());
                         }
-                        match run_until_closed(&shared, &spec, connection, &tools_changed).await {
+                        match run_until_closed(&shared, &spec, &options, connection, &tools_changed)
+                            .await
+                        {
                             Closed::Shutdown => {
                                 set_phase(&shared, &name, ServerPhase::Stopped);
                                 return;
@@ -101,13 +106,31 @@ enum Closed {
 async fn run_until_closed(
     shared: &Arc<Shared>,
     spec: &McpServerSpec,
+    options: &McpOptions,
     connection: Connection,
     tools_changed: &Notify,
 ) -> Closed {
     let peer_closed = connection.cancellation_token();
+    let peer = connection.peer().clone();
+    let suspect = shared
+        .with_server(&spec.name, |s| s.suspect.clone())
+        .unwrap_or_default();
+    // A dead HTTP server does not close anything on our side (the client
+    // keeps retrying its event stream), so it is asked regularly instead.
+    let ping_every = match spec.transport {
+        McpTransport::Http { .. } => options.http_ping_interval,
+        McpTransport::Stdio { .. } => Duration::MAX,
+    };
+    let mut next_ping = Instant::now().checked_add(ping_every);
     let waiting = connection.waiting();
     tokio::pin!(waiting);
     loop {
+        let ping_due = async {
+            match next_ping {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
             ended = &mut waiting => {
                 let detail = match ended {
@@ -129,7 +152,40 @@ async fn run_until_closed(
                 let _ = waiting.await;
                 return Closed::Shutdown;
             }
+            () = suspect.notified() => {
+                if let Err(reason) = ping(&peer, spec.timeout).await {
+                    peer_closed.cancel();
+                    let _ = waiting.await;
+                    return Closed::Lost(reason);
+                }
+            }
+            () = ping_due => {
+                next_ping = Instant::now().checked_add(ping_every);
+                if let Err(reason) = ping(&peer, spec.timeout).await {
+                    peer_closed.cancel();
+                    let _ = waiting.await;
+                    return Closed::Lost(reason);
+                }
+            }
         }
+    }
+}
+
+/// Whether the server still answers; `Err` says why it is taken for gone.
+async fn ping(
+    peer: &rmcp::service::Peer<rmcp::RoleClient>,
+    timeout: Duration,
+) -> Result<(), String> {
+    let request = ClientRequest::PingRequest(PingRequest {
+        method: Default::default(),
+        extensions: Default::default(),
+    });
+    match tokio::time::timeout(timeout, peer.send_request(request)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(format!("it stopped answering (ping failed: {e})")),
+        Err(_) => Err(format!(
+            "it stopped answering (no answer to ping within {timeout:?})"
+        )),
     }
 }
 

@@ -64,16 +64,27 @@ pub fn stdio_spec(name: &str) -> McpServerSpec {
     spec
 }
 
-/// The fixture over Streamable HTTP on a free loopback port; killed on drop.
+/// The fixture over Streamable HTTP on a loopback port; killed on drop.
 pub struct HttpFixture {
     pub child: tokio::process::Child,
     pub url: String,
+    pub port: u16,
 }
 
+/// The fixture on a free port.
 pub async fn http_fixture() -> HttpFixture {
-    let mut child = tokio::process::Command::new(python())
-        .arg(fixture())
-        .arg("--http")
+    http_fixture_on(None).await
+}
+
+/// The fixture on `port` (a restart where the client expects the server),
+/// or on a free one.
+pub async fn http_fixture_on(port: Option<u16>) -> HttpFixture {
+    let mut command = tokio::process::Command::new(python());
+    command.arg(fixture()).arg("--http");
+    if let Some(port) = port {
+        command.arg("--port").arg(port.to_string());
+    }
+    let mut child = command
         .env("NO_PROXY", "127.0.0.1")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -87,12 +98,13 @@ pub async fn http_fixture() -> HttpFixture {
         .expect("the HTTP fixture printed no port within 60 s")
         .unwrap()
         .expect("the HTTP fixture exited before printing its port");
-    let port = line.strip_prefix("PORT ").unwrap().trim().to_owned();
+    let port: u16 = line.strip_prefix("PORT ").unwrap().trim().parse().unwrap();
     // Keep reading so the child never blocks on a full pipe.
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
     HttpFixture {
         child,
         url: format!("http://127.0.0.1:{port}/mcp"),
+        port,
     }
 }
 

@@ -1,76 +1,44 @@
-//! Which tools a hook sees.
+//! Which tools a hook sees: a regular expression on the tool name, as in
+//! the hook protocol people already use with coding agents.
 //!
-//! The matchers people write are tool names (`cmd_run`), alternatives
-//! (`files_write|cmd_run`) and prefixes (`mcp__.*`, `files_*`). Those are
-//! what is accepted; anything else with regex syntax is refused at load
-//! with the accepted forms, rather than matched differently from how it was
-//! meant.
+//! The expression must match the whole name, so `Bash` is that tool and not
+//! `BashOutput`, `Edit|Write` is either of two tools, and `mcp__.*` is every
+//! name with that prefix. An empty matcher, `*` (which people write though
+//! it is not a regex) and `.*` match every tool. The syntax is `regex-lite`'s:
+//! the usual Perl-like forms without Unicode classes, which tool names (ASCII
+//! by the provider name rule) never need. An expression that does not
+//! compile is refused when the config loads, naming the hook.
 
 use super::HookSpecError;
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Alternative {
-    Exact(String),
-    Prefix(String),
-}
-
 /// A parsed matcher.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Matcher {
-    /// Empty: every tool.
-    alternatives: Vec<Alternative>,
+    /// `None`: every tool.
+    regex: Option<regex_lite::Regex>,
 }
 
 impl Matcher {
-    pub fn parse(matcher: &str) -> Result<Self, HookSpecError> {
+    /// Compiles `matcher` for the hook named `hook` (named in the error).
+    pub fn parse(hook: &str, matcher: &str) -> Result<Self, HookSpecError> {
         let trimmed = matcher.trim();
-        if trimmed.is_empty() || trimmed == "*" || trimmed == ".*" {
-            return Ok(Matcher {
-                alternatives: Vec::new(),
-            });
+        if trimmed.is_empty() || trimmed == "*" {
+            return Ok(Matcher { regex: None });
         }
-        let unsupported = |reason: String| HookSpecError::UnsupportedMatcher {
-            matcher: matcher.to_owned(),
-            reason,
-        };
-        let mut alternatives = Vec::new();
-        for part in trimmed
-            .trim_start_matches('^')
-            .trim_end_matches('$')
-            .split('|')
-        {
-            let part = part.trim();
-            let (literal, prefix) = if let Some(p) = part.strip_suffix(".*") {
-                (p, true)
-            } else if let Some(p) = part.strip_suffix('*') {
-                (p, true)
-            } else {
-                (part, false)
-            };
-            if literal.is_empty() && !prefix {
-                return Err(unsupported("it has an empty alternative".into()));
-            }
-            if let Some(bad) = literal
-                .chars()
-                .find(|c| !(c.is_ascii_alphanumeric() || *c == '_' || *c == '-'))
-            {
-                return Err(unsupported(format!("it contains {bad:?}")));
-            }
-            alternatives.push(if prefix {
-                Alternative::Prefix(literal.to_owned())
-            } else {
-                Alternative::Exact(literal.to_owned())
-            });
+        // The group keeps `a|b` from anchoring only its first and last
+        // alternatives.
+        match regex_lite::Regex::new(&format!("^(?:{trimmed})$")) {
+            Ok(regex) => Ok(Matcher { regex: Some(regex) }),
+            Err(e) => Err(HookSpecError::InvalidMatcher {
+                hook: hook.to_owned(),
+                matcher: matcher.to_owned(),
+                reason: e.to_string(),
+            }),
         }
-        Ok(Matcher { alternatives })
     }
 
     pub fn matches(&self, tool: &str) -> bool {
-        self.alternatives.is_empty()
-            || self.alternatives.iter().any(|a| match a {
-                Alternative::Exact(name) => name == tool,
-                Alternative::Prefix(prefix) => tool.starts_with(prefix.as_str()),
-            })
+        self.regex.as_ref().is_none_or(|r| r.is_match(tool))
     }
 }
 
@@ -78,23 +46,42 @@ impl Matcher {
 mod tests {
     use super::*;
 
+    fn sees(matcher: &str, tool: &str) -> bool {
+        Matcher::parse("h", matcher).unwrap().matches(tool)
+    }
+
     #[test]
-    fn forms() {
-        let all = Matcher::parse("").unwrap();
-        assert!(all.matches("anything"));
-        let alt = Matcher::parse("files_write|cmd_run").unwrap();
-        assert!(alt.matches("cmd_run"));
-        assert!(alt.matches("files_write"));
-        assert!(!alt.matches("files_read"));
-        assert!(!alt.matches("cmd_run2"));
-        let prefix = Matcher::parse("mcp__.*|files_*").unwrap();
-        assert!(prefix.matches("mcp__x"));
-        assert!(prefix.matches("files_read"));
-        assert!(!prefix.matches("cmd_run"));
-        assert!(Matcher::parse("^cmd_run$").unwrap().matches("cmd_run"));
-        assert!(matches!(
-            Matcher::parse("cmd_(run|x)"),
-            Err(HookSpecError::UnsupportedMatcher { .. })
-        ));
+    fn the_forms_of_the_hook_protocol() {
+        for all in ["", " ", "*", ".*"] {
+            assert!(sees(all, "anything"), "{all:?}");
+        }
+        assert!(sees("Bash", "Bash"));
+        assert!(!sees("Bash", "BashOutput"));
+        assert!(!sees("Bash", "MyBash"));
+        assert!(sees("Edit|Write", "Edit"));
+        assert!(sees("Edit|Write", "Write"));
+        assert!(!sees("Edit|Write", "EditWrite"));
+        assert!(!sees("Edit|Write", "Editor"));
+        assert!(sees("mcp__.*", "mcp__fs__read"));
+        assert!(!sees("mcp__.*", "cmd_run"));
+        assert!(sees("files_(read|list)", "files_list"));
+        assert!(!sees("files_(read|list)", "files_write"));
+        assert!(sees("^cmd_run$", "cmd_run"));
+    }
+
+    #[test]
+    fn an_invalid_expression_names_the_hook_and_the_matcher() {
+        let error = Matcher::parse("pre_tool_use[2]", "files_(read").unwrap_err();
+        let HookSpecError::InvalidMatcher {
+            hook,
+            matcher,
+            reason,
+        } = error
+        else {
+            panic!("{error:?}")
+        };
+        assert_eq!(hook, "pre_tool_use[2]");
+        assert_eq!(matcher, "files_(read");
+        assert!(!reason.is_empty());
     }
 }

@@ -16,13 +16,17 @@
 //! `permissionDecisionReason`) or `ask` (the approval policy decides);
 //! `hookSpecificOutput.updatedInput` replaces the arguments, which the
 //! kernel validates again. Exit 2 refuses the call with stderr as the reason
-//! the model reads. Any other exit is a non-blocking error: logged, and the
-//! call runs. A hook still running at its timeout is killed and the call is
-//! refused (the kernel's pre-hooks fail closed).
+//! the model reads. Any other exit is a non-blocking error: the call runs,
+//! and its outcome carries a warning saying so (the model reads it too). A
+//! hook still running at its timeout is killed and the call is refused (the
+//! kernel's pre-hooks fail closed), the kill recorded in the refusal.
 //!
 //! After a call ([`CommandPostHook`]): exit 0 may add
 //! `hookSpecificOutput.additionalContext` for the model; exit 2 (and any
-//! failure) marks the outcome with a warning carrying the hook's message.
+//! failure, a kill at the timeout included) marks the outcome with a
+//! warning carrying the hook's message.
+//!
+//! Matchers are regular expressions on the whole tool name ([`Matcher`]).
 //!
 //! The hooks implement the kernel's [`PreToolHook`](homeagent_core::PreToolHook)
 //! and [`PostToolHook`](homeagent_core::PostToolHook), so attached to the
@@ -52,7 +56,8 @@ pub const SESSION_EXTRA: &str = "session";
 /// One hook entry of the config.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommandHookSpec {
-    /// Which tools the hook sees (see [`Matcher`]); empty means all.
+    /// Which tools the hook sees: a regex on the whole tool name (see
+    /// [`Matcher`]); empty means all.
     pub matcher: String,
     /// Run with `sh -c`.
     pub command: String,
@@ -80,9 +85,16 @@ pub enum HookSpecError {
     #[error("a hook has an empty `command`; give the shell command to run")]
     EmptyCommand,
     #[error(
-        "hook matcher `{matcher}` is not supported: {reason}; use tool names separated by `|`, each optionally ending in `.*` or `*` (a prefix), or leave it empty for every tool"
+        "hook {hook} has an invalid matcher `{matcher}`: {reason}; a matcher is a regular expression matched against the whole tool name (`cmd_run`, `files_read|files_write`, `mcp__.*`), or empty for every tool"
     )]
-    UnsupportedMatcher { matcher: String, reason: String },
+    InvalidMatcher {
+        /// The hook's name: `pre_tool_use[i]` or `post_tool_use[i]`, its
+        /// place among the config's entries.
+        hook: String,
+        matcher: String,
+        /// What the regex compiler said.
+        reason: String,
+    },
 }
 
 /// The hooks of a config, ready for `Executor::with_pre_hook` /

@@ -26,9 +26,10 @@ impl CommandPostHook {
         if spec.command.trim().is_empty() {
             return Err(HookSpecError::EmptyCommand);
         }
+        let name = name.into();
         Ok(CommandPostHook {
-            name: name.into(),
-            matcher: Matcher::parse(&spec.matcher)?,
+            matcher: Matcher::parse(&name, &spec.matcher)?,
+            name,
             command: spec.command.clone(),
             timeout: spec.timeout,
             env: spec.env.clone(),

@@ -29,9 +29,10 @@ impl CommandPreHook {
         if spec.command.trim().is_empty() {
             return Err(HookSpecError::EmptyCommand);
         }
+        let name = name.into();
         Ok(CommandPreHook {
-            name: name.into(),
-            matcher: Matcher::parse(&spec.matcher)?,
+            matcher: Matcher::parse(&name, &spec.matcher)?,
+            name,
             command: spec.command.clone(),
             timeout: spec.timeout,
             env: spec.env.clone(),
@@ -88,12 +89,17 @@ impl PreToolHook for CommandPreHook {
                 }
                 other => {
                     // Non-blocking, as in the protocol people know: the
-                    // call runs and the problem is logged.
-                    tracing::warn!(
-                        hook = %name,
-                        "pre-tool hook exited with {other:?} (not 0 or 2): {}; the call runs",
+                    // call runs, and its outcome says what went wrong.
+                    let exit = match other {
+                        Some(code) => format!("code {code}"),
+                        None => "a signal".to_owned(),
+                    };
+                    let warning = format!(
+                        "pre-tool hook {name} exited with {exit} (only 0 allows and 2 denies): {}; the call ran anyway",
                         run.stderr.trim()
                     );
+                    tracing::warn!("{warning}");
+                    homeagent_core::call_notes::add_warning(warning);
                     return Ok(PreDecision::Allow);
                 }
             }

@@ -1,0 +1,103 @@
+//! Call notes: what the code serving one call attaches to that call's
+//! outcome besides its value — warnings, and the text the model reads when
+//! the tool renders its result itself.
+//!
+//! A handler returns `Result<Value, ToolError>`, and that stays the whole
+//! contract for most tools. Some results need more: an MCP server's answer
+//! that breaks the tool's `outputSchema` is still the answer, but the model
+//! should be told; a command hook that exits with an unexpected code lets
+//! the call run, but the outcome should say so; an MCP server that sends
+//! both structured content and its own text wants the structure kept as the
+//! value and its text shown to the model.
+//!
+//! The executor opens one scope per call around its pre-hooks, its handler
+//! (on the handler's own task) and its post-hooks. [`add_warning`] and
+//! [`set_text`] called from any of them write to that call's notes and no
+//! other: sibling calls of a parallel batch each have their own scope, and
+//! a call made through a nested executor (a sequence, `ToolApi`) gets a
+//! scope of its own. The notes are a task-local rather than a field of
+//! [`ToolContext`](crate::ToolContext) because hooks never see a context,
+//! and layered sources (the gate, the MCP manager) pass one call through
+//! several hands; every one of them runs inside the scope.
+//!
+//! Outside a scope — on a task the handler spawned itself, or with no
+//! executor at all — the functions return `false` and the note is dropped
+//! (and logged); a handler that works on other tasks brings its notes back
+//! to its own task before returning.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+tokio::task_local! {
+    static CURRENT: CallNotes;
+}
+
+/// Attaches a warning to the outcome of the call being served. It is kept
+/// in [`ToolOutcome::warnings`](crate::ToolOutcome::warnings) and shown to
+/// the model after the result text, one `warning:` line each.
+///
+/// Returns `false` when called outside any call's scope (see the module
+/// docs); the warning is then only logged.
+pub fn add_warning(message: impl Into<String>) -> bool {
+    let message = message.into();
+    let noted = CURRENT
+        .try_with(|notes| notes.lock().warnings.push(message.clone()))
+        .is_ok();
+    if !noted {
+        tracing::warn!("a tool warning outside any call was dropped: {message}");
+    }
+    noted
+}
+
+/// Sets the text the model reads for the value the handler returns, when
+/// the tool has its own rendering of it (an MCP server's text content next
+/// to its structured content). The value stays the structured result.
+///
+/// Used only when the call succeeds; a failure is rendered from its error,
+/// and a post-hook that replaces the value re-renders the text from the new
+/// value. Returns `false` outside any call's scope.
+pub fn set_text(text: impl Into<String>) -> bool {
+    let text = text.into();
+    CURRENT
+        .try_with(|notes| notes.lock().text = Some(text))
+        .is_ok()
+}
+
+/// One call's notes, shared by everything that serves the call.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CallNotes(Arc<Mutex<Notes>>);
+
+#[derive(Debug, Default)]
+pub(crate) struct Notes {
+    warnings: Vec<String>,
+    text: Option<String>,
+}
+
+impl CallNotes {
+    /// A poisoned lock still holds whole entries (each write is one push
+    /// or one assignment), so it is read as is.
+    fn lock(&self) -> MutexGuard<'_, Notes> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `future` with these notes as the current call's.
+    pub(crate) async fn scope<F: Future>(&self, future: F) -> F::Output {
+        CURRENT.scope(self.clone(), future).await
+    }
+
+    /// Runs `f` (a source's synchronous `invoke`) with these notes current.
+    pub(crate) fn sync_scope<R>(&self, f: impl FnOnce() -> R) -> R {
+        CURRENT.sync_scope(self.clone(), f)
+    }
+
+    pub(crate) fn push_warning(&self, warning: String) {
+        self.lock().warnings.push(warning);
+    }
+
+    pub(crate) fn take_warnings(&self) -> Vec<String> {
+        std::mem::take(&mut self.lock().warnings)
+    }
+
+    pub(crate) fn take_text(&self) -> Option<String> {
+        self.lock().text.take()
+    }
+}
