@@ -26,6 +26,10 @@ use homeagent_tools::{
     register_output_channels,
 };
 
+use homeagent_device::{
+    DEVICE_CMD_RUN_TOOL, DEVICE_ID_ARG, DeviceHub, HubOptions, register_device_tools,
+};
+
 use crate::config::LoadedConfig;
 use crate::demo_model::DemoModel;
 use crate::runtime::{AgentSettings, Runtime};
@@ -48,6 +52,9 @@ pub struct BuildOptions {
     pub approval: Approval,
     /// The demo model's script knobs.
     pub demo: DemoModel,
+    /// Register the device bridge's tools over a fresh hub (`serve` does:
+    /// only a server can have devices bound).
+    pub devices: bool,
 }
 
 impl Default for BuildOptions {
@@ -56,6 +63,7 @@ impl Default for BuildOptions {
             console: Arc::new(ConsoleChannel::stdout()),
             approval: Approval::Refused,
             demo: DemoModel::default(),
+            devices: false,
         }
     }
 }
@@ -108,6 +116,8 @@ pub struct Agent {
     pub tool_sources: BTreeMap<String, &'static str>,
     /// The MCP servers' manager, when any is configured (status, shutdown).
     pub mcp: Option<homeagent_mcp::McpManager>,
+    /// The device bridge's hub, when [`BuildOptions::devices`] asked for it.
+    pub devices: Option<DeviceHub>,
 }
 
 impl std::fmt::Debug for Agent {
@@ -200,7 +210,10 @@ pub fn build(
             deny_tools: a.deny_tools.clone(),
             devices: a.devices.clone(),
         }))
-        .with_approval_required(config.tools.require_approval.iter().cloned()),
+        .with_approval_required(config.tools.require_approval.iter().cloned())
+        // Device-scoped whether or not devices are enabled: no path, and no
+        // same-named tool from elsewhere, may run it without a device grant.
+        .with_device_tool(DEVICE_CMD_RUN_TOOL, DEVICE_ID_ARG),
     );
     let visible: ToolVisibility = {
         let gate = Arc::clone(&gate);
@@ -213,6 +226,14 @@ pub fn build(
     };
     register_get_tools(&registry, Some(visible))?;
     attribute(&registry, &mut tool_sources, "builtin");
+    let devices = if options.devices {
+        let hub = DeviceHub::new(HubOptions::default());
+        register_device_tools(&registry, &hub)?;
+        attribute(&registry, &mut tool_sources, "device");
+        Some(hub)
+    } else {
+        None
+    };
     // The sequence tools run their calls through the gated executor, which
     // exists only once the runtime does: they get a slot filled below.
     let seq_store = Arc::new(SeqStore::new(&loaded.paths.data_dir));
@@ -278,6 +299,7 @@ pub fn build(
         store_path,
         tool_sources,
         mcp,
+        devices,
     })
 }
 

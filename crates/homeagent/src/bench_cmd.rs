@@ -4,31 +4,70 @@
 //! `homeagent-bench`). The table (or with `--json` the whole report) goes
 //! to stdout, the progress bar to stderr.
 //!
+//! A full run also drives the two peer frameworks (a Python virtualenv made
+//! on first use) and counts instructions under callgrind; both are skipped
+//! with a message when the machine cannot (no python3, no package index,
+//! no valgrind), and neither runs with `--quick`. [`PeerFlags`] turns them
+//! off or points them elsewhere.
+//!
 //! The exit status is non-zero only for a correctness failure (a batch
 //! that did not execute exactly N tools by the mock's count, an input
 //! answered zero or two times, an error reply) or a bench that could not
-//! run; never for a timing, so CI can run `--quick` on a noisy machine.
+//! run; never for a timing, and never for a peer, so CI can run `--quick`
+//! on a noisy machine.
 
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use homeagent_bench::{BenchOptions, render, write_outputs};
+use clap::Args;
+use homeagent_bench::{BenchOptions, PeerOptions, render, write_outputs};
 
+/// The flags of scenario 6 (peers) and 4b (callgrind). To be flattened
+/// into `BenchArgs` (`#[command(flatten)] pub extra: bench_cmd::PeerFlags`).
+#[derive(Debug, Clone, Default, Args)]
+pub struct PeerFlags {
+    /// Do not run the peer frameworks (OpenAI Agents SDK, LangGraph).
+    #[arg(long)]
+    pub no_peers: bool,
+    /// The Python that creates the peers' virtualenv.
+    #[arg(long, value_name = "PATH", default_value = "python3")]
+    pub python: PathBuf,
+    /// Where the peers' virtualenv is kept (default: the user's cache
+    /// directory, homeagent/bench-peers).
+    #[arg(long, value_name = "DIR")]
+    pub peers_dir: Option<PathBuf>,
+    /// Do not count instructions under callgrind.
+    #[arg(long)]
+    pub no_callgrind: bool,
+    /// The valgrind to run the agent under.
+    #[arg(long, value_name = "PATH", default_value = "valgrind")]
+    pub valgrind: PathBuf,
+}
+
+/// The subcommand with the peer and callgrind flags.
 pub async fn run(
     quick: bool,
     json: bool,
     scale: u32,
     out: Option<PathBuf>,
+    flags: PeerFlags,
 ) -> anyhow::Result<ExitCode> {
     let binary = std::env::current_exe()
         .context("cannot find this program's own path to start mock-llm and serve from it")?;
+    let peers = (!flags.no_peers).then(|| PeerOptions {
+        python: flags.python.clone(),
+        dir: flags
+            .peers_dir
+            .clone()
+            .unwrap_or_else(|| PeerOptions::default().dir),
+    });
     let options = BenchOptions {
-        binary,
-        quick,
         scale,
-        progress: true,
+        peers,
+        valgrind: (!flags.no_callgrind).then(|| flags.valgrind.clone()),
+        ..BenchOptions::new(binary, quick)
     };
     let report = homeagent_bench::run(&options).await?;
     let mut stdout = std::io::stdout().lock();

@@ -72,6 +72,58 @@ pub enum Command {
     /// stability, kernel overhead and memory. Exits non-zero only on a
     /// correctness failure, never on a timing.
     Bench(BenchArgs),
+    /// Run commands on this machine for an agent: connect to `homeagent
+    /// serve`, bind with the device token and run the commands it sends,
+    /// under this machine's own policy (waiter.toml: device_authorized,
+    /// device_cmd_allowlist, allow_writes, timeout, max_timeout,
+    /// output_cap_bytes, env). `--config` names the waiter.toml here
+    /// [default: <data dir>/waiter.toml when it exists; $HOMEAGENT_CONFIG is
+    /// not used]. Reconnects with backoff when the link drops; exits 78
+    /// when the server refuses the token (no retry), 1 on a config error.
+    Waiter(WaiterArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct WaiterArgs {
+    /// The server, ws://HOST:PORT or wss://HOST:PORT (the device path
+    /// /api/v1/device/ws is added when the URL has none) [default: server
+    /// in waiter.toml].
+    #[arg(long, value_name = "URL")]
+    pub server: Option<String>,
+    /// The device token the server expects (its server.device_token, or its
+    /// API key when that is unset) [default: token in waiter.toml]. Never
+    /// printed or logged.
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "HOMEAGENT_DEVICE_TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
+    /// This device's id, [A-Za-z0-9._-]{1,64} [default: device_id in
+    /// waiter.toml, else waiter-<hostname>].
+    #[arg(long, value_name = "ID")]
+    pub device_id: Option<String>,
+    /// Refuse (false) or allow (true) commands, overriding
+    /// device_authorized in waiter.toml [default: the file's, else true].
+    #[arg(long, value_name = "BOOL")]
+    pub device_authorized: Option<bool>,
+    /// Detach: start the waiter in the background with the same arguments,
+    /// print its pid and log file, and exit.
+    #[arg(long)]
+    pub daemon: bool,
+    /// Where the background waiter writes its log [default: <data
+    /// dir>/waiter.log]. Only with --daemon.
+    #[arg(long, value_name = "PATH", requires = "daemon")]
+    pub log_file: Option<std::path::PathBuf>,
+    /// Extra CA certificates (PEM) to trust for wss://, besides the
+    /// system's.
+    #[arg(long, value_name = "PEM")]
+    pub ca_file: Option<std::path::PathBuf>,
+    /// Set by --daemon on the process it starts (logs to its stderr, which
+    /// is the log file).
+    #[arg(long, hide = true)]
+    pub daemon_child: bool,
 }
 
 #[derive(Debug, Args)]
@@ -97,6 +149,8 @@ pub struct BenchArgs {
     /// bench-overhead.svg into this directory.
     #[arg(long, value_name = "DIR")]
     pub out: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub peers: crate::bench_cmd::PeerFlags,
 }
 
 #[derive(Debug, Subcommand)]

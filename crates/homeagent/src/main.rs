@@ -15,6 +15,7 @@ mod seq_cmd;
 mod serve;
 mod setup;
 mod view;
+mod waiter_cmd;
 
 use clap::Parser;
 
@@ -55,7 +56,7 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Run(args) => return run::run(args, &global).await,
         Command::Chat(args) => return chat::run(args, &global).await,
         Command::Bench(args) => {
-            return bench_cmd::run(args.quick, args.json, args.scale, args.out).await;
+            return bench_cmd::run(args.quick, args.json, args.scale, args.out, args.peers).await;
         }
         Command::McpServe(args) => {
             let loaded = setup::load(&global)?;
@@ -83,10 +84,16 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         }
         Command::Serve(args) => {
             let loaded = setup::load(&global)?;
-            let agent = setup::agent(&loaded, homeagent_agent::BuildOptions::default())?;
+            let options = homeagent_agent::BuildOptions {
+                // Only a server can have devices bound.
+                devices: true,
+                ..homeagent_agent::BuildOptions::default()
+            };
+            let agent = setup::agent(&loaded, options)?;
             serve::run(agent, &loaded, args.listen).await?;
             return Ok(std::process::ExitCode::SUCCESS);
         }
+        Command::Waiter(args) => return waiter_cmd::run(args, &global).await,
         Command::Seq(cli::SeqCommand::Run { name, args, agent }) => {
             let loaded = setup::load(&global)?;
             let built = setup::agent(&loaded, homeagent_agent::BuildOptions::default())?;
@@ -113,7 +120,8 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         | Command::Chat(_)
         | Command::Serve(_)
         | Command::McpServe(_)
-        | Command::Bench(_) => Ok(()),
+        | Command::Bench(_)
+        | Command::Waiter(_) => Ok(()),
     }
     .map(|()| std::process::ExitCode::SUCCESS)
 }

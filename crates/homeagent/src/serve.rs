@@ -35,6 +35,23 @@ pub async fn run(
     if api_key.is_none() {
         eprintln!("note: no API key is set: anyone on this machine can use the API");
     }
+    let device_token = loaded
+        .secrets
+        .device_token
+        .as_ref()
+        .map(|token| token.expose().to_owned())
+        .filter(|token| !token.is_empty());
+    if device_token.is_some() || api_key.is_some() {
+        eprintln!(
+            "note: devices connect with `homeagent waiter --server ws://{addr} --token …` \
+             (the device token, else the API key)"
+        );
+    } else {
+        eprintln!(
+            "note: devices are off: set HOMEAGENT_DEVICE_TOKEN (or server.device_token) to let \
+             `homeagent waiter` connect"
+        );
+    }
     // Scripts (and tests) read the address from this line: with port 0 it
     // is the only way to learn the port.
     println!("HomeAgent listening on http://{addr}");
@@ -42,16 +59,18 @@ pub async fn run(
         &agent,
         ServerOptions {
             api_key,
+            device_token,
             ..ServerOptions::default()
         },
     );
-    serve(listener, state, shutdown_signal()).await?;
+    serve(listener, state, shutdown_signal("the server")).await?;
     eprintln!("HomeAgent stopped");
     Ok(())
 }
 
-/// Completes on SIGTERM or Ctrl-C (SIGINT).
-async fn shutdown_signal() {
+/// Completes on SIGTERM or Ctrl-C (SIGINT). `what` names the program in
+/// the warning printed when SIGTERM cannot be watched.
+pub(crate) async fn shutdown_signal(what: &str) {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};
@@ -63,9 +82,7 @@ async fn shutdown_signal() {
                 }
             }
             Err(error) => {
-                eprintln!(
-                    "warning: cannot listen for SIGTERM ({error}); only Ctrl-C stops the server"
-                );
+                eprintln!("warning: cannot listen for SIGTERM ({error}); only Ctrl-C stops {what}");
                 let _ = tokio::signal::ctrl_c().await;
             }
         }

@@ -9,6 +9,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 
+use homeagent_device::protocol::DEVICE_WS_PATH;
+
 use crate::error::ApiError;
 use crate::state::ServerState;
 
@@ -30,7 +32,7 @@ pub async fn require_key(State(state): State<ServerState>, req: Request, next: N
         return next.run(req).await;
     };
     let path = req.uri().path();
-    if path == PUBLIC_PATH {
+    if path == PUBLIC_PATH || path == DEVICE_WS_PATH {
         return next.run(req).await;
     }
     let mut presented: Vec<String> = bearer(req.headers()).into_iter().collect();
@@ -55,7 +57,7 @@ fn bearer(headers: &HeaderMap) -> Option<String> {
 
 /// Compares without an early exit on the first differing byte, so the time
 /// taken does not tell an attacker how much of a guess was right.
-fn same_secret(presented: &str, key: &str) -> bool {
+pub(crate) fn same_secret(presented: &str, key: &str) -> bool {
     let (a, b) = (presented.as_bytes(), key.as_bytes());
     let mut diff = a.len() ^ b.len();
     for (i, byte) in b.iter().enumerate() {

@@ -16,10 +16,12 @@
 //! | `GET /api/v1/events` | SSE of every frame, numbered, with `Last-Event-ID` replay ([`events`]) |
 //! | `GET /api/v1/status` | scheduler counters, sources' health, tool counts, uptime |
 //! | `GET /api/v1/tools` | every tool and its scheduling declarations |
+//! | `GET /api/v1/device/ws` | WebSocket for `homeagent waiter` devices (token checked in the protocol) |
 //!
 //! # Security
 //!
-//! With an API key every route but `/` needs `Authorization: Bearer <key>`
+//! With an API key every route but `/` and the device WebSocket (devices
+//! bind with the device token inside the protocol) needs `Authorization: Bearer <key>`
 //! (the event stream also takes `?token=` or the `homeagent_token` cookie,
 //! because browsers' `EventSource` cannot send headers). [`bind`] refuses a
 //! non-loopback address without a key. Bodies are capped
@@ -33,6 +35,7 @@
 //! to finish, stops the ones still running (their outcomes are committed,
 //! so the stored history stays paired) and returns.
 
+mod device;
 pub mod error;
 pub mod events;
 mod http;
@@ -53,8 +56,10 @@ use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use tokio::net::TcpListener;
 
+pub use device::{DEAD_AFTER, HANDSHAKE_TIMEOUT, PING_EVERY};
 pub use error::{ApiError, ServeError};
 pub use events::{EventHub, Read, Subscriber};
+use homeagent_device::protocol::DEVICE_WS_PATH;
 pub use http::TOKEN_COOKIE;
 pub use state::{ServerOptions, ServerState};
 
@@ -94,6 +99,7 @@ pub fn router(state: ServerState) -> Router {
             "/api/v1/sequences/{name}",
             get(sequences::get).delete(sequences::delete),
         )
+        .route(DEVICE_WS_PATH, get(device::upgrade))
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),

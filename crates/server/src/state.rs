@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use axum::http::StatusCode;
 use homeagent_agent::{Agent, Runtime, Scheduler};
 use homeagent_core::{CancellationToken, Registry};
+use homeagent_device::DeviceHub;
 
 use crate::error::ApiError;
 use crate::events::{DEFAULT_RING_CAPACITY, EventHub};
@@ -35,6 +36,9 @@ pub struct ServerOptions {
     pub shutdown_grace: Duration,
     /// The agent completions and sessions run as unless told otherwise.
     pub default_agent: String,
+    /// The token devices bind with; `None`: the API key is used, and with
+    /// neither, devices are refused.
+    pub device_token: Option<String>,
 }
 
 impl Default for ServerOptions {
@@ -47,6 +51,7 @@ impl Default for ServerOptions {
             turns_per_client: 32,
             shutdown_grace: Duration::from_secs(10),
             default_agent: "main".to_owned(),
+            device_token: None,
         }
     }
 }
@@ -61,6 +66,7 @@ struct Inner {
     scheduler: Scheduler,
     runtime: Arc<Runtime>,
     registry: Arc<Registry>,
+    devices: Option<DeviceHub>,
     tool_sources: BTreeMap<String, &'static str>,
     options: ServerOptions,
     events: EventHub,
@@ -101,6 +107,7 @@ impl ServerState {
                 scheduler: agent.scheduler.clone(),
                 runtime: Arc::clone(&agent.runtime),
                 registry: Arc::clone(&agent.registry),
+                devices: agent.devices.clone(),
                 tool_sources: agent.tool_sources.clone(),
                 options,
                 events,
@@ -122,6 +129,22 @@ impl ServerState {
 
     pub fn registry(&self) -> &Arc<Registry> {
         &self.inner.registry
+    }
+
+    /// The device bridge's hub, when the agent was built with devices.
+    pub fn devices(&self) -> Option<&DeviceHub> {
+        self.inner.devices.as_ref()
+    }
+
+    /// The token devices must bind with: the device token, else the API
+    /// key; `None` (devices refused) when neither is set or it is empty.
+    pub fn device_token(&self) -> Option<&str> {
+        let options = &self.inner.options;
+        options
+            .device_token
+            .as_deref()
+            .or(options.api_key.as_deref())
+            .filter(|token| !token.is_empty())
     }
 
     pub fn tool_source(&self, tool: &str) -> &'static str {

@@ -51,6 +51,10 @@ pub async fn status(State(state): State<ServerState>) -> Response {
             "ring_capacity": state.options().event_ring,
             "subscribers": events.subscribers(),
         },
+        "devices": state.devices().map(|hub| json!({
+            "enabled": state.device_token().is_some(),
+            "bound": hub.list(),
+        })),
         "shutting_down": state.shutdown_token().is_cancelled(),
     }))
     .into_response()

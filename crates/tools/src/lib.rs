@@ -22,7 +22,7 @@ pub mod hooks;
 pub mod output;
 pub mod tool_api;
 
-pub use cmd_run::{CmdRefusal, CmdRunPolicy, check_command, register_cmd_run};
+pub use cmd_run::{CmdRefusal, CmdRunPolicy, check_command, register_cmd_run, run_command};
 pub use demo::{DemoState, register_demo_tools};
 pub use files::{FilesPolicy, FilesSetupError, PathRefusal, Root, register_files_tools};
 pub use gate::{AGENT_EXTRA, AgentGrant, Approval, Approver, DEFAULT_AGENT, Gate, GatedSource};

@@ -128,6 +128,7 @@ pub async fn start(setup: Setup) -> TestServer {
                     ..ScriptOptions::default()
                 },
             },
+            devices: true,
             ..BuildOptions::default()
         },
     )

@@ -127,17 +127,35 @@ async fn call(policy: &CmdRunPolicy, ctx: ToolContext) -> Result<Value, ToolErro
         None | Some(Value::Null) => policy.timeout,
         Some(value) => parse_timeout(value)?.min(policy.max_timeout),
     };
+    let cancel = ctx.cancel.clone();
+    run_command(
+        policy,
+        command,
+        timeout,
+        async move { cancel.cancelled().await },
+    )
+    .await
+}
+
+/// Checks `command` against `policy` and runs it: the whole of `cmd_run`
+/// after argument parsing, shared with the device bridge's waiter so both
+/// enforce one policy with one piece of code.
+///
+/// A refusal is a `denied` error whose hint says how to fix it; a non-zero
+/// exit is `Ok` with `exit_code`; `cancelled` completing kills the child.
+pub async fn run_command(
+    policy: &CmdRunPolicy,
+    command: &str,
+    timeout: Duration,
+    cancelled: impl std::future::Future<Output = ()>,
+) -> Result<Value, ToolError> {
     let checked = check_command(policy, command).map_err(|refusal| {
         tracing::info!(%refusal, "cmd_run refused a command");
         ToolError::new(ErrorReason::Denied, refusal.to_string())
             .with_field("command")
             .with_hint(refusal.hint())
     })?;
-    let cancel = ctx.cancel.clone();
-    exec::run(&checked, policy, timeout, async move {
-        cancel.cancelled().await
-    })
-    .await
+    exec::run(&checked, policy, timeout, cancelled).await
 }
 
 /// `"10s"`, `"500ms"`, `"2m"`, `"1.5s"`, `"30"` or the integer `30`

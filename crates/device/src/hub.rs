@@ -1,0 +1,578 @@
+//! The server side of the bridge: which devices are bound, and the commands
+//! waiting for their answers.
+//!
+//! The hub knows nothing about WebSockets. A transport (the server's
+//! `/api/v1/device/ws` route) checks the token, calls [`DeviceHub::attach`]
+//! with the device's hello, forwards the frames of the returned receiver to
+//! the device, and hands every frame the device sends to
+//! [`DeviceLink::deliver`]. When the link ends, the transport drops the
+//! [`DeviceLink`]: the device is unbound and every command still waiting on
+//! it fails at once with [`DeviceError::Disconnected`], so a call never
+//! hangs on a device that is gone.
+//!
+//! A reconnecting device gets a new link; the old link's late drop cannot
+//! unbind the new one (links carry a generation number).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use homeagent_core::CancellationToken;
+use serde::Serialize;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::protocol::{
+    CmdStatus, DeviceFrame, Hello, RefusalCode, ServerFrame, is_valid_device_id,
+};
+
+/// Frames queued towards one device before a sender waits.
+const OUTBOUND_QUEUE: usize = 256;
+
+/// The hub's knobs.
+#[derive(Debug, Clone)]
+pub struct HubOptions {
+    /// A command's timeout when the call gives none.
+    pub default_timeout: Duration,
+    /// The longest timeout a call may ask for (longer ones are capped).
+    pub max_timeout: Duration,
+    /// How long past a command's timeout the server waits for the device's
+    /// answer (the device kills the program at the timeout and answers
+    /// `timeout`; this covers the trip back) before failing the call itself.
+    pub answer_grace: Duration,
+}
+
+impl Default for HubOptions {
+    fn default() -> Self {
+        HubOptions {
+            default_timeout: Duration::from_secs(30),
+            max_timeout: Duration::from_secs(300),
+            answer_grace: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A bound device, as `device_list` and `/api/v1/status` show it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DeviceInfo {
+    pub id: String,
+    pub name: String,
+    pub capabilities: Vec<String>,
+    /// When this link was bound, in milliseconds since the Unix epoch.
+    pub connected_since_ms: u64,
+    /// Commands sent and not answered yet.
+    pub in_flight: usize,
+}
+
+/// Why a device could not be bound; sent to it as a `refused` frame.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BindRefusal {
+    #[error(
+        "device id {id:?} is not usable: use 1 to 64 characters from A-Z, a-z, 0-9, '.', '_' \
+         and '-' (waiter --device-id)"
+    )]
+    BadId { id: String },
+    #[error(
+        "a device with id {id:?} is already connected; give this one another id \
+         (waiter --device-id) or stop the other waiter"
+    )]
+    Duplicate { id: String },
+}
+
+impl BindRefusal {
+    /// The frame that tells the device.
+    pub fn frame(&self) -> ServerFrame {
+        let (code, retry) = match self {
+            BindRefusal::BadId { .. } => (RefusalCode::Protocol, false),
+            // The other link may be a stale one that is about to time out.
+            BindRefusal::Duplicate { .. } => (RefusalCode::DuplicateId, true),
+        };
+        ServerFrame::Refused {
+            code,
+            reason: self.to_string(),
+            retry,
+        }
+    }
+}
+
+/// Why a command did not get an answer from its device.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DeviceError {
+    #[error("device {device_id:?} is not connected (connected: {})", list_or_none(.connected))]
+    NotConnected {
+        device_id: String,
+        connected: Vec<String>,
+    },
+    #[error(
+        "device {device_id:?} disconnected before answering; whether the command ran is unknown"
+    )]
+    Disconnected { device_id: String },
+    #[error("device {device_id:?} did not answer within {} ms", .waited.as_millis())]
+    NoAnswer { device_id: String, waited: Duration },
+    #[error("the call was stopped before device {device_id:?} answered")]
+    Cancelled { device_id: String },
+}
+
+fn list_or_none(ids: &[String]) -> String {
+    if ids.is_empty() {
+        "none".to_owned()
+    } else {
+        ids.join(", ")
+    }
+}
+
+/// A device's answer to one command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CmdAnswer {
+    pub status: CmdStatus,
+    pub exit_code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub truncated: bool,
+    pub duration_ms: Option<u64>,
+    pub detail: Option<String>,
+    pub hint: Option<String>,
+}
+
+/// The bound devices and their pending commands. Cheap to clone.
+#[derive(Clone, Default)]
+pub struct DeviceHub {
+    inner: Arc<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    options: HubOptions,
+    devices: Mutex<BTreeMap<String, Bound>>,
+    next_request: AtomicU64,
+    next_generation: AtomicU64,
+}
+
+struct Bound {
+    info: DeviceInfo,
+    generation: u64,
+    outbound: mpsc::Sender<ServerFrame>,
+    pending: HashMap<u64, oneshot::Sender<CmdAnswer>>,
+}
+
+impl std::fmt::Debug for DeviceHub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceHub")
+            .field("devices", &self.list())
+            .finish_non_exhaustive()
+    }
+}
+
+impl DeviceHub {
+    pub fn new(options: HubOptions) -> Self {
+        DeviceHub {
+            inner: Arc::new(Inner {
+                options,
+                ..Inner::default()
+            }),
+        }
+    }
+
+    pub fn options(&self) -> &HubOptions {
+        &self.inner.options
+    }
+
+    fn devices(&self) -> MutexGuard<'_, BTreeMap<String, Bound>> {
+        // A panic while holding the lock cannot leave the map half-updated
+        // (every update is one insert or remove), so the data stays usable.
+        self.inner
+            .devices
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Binds a device that passed the token check. The receiver yields the
+    /// frames to send it; drop the link when the connection ends.
+    pub fn attach(
+        &self,
+        hello: &Hello,
+    ) -> Result<(DeviceLink, mpsc::Receiver<ServerFrame>), BindRefusal> {
+        if !is_valid_device_id(&hello.device_id) {
+            return Err(BindRefusal::BadId {
+                id: hello.device_id.clone(),
+            });
+        }
+        let mut devices = self.devices();
+        if devices.contains_key(&hello.device_id) {
+            return Err(BindRefusal::Duplicate {
+                id: hello.device_id.clone(),
+            });
+        }
+        let generation = self.inner.next_generation.fetch_add(1, Ordering::Relaxed);
+        let (outbound, receiver) = mpsc::channel(OUTBOUND_QUEUE);
+        let connected_since_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .unwrap_or(0);
+        devices.insert(
+            hello.device_id.clone(),
+            Bound {
+                info: DeviceInfo {
+                    id: hello.device_id.clone(),
+                    name: hello.name.clone(),
+                    capabilities: hello.capabilities.clone(),
+                    connected_since_ms,
+                    in_flight: 0,
+                },
+                generation,
+                outbound,
+                pending: HashMap::new(),
+            },
+        );
+        tracing::info!(device = %hello.device_id, name = %hello.name, "device bound");
+        let link = DeviceLink {
+            hub: self.clone(),
+            device_id: hello.device_id.clone(),
+            generation,
+        };
+        Ok((link, receiver))
+    }
+
+    /// The bound devices, by id.
+    pub fn list(&self) -> Vec<DeviceInfo> {
+        self.devices()
+            .values()
+            .map(|bound| DeviceInfo {
+                in_flight: bound.pending.len(),
+                ..bound.info.clone()
+            })
+            .collect()
+    }
+
+    /// Sends `command` to `device_id` and waits for its answer, at most
+    /// `timeout` plus [`HubOptions::answer_grace`]; `cancel` gives up early.
+    pub async fn run(
+        &self,
+        device_id: &str,
+        command: &str,
+        timeout: Duration,
+        cancel: &CancellationToken,
+    ) -> Result<CmdAnswer, DeviceError> {
+        let timeout = timeout.min(self.inner.options.max_timeout);
+        let req_id = self.inner.next_request.fetch_add(1, Ordering::Relaxed);
+        let (answer_tx, answer_rx) = oneshot::channel();
+        let outbound = {
+            let mut devices = self.devices();
+            let Some(bound) = devices.get_mut(device_id) else {
+                return Err(DeviceError::NotConnected {
+                    device_id: device_id.to_owned(),
+                    connected: devices.keys().cloned().collect(),
+                });
+            };
+            bound.pending.insert(req_id, answer_tx);
+            bound.outbound.clone()
+        };
+        let frame = ServerFrame::Cmd {
+            req_id,
+            argv: None,
+            command: Some(command.to_owned()),
+            timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+        };
+        let waited = timeout + self.inner.options.answer_grace;
+        let exchange = async {
+            if outbound.send(frame).await.is_err() {
+                return Err(DeviceError::Disconnected {
+                    device_id: device_id.to_owned(),
+                });
+            }
+            // The sender is dropped with the link: a gone device wakes us.
+            answer_rx.await.map_err(|_| DeviceError::Disconnected {
+                device_id: device_id.to_owned(),
+            })
+        };
+        let result = tokio::select! {
+            result = exchange => result,
+            () = tokio::time::sleep(waited) => Err(DeviceError::NoAnswer {
+                device_id: device_id.to_owned(),
+                waited,
+            }),
+            () = cancel.cancelled() => Err(DeviceError::Cancelled {
+                device_id: device_id.to_owned(),
+            }),
+        };
+        if result.is_err()
+            && let Some(bound) = self.devices().get_mut(device_id)
+        {
+            bound.pending.remove(&req_id);
+        }
+        result
+    }
+
+    fn detach(&self, device_id: &str, generation: u64) {
+        let mut devices = self.devices();
+        if devices
+            .get(device_id)
+            .is_some_and(|bound| bound.generation == generation)
+            && let Some(bound) = devices.remove(device_id)
+        {
+            tracing::info!(
+                device = %device_id,
+                failed = bound.pending.len(),
+                "device unbound; its pending commands fail"
+            );
+            // Dropping `bound.pending` drops every answer sender.
+        }
+    }
+}
+
+/// One bound device's connection, held by the transport while it lasts.
+/// Dropping it unbinds the device and fails its pending commands.
+#[derive(Debug)]
+pub struct DeviceLink {
+    hub: DeviceHub,
+    device_id: String,
+    generation: u64,
+}
+
+/// What [`DeviceLink::deliver`] made of a frame from the device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivery {
+    /// A result reached the call waiting for it.
+    Answered { req_id: u64 },
+    /// A result for a request nobody waits for any more (it timed out or
+    /// was stopped on the server): dropped.
+    Late { req_id: u64 },
+    /// A frame a bound device must not send (hello, bind): a protocol error.
+    Unexpected { frame: &'static str },
+}
+
+impl DeviceLink {
+    pub fn device_id(&self) -> &str {
+        &self.device_id
+    }
+
+    /// Hands a frame the device sent to the call waiting for it.
+    pub fn deliver(&self, frame: DeviceFrame) -> Delivery {
+        let (req_id, answer) = match frame {
+            DeviceFrame::CmdResult {
+                req_id,
+                status,
+                exit_code,
+                stdout,
+                stderr,
+                truncated,
+                duration_ms,
+                detail,
+                hint,
+            } => (
+                req_id,
+                CmdAnswer {
+                    status,
+                    exit_code,
+                    stdout,
+                    stderr,
+                    truncated,
+                    duration_ms,
+                    detail,
+                    hint,
+                },
+            ),
+            DeviceFrame::Hello(_) => return Delivery::Unexpected { frame: "hello" },
+            DeviceFrame::Bind { .. } => return Delivery::Unexpected { frame: "bind" },
+        };
+        let waiter = self
+            .hub
+            .devices()
+            .get_mut(&self.device_id)
+            .filter(|bound| bound.generation == self.generation)
+            .and_then(|bound| bound.pending.remove(&req_id));
+        // A failed send means the call stopped waiting just now.
+        let answered = waiter.is_some_and(|tx| tx.send(answer).is_ok());
+        if answered {
+            Delivery::Answered { req_id }
+        } else {
+            Delivery::Late { req_id }
+        }
+    }
+}
+
+impl Drop for DeviceLink {
+    fn drop(&mut self) {
+        self.hub.detach(&self.device_id, self.generation);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+    use crate::protocol::PROTOCOL_VERSION;
+
+    fn hello(id: &str) -> Hello {
+        Hello {
+            device_id: id.into(),
+            name: format!("{id} box"),
+            capabilities: vec!["cmd".into()],
+            version: PROTOCOL_VERSION,
+        }
+    }
+
+    fn ok_result(req_id: u64, stdout: &str) -> DeviceFrame {
+        DeviceFrame::CmdResult {
+            req_id,
+            status: CmdStatus::Ok,
+            exit_code: Some(0),
+            stdout: stdout.into(),
+            stderr: String::new(),
+            truncated: false,
+            duration_ms: Some(1),
+            detail: None,
+            hint: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_command_travels_to_its_device_and_its_answer_back() {
+        let hub = DeviceHub::new(HubOptions::default());
+        let (link, mut outbound) = hub.attach(&hello("nas")).unwrap();
+        let device = tokio::spawn(async move {
+            let Some(ServerFrame::Cmd {
+                req_id, command, ..
+            }) = outbound.recv().await
+            else {
+                panic!("expected a cmd frame");
+            };
+            assert_eq!(command.as_deref(), Some("uname -a"));
+            assert_eq!(
+                link.deliver(ok_result(req_id, "Linux\n")),
+                Delivery::Answered { req_id }
+            );
+            link
+        });
+        let answer = hub
+            .run(
+                "nas",
+                "uname -a",
+                Duration::from_secs(5),
+                &CancellationToken::new(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(answer.stdout, "Linux\n");
+        assert_eq!(answer.status, CmdStatus::Ok);
+        let _link = device.await.unwrap();
+        assert_eq!(hub.list()[0].in_flight, 0);
+    }
+
+    #[tokio::test]
+    async fn dropping_the_link_fails_pending_commands_and_unbinds() {
+        let hub = DeviceHub::new(HubOptions::default());
+        let (link, mut outbound) = hub.attach(&hello("pi")).unwrap();
+        let call = {
+            let hub = hub.clone();
+            tokio::spawn(async move {
+                hub.run(
+                    "pi",
+                    "sleep 100",
+                    Duration::from_secs(200),
+                    &CancellationToken::new(),
+                )
+                .await
+            })
+        };
+        // The command reached the device…
+        assert!(matches!(
+            outbound.recv().await,
+            Some(ServerFrame::Cmd { .. })
+        ));
+        assert_eq!(hub.list()[0].in_flight, 1);
+        // …and then the link dropped.
+        drop(link);
+        assert_eq!(
+            call.await.unwrap(),
+            Err(DeviceError::Disconnected {
+                device_id: "pi".into()
+            })
+        );
+        assert!(hub.list().is_empty());
+        let err = hub
+            .run(
+                "pi",
+                "ls",
+                Duration::from_secs(1),
+                &CancellationToken::new(),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err,
+            DeviceError::NotConnected {
+                device_id: "pi".into(),
+                connected: vec![]
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn a_second_binding_of_a_connected_id_is_refused_and_a_stale_drop_keeps_the_new_one() {
+        let hub = DeviceHub::new(HubOptions::default());
+        let (first, _rx1) = hub.attach(&hello("nas")).unwrap();
+        assert_eq!(
+            hub.attach(&hello("nas")).unwrap_err(),
+            BindRefusal::Duplicate { id: "nas".into() }
+        );
+        assert!(hub.attach(&hello("bad id")).is_err());
+        drop(first);
+        let (_second, _rx2) = hub.attach(&hello("nas")).unwrap();
+        // A link object from an older generation must not unbind the new one.
+        hub.detach("nas", 0);
+        assert_eq!(hub.list().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn no_answer_fails_after_timeout_plus_grace_and_a_late_answer_is_dropped() {
+        let hub = DeviceHub::new(HubOptions {
+            answer_grace: Duration::from_millis(100),
+            ..HubOptions::default()
+        });
+        let (link, mut outbound) = hub.attach(&hello("nas")).unwrap();
+        let started = std::time::Instant::now();
+        let err = hub
+            .run(
+                "nas",
+                "ls",
+                Duration::from_millis(200),
+                &CancellationToken::new(),
+            )
+            .await
+            .unwrap_err();
+        assert!(started.elapsed() >= Duration::from_millis(300));
+        assert!(matches!(err, DeviceError::NoAnswer { .. }));
+        let Some(ServerFrame::Cmd {
+            req_id, timeout_ms, ..
+        }) = outbound.recv().await
+        else {
+            panic!("expected a cmd frame");
+        };
+        assert_eq!(timeout_ms, 200);
+        assert_eq!(
+            link.deliver(ok_result(req_id, "")),
+            Delivery::Late { req_id }
+        );
+        assert_eq!(hub.list()[0].in_flight, 0);
+    }
+
+    #[tokio::test]
+    async fn a_stopped_call_stops_waiting() {
+        let hub = DeviceHub::new(HubOptions::default());
+        let (_link, _outbound) = hub.attach(&hello("nas")).unwrap();
+        let cancel = CancellationToken::new();
+        cancel.cancel();
+        let err = hub
+            .run("nas", "ls", Duration::from_secs(60), &cancel)
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err,
+            DeviceError::Cancelled {
+                device_id: "nas".into()
+            }
+        );
+        assert_eq!(hub.list()[0].in_flight, 0);
+    }
+}

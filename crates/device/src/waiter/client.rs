@@ -1,0 +1,552 @@
+//! The link to the server: connect, hello, bind, serve commands, keep the
+//! link alive, and come back when it drops.
+//!
+//! - **Bind.** After `hello` and `bind {token}` the waiter waits for
+//!   `bound` or `refused`. A refusal with `retry: false` (a wrong token, a
+//!   server with devices off) ends [`run_waiter`] with
+//!   [`WaiterError::Refused`]: retrying cannot help, and a waiter hammering a
+//!   server with a bad token is a retry storm.
+//! - **Reconnect.** Any other end of a link (connect failure, close, read
+//!   error, a dead link, a refusal with `retry: true`) reconnects after an
+//!   exponential backoff with jitter (`backoff_min` doubling to
+//!   `backoff_max`, each wait 50–100 % of its step so waiters that lost the
+//!   same server do not return in lockstep). A successful bind resets it.
+//! - **Commands** run concurrently, each in its own task (at most
+//!   `max_concurrent_cmds` at once); results go back as they finish. When
+//!   the link drops, running commands are dropped with it, which kills their
+//!   children: the server has already failed those requests, and nobody is
+//!   left to read the answers.
+//! - **Keepalive.** A WebSocket ping every `ping_interval`; when nothing at
+//!   all has been heard for `dead_after`, the link is declared dead.
+//! - **Size.** Both directions are limited to
+//!   [`MAX_FRAME_BYTES`](crate::protocol::MAX_FRAME_BYTES): incoming by the
+//!   WebSocket configuration, outgoing by checking each result before it is
+//!   sent.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::hash::{BuildHasher, Hasher};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+use tokio_tungstenite::tungstenite::http::Uri;
+use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::{self, Message};
+
+use super::config::Secret;
+use super::policy::{WaiterPolicy, failed, handle_cmd};
+use super::tls;
+use crate::protocol::{
+    CmdStatus, DEVICE_WS_PATH, DeviceFrame, Hello, MAX_FRAME_BYTES, RefusalCode, ServerFrame,
+    is_valid_device_id,
+};
+
+/// How to reach the server and how patient to be.
+#[derive(Debug, Clone)]
+pub struct WaiterOptions {
+    /// `ws://HOST:PORT` or `wss://HOST:PORT`; the device path
+    /// ([`DEVICE_WS_PATH`]) is added when the URL has no path.
+    pub server: String,
+    pub token: Secret,
+    pub hello: Hello,
+    /// Extra trusted CA certificates (PEM) for `wss://`.
+    pub ca_file: Option<PathBuf>,
+    pub ping_interval: Duration,
+    /// Nothing heard for this long: the link is dead.
+    pub dead_after: Duration,
+    /// For TCP + TLS + WebSocket handshake, and again for the bind answer.
+    pub connect_timeout: Duration,
+    pub backoff_min: Duration,
+    pub backoff_max: Duration,
+    pub max_concurrent_cmds: usize,
+}
+
+impl WaiterOptions {
+    /// The defaults: ping every 20 s, dead after 60 s, connect within 10 s,
+    /// back off 0.5 s → 30 s, 8 commands at once.
+    pub fn new(server: impl Into<String>, token: Secret, hello: Hello) -> WaiterOptions {
+        WaiterOptions {
+            server: server.into(),
+            token,
+            hello,
+            ca_file: None,
+            ping_interval: Duration::from_secs(20),
+            dead_after: Duration::from_secs(60),
+            connect_timeout: Duration::from_secs(10),
+            backoff_min: Duration::from_millis(500),
+            backoff_max: Duration::from_secs(30),
+            max_concurrent_cmds: 8,
+        }
+    }
+}
+
+/// Why the waiter stopped. Match on the variant.
+#[derive(Debug, thiserror::Error)]
+pub enum WaiterError {
+    /// The server refused the bind and said retrying cannot help.
+    #[error("the server refused this device: {reason} ({}); {}", code_name(*code), refusal_hint(*code))]
+    Refused { code: RefusalCode, reason: String },
+    #[error("bad server address `{url}`: {why}")]
+    BadServerUrl { url: String, why: String },
+    #[error(
+        "bad device id `{id}`: use 1–64 characters from A-Z, a-z, 0-9, `.`, `_` and `-` \
+         (--device-id or device_id in waiter.toml)"
+    )]
+    BadDeviceId { id: String },
+    #[error("cannot use the CA file {}: {why}", path.display())]
+    CaFile { path: PathBuf, why: String },
+    #[error("no trusted root certificates for wss://; pass --ca-file with the server's CA")]
+    NoTrustedRoots,
+    #[error("cannot set up TLS: {0}")]
+    Tls(String),
+}
+
+fn code_name(code: RefusalCode) -> &'static str {
+    match code {
+        RefusalCode::BadToken => "bad_token",
+        RefusalCode::DuplicateId => "duplicate_id",
+        RefusalCode::Protocol => "protocol",
+        RefusalCode::Disabled => "disabled",
+    }
+}
+
+fn refusal_hint(code: RefusalCode) -> &'static str {
+    match code {
+        RefusalCode::BadToken => {
+            "the device token is wrong: pass the server's device token with --token or \
+             HOMEAGENT_DEVICE_TOKEN (the server's server.device_token / \
+             HOMEAGENT_DEVICE_TOKEN, or its API key when that is unset)"
+        }
+        RefusalCode::DuplicateId => {
+            "another device is connected with this id: give this one its own --device-id"
+        }
+        RefusalCode::Protocol => "the server and this waiter disagree on the protocol: update one",
+        RefusalCode::Disabled => {
+            "the server accepts no devices: set server.device_token (or an API key) there"
+        }
+    }
+}
+
+/// Runs the waiter until the server refuses it for good; every other end of
+/// a link reconnects. Cancel it by dropping the future (which also kills
+/// running commands).
+pub async fn run_waiter(
+    options: WaiterOptions,
+    policy: Arc<WaiterPolicy>,
+) -> Result<Infallible, WaiterError> {
+    if !is_valid_device_id(&options.hello.device_id) {
+        return Err(WaiterError::BadDeviceId {
+            id: options.hello.device_id.clone(),
+        });
+    }
+    let target = Target::parse(&options.server)?;
+    let tls = match target.secure {
+        true => Some(tls::client_config(options.ca_file.as_deref())?),
+        false => None,
+    };
+    tracing::info!(server = %target.url, device_id = %options.hello.device_id, "waiter starting");
+    let mut failures: u32 = 0;
+    loop {
+        match session(&target, tls.clone(), &options, &policy).await {
+            End::Fatal(error) => return Err(error),
+            End::Lost { why, was_bound } => {
+                if was_bound {
+                    failures = 0;
+                }
+                let delay = backoff(failures, options.backoff_min, options.backoff_max);
+                failures = failures.saturating_add(1);
+                tracing::warn!(%why, delay_ms = delay.as_millis() as u64, "no link to the server; reconnecting");
+                tokio::time::sleep(delay).await;
+            }
+        }
+    }
+}
+
+/// How a session ended.
+enum End {
+    Fatal(WaiterError),
+    Lost { why: String, was_bound: bool },
+}
+
+fn lost(why: impl Into<String>, was_bound: bool) -> End {
+    End::Lost {
+        why: why.into(),
+        was_bound,
+    }
+}
+
+/// `min · 2^failures`, capped at `max`, then 50–100 % of that.
+fn backoff(failures: u32, min: Duration, max: Duration) -> Duration {
+    let step = min
+        .saturating_mul(2u32.saturating_pow(failures.min(20)))
+        .min(max);
+    step.mul_f64(0.5 + 0.5 * random_unit())
+}
+
+/// A number in [0, 1) that differs between calls and processes: the
+/// standard library's randomly keyed hasher over the clock. Enough for
+/// jitter, and no extra dependency.
+fn random_unit() -> f64 {
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    hasher.write_u128(nanos);
+    (hasher.finish() >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// Where to connect, parsed once.
+struct Target {
+    url: String,
+    host: String,
+    port: u16,
+    secure: bool,
+}
+
+impl Target {
+    fn parse(server: &str) -> Result<Target, WaiterError> {
+        let bad = |why: &str| WaiterError::BadServerUrl {
+            url: server.to_string(),
+            why: why.to_string(),
+        };
+        let uri: Uri = server
+            .parse()
+            .map_err(|_| bad("not a URL; write ws://HOST:PORT or wss://HOST:PORT"))?;
+        let secure = match uri.scheme_str() {
+            Some("ws") => false,
+            Some("wss") => true,
+            Some("http" | "https") => {
+                return Err(bad("use ws:// (or wss://) instead of http(s)://"));
+            }
+            _ => return Err(bad("write ws://HOST:PORT or wss://HOST:PORT")),
+        };
+        let host = uri
+            .host()
+            .ok_or_else(|| bad("no host; write ws://HOST:PORT"))?;
+        let port = uri.port_u16().unwrap_or(if secure { 443 } else { 80 });
+        let path = match uri.path_and_query().map(|p| p.as_str()) {
+            None | Some("" | "/") => DEVICE_WS_PATH,
+            Some(path) => path,
+        };
+        let authority = uri.authority().map_or(host, |a| a.as_str());
+        Ok(Target {
+            url: format!("{}://{authority}{path}", if secure { "wss" } else { "ws" }),
+            // `[::1]` in a URL, `::1` for the socket.
+            host: host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string(),
+            port,
+            secure,
+        })
+    }
+}
+
+/// Any byte stream the WebSocket can run over (plain TCP or TLS).
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
+type Socket = tokio_tungstenite::WebSocketStream<Box<dyn Io>>;
+
+async fn connect(
+    target: &Target,
+    tls: Option<Arc<rustls::ClientConfig>>,
+) -> Result<Socket, String> {
+    let tcp = TcpStream::connect((target.host.as_str(), target.port))
+        .await
+        .map_err(|e| format!("cannot connect to {}:{}: {e}", target.host, target.port))?;
+    let _ = tcp.set_nodelay(true);
+    let stream: Box<dyn Io> = match tls {
+        None => Box::new(tcp),
+        Some(config) => {
+            let name = rustls::pki_types::ServerName::try_from(target.host.clone())
+                .map_err(|e| format!("`{}` is not a TLS server name: {e}", target.host))?;
+            let tls = tokio_rustls::TlsConnector::from(config)
+                .connect(name, tcp)
+                .await
+                .map_err(|e| format!("TLS with {} failed: {e}", target.host))?;
+            Box::new(tls)
+        }
+    };
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(MAX_FRAME_BYTES))
+        .max_frame_size(Some(MAX_FRAME_BYTES));
+    let (socket, _response) =
+        tokio_tungstenite::client_async_with_config(target.url.as_str(), stream, Some(config))
+            .await
+            .map_err(|e| format!("WebSocket handshake with {} failed: {e}", target.url))?;
+    Ok(socket)
+}
+
+fn text(frame: &DeviceFrame) -> Message {
+    // Serializing our own enum cannot fail; an empty text would be refused
+    // by the server as malformed, which is the honest outcome if it ever did.
+    Message::text(serde_json::to_string(frame).unwrap_or_default())
+}
+
+/// One connection, from connect to the end of the link.
+async fn session(
+    target: &Target,
+    tls: Option<Arc<rustls::ClientConfig>>,
+    options: &WaiterOptions,
+    policy: &Arc<WaiterPolicy>,
+) -> End {
+    let socket = match tokio::time::timeout(options.connect_timeout, connect(target, tls)).await {
+        Ok(Ok(socket)) => socket,
+        Ok(Err(why)) => return lost(why, false),
+        Err(_) => return lost(format!("connecting to {} timed out", target.url), false),
+    };
+    let (mut sink, mut stream) = socket.split();
+    let hello = DeviceFrame::Hello(options.hello.clone());
+    let bind = DeviceFrame::Bind {
+        token: options.token.expose().to_string(),
+    };
+    for frame in [&hello, &bind] {
+        if let Err(e) = sink.send(text(frame)).await {
+            return lost(format!("sending {} failed: {e}", frame_name(frame)), false);
+        }
+    }
+
+    // Wait for the answer to the bind.
+    let answer = tokio::time::timeout(options.connect_timeout, async {
+        loop {
+            match stream.next().await {
+                Some(Ok(Message::Text(body))) => return Ok(body),
+                Some(Ok(Message::Close(_))) | None => {
+                    return Err("the server closed the link before answering the bind".to_string());
+                }
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => return Err(format!("reading the bind answer failed: {e}")),
+            }
+        }
+    })
+    .await;
+    let body = match answer {
+        Ok(Ok(body)) => body,
+        Ok(Err(why)) => return lost(why, false),
+        Err(_) => return lost("the server did not answer the bind in time", false),
+    };
+    match serde_json::from_str::<ServerFrame>(&body) {
+        Ok(ServerFrame::Bound { device_id }) => {
+            tracing::info!(%device_id, server = %target.url, "bound: the server can send commands");
+        }
+        Ok(ServerFrame::Refused {
+            code,
+            reason,
+            retry,
+        }) => {
+            let error = WaiterError::Refused { code, reason };
+            if retry {
+                return lost(error.to_string(), false);
+            }
+            return End::Fatal(error);
+        }
+        Ok(ServerFrame::Cmd { .. }) => {
+            return lost("the server sent a command before `bound`", false);
+        }
+        Err(e) => return lost(format!("the bind answer is not a server frame: {e}"), false),
+    }
+
+    serve(&mut sink, &mut stream, options, policy).await
+}
+
+fn frame_name(frame: &DeviceFrame) -> &'static str {
+    match frame {
+        DeviceFrame::Hello(_) => "hello",
+        DeviceFrame::Bind { .. } => "bind",
+        DeviceFrame::CmdResult { .. } => "cmd_result",
+    }
+}
+
+type Sink = futures_util::stream::SplitSink<Socket, Message>;
+type Stream = futures_util::stream::SplitStream<Socket>;
+
+/// The bound link: commands in, results out, pings, until the link ends.
+async fn serve(
+    sink: &mut Sink,
+    stream: &mut Stream,
+    options: &WaiterOptions,
+    policy: &Arc<WaiterPolicy>,
+) -> End {
+    // Dropped with this function: aborting the tasks kills their children.
+    let mut tasks: JoinSet<DeviceFrame> = JoinSet::new();
+    let mut running: HashMap<tokio::task::Id, u64> = HashMap::new();
+    let permits = Arc::new(Semaphore::new(options.max_concurrent_cmds.max(1)));
+    let mut ping = tokio::time::interval(options.ping_interval);
+    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ping.tick().await;
+    let mut last_heard = Instant::now();
+
+    loop {
+        tokio::select! {
+            message = stream.next() => {
+                last_heard = Instant::now();
+                let body = match message {
+                    Some(Ok(Message::Text(body))) => body,
+                    Some(Ok(Message::Close(_))) | None => return lost("the server closed the link", true),
+                    Some(Ok(_)) => continue,
+                    Some(Err(e)) => return lost(format!("reading from the server failed: {e}"), true),
+                };
+                match serde_json::from_str::<ServerFrame>(&body) {
+                    Ok(ServerFrame::Cmd { req_id, argv, command, timeout_ms }) => {
+                        let policy = Arc::clone(policy);
+                        let permits = Arc::clone(&permits);
+                        let handle = tasks.spawn(async move {
+                            let _permit = permits.acquire_owned().await;
+                            handle_cmd(&policy, req_id, argv, command, timeout_ms).await
+                        });
+                        running.insert(handle.id(), req_id);
+                    }
+                    Ok(ServerFrame::Refused { code, reason, retry }) => {
+                        let error = WaiterError::Refused { code, reason };
+                        if retry {
+                            return lost(error.to_string(), true);
+                        }
+                        return End::Fatal(error);
+                    }
+                    Ok(ServerFrame::Bound { .. }) => {
+                        tracing::debug!("ignoring a second `bound`");
+                    }
+                    Err(e) => {
+                        // Answer what can be answered: a cmd with a req_id
+                        // but a bad shape still gets its one result.
+                        let req_id = serde_json::from_str::<serde_json::Value>(&body)
+                            .ok()
+                            .and_then(|v| v.get("req_id").and_then(serde_json::Value::as_u64));
+                        tracing::warn!(error = %e, ?req_id, "unreadable frame from the server");
+                        if let Some(req_id) = req_id {
+                            let frame = failed(req_id, CmdStatus::Error, format!("malformed cmd frame: {e}"));
+                            if let Err(e) = sink.send(text(&frame)).await {
+                                return lost(format!("sending a result failed: {e}"), true);
+                            }
+                        }
+                    }
+                }
+            }
+            Some(joined) = tasks.join_next_with_id(), if !tasks.is_empty() => {
+                let frame = match joined {
+                    Ok((id, frame)) => {
+                        running.remove(&id);
+                        frame
+                    }
+                    Err(error) => {
+                        let Some(req_id) = running.remove(&error.id()) else { continue };
+                        failed(req_id, CmdStatus::Error, format!("the command's task failed: {error}"))
+                    }
+                };
+                if let Err(e) = sink.send(fit_in_frame(frame)).await {
+                    return lost(format!("sending a result failed: {e}"), true);
+                }
+            }
+            _ = ping.tick() => {
+                if last_heard.elapsed() >= options.dead_after {
+                    return lost(
+                        format!("nothing heard from the server for {} s", last_heard.elapsed().as_secs()),
+                        true,
+                    );
+                }
+                if let Err(e) = sink.send(Message::Ping(tungstenite::Bytes::new())).await {
+                    return lost(format!("sending a ping failed: {e}"), true);
+                }
+            }
+        }
+    }
+}
+
+/// The result as a text message, or, when it would exceed the frame limit
+/// (a cap configured near the maximum and output that escapes badly), an
+/// error result saying so.
+fn fit_in_frame(frame: DeviceFrame) -> Message {
+    let message = text(&frame);
+    let size = message.len();
+    if size <= MAX_FRAME_BYTES {
+        return message;
+    }
+    let req_id = match &frame {
+        DeviceFrame::CmdResult { req_id, .. } => *req_id,
+        _ => 0,
+    };
+    text(&failed(
+        req_id,
+        CmdStatus::Error,
+        format!(
+            "the result is {size} bytes, more than one frame ({MAX_FRAME_BYTES}); ask for less \
+             output, or the device's owner lowers output_cap_bytes"
+        ),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+    use super::*;
+
+    #[test]
+    fn server_urls() {
+        let t = Target::parse("ws://127.0.0.1:8080").unwrap();
+        assert_eq!(
+            (t.url.as_str(), t.host.as_str(), t.port, t.secure),
+            (
+                "ws://127.0.0.1:8080/api/v1/device/ws",
+                "127.0.0.1",
+                8080,
+                false
+            )
+        );
+        let t = Target::parse("wss://nas.home/").unwrap();
+        assert_eq!(
+            (t.url.as_str(), t.port, t.secure),
+            ("wss://nas.home/api/v1/device/ws", 443, true)
+        );
+        let t = Target::parse("ws://[::1]:9/proxy/device").unwrap();
+        assert_eq!(
+            (t.url.as_str(), t.host.as_str()),
+            ("ws://[::1]:9/proxy/device", "::1")
+        );
+        for bad in ["http://x:1", "x:1", "", "ws://"] {
+            assert!(
+                matches!(Target::parse(bad), Err(WaiterError::BadServerUrl { .. })),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn backoff_doubles_to_the_cap_with_jitter() {
+        let (min, max) = (Duration::from_millis(500), Duration::from_secs(30));
+        for (failures, step_ms) in [
+            (0, 500),
+            (1, 1000),
+            (2, 2000),
+            (5, 16_000),
+            (6, 30_000),
+            (40, 30_000),
+        ] {
+            let d = backoff(failures, min, max).as_millis() as u64;
+            assert!(
+                d >= step_ms / 2 && d <= step_ms,
+                "{failures}: {d} not in [{}, {step_ms}]",
+                step_ms / 2
+            );
+        }
+    }
+
+    #[test]
+    fn a_bad_token_refusal_names_the_token() {
+        let error = WaiterError::Refused {
+            code: RefusalCode::BadToken,
+            reason: "wrong token".into(),
+        };
+        let text = error.to_string();
+        assert!(
+            text.contains("bad_token") && text.contains("HOMEAGENT_DEVICE_TOKEN"),
+            "{text}"
+        );
+    }
+}

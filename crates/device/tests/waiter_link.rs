@@ -1,0 +1,217 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a test failure
+//! The waiter's link: bind, refusals, reconnects, keepalive, frame limits,
+//! against a scripted server on a real loopback WebSocket.
+
+mod waiter_support;
+
+use std::time::Duration;
+
+use futures_util::SinkExt;
+use homeagent_device::protocol::{MAX_FRAME_BYTES, RefusalCode, ServerFrame};
+use homeagent_device::waiter::{Secret, WaiterError, WaiterPolicy};
+use tokio_tungstenite::tungstenite::Message;
+use waiter_support::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_token_ends_the_waiter_without_retrying() {
+    let (listener, url) = listen().await;
+    let mut options = fast_options(&url);
+    options.token = Secret::new("not-the-token");
+    let waiter = start_waiter(options, WaiterPolicy::default());
+
+    let mut ws = accept(&listener).await;
+    let (_, token) = hello_and_bind(&mut ws).await;
+    assert_eq!(token, "not-the-token");
+    send(
+        &mut ws,
+        &ServerFrame::Refused {
+            code: RefusalCode::BadToken,
+            reason: "the device token does not match".into(),
+            retry: false,
+        },
+    )
+    .await;
+    let _ = ws.close(None).await;
+
+    let ended = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter kept going after a bad_token refusal")
+        .unwrap();
+    let error = ended.unwrap_err();
+    assert!(
+        matches!(
+            &error,
+            WaiterError::Refused {
+                code: RefusalCode::BadToken,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(
+        error.to_string().contains("device token is wrong"),
+        "{error}"
+    );
+    // One connection in all: with a 50 ms backoff, a retrying waiter would
+    // have come back many times in a second.
+    assert!(!connects_within(&listener, Duration::from_secs(1)).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_link_reconnects_and_serves_again() {
+    let (listener, url) = listen().await;
+    let waiter = start_waiter(fast_options(&url), WaiterPolicy::default());
+
+    let mut first = bind(&listener).await;
+    let echo = run(&mut first, 1, "echo one", 10_000).await;
+    assert_eq!(echo.stdout, "one\n");
+    drop(first); // the server goes away without a close frame
+
+    // The second hello: same id, same token, and commands work again.
+    let mut second = bind(&listener).await;
+    let echo = run(&mut second, 2, "echo two", 10_000).await;
+    assert_eq!(echo.stdout, "two\n");
+    waiter.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_that_may_pass_later_is_retried() {
+    let (listener, url) = listen().await;
+    let waiter = start_waiter(fast_options(&url), WaiterPolicy::default());
+
+    let mut ws = accept(&listener).await;
+    hello_and_bind(&mut ws).await;
+    send(
+        &mut ws,
+        &ServerFrame::Refused {
+            code: RefusalCode::DuplicateId,
+            reason: "test-device is already connected".into(),
+            retry: true,
+        },
+    )
+    .await;
+    drop(ws);
+    let mut again = bind(&listener).await;
+    assert_eq!(
+        run(&mut again, 1, "echo back", 10_000).await.stdout,
+        "back\n"
+    );
+    assert!(!waiter.is_finished());
+    waiter.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ping_before_bound_does_not_break_the_bind() {
+    // The seed's old waiter closed the link on a ping that came before the
+    // bind was acknowledged.
+    let (listener, url) = listen().await;
+    let waiter = start_waiter(fast_options(&url), WaiterPolicy::default());
+    let mut ws = accept(&listener).await;
+    hello_and_bind(&mut ws).await;
+    ws.send(Message::Ping(vec![1, 2, 3].into())).await.unwrap();
+    send(
+        &mut ws,
+        &ServerFrame::Bound {
+            device_id: DEVICE_ID.into(),
+        },
+    )
+    .await;
+    assert_eq!(
+        run(&mut ws, 1, "echo bound", 10_000).await.stdout,
+        "bound\n"
+    );
+    assert!(!connects_within(&listener, Duration::from_millis(300)).await);
+    waiter.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_server_is_declared_dead_and_the_waiter_reconnects() {
+    let (listener, url) = listen().await;
+    let mut options = fast_options(&url);
+    options.ping_interval = Duration::from_millis(100);
+    options.dead_after = Duration::from_millis(500);
+    let waiter = start_waiter(options, WaiterPolicy::default());
+
+    // Bound, then never read again: the waiter's pings go unanswered.
+    let silent = bind(&listener).await;
+    let mut second = bind(&listener).await;
+    assert_eq!(
+        run(&mut second, 1, "echo alive", 10_000).await.stdout,
+        "alive\n"
+    );
+    drop(silent);
+    waiter.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_waiter_pings_a_bound_link() {
+    let (listener, url) = listen().await;
+    let waiter = start_waiter(fast_options(&url), WaiterPolicy::default());
+    let mut ws = bind(&listener).await;
+    let ping = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            match futures_util::StreamExt::next(&mut ws).await {
+                Some(Ok(Message::Ping(_))) => return true,
+                Some(Ok(_)) => continue,
+                _ => return false,
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert!(ping);
+    waiter.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frame_over_the_limit_drops_the_link() {
+    let (listener, url) = listen().await;
+    let waiter = start_waiter(fast_options(&url), WaiterPolicy::default());
+    let mut ws = bind(&listener).await;
+    let huge = format!(
+        "{{\"type\":\"cmd\",\"req_id\":1,\"command\":\"echo {}\",\"timeout_ms\":1000}}",
+        "x".repeat(MAX_FRAME_BYTES)
+    );
+    // The waiter may close while this is still being written.
+    let _ = ws.send(Message::text(huge)).await;
+    // It drops the link instead of running the command: no result comes.
+    loop {
+        match futures_util::StreamExt::next(&mut ws).await {
+            Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+            Some(Ok(Message::Text(body))) => panic!("the oversized frame was served: {body:.200}"),
+            _ => break,
+        }
+    }
+    // And comes back on a new link.
+    let mut again = bind(&listener).await;
+    assert_eq!(
+        run(&mut again, 2, "echo small", 10_000).await.stdout,
+        "small\n"
+    );
+    waiter.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_server_address_or_device_id_fails_before_connecting() {
+    let options = fast_options("http://127.0.0.1:1");
+    let error = start_waiter(options, WaiterPolicy::default())
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        matches!(error, WaiterError::BadServerUrl { .. }),
+        "{error:?}"
+    );
+
+    let (_listener, url) = listen().await;
+    let mut options = fast_options(&url);
+    options.hello.device_id = "has space".into();
+    let error = start_waiter(options, WaiterPolicy::default())
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(
+        matches!(error, WaiterError::BadDeviceId { .. }),
+        "{error:?}"
+    );
+}

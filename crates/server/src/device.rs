@@ -1,0 +1,205 @@
+//! `GET /api/v1/device/ws`: where waiters connect (see `homeagent-device`).
+//!
+//! The route is outside the API-key middleware because devices prove
+//! themselves inside the protocol, with the device token (which may differ
+//! from the API key): hello, then bind, each within [`HANDSHAKE_TIMEOUT`].
+//! A wrong token, an id already connected or a malformed handshake gets a
+//! `refused` frame saying why (and whether retrying can help), then the
+//! link closes. Without a device token and without an API key, devices are
+//! off: every bind is refused.
+//!
+//! Once bound, the link forwards the hub's `cmd` frames to the device and
+//! the device's `cmd_result` frames to the hub, pings every
+//! [`PING_EVERY`], and closes when the device has sent nothing (not even a
+//! pong) for [`DEAD_AFTER`], so a half-open TCP connection cannot keep
+//! calls waiting. When the link ends, the device is unbound and its pending
+//! commands fail at once.
+
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::response::Response;
+use homeagent_device::protocol::PROTOCOL_VERSION;
+use homeagent_device::{Delivery, DeviceFrame, Hello, MAX_FRAME_BYTES, RefusalCode, ServerFrame};
+use tokio::time::{Instant, interval_at, timeout};
+
+use crate::http::same_secret;
+use crate::state::ServerState;
+
+/// How long a device has for each handshake message.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often the server pings a bound device.
+pub const PING_EVERY: Duration = Duration::from_secs(15);
+/// Silence after which a bound device's link is considered dead.
+pub const DEAD_AFTER: Duration = Duration::from_secs(45);
+
+pub async fn upgrade(State(state): State<ServerState>, ws: WebSocketUpgrade) -> Response {
+    ws.max_message_size(MAX_FRAME_BYTES)
+        .max_frame_size(MAX_FRAME_BYTES)
+        .on_upgrade(move |socket| serve_device(state, socket))
+}
+
+async fn serve_device(state: ServerState, mut socket: WebSocket) {
+    let hello = match handshake(&state, &mut socket).await {
+        Ok(hello) => hello,
+        Err(refusal) => {
+            tracing::info!(reason = %refusal_reason(&refusal), "device refused");
+            let _ = send(&mut socket, &refusal).await;
+            let _ = socket.send(Message::Close(None)).await;
+            return;
+        }
+    };
+    let Some(hub) = state.devices() else {
+        return;
+    };
+    let (link, mut outbound) = match hub.attach(&hello) {
+        Ok(bound) => bound,
+        Err(refusal) => {
+            tracing::info!(%refusal, "device refused");
+            let _ = send(&mut socket, &refusal.frame()).await;
+            let _ = socket.send(Message::Close(None)).await;
+            return;
+        }
+    };
+    let bound = ServerFrame::Bound {
+        device_id: hello.device_id.clone(),
+    };
+    if send(&mut socket, &bound).await.is_err() {
+        return;
+    }
+    let mut ping = interval_at(Instant::now() + PING_EVERY, PING_EVERY);
+    let mut last_heard = Instant::now();
+    let shutdown = state.shutdown_token().clone();
+    loop {
+        tokio::select! {
+            frame = outbound.recv() => {
+                let Some(frame) = frame else { break };
+                if send(&mut socket, &frame).await.is_err() {
+                    break;
+                }
+            }
+            message = socket.recv() => {
+                let Some(Ok(message)) = message else { break };
+                last_heard = Instant::now();
+                match message {
+                    Message::Text(text) => match serde_json::from_str::<DeviceFrame>(text.as_str()) {
+                        Ok(frame) => {
+                            if let Delivery::Unexpected { frame } = link.deliver(frame) {
+                                tracing::warn!(device = %link.device_id(), frame, "unexpected frame from a bound device; ignored");
+                            }
+                        }
+                        Err(err) => {
+                            tracing::warn!(device = %link.device_id(), %err, "unreadable frame from device; ignored");
+                        }
+                    },
+                    Message::Close(_) => break,
+                    // Pongs (and pings, answered by the library) only
+                    // prove the link is alive.
+                    _ => {}
+                }
+            }
+            _ = ping.tick() => {
+                if last_heard.elapsed() >= DEAD_AFTER {
+                    tracing::warn!(device = %link.device_id(), "device silent too long; closing its link");
+                    break;
+                }
+                if socket.send(Message::Ping(Default::default())).await.is_err() {
+                    break;
+                }
+            }
+            () = shutdown.cancelled() => {
+                let _ = socket.send(Message::Close(None)).await;
+                break;
+            }
+        }
+    }
+    tracing::info!(device = %link.device_id(), "device link closed");
+    // Dropping `link` unbinds the device and fails its pending commands.
+}
+
+/// Reads hello and bind; the refusal to send when they do not pass.
+async fn handshake(state: &ServerState, socket: &mut WebSocket) -> Result<Hello, ServerFrame> {
+    let protocol = |reason: String| ServerFrame::Refused {
+        code: RefusalCode::Protocol,
+        reason,
+        retry: false,
+    };
+    let hello = match next_frame(socket).await? {
+        DeviceFrame::Hello(hello) => hello,
+        _ => return Err(protocol("the first message must be hello".to_owned())),
+    };
+    if hello.version != PROTOCOL_VERSION {
+        return Err(protocol(format!(
+            "protocol version {} is not supported (this server speaks {PROTOCOL_VERSION}); \
+             update the waiter or the server so they match",
+            hello.version
+        )));
+    }
+    let token = match next_frame(socket).await? {
+        DeviceFrame::Bind { token } => token,
+        _ => return Err(protocol("the second message must be bind".to_owned())),
+    };
+    let (Some(expected), Some(_)) = (state.device_token(), state.devices()) else {
+        return Err(ServerFrame::Refused {
+            code: RefusalCode::Disabled,
+            reason: "this server accepts no devices: set HOMEAGENT_DEVICE_TOKEN (or \
+                     server.device_token, or an API key) where `homeagent serve` runs"
+                .to_owned(),
+            retry: false,
+        });
+    };
+    if !same_secret(&token, expected) {
+        return Err(ServerFrame::Refused {
+            code: RefusalCode::BadToken,
+            reason: "the device token is wrong: pass the server's device token \
+                     (HOMEAGENT_DEVICE_TOKEN or server.device_token there; its API key \
+                     when no device token is set) with --token or $HOMEAGENT_DEVICE_TOKEN"
+                .to_owned(),
+            retry: false,
+        });
+    }
+    Ok(hello)
+}
+
+async fn next_frame(socket: &mut WebSocket) -> Result<DeviceFrame, ServerFrame> {
+    let refused = |reason: String| ServerFrame::Refused {
+        code: RefusalCode::Protocol,
+        reason,
+        retry: false,
+    };
+    loop {
+        let message = match timeout(HANDSHAKE_TIMEOUT, socket.recv()).await {
+            Err(_) => {
+                return Err(refused(format!(
+                    "no handshake message within {} s",
+                    HANDSHAKE_TIMEOUT.as_secs()
+                )));
+            }
+            Ok(None | Some(Err(_))) => {
+                return Err(refused("the link closed during the handshake".to_owned()));
+            }
+            Ok(Some(Ok(message))) => message,
+        };
+        match message {
+            Message::Text(text) => {
+                return serde_json::from_str(text.as_str())
+                    .map_err(|err| refused(format!("unreadable handshake message: {err}")));
+            }
+            Message::Ping(_) | Message::Pong(_) => {}
+            _ => return Err(refused("handshake messages are JSON text".to_owned())),
+        }
+    }
+}
+
+async fn send(socket: &mut WebSocket, frame: &ServerFrame) -> Result<(), axum::Error> {
+    let text = serde_json::to_string(frame).map_err(axum::Error::new)?;
+    socket.send(Message::text(text)).await
+}
+
+fn refusal_reason(frame: &ServerFrame) -> &str {
+    match frame {
+        ServerFrame::Refused { reason, .. } => reason,
+        _ => "",
+    }
+}
