@@ -27,10 +27,8 @@ async fn main() -> ExitCode {
         }
     }
     let options = BenchOptions {
-        binary: PathBuf::from(binary),
-        quick,
         scale,
-        progress: true,
+        ..BenchOptions::new(PathBuf::from(binary), quick)
     };
     match run(&options).await {
         Ok(report) => {

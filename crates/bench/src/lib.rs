@@ -15,6 +15,13 @@
 //! 4. **Kernel overhead**: a zero-delay mock and instant tools, so what is
 //!    left of the reply time is HomeAgent's.
 //! 5. **Memory**: the agent's RSS idle and with many finished sessions.
+//! 6. **Peers** ([`peers`]): scenarios 1 and 4 through the OpenAI Agents
+//!    SDK and LangGraph on the same mock, in a virtualenv made on first
+//!    use; skipped with a message when Python or the package index is not
+//!    there, never a failure of the bench.
+//!
+//! And 4b ([`callgrind`]): scenario 4 as instruction counts of the agent
+//! process under callgrind, skipped with a message without valgrind.
 //!
 //! # Counting what really ran
 //!
@@ -27,10 +34,12 @@
 //! those, are [`BenchReport::failures`]. Timing is never a failure: the
 //! machine may be shared and noisy.
 
+pub mod callgrind;
 pub mod chart;
 pub mod client;
 pub mod error;
 pub mod math;
+pub mod peers;
 pub mod procs;
 pub mod progress;
 pub mod report;
@@ -40,7 +49,9 @@ pub mod table;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+pub use callgrind::CallgrindReport;
 pub use error::BenchError;
+pub use peers::{Framework, PeerOptions, PeerReport};
 pub use procs::MockSettings;
 pub use report::{BenchReport, NotDone, Setup, Status};
 pub use table::render;
@@ -59,6 +70,28 @@ pub struct BenchOptions {
     pub scale: u32,
     /// Draw the progress bar (on a terminal).
     pub progress: bool,
+    /// Run the peers (scenario 6) with this Python; `None`: do not. Never
+    /// run with `quick`.
+    pub peers: Option<PeerOptions>,
+    /// Run scenario 4b under this valgrind; `None`: do not. Never run with
+    /// `quick`.
+    pub valgrind: Option<PathBuf>,
+}
+
+impl BenchOptions {
+    /// Everything the issue asks for: the peers with `python3` and a
+    /// virtualenv in the cache directory, callgrind with the `valgrind` on
+    /// the PATH (both skipped by `quick`).
+    pub fn new(binary: PathBuf, quick: bool) -> BenchOptions {
+        BenchOptions {
+            binary,
+            quick,
+            scale: 1,
+            progress: true,
+            peers: Some(PeerOptions::default()),
+            valgrind: Some(PathBuf::from("valgrind")),
+        }
+    }
 }
 
 /// What a run will do, derived from the options.
@@ -162,6 +195,55 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
     .await?;
     let stability =
         scenarios::batch::stability(&stack, plan.stability_rounds, &run, &progress).await?;
+
+    let mut not_done = Vec::new();
+    let peer_options = options.peers.as_ref().filter(|_| !options.quick);
+    let note = |line: String| progress.message(line);
+    let peer_env = match peer_options {
+        None => {
+            not_done.push(NotDone {
+                what: "6. peers (OpenAI Agents SDK, LangGraph)".into(),
+                why: if options.quick {
+                    "--quick never runs the peers".into()
+                } else {
+                    "turned off (--no-peers)".into()
+                },
+            });
+            None
+        }
+        Some(peer_options) => match peers::prepare(peer_options, &note).await {
+            Ok(env) => Some(env),
+            Err(why) => {
+                progress.println(format!("peers skipped: {why}"));
+                not_done.push(NotDone {
+                    what: "6. peers (OpenAI Agents SDK, LangGraph)".into(),
+                    why: format!("skipped: {why}"),
+                });
+                None
+            }
+        },
+    };
+    let mut peer_reports: Vec<PeerReport> = Vec::new();
+    if let Some(env) = &peer_env {
+        for framework in Framework::ALL {
+            progress.message(format!("peers: {} batch speed-up", framework.id()));
+            let mut report = PeerReport::new(framework);
+            peers::speedup(
+                env,
+                &stack,
+                &plan.sizes,
+                plan.rounds,
+                &run,
+                &batch,
+                &mut report,
+            )
+            .await?;
+            for why in &report.skipped {
+                progress.println(format!("peer {}: {why}", framework.id()));
+            }
+            peer_reports.push(report);
+        }
+    }
     drop(stack);
 
     let stack = Stack::start(&options.binary, zero, 16, "zero").await?;
@@ -174,22 +256,56 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
         &progress,
     )
     .await?;
+    if let Some(env) = &peer_env {
+        for report in &mut peer_reports {
+            progress.message(format!("peers: {} kernel overhead", report.framework));
+            peers::overhead(
+                env,
+                &stack,
+                &plan.overhead_sizes,
+                plan.overhead_rounds,
+                &run,
+                &overhead,
+                report,
+            )
+            .await?;
+        }
+    }
+    let callgrind = match options.valgrind.as_ref().filter(|_| !options.quick) {
+        None => {
+            not_done.push(NotDone {
+                what: "4b. kernel overhead as instruction counts under callgrind".into(),
+                why: if options.quick {
+                    "--quick never runs callgrind".into()
+                } else {
+                    "turned off (--no-callgrind)".into()
+                },
+            });
+            None
+        }
+        Some(valgrind) => {
+            let report = callgrind::measure(
+                &options.binary,
+                valgrind,
+                &stack.mock_url,
+                &plan.overhead_sizes,
+                &run,
+                &note,
+            )
+            .await?;
+            if let Some(why) = &report.skipped {
+                progress.println(format!("callgrind skipped: {why}"));
+                not_done.push(NotDone {
+                    what: "4b. kernel overhead as instruction counts under callgrind".into(),
+                    why: format!("skipped: {why}"),
+                });
+            }
+            Some(report)
+        }
+    };
     drop(stack);
     progress.finish();
 
-    let mut not_done = vec![NotDone {
-        what: "4b. kernel overhead as instruction counts under callgrind".into(),
-        why: "not implemented yet; the wall-clock overhead above is noisy on a shared machine"
-            .into(),
-    }];
-    not_done.push(NotDone {
-        what: "6. peers (OpenAI Agents SDK, LangGraph)".into(),
-        why: if options.quick {
-            "--quick never runs the peers".into()
-        } else {
-            "not implemented yet".into()
-        },
-    });
     Ok(BenchReport {
         setup: setup(options, &plan),
         batch,
@@ -197,6 +313,8 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
         stability: Some(stability),
         overhead,
         memory: Some(memory),
+        peers: peer_reports,
+        callgrind,
         not_done,
     })
 }
@@ -216,7 +334,10 @@ pub fn write_outputs(report: &BenchReport, dir: &Path) -> Result<Vec<PathBuf>, B
     let files = [
         ("bench-results.json", json),
         ("bench-speedup.svg", chart::speedup_svg(&report.batch)?),
-        ("bench-overhead.svg", chart::overhead_svg(&report.overhead)?),
+        (
+            "bench-overhead.svg",
+            chart::overhead_svg(&report.overhead, &report.peers)?,
+        ),
     ];
     let mut written = Vec::new();
     for (name, text) in files {

@@ -98,6 +98,7 @@ impl Stack {
             &dir.path().join("mock.log"),
             "HomeAgent mock LLM listening on ",
             "homeagent mock-llm",
+            START_TIMEOUT,
         )
         .await?;
 
@@ -119,6 +120,7 @@ impl Stack {
             &dir.path().join("serve.log"),
             "HomeAgent listening on ",
             "homeagent serve",
+            START_TIMEOUT,
         )
         .await?;
         let serve_pid = serve.id().ok_or_else(|| BenchError::Start {
@@ -164,11 +166,12 @@ pub fn config_toml(mock_url: &str, max_sessions: usize) -> String {
 
 /// Spawns `cmd` (stdout piped, stderr to `log`) and waits for the line
 /// starting with `prefix`; returns the child and the URL after the prefix.
-async fn spawn_and_wait(
+pub(crate) async fn spawn_and_wait(
     mut cmd: Command,
     log: &Path,
     prefix: &str,
     what: &str,
+    start_timeout: Duration,
 ) -> Result<(Child, String), BenchError> {
     let log_file = std::fs::File::create(log).map_err(|source| BenchError::Io {
         what: format!("create {}", log.display()),
@@ -199,7 +202,7 @@ async fn spawn_and_wait(
             detail: "no stdout pipe".into(),
         });
     };
-    let found = tokio::time::timeout(START_TIMEOUT, read_address(stdout, prefix)).await;
+    let found = tokio::time::timeout(start_timeout, read_address(stdout, prefix)).await;
     let log_tail = || {
         let text = std::fs::read_to_string(log).unwrap_or_default();
         let tail: Vec<&str> = text.lines().rev().take(10).collect();
@@ -218,7 +221,7 @@ async fn spawn_and_wait(
             what: what.into(),
             detail: format!(
                 "no address within {} s; its log:\n{}",
-                START_TIMEOUT.as_secs(),
+                start_timeout.as_secs(),
                 log_tail()
             ),
         }),

@@ -9,7 +9,9 @@
 
 use serde::Serialize;
 
+use crate::callgrind::CallgrindReport;
 use crate::math;
+use crate::peers::PeerReport;
 
 /// A row's verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -249,6 +251,12 @@ pub struct BenchReport {
     pub stability: Option<StabilityResult>,
     pub overhead: Vec<OverheadRow>,
     pub memory: Option<MemoryResult>,
+    /// Scenario 6, one per framework that was tried. A peer's FAIL rows
+    /// are not in [`BenchReport::failures`]: the exit status is about
+    /// HomeAgent.
+    pub peers: Vec<PeerReport>,
+    /// Scenario 4b.
+    pub callgrind: Option<CallgrindReport>,
     pub not_done: Vec<NotDone>,
 }
 
@@ -279,6 +287,15 @@ impl BenchReport {
         }
         if let Some(memory) = &self.memory {
             out.extend(memory.problems.iter().map(|p| format!("memory: {p}")));
+        }
+        if let Some(callgrind) = &self.callgrind {
+            for row in &callgrind.rows {
+                out.extend(
+                    row.problems
+                        .iter()
+                        .map(|p| format!("callgrind N={}: {p}", row.n)),
+                );
+            }
         }
         out
     }
@@ -426,6 +443,8 @@ mod tests {
             }),
             overhead: Vec::new(),
             memory: None,
+            peers: Vec::new(),
+            callgrind: None,
             not_done: Vec::new(),
         };
         assert_eq!(report.failures(), vec!["stability: round 2: HTTP 500"]);

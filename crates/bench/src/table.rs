@@ -134,6 +134,8 @@ pub fn render(report: &BenchReport) -> String {
             verdict(m.status)
         );
     }
+    render_callgrind(report, &mut out);
+    render_peers(report, &mut out);
     for nd in &report.not_done {
         let _ = writeln!(out, "\nnot done: {}: {}", nd.what, nd.why);
     }
@@ -153,4 +155,135 @@ pub fn render(report: &BenchReport) -> String {
         }
     }
     out
+}
+
+fn opt(value: Option<f64>, precision: usize, suffix: &str) -> String {
+    value.map_or_else(|| "-".to_owned(), |v| format!("{v:.precision$}{suffix}"))
+}
+
+fn render_callgrind(report: &BenchReport, out: &mut String) {
+    let Some(cg) = &report.callgrind else {
+        return;
+    };
+    if cg.rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\n4b. Kernel overhead in instructions (serve under callgrind, {}; ({} - {} inputs) difference)",
+        cg.valgrind.as_deref().unwrap_or("valgrind"),
+        cg.rows[0].long_inputs,
+        cg.rows[0].short_inputs
+    );
+    let _ = writeln!(
+        out,
+        "{:>4} {:>16} {:>16} {:>14} {:>14} {:>14} {:>6}",
+        "N", "short total", "long total", "per input", "per turn", "per call", ""
+    );
+    for r in &cg.rows {
+        let _ = writeln!(
+            out,
+            "{:>4} {:>16} {:>16} {:>14.0} {:>14.0} {:>14} {:>6}",
+            r.n,
+            r.short_instructions,
+            r.long_instructions,
+            r.per_input,
+            r.per_turn,
+            opt(r.per_call, 0, ""),
+            verdict(r.status)
+        );
+    }
+}
+
+fn render_peers(report: &BenchReport, out: &mut String) {
+    for peer in &report.peers {
+        let _ = writeln!(
+            out,
+            "\n6. Peer {} {} (Python {}): {}",
+            peer.framework,
+            peer.version.as_deref().unwrap_or("?"),
+            peer.python.as_deref().unwrap_or("?"),
+            peer.concurrency
+        );
+        for why in &peer.skipped {
+            let _ = writeln!(out, "   not run: {why}");
+        }
+        if !peer.batch.is_empty() {
+            let _ = writeln!(
+                out,
+                "   batch speed-up (!slowbatchN; executed = the mock's count; peak = sleeps in flight)"
+            );
+            let _ = writeln!(
+                out,
+                "{:>7} {:>9} {:>5} {:>11} {:>10} {:>8} {:>7} {:>8} {:>10} {:>9} {:>6}",
+                "N",
+                "executed",
+                "peak",
+                "parallel s",
+                "serial s",
+                "speedup",
+                "ideal",
+                "ratio",
+                "HA par s",
+                "peer/HA",
+                ""
+            );
+            for r in &peer.batch {
+                let _ = writeln!(
+                    out,
+                    "{:>7} {:>9} {:>5} {:>11.3} {:>10} {:>8} {:>6.2}x {:>8} {:>10} {:>9} {:>6}",
+                    r.n,
+                    r.executed,
+                    r.peak_in_flight,
+                    r.parallel_s,
+                    opt(r.serial_s, 3, ""),
+                    opt(r.speedup, 2, "x"),
+                    r.ideal,
+                    opt(r.ratio.map(|x| x * 100.0), 1, "%"),
+                    opt(r.homeagent_parallel_s, 3, ""),
+                    opt(r.time_vs_homeagent, 2, "x"),
+                    verdict(r.status)
+                );
+            }
+        }
+        if !peer.overhead.is_empty() {
+            let _ = writeln!(
+                out,
+                "   overhead (zero-delay mock, instant tools; reply - mock time, medians)"
+            );
+            let _ = writeln!(
+                out,
+                "{:>7} {:>13} {:>12} {:>12} {:>13} {:>12} {:>6}",
+                "N",
+                "per input us",
+                "per turn us",
+                "per call us",
+                "input peer/HA",
+                "call peer/HA",
+                ""
+            );
+            for r in &peer.overhead {
+                let _ = writeln!(
+                    out,
+                    "{:>7} {:>13.0} {:>12.0} {:>12} {:>13} {:>12} {:>6}",
+                    r.n,
+                    r.per_input_us,
+                    r.per_turn_us,
+                    opt(r.per_call_us, 1, ""),
+                    opt(r.per_input_vs_homeagent, 2, "x"),
+                    opt(r.per_call_vs_homeagent, 2, "x"),
+                    verdict(r.status)
+                );
+            }
+        }
+        let notes: Vec<&String> = peer
+            .batch
+            .iter()
+            .flat_map(|r| &r.problems)
+            .chain(peer.overhead.iter().flat_map(|r| &r.problems))
+            .collect();
+        for note in notes.iter().take(10) {
+            let _ = writeln!(out, "   {note}");
+        }
+    }
 }

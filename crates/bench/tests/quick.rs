@@ -28,10 +28,8 @@ async fn the_quick_bench_runs_every_scenario_with_no_failure() {
         return;
     };
     let report = run(&BenchOptions {
-        binary,
-        quick: true,
-        scale: 1,
         progress: false,
+        ..BenchOptions::new(binary, true)
     })
     .await
     .unwrap();
@@ -65,6 +63,28 @@ async fn the_quick_bench_runs_every_scenario_with_no_failure() {
     let memory = report.memory.as_ref().unwrap();
     assert_eq!(memory.sessions, 100);
     assert!(memory.idle_rss_kb > 0 && memory.loaded_rss_kb > 0);
+
+    // --quick runs no peers and no callgrind, and says so.
+    assert!(report.peers.is_empty());
+    assert_eq!(report.callgrind, None);
+    let skipped: Vec<(&str, &str)> = report
+        .not_done
+        .iter()
+        .map(|n| (n.what.as_str(), n.why.as_str()))
+        .collect();
+    assert_eq!(
+        skipped,
+        vec![
+            (
+                "6. peers (OpenAI Agents SDK, LangGraph)",
+                "--quick never runs the peers"
+            ),
+            (
+                "4b. kernel overhead as instruction counts under callgrind",
+                "--quick never runs callgrind"
+            ),
+        ]
+    );
 
     let dir = std::env::temp_dir().join(format!("homeagent-bench-test-{}", std::process::id()));
     let written = write_outputs(&report, &dir).unwrap();
