@@ -266,6 +266,22 @@ async fn a_link_dropping_mid_command_fails_the_call_and_unbinds_the_device() {
     assert_eq!(bound[0]["id"], "pi");
     assert_eq!(bound[0]["name"], "pi box");
     assert_eq!(bound[0]["capabilities"], json!(["cmd"]));
+    let api = ToolApi::new(Arc::new(server.agent.runtime.executor(None)));
+    let listed = api
+        .call(
+            "main",
+            "device_list",
+            json!({}),
+            Default::default(),
+            CancellationToken::new(),
+        )
+        .await;
+    assert!(listed.success, "{listed:?}");
+    let devices = listed.value["devices"].as_array().unwrap();
+    assert_eq!(devices.len(), 1);
+    assert_eq!(devices[0]["id"], "pi");
+    assert_eq!(devices[0]["name"], "pi box");
+    assert_eq!(devices[0]["in_flight"], 0);
 
     let ends = run_calls(&server, "main", &[device_call("pi", "vanish")]).await;
     assert_eq!(ends.len(), 1);
