@@ -185,6 +185,13 @@ mod tests {
     }
 
     #[test]
+    fn the_frame_limit_is_one_mebibyte() {
+        // Documented in the module docs and docs/DEVICES.md; the waiter's
+        // output cap (64 KiB per stream) must stay well below it.
+        assert_eq!(MAX_FRAME_BYTES, 1_048_576);
+    }
+
+    #[test]
     fn device_ids() {
         for good in ["nas", "waiter-pi4", "a.b_c-1", &"x".repeat(64)] {
             assert!(is_valid_device_id(good), "{good}");
