@@ -11,7 +11,11 @@
 //!    through the kernel's executor over the gated tool source (forwarding
 //!    each call's start and end), and commits every result in one
 //!    transaction — so a crash mid-batch leaves calls the next load answers
-//!    `cancelled`, never calls that silently vanish;
+//!    `cancelled`, never calls that silently vanish. The batch's tool events
+//!    (diagnostics, not history) are kept in memory while it runs and go
+//!    into that same transaction: one commit per batch instead of two per
+//!    call, at the price of losing the events (never the calls) of a batch
+//!    a crash interrupts;
 //! 5. asks again, until a reply has no calls or `max_tool_turns` batches
 //!    ran (then the reply says so).
 //!
@@ -24,7 +28,7 @@
 // its size does not matter.
 #![allow(clippy::result_large_err)]
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use homeagent_core::{
     BatchContext, CancellationToken, Executor, ExecutorOptions, Message, StreamAssembler,
@@ -37,7 +41,7 @@ use serde_json::{Map, Value};
 
 use crate::context::{approx_tokens, elision_note, fit_history};
 use crate::frames::{Frame, UsageFrame};
-use crate::store::{Store, ToolEventRecord};
+use crate::store::{EventRow, Store};
 
 /// The loop's knobs (from `[agent]` and `[tools]`).
 #[derive(Debug, Clone)]
@@ -205,8 +209,8 @@ impl Runtime {
             .map_err(store_error)?;
         history.push(user);
 
-        let events = self.event_sink(&input.session, sink);
-        let executor = self.executor(Some(events));
+        let recorded = EventBuffer::default();
+        let executor = self.executor(Some(self.event_sink(&recorded, sink)));
         let tools = self.tool_specs(&input.agent);
         let base_prompt = self.system_prompt(&executor);
         let mut usage = UsageFrame::default();
@@ -282,8 +286,7 @@ impl Runtime {
                 .map(Message::Tool)
                 .collect();
             // Committed even when stopped: every call has its outcome.
-            self.store
-                .append_messages(&input.session, &results)
+            self.commit_results(&input.session, &results, recorded.take())
                 .map_err(store_error)?;
             history.extend(results);
         }
@@ -416,19 +419,66 @@ impl Runtime {
         Ok(assembler.finish())
     }
 
-    /// Forwards kernel events as frames and records them in the store.
-    fn event_sink(&self, session: &str, sink: &FrameSink) -> Arc<dyn homeagent_core::EventSink> {
-        let store = Arc::clone(&self.store);
-        let session = session.to_owned();
+    /// Forwards kernel events as frames at once and keeps their records
+    /// (stamped now) in `recorded` for [`Runtime::commit_results`].
+    fn event_sink(
+        &self,
+        recorded: &EventBuffer,
+        sink: &FrameSink,
+    ) -> Arc<dyn homeagent_core::EventSink> {
+        let recorded = recorded.clone();
         let sink = Arc::clone(sink);
         Arc::new(move |event: ToolEvent| {
-            if let Err(error) =
-                store.record_tool_event(&session, &ToolEventRecord::from_event(&event))
-            {
-                tracing::warn!(%session, %error, "could not record a tool event");
-            }
+            recorded.push(EventRow::from_event(&event));
             sink(Frame::ToolCall(event));
         })
+    }
+
+    /// Commits a batch's results together with its tool events: one
+    /// transaction, one fsync. The events are diagnostics, so if they cannot
+    /// be stored the results are committed without them rather than lost.
+    fn commit_results(
+        &self,
+        session: &str,
+        results: &[Message],
+        events: Vec<EventRow>,
+    ) -> Result<(), crate::store::StoreError> {
+        match self
+            .store
+            .append_messages_with_events(session, results, &events)
+        {
+            Ok(_) => Ok(()),
+            Err(error) if events.is_empty() => Err(error),
+            Err(error) => {
+                tracing::warn!(
+                    %session,
+                    %error,
+                    events = events.len(),
+                    "could not record a batch's tool events; committing its results without them"
+                );
+                self.store.append_messages(session, results).map(|_| ())
+            }
+        }
+    }
+}
+
+/// The tool events of the batch in flight, in the order the executor
+/// emitted them. A plain mutex: pushes are a few nanoseconds and never
+/// held across an await.
+#[derive(Debug, Clone, Default)]
+struct EventBuffer(Arc<Mutex<Vec<EventRow>>>);
+
+impl EventBuffer {
+    fn push(&self, record: EventRow) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(record);
+    }
+
+    /// Everything recorded so far; the buffer is left empty for the next batch.
+    fn take(&self) -> Vec<EventRow> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
     }
 }
 

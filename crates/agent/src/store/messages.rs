@@ -5,6 +5,7 @@ use std::ops::RangeInclusive;
 use homeagent_core::Message;
 use rusqlite::{Connection, TransactionBehavior};
 
+use super::events::{EventRow, insert_events};
 use super::{Store, StoreError, now_ms, require_session, validate_session_id};
 
 impl Store {
@@ -31,6 +32,33 @@ impl Store {
         )?;
         tx.commit()?;
         // `first..=first - 1` is empty, so "nothing appended" needs no special type.
+        Ok(first..=first + messages.len() as i64 - 1)
+    }
+
+    /// Appends `messages` and `events` to the session in one transaction:
+    /// everything is stored or nothing, with one commit (one fsync) for
+    /// all of it. The agent writes a batch's results and the tool events
+    /// recorded while it ran this way, instead of a commit per event.
+    /// Returns the `seq` range of the messages, as
+    /// [`Store::append_messages`] does.
+    pub fn append_messages_with_events(
+        &self,
+        session: &str,
+        messages: &[Message],
+        events: &[EventRow],
+    ) -> Result<RangeInclusive<i64>, StoreError> {
+        validate_session_id(session)?;
+        let mut conn = self.lock();
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        require_session(&tx, session)?;
+        let first = max_seq(&tx, session)? + 1;
+        insert_messages(&tx, session, first, messages)?;
+        insert_events(&tx, session, events)?;
+        tx.execute(
+            "UPDATE sessions SET updated_at = ?2 WHERE id = ?1",
+            rusqlite::params![session, now_ms()],
+        )?;
+        tx.commit()?;
         Ok(first..=first + messages.len() as i64 - 1)
     }
 

@@ -33,6 +33,13 @@
 //! result for each, so the history it returns (and every later one) is
 //! paired.
 //!
+//! Tool events are diagnostics, not history: the agent keeps a batch's
+//! events in memory while it runs and writes them with the batch's results
+//! in one transaction ([`Store::append_messages_with_events`]), so a batch
+//! costs one commit whatever its size, not two per call. A crash mid-batch
+//! loses that batch's events (its calls are still in the history and get
+//! their `cancelled` results); it never loses a committed message.
+//!
 //! # Async callers
 //!
 //! The API is synchronous and `&self`: one connection behind a mutex. Calls
@@ -60,7 +67,7 @@ use std::time::Duration;
 use rusqlite::Connection;
 
 pub use error::StoreError;
-pub use events::{EventPhase, ToolEventRecord};
+pub use events::{EventPhase, EventRow, ToolEventRecord};
 pub use repair::{CANCELLED_DETAIL, cancelled_result};
 pub use schema::{MIGRATIONS, SCHEMA_VERSION};
 pub use sessions::SessionInfo;

@@ -1,0 +1,361 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a test failure
+//! A batch's tool events are written in one transaction, with its results.
+//!
+//! The agent used to commit every start and end event on its own (two
+//! fsyncs per call); now it keeps them in memory while the batch runs and
+//! commits them with the results. These tests pin both halves: the store
+//! writes a slice of events (and messages with events) all or nothing, and
+//! the runtime ends a batch with every event stored — or, when storing
+//! them fails, with none of them and the results still committed, because
+//! events are diagnostics and results are history.
+//!
+//! Failures are real SQLite errors, injected with a trigger that aborts the
+//! insert of one marked row in the middle of the transaction.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use homeagent_agent::store::{EventPhase, EventRow, Store, StoreError, ToolEventRecord};
+use homeagent_agent::{AgentSettings, DemoModel, Frame, Runtime, TurnControl, TurnInput};
+use homeagent_core::{CallStatus, Message, Registry, ToolEvent, check_pairing};
+use homeagent_llm::{
+    FallbackOptions, LocalModel, SourceConfig, SourceProtocol, SourceSetup, Sources,
+};
+use homeagent_tools::{Approval, Gate, GatedSource, register_demo_tools};
+use serde_json::json;
+
+// ---------------------------------------------------------------- helpers
+
+/// A unique directory under the system temp dir, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(label: &str) -> TempDir {
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos();
+        let dir = std::env::temp_dir().join(format!(
+            "homeagent-batch-events-{label}-{}-{nanos}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    fn db(&self) -> PathBuf {
+        self.0.join("homeagent.db")
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Makes every insert of a tool event whose JSON body contains `POISON`
+/// fail, from a second connection (as another process could).
+fn poison_events(db: &Path) {
+    rusqlite::Connection::open(db)
+        .unwrap()
+        .execute_batch(
+            "CREATE TRIGGER poison BEFORE INSERT ON tool_events
+             WHEN NEW.body LIKE '%POISON%'
+             BEGIN SELECT RAISE(ABORT, 'injected failure'); END;",
+        )
+        .unwrap();
+}
+
+fn start(call: &str, text: &str) -> ToolEventRecord {
+    ToolEventRecord::from_event(&ToolEvent::Start {
+        call_id: call.into(),
+        tool: "demo_echo".into(),
+        args: json!({"text": text}),
+        batch_id: "b1".into(),
+        batch_size: 3,
+        parallel: true,
+    })
+}
+
+fn end(call: &str) -> ToolEventRecord {
+    ToolEventRecord::from_event(&ToolEvent::End {
+        call_id: call.into(),
+        tool: "demo_echo".into(),
+        batch_id: "b1".into(),
+        batch_size: 3,
+        parallel: true,
+        status: CallStatus::Ok,
+        success: true,
+        duration_ms: 0,
+        error: None,
+    })
+}
+
+/// The rows the runtime would buffer for `records`.
+fn rows(records: &[ToolEventRecord]) -> Vec<EventRow> {
+    records.iter().map(EventRow::from).collect()
+}
+
+/// (call id, phase) of each stored event, in stored order.
+fn phases(events: &[ToolEventRecord]) -> Vec<(String, EventPhase)> {
+    events
+        .iter()
+        .map(|e| (e.call_id.clone(), e.phase))
+        .collect()
+}
+
+fn owned(pairs: &[(&str, EventPhase)]) -> Vec<(String, EventPhase)> {
+    pairs.iter().map(|(c, p)| ((*c).to_owned(), *p)).collect()
+}
+
+// ---------------------------------------------------------------- store
+
+#[test]
+fn record_tool_events_stores_all_in_order_or_none() {
+    let dir = TempDir::new("all-or-none");
+    let store = Store::open(&dir.db()).unwrap();
+    store.ensure_session("s", "main").unwrap();
+    store
+        .record_tool_events("s", &[start("a", "x"), end("a"), start("b", "y")])
+        .unwrap();
+    assert_eq!(
+        phases(&store.tool_events("s").unwrap()),
+        owned(&[
+            ("a", EventPhase::Start),
+            ("a", EventPhase::End),
+            ("b", EventPhase::Start),
+        ])
+    );
+
+    poison_events(&dir.db());
+    // The third row fails after two were inserted: none of the four stays.
+    let err = store
+        .record_tool_events(
+            "s",
+            &[end("b"), start("c", "z"), start("d", "POISON"), end("c")],
+        )
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Sqlite(_)), "{err:?}");
+    assert_eq!(store.tool_events("s").unwrap().len(), 3);
+
+    assert!(matches!(
+        store.record_tool_events("nobody", &[end("b")]),
+        Err(StoreError::SessionNotFound { .. })
+    ));
+}
+
+#[test]
+fn messages_with_events_commit_together_or_not_at_all() {
+    let dir = TempDir::new("together");
+    let store = Store::open(&dir.db()).unwrap();
+    store.ensure_session("s", "main").unwrap();
+    store.append_messages("s", &[Message::user("go")]).unwrap();
+    let range = store
+        .append_messages_with_events(
+            "s",
+            &[Message::user("r1"), Message::user("r2")],
+            &rows(&[start("a", "x"), end("a")]),
+        )
+        .unwrap();
+    assert_eq!(range, 2..=3);
+    assert_eq!(
+        store.history("s").unwrap(),
+        vec![
+            Message::user("go"),
+            Message::user("r1"),
+            Message::user("r2")
+        ]
+    );
+    assert_eq!(
+        phases(&store.tool_events("s").unwrap()),
+        owned(&[("a", EventPhase::Start), ("a", EventPhase::End)])
+    );
+
+    // An event failing after the messages were inserted takes them with it.
+    poison_events(&dir.db());
+    let err = store
+        .append_messages_with_events(
+            "s",
+            &[Message::user("r3")],
+            &rows(&[start("b", "y"), start("c", "POISON")]),
+        )
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Sqlite(_)), "{err:?}");
+    assert_eq!(store.history("s").unwrap().len(), 3);
+    assert_eq!(store.tool_events("s").unwrap().len(), 2);
+    // The sequence continues without a hole; no events is fine too.
+    assert_eq!(
+        store
+            .append_messages_with_events("s", &[Message::user("r4")], &[])
+            .unwrap(),
+        4..=4
+    );
+}
+
+// ---------------------------------------------------------------- runtime
+
+fn runtime(dir: &TempDir) -> Runtime {
+    let setup = SourceSetup {
+        adapter_dir: None,
+        local_model: Some(Arc::new(DemoModel::default()) as Arc<dyn LocalModel>),
+    };
+    let sources = Sources::build(
+        vec![SourceConfig::new("demo", SourceProtocol::Demo)],
+        &|_: &str| None,
+        FallbackOptions::default(),
+        &setup,
+    )
+    .unwrap();
+    let registry = Arc::new(Registry::new());
+    register_demo_tools(&registry).unwrap();
+    let tools = Arc::new(GatedSource::new(
+        registry as _,
+        Arc::new(Gate::new([])),
+        Approval::Refused,
+    ));
+    let store = Arc::new(Store::open(&dir.db()).unwrap());
+    Runtime::new(Arc::new(sources), tools, store, AgentSettings::default())
+}
+
+/// Three `demo_echo` calls in one reply; the second one's arguments say
+/// `second_text`.
+fn three_echoes(second_text: &str) -> String {
+    format!(
+        r#"!calls [{{"name":"demo_echo","arguments":{{"text":"one"}}}},{{"name":"demo_echo","arguments":{{"text":"{second_text}"}}}},{{"name":"demo_echo","arguments":{{"text":"three"}}}}]"#
+    )
+}
+
+/// Runs one input on session `s`; returns its frames (the terminal last).
+async fn run(runtime: &Runtime, text: &str) -> Vec<Frame> {
+    let frames = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink: homeagent_agent::FrameSink = {
+        let frames = Arc::clone(&frames);
+        Arc::new(move |frame| frames.lock().unwrap().push(frame))
+    };
+    let input = TurnInput {
+        session: "s".into(),
+        agent: "main".into(),
+        text: text.into(),
+    };
+    let terminal = runtime.run(&input, &TurnControl::default(), &sink).await;
+    let mut all = frames.lock().unwrap().clone();
+    all.push(terminal);
+    all
+}
+
+/// The ids of the calls of the one assistant message that has calls.
+fn call_ids(history: &[Message]) -> Vec<String> {
+    let calls: Vec<Vec<String>> = history
+        .iter()
+        .filter_map(|m| match m {
+            Message::Assistant(a) if !a.tool_calls.is_empty() => {
+                Some(a.tool_calls.iter().map(|c| c.id.clone()).collect())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(calls.len(), 1, "{history:#?}");
+    calls.into_iter().next().unwrap()
+}
+
+/// The results in the history, as (call id, success, content).
+fn results(history: &[Message]) -> Vec<(String, bool, String)> {
+    history
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool(t) => Some((t.tool_call_id.clone(), t.success, t.content.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_batch_every_call_has_its_start_and_end_event_stored() {
+    let dir = TempDir::new("runtime-ok");
+    let runtime = runtime(&dir);
+    let frames = run(&runtime, &three_echoes("two")).await;
+    assert!(
+        matches!(frames.last(), Some(Frame::Response { .. })),
+        "{frames:#?}"
+    );
+    let history = runtime.store().history("s").unwrap();
+    check_pairing(&history).unwrap();
+    let ids = call_ids(&history);
+    assert_eq!(ids.len(), 3);
+    assert_eq!(
+        results(&history),
+        vec![
+            (ids[0].clone(), true, r#"{"text":"one"}"#.to_owned()),
+            (ids[1].clone(), true, r#"{"text":"two"}"#.to_owned()),
+            (ids[2].clone(), true, r#"{"text":"three"}"#.to_owned()),
+        ]
+    );
+
+    let events = runtime.store().tool_events("s").unwrap();
+    assert_eq!(events.len(), 6, "{events:#?}");
+    // One batch id for all six, and the stored order is the order the
+    // executor emitted them: each call's start before its end.
+    let batch = &events[0].batch_id;
+    assert!(events.iter().all(|e| &e.batch_id == batch), "{events:#?}");
+    for id in &ids {
+        let at = |phase| {
+            events
+                .iter()
+                .position(|e| &e.call_id == id && e.phase == phase)
+                .unwrap()
+        };
+        assert!(at(EventPhase::Start) < at(EventPhase::End), "{events:#?}");
+        let end = &events[at(EventPhase::End)];
+        assert_eq!(
+            (end.status, end.success),
+            (Some(CallStatus::Ok), Some(true))
+        );
+    }
+    // The body is the event's JSON, rendered once without a `Value`.
+    let second_start = events
+        .iter()
+        .find(|e| e.call_id == ids[1] && e.phase == EventPhase::Start)
+        .unwrap();
+    assert_eq!(
+        second_start.body,
+        json!({"phase": "start", "call_id": ids[1], "tool": "demo_echo",
+               "args": {"text": "two"}, "batch_id": batch, "batch_size": 3, "parallel": true})
+    );
+    // The frames went out live, one start and one end per call, as before.
+    let live = frames
+        .iter()
+        .filter(|f| matches!(f, Frame::ToolCall(_)))
+        .count();
+    assert_eq!(live, 6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_that_cannot_be_stored_are_dropped_together_and_results_kept() {
+    let dir = TempDir::new("runtime-poison");
+    let runtime = runtime(&dir);
+    // The second call's start event carries POISON in its arguments, so
+    // the batch's event write fails in the middle; with a transaction per
+    // event (or per call) the first call's events would stay behind.
+    poison_events(&dir.db());
+    let frames = run(&runtime, &three_echoes("POISON")).await;
+    assert!(
+        matches!(frames.last(), Some(Frame::Response { .. })),
+        "{frames:#?}"
+    );
+    let history = runtime.store().history("s").unwrap();
+    check_pairing(&history).unwrap();
+    let ids = call_ids(&history);
+    assert_eq!(
+        results(&history),
+        vec![
+            (ids[0].clone(), true, r#"{"text":"one"}"#.to_owned()),
+            (ids[1].clone(), true, r#"{"text":"POISON"}"#.to_owned()),
+            (ids[2].clone(), true, r#"{"text":"three"}"#.to_owned()),
+        ]
+    );
+    assert_eq!(runtime.store().tool_events("s").unwrap(), Vec::new());
+}
