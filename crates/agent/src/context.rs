@@ -12,8 +12,25 @@ use homeagent_core::Message;
 /// Roughly four bytes of JSON per token, plus a little per message for the
 /// wire's framing. Good enough to stay under a budget, not a tokenizer.
 pub fn approx_tokens(message: &Message) -> usize {
-    let bytes = serde_json::to_string(message).map_or(0, |json| json.len());
-    bytes / 4 + 4
+    // Counts the JSON's bytes without building the string: this runs for
+    // every message of the history before every model request.
+    let mut bytes = ByteCount(0);
+    let counted = serde_json::to_writer(&mut bytes, message).map_or(0, |()| bytes.0);
+    counted / 4 + 4
+}
+
+/// A writer that only counts what it is given.
+struct ByteCount(usize);
+
+impl std::io::Write for ByteCount {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// What is left of the history after fitting.
