@@ -299,6 +299,14 @@ impl DeviceHub {
             && let Some(bound) = self.devices().get_mut(device_id)
         {
             bound.pending.remove(&req_id);
+            // Nobody waits any more: the device should not keep running
+            // it. Best effort: a full queue means the link is stuck anyway.
+            if matches!(
+                result,
+                Err(DeviceError::Cancelled { .. } | DeviceError::NoAnswer { .. })
+            ) {
+                let _ = bound.outbound.try_send(ServerFrame::Cancel { req_id });
+            }
         }
         result
     }
@@ -558,21 +566,28 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_stopped_call_stops_waiting() {
+    async fn a_stopped_call_stops_waiting_and_tells_the_device() {
         let hub = DeviceHub::new(HubOptions::default());
-        let (_link, _outbound) = hub.attach(&hello("nas")).unwrap();
+        let (_link, mut outbound) = hub.attach(&hello("nas")).unwrap();
         let cancel = CancellationToken::new();
+        let call = {
+            let (hub, cancel) = (hub.clone(), cancel.clone());
+            tokio::spawn(
+                async move { hub.run("nas", "ls", Duration::from_secs(60), &cancel).await },
+            )
+        };
+        let Some(ServerFrame::Cmd { req_id, .. }) = outbound.recv().await else {
+            panic!("expected the cmd frame first");
+        };
         cancel.cancel();
-        let err = hub
-            .run("nas", "ls", Duration::from_secs(60), &cancel)
-            .await
-            .unwrap_err();
         assert_eq!(
-            err,
+            call.await.unwrap().unwrap_err(),
             DeviceError::Cancelled {
                 device_id: "nas".into()
             }
         );
+        let next = tokio::time::timeout(Duration::from_secs(10), outbound.recv()).await;
+        assert_eq!(next, Ok(Some(ServerFrame::Cancel { req_id })));
         assert_eq!(hub.list()[0].in_flight, 0);
     }
 }

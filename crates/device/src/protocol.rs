@@ -8,6 +8,7 @@
 //!   ── bind {token} ───────────────────────────────────▶
 //!   ◀── bound {device_id}  |  refused {code, reason, retry}
 //!   ◀── cmd {req_id, argv | command, timeout_ms} ──────
+//!   ◀── cancel {req_id}   (the call was stopped: kill it, no result)
 //!   ── cmd_result {req_id, status, exit_code, stdout, stderr, truncated, …} ▶
 //! ```
 //!
@@ -110,6 +111,9 @@ pub enum ServerFrame {
         command: Option<String>,
         timeout_ms: u64,
     },
+    /// Stop the command `req_id` (the call was stopped or gave up
+    /// waiting): the device kills its program and sends no result.
+    Cancel { req_id: u64 },
 }
 
 /// Why a bind was refused.

@@ -215,3 +215,22 @@ async fn a_bad_server_address_or_device_id_fails_before_connecting() {
         "{error:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_command_is_stopped_and_sends_no_result() {
+    let (mut ws, waiter, _listener) = bound_waiter(WaiterPolicy::default()).await;
+    let cmd = |req_id: u64, command: &str| ServerFrame::Cmd {
+        req_id,
+        argv: None,
+        command: Some(command.into()),
+        timeout_ms: 20_000,
+    };
+    send(&mut ws, &cmd(1, "sleep 2")).await;
+    send(&mut ws, &ServerFrame::Cancel { req_id: 1 }).await;
+    // A slower command after it: if the first still ran, its result (after
+    // 2 s) would arrive before this one's (after 3 s).
+    send(&mut ws, &cmd(2, "sleep 3")).await;
+    let next = Outcome::from(recv(&mut ws).await, 2);
+    assert!(next.is_ok(), "{next:?}");
+    waiter.abort();
+}

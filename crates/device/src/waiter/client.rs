@@ -347,7 +347,7 @@ async fn session(
             }
             return End::Fatal(error);
         }
-        Ok(ServerFrame::Cmd { .. }) => {
+        Ok(ServerFrame::Cmd { .. } | ServerFrame::Cancel { .. }) => {
             return lost("the server sent a command before `bound`", false);
         }
         Err(e) => return lost(format!("the bind answer is not a server frame: {e}"), false),
@@ -377,6 +377,7 @@ async fn serve(
     // Dropped with this function: aborting the tasks kills their children.
     let mut tasks: JoinSet<DeviceFrame> = JoinSet::new();
     let mut running: HashMap<tokio::task::Id, u64> = HashMap::new();
+    let mut aborts: HashMap<u64, tokio::task::AbortHandle> = HashMap::new();
     let permits = Arc::new(Semaphore::new(options.max_concurrent_cmds.max(1)));
     let mut ping = tokio::time::interval(options.ping_interval);
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -402,6 +403,16 @@ async fn serve(
                             handle_cmd(&policy, req_id, argv, command, timeout_ms).await
                         });
                         running.insert(handle.id(), req_id);
+                        aborts.insert(req_id, handle);
+                    }
+                    Ok(ServerFrame::Cancel { req_id }) => {
+                        // Aborting drops the task: its child is killed
+                        // (kill_on_drop); nobody waits for a result.
+                        if let Some(handle) = aborts.remove(&req_id) {
+                            running.remove(&handle.id());
+                            handle.abort();
+                            tracing::info!(req_id, "command cancelled by the server");
+                        }
                     }
                     Ok(ServerFrame::Refused { code, reason, retry }) => {
                         let error = WaiterError::Refused { code, reason };
@@ -432,11 +443,14 @@ async fn serve(
             Some(joined) = tasks.join_next_with_id(), if !tasks.is_empty() => {
                 let frame = match joined {
                     Ok((id, frame)) => {
-                        running.remove(&id);
+                        if let Some(req_id) = running.remove(&id) {
+                            aborts.remove(&req_id);
+                        }
                         frame
                     }
                     Err(error) => {
                         let Some(req_id) = running.remove(&error.id()) else { continue };
+                        aborts.remove(&req_id);
                         failed(req_id, CmdStatus::Error, format!("the command's task failed: {error}"))
                     }
                 };
