@@ -27,7 +27,8 @@ use homeagent_tools::{
 };
 
 use homeagent_device::{
-    DEVICE_CMD_RUN_TOOL, DEVICE_ID_ARG, DeviceHub, HubOptions, register_device_tools,
+    DEVICE_CMD_RUN_TOOL, DEVICE_ID_ARG, DeviceHub, DeviceVisibility, HubOptions,
+    register_device_tools,
 };
 
 use crate::config::LoadedConfig;
@@ -228,7 +229,18 @@ pub fn build(
     attribute(&registry, &mut tool_sources, "builtin");
     let devices = if options.devices {
         let hub = DeviceHub::new(HubOptions::default());
-        register_device_tools(&registry, &hub)?;
+        // device_list shows an agent only the devices the gate lets it use.
+        let visible: DeviceVisibility = {
+            let gate = Arc::clone(&gate);
+            Arc::new(move |ctx: &ToolContext, device: &str| {
+                let args = serde_json::json!({ DEVICE_ID_ARG: device });
+                ctx.extras
+                    .get(AGENT_EXTRA)
+                    .and_then(serde_json::Value::as_str)
+                    .is_some_and(|agent| gate.can_use(agent, DEVICE_CMD_RUN_TOOL, &args).is_ok())
+            })
+        };
+        register_device_tools(&registry, &hub, Some(visible))?;
         attribute(&registry, &mut tool_sources, "device");
         Some(hub)
     } else {

@@ -36,4 +36,6 @@ pub use hub::{
     BindRefusal, CmdAnswer, Delivery, DeviceError, DeviceHub, DeviceInfo, DeviceLink, HubOptions,
 };
 pub use protocol::{CmdStatus, DeviceFrame, Hello, MAX_FRAME_BYTES, RefusalCode, ServerFrame};
-pub use tools::{DEVICE_CMD_RUN_TOOL, DEVICE_ID_ARG, DEVICE_LIST_TOOL, register_device_tools};
+pub use tools::{
+    DEVICE_CMD_RUN_TOOL, DEVICE_ID_ARG, DEVICE_LIST_TOOL, DeviceVisibility, register_device_tools,
+};

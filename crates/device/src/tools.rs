@@ -1,6 +1,7 @@
 //! The two tools that serve every bound device.
 //!
-//! - `device_list`: the bound devices (parallel-safe, read-only).
+//! - `device_list`: the bound devices the caller may use (parallel-safe,
+//!   read-only).
 //! - `device_cmd_run {device_id, command, timeout?}`: one command on one
 //!   device. Parallel-safe with `device_id` as its **order key**: a batch
 //!   with commands for different devices runs them at once; two commands
@@ -14,6 +15,7 @@
 //! programs may run is not decided here either: the waiter applies its own
 //! allowlist on its own machine.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use homeagent_core::{
@@ -31,8 +33,18 @@ pub const DEVICE_CMD_RUN_TOOL: &str = "device_cmd_run";
 /// scope and the executor's order key).
 pub const DEVICE_ID_ARG: &str = "device_id";
 
-/// Registers `device_list` and `device_cmd_run` over `hub`.
-pub fn register_device_tools(registry: &Registry, hub: &DeviceHub) -> Result<(), RegistryError> {
+/// Decides whether the caller of a tool (its context carries the agent)
+/// may see device `id`: `device_list` shows only those devices, so an agent
+/// does not learn about machines it cannot use.
+pub type DeviceVisibility = Arc<dyn Fn(&ToolContext, &str) -> bool + Send + Sync>;
+
+/// Registers `device_list` and `device_cmd_run` over `hub`. With
+/// `visible`, `device_list` lists only the devices it allows the caller.
+pub fn register_device_tools(
+    registry: &Registry,
+    hub: &DeviceHub,
+    visible: Option<DeviceVisibility>,
+) -> Result<(), RegistryError> {
     let list = ToolDef::new(
         DEVICE_LIST_TOOL,
         "Lists the devices (other machines) connected to this agent: id, name, capabilities, \
@@ -44,8 +56,11 @@ pub fn register_device_tools(registry: &Registry, hub: &DeviceHub) -> Result<(),
     .read_only();
     {
         let hub = hub.clone();
-        registry.register(list, move |_ctx: ToolContext| {
-            let devices = hub.list();
+        registry.register(list, move |ctx: ToolContext| {
+            let mut devices = hub.list();
+            if let Some(visible) = &visible {
+                devices.retain(|device| visible(&ctx, &device.id));
+            }
             async move { Ok(json!({ "devices": devices })) }
         })?;
     }

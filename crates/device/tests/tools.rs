@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 fn setup() -> (Arc<Registry>, DeviceHub) {
     let registry = Arc::new(Registry::new());
     let hub = DeviceHub::new(HubOptions::default());
-    register_device_tools(&registry, &hub).unwrap();
+    register_device_tools(&registry, &hub, None).unwrap();
     (registry, hub)
 }
 

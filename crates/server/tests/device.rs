@@ -248,6 +248,31 @@ async fn an_agent_without_the_grant_is_refused_on_the_model_path_and_the_tool_ap
         "a refused call reached the device"
     );
 
+    // device_list shows each agent only the devices it may use.
+    let listed = |agent: &'static str| {
+        let api = &api;
+        async move {
+            let outcome = api
+                .call(
+                    agent,
+                    "device_list",
+                    json!({}),
+                    Default::default(),
+                    CancellationToken::new(),
+                )
+                .await;
+            assert!(outcome.success, "{outcome:?}");
+            outcome.value["devices"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d["id"].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(listed("main").await, ["nas"]);
+    assert!(listed("guest").await.is_empty());
+
     let main = call("main", json!({"device_id": "nas", "command": "hold 0 ok"})).await;
     assert!(main.success, "{main:?}");
     assert_eq!(main.value["stdout"], "nas: hold 0 ok");
