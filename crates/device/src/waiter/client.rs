@@ -31,20 +31,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
-use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
-use tokio_tungstenite::tungstenite::http::Uri;
-use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{self, Message};
 
 use super::config::Secret;
+use super::link::{Socket, Target, connect};
 use super::policy::{WaiterPolicy, failed, handle_cmd};
 use super::tls;
 use crate::protocol::{
-    CmdStatus, DEVICE_WS_PATH, DeviceFrame, Hello, MAX_FRAME_BYTES, RefusalCode, ServerFrame,
-    is_valid_device_id,
+    CmdStatus, DeviceFrame, Hello, MAX_FRAME_BYTES, RefusalCode, ServerFrame, is_valid_device_id,
 };
 
 /// How to reach the server and how patient to be.
@@ -199,89 +195,6 @@ fn random_unit() -> f64 {
         .map_or(0, |d| d.as_nanos());
     hasher.write_u128(nanos);
     (hasher.finish() >> 11) as f64 / (1u64 << 53) as f64
-}
-
-/// Where to connect, parsed once.
-struct Target {
-    url: String,
-    host: String,
-    port: u16,
-    secure: bool,
-}
-
-impl Target {
-    fn parse(server: &str) -> Result<Target, WaiterError> {
-        let bad = |why: &str| WaiterError::BadServerUrl {
-            url: server.to_string(),
-            why: why.to_string(),
-        };
-        let uri: Uri = server
-            .parse()
-            .map_err(|_| bad("not a URL; write ws://HOST:PORT or wss://HOST:PORT"))?;
-        let secure = match uri.scheme_str() {
-            Some("ws") => false,
-            Some("wss") => true,
-            Some("http" | "https") => {
-                return Err(bad("use ws:// (or wss://) instead of http(s)://"));
-            }
-            _ => return Err(bad("write ws://HOST:PORT or wss://HOST:PORT")),
-        };
-        let host = uri
-            .host()
-            .ok_or_else(|| bad("no host; write ws://HOST:PORT"))?;
-        let port = uri.port_u16().unwrap_or(if secure { 443 } else { 80 });
-        let path = match uri.path_and_query().map(|p| p.as_str()) {
-            None | Some("" | "/") => DEVICE_WS_PATH,
-            Some(path) => path,
-        };
-        let authority = uri.authority().map_or(host, |a| a.as_str());
-        Ok(Target {
-            url: format!("{}://{authority}{path}", if secure { "wss" } else { "ws" }),
-            // `[::1]` in a URL, `::1` for the socket.
-            host: host
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .to_string(),
-            port,
-            secure,
-        })
-    }
-}
-
-/// Any byte stream the WebSocket can run over (plain TCP or TLS).
-trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
-impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
-
-type Socket = tokio_tungstenite::WebSocketStream<Box<dyn Io>>;
-
-async fn connect(
-    target: &Target,
-    tls: Option<Arc<rustls::ClientConfig>>,
-) -> Result<Socket, String> {
-    let tcp = TcpStream::connect((target.host.as_str(), target.port))
-        .await
-        .map_err(|e| format!("cannot connect to {}:{}: {e}", target.host, target.port))?;
-    let _ = tcp.set_nodelay(true);
-    let stream: Box<dyn Io> = match tls {
-        None => Box::new(tcp),
-        Some(config) => {
-            let name = rustls::pki_types::ServerName::try_from(target.host.clone())
-                .map_err(|e| format!("`{}` is not a TLS server name: {e}", target.host))?;
-            let tls = tokio_rustls::TlsConnector::from(config)
-                .connect(name, tcp)
-                .await
-                .map_err(|e| format!("TLS with {} failed: {e}", target.host))?;
-            Box::new(tls)
-        }
-    };
-    let config = WebSocketConfig::default()
-        .max_message_size(Some(MAX_FRAME_BYTES))
-        .max_frame_size(Some(MAX_FRAME_BYTES));
-    let (socket, _response) =
-        tokio_tungstenite::client_async_with_config(target.url.as_str(), stream, Some(config))
-            .await
-            .map_err(|e| format!("WebSocket handshake with {} failed: {e}", target.url))?;
-    Ok(socket)
 }
 
 fn text(frame: &DeviceFrame) -> Message {
@@ -500,36 +413,6 @@ fn fit_in_frame(frame: DeviceFrame) -> Message {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-
-    #[test]
-    fn server_urls() {
-        let t = Target::parse("ws://127.0.0.1:8080").unwrap();
-        assert_eq!(
-            (t.url.as_str(), t.host.as_str(), t.port, t.secure),
-            (
-                "ws://127.0.0.1:8080/api/v1/device/ws",
-                "127.0.0.1",
-                8080,
-                false
-            )
-        );
-        let t = Target::parse("wss://nas.home/").unwrap();
-        assert_eq!(
-            (t.url.as_str(), t.port, t.secure),
-            ("wss://nas.home/api/v1/device/ws", 443, true)
-        );
-        let t = Target::parse("ws://[::1]:9/proxy/device").unwrap();
-        assert_eq!(
-            (t.url.as_str(), t.host.as_str()),
-            ("ws://[::1]:9/proxy/device", "::1")
-        );
-        for bad in ["http://x:1", "x:1", "", "ws://"] {
-            assert!(
-                matches!(Target::parse(bad), Err(WaiterError::BadServerUrl { .. })),
-                "{bad}"
-            );
-        }
-    }
 
     #[test]
     fn backoff_doubles_to_the_cap_with_jitter() {

@@ -35,6 +35,7 @@
 mod client;
 mod config;
 mod identity;
+mod link;
 mod policy;
 mod tls;
 
