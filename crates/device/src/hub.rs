@@ -256,7 +256,7 @@ impl DeviceHub {
         let timeout = timeout.min(self.inner.options.max_timeout);
         let req_id = self.inner.next_request.fetch_add(1, Ordering::Relaxed);
         let (answer_tx, answer_rx) = oneshot::channel();
-        let outbound = {
+        let (outbound, generation) = {
             let mut devices = self.devices();
             let Some(bound) = devices.get_mut(device_id) else {
                 return Err(DeviceError::NotConnected {
@@ -265,7 +265,18 @@ impl DeviceHub {
                 });
             };
             bound.pending.insert(req_id, answer_tx);
-            bound.outbound.clone()
+            (bound.outbound.clone(), bound.generation)
+        };
+        // Armed until the device answers or goes away: however this call
+        // ends otherwise — its own timeout, a stop, or the executor dropping
+        // this future mid-await — the guard forgets the request and tells
+        // the device to kill the command.
+        let mut waiting = Waiting {
+            hub: self,
+            device_id,
+            generation,
+            req_id,
+            armed: true,
         };
         let frame = ServerFrame::Cmd {
             req_id,
@@ -295,18 +306,8 @@ impl DeviceHub {
                 device_id: device_id.to_owned(),
             }),
         };
-        if result.is_err()
-            && let Some(bound) = self.devices().get_mut(device_id)
-        {
-            bound.pending.remove(&req_id);
-            // Nobody waits any more: the device should not keep running
-            // it. Best effort: a full queue means the link is stuck anyway.
-            if matches!(
-                result,
-                Err(DeviceError::Cancelled { .. } | DeviceError::NoAnswer { .. })
-            ) {
-                let _ = bound.outbound.try_send(ServerFrame::Cancel { req_id });
-            }
+        if matches!(result, Ok(_) | Err(DeviceError::Disconnected { .. })) {
+            waiting.armed = false;
         }
         result
     }
@@ -324,6 +325,36 @@ impl DeviceHub {
                 "device unbound; its pending commands fail"
             );
             // Dropping `bound.pending` drops every answer sender.
+        }
+    }
+}
+
+/// A request waiting for its answer; see [`DeviceHub::run`].
+struct Waiting<'a> {
+    hub: &'a DeviceHub,
+    device_id: &'a str,
+    generation: u64,
+    req_id: u64,
+    armed: bool,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let mut devices = self.hub.devices();
+        // Only the link the command went to: a reconnected device never
+        // heard of this request.
+        if let Some(bound) = devices
+            .get_mut(self.device_id)
+            .filter(|bound| bound.generation == self.generation)
+            && bound.pending.remove(&self.req_id).is_some()
+        {
+            // Best effort: a full queue means the link is stuck anyway.
+            let _ = bound.outbound.try_send(ServerFrame::Cancel {
+                req_id: self.req_id,
+            });
         }
     }
 }
@@ -530,6 +561,34 @@ mod tests {
         // A link object from an older generation must not unbind the new one.
         hub.detach("nas", 0);
         assert_eq!(hub.list().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_aborted_call_still_tells_the_device() {
+        // The executor stops a batch by aborting the handler's task: the
+        // future is dropped mid-await, without reaching its own cleanup.
+        let hub = DeviceHub::new(HubOptions::default());
+        let (_link, mut outbound) = hub.attach(&hello("nas")).unwrap();
+        let call = {
+            let hub = hub.clone();
+            tokio::spawn(async move {
+                hub.run(
+                    "nas",
+                    "sleep 60",
+                    Duration::from_secs(90),
+                    &CancellationToken::new(),
+                )
+                .await
+            })
+        };
+        let Some(ServerFrame::Cmd { req_id, .. }) = outbound.recv().await else {
+            panic!("expected the cmd frame first");
+        };
+        call.abort();
+        assert!(call.await.unwrap_err().is_cancelled());
+        let next = tokio::time::timeout(Duration::from_secs(10), outbound.recv()).await;
+        assert_eq!(next, Ok(Some(ServerFrame::Cancel { req_id })));
+        assert_eq!(hub.list()[0].in_flight, 0);
     }
 
     #[tokio::test]

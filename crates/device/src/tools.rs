@@ -32,6 +32,9 @@ pub const DEVICE_CMD_RUN_TOOL: &str = "device_cmd_run";
 /// The argument of `device_cmd_run` naming the device (the gate's device
 /// scope and the executor's order key).
 pub const DEVICE_ID_ARG: &str = "device_id";
+/// The longest command sent to a device, far below the frame limit: a
+/// frame over the limit would close the link and fail every command on it.
+pub const MAX_COMMAND_BYTES: usize = 64 * 1024;
 
 /// Decides whether the caller of a tool (its context carries the agent)
 /// may see device `id`: `device_list` shows only those devices, so an agent
@@ -124,6 +127,17 @@ async fn call(hub: &DeviceHub, ctx: ToolContext) -> Result<Value, ToolError> {
             .with_field("command")
             .with_hint("pass e.g. {\"device_id\": \"nas\", \"command\": \"df -h /\"}")
     })?;
+    if command.len() > MAX_COMMAND_BYTES {
+        return Err(ToolError::new(
+            ErrorReason::InvalidArguments,
+            format!(
+                "`command` is {} bytes; a device command may have at most {MAX_COMMAND_BYTES}",
+                command.len()
+            ),
+        )
+        .with_field("command")
+        .with_hint("send one program with its arguments; put data in a file on the device"));
+    }
     let timeout = match ctx.arguments.get("timeout") {
         None | Some(Value::Null) => hub.options().default_timeout,
         Some(value) => parse_timeout(value)?,

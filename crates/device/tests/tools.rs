@@ -169,6 +169,16 @@ async fn an_unknown_device_is_not_found_naming_the_connected_ones() {
         "device \"nas\" is not connected (connected: pi, tv)"
     );
     assert_eq!(err.field.as_deref(), Some("device_id"));
+    let huge = "x".repeat(64 * 1024 + 1);
+    let err = invoke(
+        &registry,
+        "device_cmd_run",
+        json!({"device_id": "pi", "command": huge}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.reason, ErrorReason::InvalidArguments);
+    assert_eq!(hub.list().iter().map(|d| d.in_flight).sum::<usize>(), 0);
     let missing = invoke(&registry, "device_cmd_run", json!({"command": "ls"}))
         .await
         .unwrap_err();

@@ -22,7 +22,7 @@ use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::response::Response;
 use homeagent_device::protocol::PROTOCOL_VERSION;
 use homeagent_device::{Delivery, DeviceFrame, Hello, MAX_FRAME_BYTES, RefusalCode, ServerFrame};
-use tokio::time::{Instant, interval_at, timeout};
+use tokio::time::{Instant, interval_at, timeout, timeout_at};
 
 use crate::http::same_secret;
 use crate::state::ServerState;
@@ -104,7 +104,8 @@ async fn serve_device(state: ServerState, mut socket: WebSocket) {
                     tracing::warn!(device = %link.device_id(), "device silent too long; closing its link");
                     break;
                 }
-                if socket.send(Message::Ping(Default::default())).await.is_err() {
+                let ping = timeout(DEAD_AFTER, socket.send(Message::Ping(Default::default())));
+                if !matches!(ping.await, Ok(Ok(()))) {
                     break;
                 }
             }
@@ -125,7 +126,10 @@ async fn handshake(state: &ServerState, socket: &mut WebSocket) -> Result<Hello,
         reason,
         retry: false,
     };
-    let hello = match next_frame(socket).await? {
+    // One deadline for the whole handshake: pings cannot keep an
+    // unauthenticated link open.
+    let deadline = Instant::now() + HANDSHAKE_TIMEOUT;
+    let hello = match next_frame(socket, deadline).await? {
         DeviceFrame::Hello(hello) => hello,
         _ => return Err(protocol("the first message must be hello".to_owned())),
     };
@@ -136,7 +140,7 @@ async fn handshake(state: &ServerState, socket: &mut WebSocket) -> Result<Hello,
             hello.version
         )));
     }
-    let token = match next_frame(socket).await? {
+    let token = match next_frame(socket, deadline).await? {
         DeviceFrame::Bind { token } => token,
         _ => return Err(protocol("the second message must be bind".to_owned())),
     };
@@ -162,17 +166,17 @@ async fn handshake(state: &ServerState, socket: &mut WebSocket) -> Result<Hello,
     Ok(hello)
 }
 
-async fn next_frame(socket: &mut WebSocket) -> Result<DeviceFrame, ServerFrame> {
+async fn next_frame(socket: &mut WebSocket, deadline: Instant) -> Result<DeviceFrame, ServerFrame> {
     let refused = |reason: String| ServerFrame::Refused {
         code: RefusalCode::Protocol,
         reason,
         retry: false,
     };
     loop {
-        let message = match timeout(HANDSHAKE_TIMEOUT, socket.recv()).await {
+        let message = match timeout_at(deadline, socket.recv()).await {
             Err(_) => {
                 return Err(refused(format!(
-                    "no handshake message within {} s",
+                    "the handshake did not complete within {} s",
                     HANDSHAKE_TIMEOUT.as_secs()
                 )));
             }
@@ -192,9 +196,14 @@ async fn next_frame(socket: &mut WebSocket) -> Result<DeviceFrame, ServerFrame> 
     }
 }
 
+/// Sends one frame; a link that cannot take it within [`DEAD_AFTER`] (a
+/// half-open connection with a full buffer) counts as broken, so the loop
+/// never stalls on it.
 async fn send(socket: &mut WebSocket, frame: &ServerFrame) -> Result<(), axum::Error> {
     let text = serde_json::to_string(frame).map_err(axum::Error::new)?;
-    socket.send(Message::text(text)).await
+    timeout(DEAD_AFTER, socket.send(Message::text(text)))
+        .await
+        .map_err(axum::Error::new)?
 }
 
 fn refusal_reason(frame: &ServerFrame) -> &str {

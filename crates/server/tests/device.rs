@@ -372,3 +372,26 @@ async fn wrong_tokens_duplicate_ids_and_disabled_devices_are_refused_with_reason
     let (_c, off) = bind(&open_server.url, "nas", "").await;
     assert_eq!(off.unwrap()["code"], "disabled");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pings_cannot_hold_an_unauthenticated_link_open() {
+    let server = start(setup()).await;
+    let mut ws = open(&server.url).await;
+    let started = Instant::now();
+    let answer = loop {
+        // A ping every second, never a hello: the handshake's one deadline
+        // still runs out.
+        let _ = ws.send(Message::Ping(Default::default())).await;
+        match tokio::time::timeout(Duration::from_secs(1), ws.next()).await {
+            Ok(Some(Ok(Message::Text(text)))) => break json(text.as_str()),
+            Ok(Some(Ok(_))) | Err(_) => {}
+            Ok(None | Some(Err(_))) => panic!("closed without a refusal"),
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "still open after 60 s"
+        );
+    };
+    assert_eq!(answer["code"], "protocol");
+    assert!(started.elapsed() >= homeagent_server::HANDSHAKE_TIMEOUT);
+}

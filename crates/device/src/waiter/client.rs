@@ -197,6 +197,17 @@ fn random_unit() -> f64 {
     (hasher.finish() >> 11) as f64 / (1u64 << 53) as f64
 }
 
+/// Sends one message; a link that cannot take it within `limit` (a
+/// half-open connection with full buffers) is reported broken, so the
+/// loop never stalls on it and the waiter reconnects.
+async fn send_within(sink: &mut Sink, message: Message, limit: Duration) -> Result<(), String> {
+    match tokio::time::timeout(limit, sink.send(message)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err(format!("the link took no data for {} s", limit.as_secs())),
+    }
+}
+
 fn text(frame: &DeviceFrame) -> Message {
     // Serializing our own enum cannot fail; an empty text would be refused
     // by the server as malformed, which is the honest outcome if it ever did.
@@ -221,7 +232,7 @@ async fn session(
         token: options.token.expose().to_string(),
     };
     for frame in [&hello, &bind] {
-        if let Err(e) = sink.send(text(frame)).await {
+        if let Err(e) = send_within(&mut sink, text(frame), options.connect_timeout).await {
             return lost(format!("sending {} failed: {e}", frame_name(frame)), false);
         }
     }
@@ -346,7 +357,7 @@ async fn serve(
                         tracing::warn!(error = %e, ?req_id, "unreadable frame from the server");
                         if let Some(req_id) = req_id {
                             let frame = failed(req_id, CmdStatus::Error, format!("malformed cmd frame: {e}"));
-                            if let Err(e) = sink.send(text(&frame)).await {
+                            if let Err(e) = send_within(sink, text(&frame), options.dead_after).await {
                                 return lost(format!("sending a result failed: {e}"), true);
                             }
                         }
@@ -367,7 +378,7 @@ async fn serve(
                         failed(req_id, CmdStatus::Error, format!("the command's task failed: {error}"))
                     }
                 };
-                if let Err(e) = sink.send(fit_in_frame(frame)).await {
+                if let Err(e) = send_within(sink, fit_in_frame(frame), options.dead_after).await {
                     return lost(format!("sending a result failed: {e}"), true);
                 }
             }
@@ -378,7 +389,7 @@ async fn serve(
                         true,
                     );
                 }
-                if let Err(e) = sink.send(Message::Ping(tungstenite::Bytes::new())).await {
+                if let Err(e) = send_within(sink, Message::Ping(tungstenite::Bytes::new()), options.dead_after).await {
                     return lost(format!("sending a ping failed: {e}"), true);
                 }
             }
