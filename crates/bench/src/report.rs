@@ -310,22 +310,26 @@ pub fn status_of(problems: &[String]) -> Status {
     }
 }
 
+/// One input's outcome with two requests and one report, for the unit
+/// tests of the modules that aggregate outcomes into rows.
+#[cfg(test)]
+pub(crate) fn test_outcome(reply_s: f64, mock_s: f64, executed: Option<u64>) -> InputOutcome {
+    InputOutcome {
+        reply_s,
+        mock_s,
+        executed,
+        requests: 2,
+        reports: 1,
+        reply_problem: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
+    use super::test_outcome as outcome;
     use super::*;
-
-    fn outcome(reply_s: f64, mock_s: f64, executed: Option<u64>) -> InputOutcome {
-        InputOutcome {
-            reply_s,
-            mock_s,
-            executed,
-            requests: 2,
-            reports: 1,
-            reply_problem: None,
-        }
-    }
 
     #[test]
     fn a_correct_row_has_medians_and_the_ideal() {

@@ -172,17 +172,7 @@ pub fn overhead_rows(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn outcome(reply_s: f64, mock_s: f64, executed: Option<u64>) -> InputOutcome {
-        InputOutcome {
-            reply_s,
-            mock_s,
-            executed,
-            requests: 2,
-            reports: 1,
-            reply_problem: None,
-        }
-    }
+    use crate::report::test_outcome as outcome;
 
     fn homeagent_batch(n: usize, parallel_s: f64) -> BatchRow {
         let o = outcome(parallel_s, 0.1, Some(n as u64));
