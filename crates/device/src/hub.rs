@@ -465,6 +465,26 @@ mod tests {
         }
     }
 
+    /// `hub.run` on its own task, as the executor runs a handler.
+    fn spawn_run(
+        hub: &DeviceHub,
+        device: &'static str,
+        command: &'static str,
+        timeout: Duration,
+        cancel: &CancellationToken,
+    ) -> tokio::task::JoinHandle<Result<CmdAnswer, DeviceError>> {
+        let (hub, cancel) = (hub.clone(), cancel.clone());
+        tokio::spawn(async move { hub.run(device, command, timeout, &cancel).await })
+    }
+
+    /// The request id of the next frame, which must be a cmd.
+    async fn next_cmd(outbound: &mut mpsc::Receiver<ServerFrame>) -> u64 {
+        match outbound.recv().await {
+            Some(ServerFrame::Cmd { req_id, .. }) => req_id,
+            other => panic!("expected a cmd frame, got {other:?}"),
+        }
+    }
+
     #[tokio::test]
     async fn a_command_travels_to_its_device_and_its_answer_back() {
         let hub = DeviceHub::new(HubOptions::default());
@@ -502,23 +522,15 @@ mod tests {
     async fn dropping_the_link_fails_pending_commands_and_unbinds() {
         let hub = DeviceHub::new(HubOptions::default());
         let (link, mut outbound) = hub.attach(&hello("pi")).unwrap();
-        let call = {
-            let hub = hub.clone();
-            tokio::spawn(async move {
-                hub.run(
-                    "pi",
-                    "sleep 100",
-                    Duration::from_secs(200),
-                    &CancellationToken::new(),
-                )
-                .await
-            })
-        };
+        let call = spawn_run(
+            &hub,
+            "pi",
+            "sleep 100",
+            Duration::from_secs(200),
+            &CancellationToken::new(),
+        );
         // The command reached the device…
-        assert!(matches!(
-            outbound.recv().await,
-            Some(ServerFrame::Cmd { .. })
-        ));
+        next_cmd(&mut outbound).await;
         assert_eq!(hub.list()[0].in_flight, 1);
         // …and then the link dropped.
         drop(link);
@@ -569,21 +581,14 @@ mod tests {
         // future is dropped mid-await, without reaching its own cleanup.
         let hub = DeviceHub::new(HubOptions::default());
         let (_link, mut outbound) = hub.attach(&hello("nas")).unwrap();
-        let call = {
-            let hub = hub.clone();
-            tokio::spawn(async move {
-                hub.run(
-                    "nas",
-                    "sleep 60",
-                    Duration::from_secs(90),
-                    &CancellationToken::new(),
-                )
-                .await
-            })
-        };
-        let Some(ServerFrame::Cmd { req_id, .. }) = outbound.recv().await else {
-            panic!("expected the cmd frame first");
-        };
+        let call = spawn_run(
+            &hub,
+            "nas",
+            "sleep 60",
+            Duration::from_secs(90),
+            &CancellationToken::new(),
+        );
+        let req_id = next_cmd(&mut outbound).await;
         call.abort();
         assert!(call.await.unwrap_err().is_cancelled());
         let next = tokio::time::timeout(Duration::from_secs(10), outbound.recv()).await;
@@ -629,15 +634,8 @@ mod tests {
         let hub = DeviceHub::new(HubOptions::default());
         let (_link, mut outbound) = hub.attach(&hello("nas")).unwrap();
         let cancel = CancellationToken::new();
-        let call = {
-            let (hub, cancel) = (hub.clone(), cancel.clone());
-            tokio::spawn(
-                async move { hub.run("nas", "ls", Duration::from_secs(60), &cancel).await },
-            )
-        };
-        let Some(ServerFrame::Cmd { req_id, .. }) = outbound.recv().await else {
-            panic!("expected the cmd frame first");
-        };
+        let call = spawn_run(&hub, "nas", "ls", Duration::from_secs(60), &cancel);
+        let req_id = next_cmd(&mut outbound).await;
         cancel.cancel();
         assert_eq!(
             call.await.unwrap().unwrap_err(),
