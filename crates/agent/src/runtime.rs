@@ -41,7 +41,7 @@ use serde_json::{Map, Value};
 
 use crate::context::{approx_tokens, elision_note, fit_history};
 use crate::frames::{Frame, UsageFrame};
-use crate::store::{EventRow, Store};
+use crate::store::{EventRow, Store, StoreError};
 
 /// The loop's knobs (from `[agent]` and `[tools]`).
 #[derive(Debug, Clone)]
@@ -186,7 +186,6 @@ impl Runtime {
         control: &TurnControl,
         sink: &FrameSink,
     ) -> Result<Frame, Frame> {
-        let store_error = |e: crate::store::StoreError| Frame::error("store", e.to_string());
         if self.tools.gate().agent(&input.agent).is_none() {
             return Err(Frame::error(
                 "agent",
@@ -196,23 +195,34 @@ impl Runtime {
                 ),
             ));
         }
-        self.store
-            .ensure_session(&input.session, &input.agent)
-            .map_err(store_error)?;
-        let mut history = self
-            .store
-            .load_session(&input.session)
-            .map_err(store_error)?;
+        let session = input.session.clone();
+        let agent = input.agent.clone();
         let user = Message::user(input.text.clone());
-        self.store
-            .append_messages(&input.session, std::slice::from_ref(&user))
-            .map_err(store_error)?;
+        let (mut history, user) = self
+            .with_store(move |store| {
+                store.ensure_session(&session, &agent)?;
+                let history = store.load_session(&session)?;
+                store.append_messages(&session, std::slice::from_ref(&user))?;
+                Ok((history, user))
+            })
+            .await?;
         history.push(user);
 
         let recorded = EventBuffer::default();
         let executor = self.executor(Some(self.event_sink(&recorded, sink)));
-        let tools = self.tool_specs(&input.agent);
         let base_prompt = self.system_prompt(&executor);
+        // Built once per input: the tool list (the largest part of every
+        // request) is neither cloned nor measured again for each turn.
+        let tools = self.tool_specs(&input.agent);
+        let tool_tokens = tool_tokens(&tools);
+        let mut request = ChatRequest {
+            model: String::new(),
+            messages: Vec::new(),
+            tools,
+            max_tokens: self.settings.max_tokens,
+            temperature: None,
+            stream: true,
+        };
         let mut usage = UsageFrame::default();
         let mut requests = 0u32;
         let mut batches = 0u32;
@@ -244,16 +254,18 @@ impl Runtime {
                     usage,
                 });
             }
-            let request = self.request(&base_prompt, &history, &tools)?;
+            request.messages = self.messages(&base_prompt, &history, tool_tokens)?;
             requests += 1;
             let turn = self
                 .stream_turn(&request, control, sink, &mut usage)
                 .await?;
             if turn.calls.is_empty() {
                 let message = Message::Assistant(turn.message());
-                self.store
-                    .append_messages(&input.session, std::slice::from_ref(&message))
-                    .map_err(store_error)?;
+                let session = input.session.clone();
+                self.with_store(move |store| {
+                    store.append_messages(&session, std::slice::from_ref(&message))
+                })
+                .await?;
                 return Ok(Frame::Response {
                     content: turn.text,
                     turns: requests,
@@ -275,9 +287,13 @@ impl Runtime {
             // them `cancelled` on the next load) instead of forgetting
             // tools that may have had effects.
             let assistant = Message::Assistant(turn.message());
-            self.store
-                .append_messages(&input.session, std::slice::from_ref(&assistant))
-                .map_err(store_error)?;
+            let session = input.session.clone();
+            let assistant = self
+                .with_store(move |store| {
+                    store.append_messages(&session, std::slice::from_ref(&assistant))?;
+                    Ok(assistant)
+                })
+                .await?;
             history.push(assistant);
             let result = executor.run(&turn, &batch).await;
             let results: Vec<Message> = result
@@ -286,8 +302,14 @@ impl Runtime {
                 .map(Message::Tool)
                 .collect();
             // Committed even when stopped: every call has its outcome.
-            self.commit_results(&input.session, &results, recorded.take())
-                .map_err(store_error)?;
+            let session = input.session.clone();
+            let events = recorded.take();
+            let results = self
+                .with_store(move |store| {
+                    commit_results(store, &session, &results, events)?;
+                    Ok(results)
+                })
+                .await?;
             history.extend(results);
         }
     }
@@ -304,18 +326,16 @@ impl Runtime {
         prompt
     }
 
-    fn request(
+    /// The messages of the next request: the system prompt and as much of
+    /// the history as fits beside the tools' `tool_tokens`.
+    fn messages(
         &self,
         base_prompt: &str,
         history: &[Message],
-        tools: &[ToolSpec],
-    ) -> Result<ChatRequest, Frame> {
+        tool_tokens: usize,
+    ) -> Result<Vec<Message>, Frame> {
         let system = Message::system(base_prompt.to_owned());
-        let tool_cost: usize = tools
-            .iter()
-            .map(|t| (t.name.len() + t.description.len() + t.parameters.to_string().len()) / 4)
-            .sum();
-        let reserved = approx_tokens(&system) + tool_cost + 64;
+        let reserved = approx_tokens(&system) + tool_tokens + 64;
         let fitted = fit_history(history, self.settings.context_tokens, reserved);
         let system = if fitted.elided > 0 {
             Message::system(format!("{base_prompt}\n\n{}", elision_note(fitted.elided)))
@@ -332,14 +352,7 @@ impl Runtime {
                 format!("the history breaks the call/result pairing: {e}"),
             )
         })?;
-        Ok(ChatRequest {
-            model: String::new(),
-            messages,
-            tools: tools.to_vec(),
-            max_tokens: self.settings.max_tokens,
-            temperature: None,
-            stream: true,
-        })
+        Ok(messages)
     }
 
     /// One model request, streamed: text is forwarded as it comes.
@@ -434,30 +447,55 @@ impl Runtime {
         })
     }
 
-    /// Commits a batch's results together with its tool events: one
-    /// transaction, one fsync. The events are diagnostics, so if they cannot
-    /// be stored the results are committed without them rather than lost.
-    fn commit_results(
+    /// Runs store calls on tokio's blocking pool. A commit waits for the
+    /// disk (an fsync); on an async worker that wait would stall every
+    /// other session scheduled there (two workers on a 2-core machine),
+    /// while on the blocking pool the waiting writers queue up and share
+    /// one commit (the store's group commit).
+    async fn with_store<T: Send + 'static>(
         &self,
-        session: &str,
-        results: &[Message],
-        events: Vec<EventRow>,
-    ) -> Result<(), crate::store::StoreError> {
-        match self
-            .store
-            .append_messages_with_events(session, results, &events)
-        {
-            Ok(_) => Ok(()),
-            Err(error) if events.is_empty() => Err(error),
-            Err(error) => {
-                tracing::warn!(
-                    %session,
-                    %error,
-                    events = events.len(),
-                    "could not record a batch's tool events; committing its results without them"
-                );
-                self.store.append_messages(session, results).map(|_| ())
-            }
+        calls: impl FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, Frame> {
+        let store = Arc::clone(&self.store);
+        match tokio::task::spawn_blocking(move || calls(&store)).await {
+            Ok(result) => result.map_err(|e| Frame::error("store", e.to_string())),
+            Err(join) => Err(Frame::error(
+                "store",
+                format!("a store call failed unexpectedly: {join}"),
+            )),
+        }
+    }
+}
+
+/// The tokens the tool definitions take in a request, roughly (4 bytes a
+/// token, as `approx_tokens` counts).
+fn tool_tokens(tools: &[ToolSpec]) -> usize {
+    tools
+        .iter()
+        .map(|t| (t.name.len() + t.description.len() + t.parameters.to_string().len()) / 4)
+        .sum()
+}
+
+/// Commits a batch's results together with its tool events: one
+/// transaction, one fsync. The events are diagnostics, so if they cannot
+/// be stored the results are committed without them rather than lost.
+fn commit_results(
+    store: &Store,
+    session: &str,
+    results: &[Message],
+    events: Vec<EventRow>,
+) -> Result<(), StoreError> {
+    match store.append_messages_with_events(session, results, &events) {
+        Ok(_) => Ok(()),
+        Err(error) if events.is_empty() => Err(error),
+        Err(error) => {
+            tracing::warn!(
+                %session,
+                %error,
+                events = events.len(),
+                "could not record a batch's tool events; committing its results without them"
+            );
+            store.append_messages(session, results).map(|_| ())
         }
     }
 }

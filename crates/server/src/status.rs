@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::state::ServerState;
 
-/// Scheduler counters, every model source's health, tool counts, the event
+/// Scheduler and store counters, every model source's health, tool counts, the event
 /// stream and uptime.
 pub async fn status(State(state): State<ServerState>) -> Response {
     let sources: Vec<Value> = state
@@ -41,9 +41,15 @@ pub async fn status(State(state): State<ServerState>) -> Response {
         *entry = json!(entry.as_u64().unwrap_or(0) + 1);
     }
     let events = state.events();
+    let store_writes = state.runtime().store().write_stats();
     json_ok(&json!({
         "uptime_ms": u64::try_from(state.uptime().as_millis()).unwrap_or(u64::MAX),
         "scheduler": state.scheduler().counters(),
+        // Average group size = writes / commits (see the store's group commit).
+        "store": {
+            "commits": store_writes.commits,
+            "writes": store_writes.writes,
+        },
         "sources": sources,
         "tools": {"total": definitions.len(), "by_source": by_source},
         "events": {

@@ -305,6 +305,7 @@ async fn models_lists_homeagent_and_tools_and_status_describe_the_agent() {
     assert_eq!(status["sources"][0]["protocol"], "demo");
     assert_eq!(status["sources"][0]["healthy"], true);
     assert_eq!(status["scheduler"]["executed"], 0);
+    assert_eq!(status["store"], json!({"commits": 0, "writes": 0}));
     assert!(status["uptime_ms"].is_u64());
     assert_eq!(status["events"]["ring_capacity"], 4096);
 }

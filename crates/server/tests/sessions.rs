@@ -202,6 +202,16 @@ async fn twenty_four_clients_times_twelve_requests_are_all_answered_once() {
     assert_eq!(status["scheduler"]["executed"], CLIENTS * REQUESTS);
     assert_eq!(status["scheduler"]["enqueued"], CLIENTS * REQUESTS);
     assert_eq!(status["scheduler"]["rejected"], 0);
+    // Six writes per input, however they were grouped into commits: the
+    // endpoint creates the session, the runtime makes sure of it (a write
+    // transaction that finds it there), then the user message, the call,
+    // its result and the reply.
+    assert_eq!(status["store"]["writes"], 6 * CLIENTS * REQUESTS);
+    let commits = status["store"]["commits"].as_u64().unwrap();
+    assert!(
+        (1..=6 * CLIENTS as u64 * REQUESTS as u64).contains(&commits),
+        "{commits}"
+    );
     // Each input ran its one tool exactly once: one user message per session.
     let listed = body_json(server.get("/api/v1/sessions").send().await.unwrap()).await;
     let listed = listed["sessions"].as_array().unwrap();

@@ -74,6 +74,12 @@ pub enum StoreError {
         session: String,
         source: PairingError,
     },
+    /// A queued write was never applied: the call that was committing its
+    /// group panicked. Nothing of it is stored; retrying is safe.
+    #[error(
+        "the write was not applied (the store call committing it failed unexpectedly); retry it"
+    )]
+    WriteNotApplied,
     /// Any other SQLite failure (disk full, I/O error, lock held longer than
     /// the busy timeout).
     #[error("store error: {0}")]

@@ -259,8 +259,8 @@ pub(super) fn insert_events(
     session: &str,
     events: &[EventRow],
 ) -> Result<(), StoreError> {
-    // One statement for the whole batch: parsed once, not once per row.
-    let mut stmt = conn.prepare(
+    // Parsed once per connection (the statement cache), not per batch or row.
+    let mut stmt = conn.prepare_cached(
         "INSERT INTO tool_events
             (session_id, batch_id, call_id, tool, phase, status, success, duration_ms, body, at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",

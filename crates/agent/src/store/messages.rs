@@ -3,9 +3,10 @@
 use std::ops::RangeInclusive;
 
 use homeagent_core::Message;
-use rusqlite::{Connection, TransactionBehavior};
+use rusqlite::Connection;
 
-use super::events::{EventRow, insert_events};
+use super::events::EventRow;
+use super::group::{WriteDone, WriteOp};
 use super::{Store, StoreError, now_ms, require_session, validate_session_id};
 
 impl Store {
@@ -20,24 +21,13 @@ impl Store {
         session: &str,
         messages: &[Message],
     ) -> Result<RangeInclusive<i64>, StoreError> {
-        validate_session_id(session)?;
-        let mut conn = self.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        require_session(&tx, session)?;
-        let first = max_seq(&tx, session)? + 1;
-        insert_messages(&tx, session, first, messages)?;
-        tx.execute(
-            "UPDATE sessions SET updated_at = ?2 WHERE id = ?1",
-            rusqlite::params![session, now_ms()],
-        )?;
-        tx.commit()?;
-        // `first..=first - 1` is empty, so "nothing appended" needs no special type.
-        Ok(first..=first + messages.len() as i64 - 1)
+        self.append_messages_with_events(session, messages, &[])
     }
 
     /// Appends `messages` and `events` to the session in one transaction:
-    /// everything is stored or nothing, with one commit (one fsync) for
-    /// all of it. The agent writes a batch's results and the tool events
+    /// everything is stored or nothing, and it is on disk when this returns
+    /// (it may share its commit, and its fsync, with other writers: see
+    /// `group.rs`). The agent writes a batch's results and the tool events
     /// recorded while it ran this way, instead of a commit per event.
     /// Returns the `seq` range of the messages, as
     /// [`Store::append_messages`] does.
@@ -48,18 +38,16 @@ impl Store {
         events: &[EventRow],
     ) -> Result<RangeInclusive<i64>, StoreError> {
         validate_session_id(session)?;
-        let mut conn = self.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        require_session(&tx, session)?;
-        let first = max_seq(&tx, session)? + 1;
-        insert_messages(&tx, session, first, messages)?;
-        insert_events(&tx, session, events)?;
-        tx.execute(
-            "UPDATE sessions SET updated_at = ?2 WHERE id = ?1",
-            rusqlite::params![session, now_ms()],
-        )?;
-        tx.commit()?;
-        Ok(first..=first + messages.len() as i64 - 1)
+        let rows = encode_messages(session, messages)?;
+        let op = WriteOp::Append {
+            session: session.to_owned(),
+            rows,
+            events: events.to_vec(),
+        };
+        match self.submit(op)? {
+            WriteDone::Appended(range) => Ok(range),
+            WriteDone::Session(_) => Err(StoreError::WriteNotApplied),
+        }
     }
 
     /// The session's messages in order, exactly as stored (no repair; see
@@ -77,11 +65,39 @@ impl Store {
 
 /// The highest `seq` of the session, 0 when it has no messages.
 pub(super) fn max_seq(conn: &Connection, session: &str) -> Result<i64, StoreError> {
-    Ok(conn.query_row(
-        "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?1",
-        [session],
-        |row| row.get(0),
-    )?)
+    Ok(conn
+        .prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?1")?
+        .query_row([session], |row| row.get(0))?)
+}
+
+/// A message ready to insert: its role and its JSON body, rendered before
+/// the write waits for the connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct MessageRow {
+    role: &'static str,
+    body: String,
+}
+
+/// Renders `messages` as rows.
+pub(super) fn encode_messages(
+    session: &str,
+    messages: &[Message],
+) -> Result<Vec<MessageRow>, StoreError> {
+    (0..)
+        .zip(messages)
+        .map(|(index, message)| {
+            let body = serde_json::to_string(message).map_err(|source| StoreError::Corrupt {
+                session: session.to_owned(),
+                what: "message",
+                row: index,
+                source,
+            })?;
+            Ok(MessageRow {
+                role: message.role(),
+                body,
+            })
+        })
+        .collect()
 }
 
 /// Inserts `messages` at `first`, `first + 1`, …; the caller holds the
@@ -92,19 +108,24 @@ pub(super) fn insert_messages(
     first: i64,
     messages: &[Message],
 ) -> Result<(), StoreError> {
-    let mut stmt = conn.prepare(
+    insert_rows(conn, session, first, &encode_messages(session, messages)?)
+}
+
+/// Inserts `rows` at `first`, `first + 1`, …; the caller holds the
+/// transaction.
+pub(super) fn insert_rows(
+    conn: &Connection,
+    session: &str,
+    first: i64,
+    rows: &[MessageRow],
+) -> Result<(), StoreError> {
+    let mut stmt = conn.prepare_cached(
         "INSERT INTO messages (session_id, seq, role, body, created_at)
          VALUES (?1, ?2, ?3, ?4, ?5)",
     )?;
     let now = now_ms();
-    for (seq, message) in (first..).zip(messages) {
-        let body = serde_json::to_string(message).map_err(|source| StoreError::Corrupt {
-            session: session.to_owned(),
-            what: "message",
-            row: seq,
-            source,
-        })?;
-        stmt.execute(rusqlite::params![session, seq, message.role(), body, now])?;
+    for (seq, row) in (first..).zip(rows) {
+        stmt.execute(rusqlite::params![session, seq, row.role, row.body, now])?;
     }
     Ok(())
 }
@@ -115,7 +136,7 @@ pub(super) fn read_history(
     session: &str,
 ) -> Result<Vec<(i64, Message)>, StoreError> {
     let mut stmt =
-        conn.prepare("SELECT seq, body FROM messages WHERE session_id = ?1 ORDER BY seq")?;
+        conn.prepare_cached("SELECT seq, body FROM messages WHERE session_id = ?1 ORDER BY seq")?;
     let rows = stmt.query_map([session], |row| {
         Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
     })?;

@@ -128,18 +128,20 @@ impl Store {
     pub fn load_session(&self, session: &str) -> Result<Vec<Message>, StoreError> {
         validate_session_id(session)?;
         let mut conn = self.lock();
-        // IMMEDIATE: no other writer may append between the check and the repair.
+        // The common case, a paired history, needs no write lock: a plain
+        // read. Only a history with gaps takes the write path below.
+        require_session(&conn, session)?;
+        let history = read_history(&conn, session)?;
+        if find_gaps(&history).is_empty() {
+            return paired(session, history);
+        }
+        // IMMEDIATE: no other writer may append between the check and the
+        // repair; the history is read again under the lock for that reason.
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        require_session(&tx, session)?;
         let history = read_history(&tx, session)?;
         let gaps = find_gaps(&history);
         if gaps.is_empty() {
-            let messages: Vec<Message> = history.into_iter().map(|(_, m)| m).collect();
-            check_pairing(&messages).map_err(|source| StoreError::Unrepairable {
-                session: session.to_owned(),
-                source,
-            })?;
-            return Ok(messages);
+            return paired(session, history);
         }
         // From the last gap backwards, so earlier positions stay valid.
         for gap in gaps.iter().rev() {
@@ -164,6 +166,16 @@ impl Store {
         );
         Ok(repaired)
     }
+}
+
+/// The messages of a history without gaps, checked for pairing.
+fn paired(session: &str, history: Vec<(i64, Message)>) -> Result<Vec<Message>, StoreError> {
+    let messages: Vec<Message> = history.into_iter().map(|(_, m)| m).collect();
+    check_pairing(&messages).map_err(|source| StoreError::Unrepairable {
+        session: session.to_owned(),
+        source,
+    })?;
+    Ok(messages)
 }
 
 #[cfg(test)]

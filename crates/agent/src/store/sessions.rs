@@ -1,8 +1,9 @@
 //! Sessions: one conversation each, owned by one agent.
 
-use rusqlite::{OptionalExtension, Row, TransactionBehavior};
+use rusqlite::{Connection, OptionalExtension, Row};
 use serde::Serialize;
 
+use super::group::{WriteDone, WriteOp};
 use super::{Store, StoreError, now_ms, validate_session_id};
 
 /// A session as listed: who owns it, when it was used, how long it is.
@@ -22,6 +23,10 @@ const SELECT_INFO: &str = "SELECT s.id, s.agent, s.title, s.created_at, s.update
         (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id)
     FROM sessions s";
 
+const SELECT_ONE: &str = "SELECT s.id, s.agent, s.title, s.created_at, s.updated_at,
+        (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id)
+    FROM sessions s WHERE s.id = ?1";
+
 fn info_from_row(row: &Row<'_>) -> rusqlite::Result<SessionInfo> {
     Ok(SessionInfo {
         id: row.get(0)?,
@@ -31,6 +36,33 @@ fn info_from_row(row: &Row<'_>) -> rusqlite::Result<SessionInfo> {
         updated_at_ms: row.get(4)?,
         message_count: u64::try_from(row.get::<_, i64>(5)?).unwrap_or(0),
     })
+}
+
+/// Creates the session for `agent` unless it exists, and returns it; a
+/// session of another agent is refused. The caller holds the (IMMEDIATE)
+/// transaction, so another process creating the same id at the same moment
+/// cannot slip between the insert-or-keep and the read.
+pub(super) fn create_or_get(
+    conn: &Connection,
+    id: &str,
+    agent: &str,
+) -> Result<SessionInfo, StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO sessions (id, agent, created_at, updated_at) VALUES (?1, ?2, ?3, ?3)
+         ON CONFLICT (id) DO NOTHING",
+    )?
+    .execute(rusqlite::params![id, agent, now_ms()])?;
+    let info = conn
+        .prepare_cached(SELECT_ONE)?
+        .query_row([id], info_from_row)?;
+    if info.agent != agent {
+        return Err(StoreError::AgentMismatch {
+            id: id.to_owned(),
+            existing: info.agent,
+            requested: agent.to_owned(),
+        });
+    }
+    Ok(info)
 }
 
 impl Store {
@@ -44,30 +76,14 @@ impl Store {
                 name: agent.chars().take(136).collect(),
             });
         }
-        let mut conn = self.lock();
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let now = now_ms();
-        // Another process may create the same id at the same moment; the
-        // write lock taken by IMMEDIATE makes this insert-or-keep atomic.
-        tx.execute(
-            "INSERT INTO sessions (id, agent, created_at, updated_at) VALUES (?1, ?2, ?3, ?3)
-             ON CONFLICT (id) DO NOTHING",
-            rusqlite::params![id, agent, now],
-        )?;
-        let info = tx.query_row(
-            &format!("{SELECT_INFO} WHERE s.id = ?1"),
-            [id],
-            info_from_row,
-        )?;
-        tx.commit()?;
-        if info.agent != agent {
-            return Err(StoreError::AgentMismatch {
-                id: id.to_owned(),
-                existing: info.agent,
-                requested: agent.to_owned(),
-            });
+        let op = WriteOp::EnsureSession {
+            id: id.to_owned(),
+            agent: agent.to_owned(),
+        };
+        match self.submit(op)? {
+            WriteDone::Session(info) => Ok(info),
+            WriteDone::Appended(_) => Err(StoreError::WriteNotApplied),
         }
-        Ok(info)
     }
 
     /// The session, or `None` when it does not exist.

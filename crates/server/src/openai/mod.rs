@@ -77,9 +77,10 @@ async fn completions_inner(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let body: Value = json_body(body)?;
-    let request = request::parse(body)?;
+    let mut request = request::parse(body)?;
     let agent = state.options().default_agent.clone();
-    let session = prepare_session(state, headers, &agent, &request)?;
+    let prior = std::mem::take(&mut request.prior);
+    let session = prepare_session(state, headers, &agent, prior).await?;
     let turn::Started { frames, guard } = turn::start(
         state,
         client.ip(),
@@ -112,15 +113,56 @@ async fn completions_inner(
     Ok(response)
 }
 
-/// The session the request runs in, created and seeded when new.
-fn prepare_session(
+/// The session the request runs in, created and seeded with `prior` when
+/// new. The store calls run on the blocking pool: creating a session is a
+/// commit, and a commit waits for the disk.
+async fn prepare_session(
     state: &ServerState,
     headers: &HeaderMap,
     agent: &str,
-    request: &CompletionRequest,
+    prior: Vec<homeagent_core::Message>,
 ) -> Result<String, ApiError> {
-    let store = state.runtime().store();
-    let store_error = |e: StoreError| match e {
+    let requested = match headers.get(SESSION_HEADER) {
+        Some(value) => {
+            let id = value.to_str().map_err(|_| {
+                ApiError::bad_request(
+                    "invalid_session_id",
+                    format!("{SESSION_HEADER} must be visible ASCII"),
+                )
+            })?;
+            validate_session_id(id).map_err(store_error)?;
+            Some(id.to_owned())
+        }
+        None => None,
+    };
+    let store = std::sync::Arc::clone(state.runtime().store());
+    let (session, named) = match requested {
+        Some(id) => (id, true),
+        None => (state.fresh_id("chat"), false),
+    };
+    let agent = agent.to_owned();
+    let prepared = tokio::task::spawn_blocking(move || {
+        if named && store.session(&session)?.is_some() {
+            return Ok(session);
+        }
+        store.ensure_session(&session, &agent)?;
+        if !prior.is_empty() {
+            store.append_messages(&session, &prior)?;
+        }
+        Ok(session)
+    })
+    .await;
+    match prepared {
+        Ok(result) => result.map_err(store_error),
+        Err(join) => Err(ApiError::internal(format!(
+            "preparing the session failed unexpectedly: {join}"
+        ))),
+    }
+}
+
+/// How a store refusal reads to the API client.
+fn store_error(e: StoreError) -> ApiError {
+    match e {
         StoreError::InvalidSessionId { .. } => {
             ApiError::bad_request("invalid_session_id", format!("{SESSION_HEADER}: {e}"))
         }
@@ -130,30 +172,7 @@ fn prepare_session(
             e.to_string(),
         ),
         other => ApiError::internal(other.to_string()),
-    };
-    let session = match headers.get(SESSION_HEADER) {
-        Some(value) => {
-            let id = value.to_str().map_err(|_| {
-                ApiError::bad_request(
-                    "invalid_session_id",
-                    format!("{SESSION_HEADER} must be visible ASCII"),
-                )
-            })?;
-            validate_session_id(id).map_err(store_error)?;
-            if store.session(id).map_err(store_error)?.is_some() {
-                return Ok(id.to_owned());
-            }
-            id.to_owned()
-        }
-        None => state.fresh_id("chat"),
-    };
-    store.ensure_session(&session, agent).map_err(store_error)?;
-    if !request.prior.is_empty() {
-        store
-            .append_messages(&session, &request.prior)
-            .map_err(store_error)?;
     }
-    Ok(session)
 }
 
 /// Waits for the terminal frame and answers one `chat.completion`.

@@ -1,0 +1,452 @@
+//! Group commit: every write waiting for the connection is made durable by
+//! one transaction and one fsync.
+//!
+//! # Why
+//!
+//! With `synchronous = FULL` each commit waits for the disk (an fsync of
+//! the WAL). Under load — hundreds of sessions, each committing a few times
+//! per input — a store that commits each write on its own spends its time
+//! in a queue of fsyncs: one caller syncs while the others wait for the
+//! connection, then the next syncs alone. Group commit turns that queue
+//! into batches: whoever gets the connection takes *every* write queued so
+//! far and commits them together, so the disk syncs once per group instead
+//! of once per write, and the more callers wait, the more each sync carries.
+//!
+//! # How
+//!
+//! A write is a [`WriteOp`]: owned data, so it can wait in a queue and be
+//! applied by another thread. [`Store::submit`] queues the op, then takes
+//! the connection lock. When it gets the lock one of two things happened:
+//!
+//! - a *leader* (another caller that held the lock) already took the op
+//!   with its group and committed it: its answer is waiting, return it;
+//! - otherwise this caller is the leader: it drains the queue (its own op
+//!   and everything queued behind it) and commits the group.
+//!
+//! Inside the group each op runs under its own `SAVEPOINT`, so an op that
+//! fails (a missing session, a constraint) is rolled back alone and the
+//! others commit. If the group cannot start or commit (disk full, I/O
+//! error, busy timeout), it is rolled back and every op is retried in a
+//! transaction of its own, so each caller gets its own, real error.
+//!
+//! # Invariant
+//!
+//! A caller is answered only after the transaction holding its op has
+//! committed (or failed): "written" always means "on disk".
+
+use std::ops::RangeInclusive;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use rusqlite::Connection;
+
+use super::events::{EventRow, insert_events};
+use super::messages::{MessageRow, insert_rows, max_seq};
+use super::sessions::{SessionInfo, create_or_get};
+use super::{Store, StoreError, now_ms, require_session};
+
+/// A write waiting for the connection.
+#[derive(Debug)]
+pub(super) enum WriteOp {
+    /// Insert-or-keep a session (see `Store::ensure_session`).
+    EnsureSession { id: String, agent: String },
+    /// Append messages (and tool events) to an existing session.
+    Append {
+        session: String,
+        rows: Vec<MessageRow>,
+        events: Vec<EventRow>,
+    },
+}
+
+/// What a committed [`WriteOp`] answers.
+#[derive(Debug)]
+pub(super) enum WriteDone {
+    Session(SessionInfo),
+    Appended(RangeInclusive<i64>),
+}
+
+/// One queued op and, once its group has committed, its answer.
+#[derive(Debug)]
+struct Job {
+    op: WriteOp,
+    answer: Mutex<Option<Result<WriteDone, StoreError>>>,
+}
+
+impl Job {
+    fn answer(&self, result: Result<WriteDone, StoreError>) {
+        *self.answer.lock().unwrap_or_else(PoisonError::into_inner) = Some(result);
+    }
+
+    fn take_answer(&self) -> Option<Result<WriteDone, StoreError>> {
+        self.answer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+}
+
+/// The queue of writes waiting for the connection, and counters.
+#[derive(Debug, Default)]
+pub(super) struct WriteQueue {
+    pending: Mutex<Vec<Arc<Job>>>,
+    commits: AtomicU64,
+    writes: AtomicU64,
+}
+
+impl WriteQueue {
+    fn push(&self, job: Arc<Job>) {
+        self.pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(job);
+    }
+
+    fn drain(&self) -> Vec<Arc<Job>> {
+        std::mem::take(&mut *self.pending.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+}
+
+/// How many transactions committed writes, and how many writes they held;
+/// `writes / commits` is the average group size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WriteStats {
+    /// Transactions committed by the group-commit path.
+    pub commits: u64,
+    /// Writes those transactions committed.
+    pub writes: u64,
+}
+
+impl Store {
+    /// Queues `op`, then commits it — with every other write queued by then
+    /// — or collects the answer a leader already committed for it.
+    pub(super) fn submit(&self, op: WriteOp) -> Result<WriteDone, StoreError> {
+        let job = Arc::new(Job {
+            op,
+            answer: Mutex::new(None),
+        });
+        self.writes.push(Arc::clone(&job));
+        let mut conn = self.lock();
+        if let Some(answer) = job.take_answer() {
+            return answer;
+        }
+        let group = self.writes.drain();
+        self.commit_group(&mut conn, &group);
+        drop(conn);
+        // The drained group holds this job (it was queued before the lock
+        // was taken and no one else drained since), so it has its answer.
+        job.take_answer()
+            .unwrap_or(Err(StoreError::WriteNotApplied))
+    }
+
+    /// Counters of the group-commit path since the store was opened.
+    pub fn write_stats(&self) -> WriteStats {
+        WriteStats {
+            commits: self.writes.commits.load(Ordering::Relaxed),
+            writes: self.writes.writes.load(Ordering::Relaxed),
+        }
+    }
+
+    fn commit_group(&self, conn: &mut Connection, group: &[Arc<Job>]) {
+        if group.len() > 1 {
+            match run_group(conn, group) {
+                Ok(answers) => {
+                    self.count_commit(answers.iter().filter(|a| a.is_ok()).count());
+                    for (job, answer) in group.iter().zip(answers) {
+                        job.answer(answer);
+                    }
+                    return;
+                }
+                Err(error) => {
+                    tracing::warn!(
+                        %error,
+                        writes = group.len(),
+                        "a group commit failed; retrying its writes one by one"
+                    );
+                }
+            }
+        }
+        for job in group {
+            let answer = run_alone(conn, &job.op);
+            if answer.is_ok() {
+                self.count_commit(1);
+            }
+            job.answer(answer);
+        }
+    }
+
+    fn count_commit(&self, writes: usize) {
+        if writes > 0 {
+            self.writes.commits.fetch_add(1, Ordering::Relaxed);
+            self.writes
+                .writes
+                .fetch_add(writes as u64, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Every op of `group` in one transaction, each under a savepoint. `Err`
+/// when the transaction itself failed (nothing of the group is stored).
+fn run_group(
+    conn: &Connection,
+    group: &[Arc<Job>],
+) -> Result<Vec<Result<WriteDone, StoreError>>, StoreError> {
+    execute(conn, "BEGIN IMMEDIATE")?;
+    let applied = (|| {
+        let mut answers = Vec::with_capacity(group.len());
+        for job in group {
+            execute(conn, "SAVEPOINT grouped_write")?;
+            let answer = apply(conn, &job.op);
+            if answer.is_err() {
+                execute(conn, "ROLLBACK TO grouped_write")?;
+            }
+            execute(conn, "RELEASE grouped_write")?;
+            answers.push(answer);
+        }
+        execute(conn, "COMMIT")?;
+        Ok(answers)
+    })();
+    if applied.is_err() {
+        rollback(conn);
+    }
+    applied
+}
+
+/// One op in a transaction of its own.
+fn run_alone(conn: &Connection, op: &WriteOp) -> Result<WriteDone, StoreError> {
+    execute(conn, "BEGIN IMMEDIATE")?;
+    let result = apply(conn, op).and_then(|done| {
+        execute(conn, "COMMIT")?;
+        Ok(done)
+    });
+    if result.is_err() {
+        rollback(conn);
+    }
+    result
+}
+
+/// Ends whatever transaction is open; a failed rollback (none open) is fine.
+fn rollback(conn: &Connection) {
+    if !conn.is_autocommit() {
+        let _ = execute(conn, "ROLLBACK");
+    }
+}
+
+/// Runs a parameterless statement through the statement cache.
+fn execute(conn: &Connection, sql: &str) -> Result<(), StoreError> {
+    conn.prepare_cached(sql)?.execute([])?;
+    Ok(())
+}
+
+/// The op's writes; the caller holds the transaction.
+fn apply(conn: &Connection, op: &WriteOp) -> Result<WriteDone, StoreError> {
+    match op {
+        WriteOp::EnsureSession { id, agent } => {
+            Ok(WriteDone::Session(create_or_get(conn, id, agent)?))
+        }
+        WriteOp::Append {
+            session,
+            rows,
+            events,
+        } => {
+            require_session(conn, session)?;
+            let first = max_seq(conn, session)? + 1;
+            insert_rows(conn, session, first, rows)?;
+            insert_events(conn, session, events)?;
+            conn.prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")?
+                .execute(rusqlite::params![session, now_ms()])?;
+            // `first..=first - 1` is empty: "nothing appended" needs no special type.
+            Ok(WriteDone::Appended(first..=first + rows.len() as i64 - 1))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a test failure
+
+    use std::path::PathBuf;
+    use std::time::Duration;
+
+    use homeagent_core::Message;
+
+    use super::*;
+
+    struct TempStore {
+        dir: PathBuf,
+        store: Arc<Store>,
+    }
+
+    impl Drop for TempStore {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn temp_store(label: &str) -> TempStore {
+        let dir = std::env::temp_dir().join(format!(
+            "homeagent-group-{label}-{}-{:?}",
+            std::process::id(),
+            std::time::SystemTime::now()
+        ));
+        let store = Arc::new(Store::open(&dir.join("store.db")).unwrap());
+        TempStore { dir, store }
+    }
+
+    /// Starts one appending thread per session while the test holds the
+    /// connection, waits until all their writes are queued, then lets go:
+    /// the first thread to get the connection must commit all of them.
+    fn append_while_held(
+        store: &Arc<Store>,
+        sessions: &[&str],
+    ) -> Vec<Result<RangeInclusive<i64>, StoreError>> {
+        let held = store.lock();
+        let threads: Vec<_> = sessions
+            .iter()
+            .map(|session| {
+                let store = Arc::clone(store);
+                let session = (*session).to_owned();
+                std::thread::spawn(move || {
+                    store.append_messages(&session, &[Message::user(format!("to {session}"))])
+                })
+            })
+            .collect();
+        while store.writes.len() < sessions.len() {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        drop(held);
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    }
+
+    #[test]
+    fn writes_waiting_for_the_connection_share_one_commit() {
+        let temp = temp_store("share");
+        let sessions = ["s1", "s2", "s3", "s4", "s5", "s6", "s7", "s8"];
+        for session in sessions {
+            temp.store.ensure_session(session, "main").unwrap();
+        }
+        let before = temp.store.write_stats();
+        assert_eq!(
+            before,
+            WriteStats {
+                commits: 8,
+                writes: 8
+            }
+        );
+
+        let answers = append_while_held(&temp.store, &sessions);
+
+        for answer in answers {
+            assert_eq!(answer.unwrap(), 1..=1);
+        }
+        assert_eq!(
+            temp.store.write_stats(),
+            WriteStats {
+                commits: 9,
+                writes: 16
+            }
+        );
+        for session in sessions {
+            assert_eq!(
+                temp.store.history(session).unwrap(),
+                vec![Message::user(format!("to {session}"))]
+            );
+        }
+    }
+
+    #[test]
+    fn a_failing_write_is_rolled_back_alone_and_the_others_commit() {
+        let temp = temp_store("isolate");
+        for session in ["a", "b", "c"] {
+            temp.store.ensure_session(session, "main").unwrap();
+        }
+        // A write that fails halfway: its first row goes in, its second
+        // trips this trigger. Its savepoint must take the first row back out.
+        temp.store
+            .lock()
+            .execute_batch(
+                "CREATE TRIGGER poison BEFORE INSERT ON messages
+                 WHEN NEW.body LIKE '%poison%'
+                 BEGIN SELECT RAISE(ABORT, 'poisoned row'); END;",
+            )
+            .unwrap();
+        let held = temp.store.lock();
+        let spawn = |session: &'static str, texts: &'static [&'static str]| {
+            let store = Arc::clone(&temp.store);
+            std::thread::spawn(move || {
+                let messages: Vec<Message> = texts.iter().map(|t| Message::user(*t)).collect();
+                store.append_messages(session, &messages)
+            })
+        };
+        let threads = [
+            spawn("a", &["first"]),
+            spawn("b", &["fine", "poison"]),
+            spawn("missing", &["lost"]),
+            spawn("c", &["third"]),
+        ];
+        while temp.store.writes.len() < threads.len() {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        drop(held);
+        let answers: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+
+        assert_eq!(answers[0].as_ref().unwrap(), &(1..=1));
+        assert!(
+            matches!(&answers[1], Err(StoreError::Sqlite(_))),
+            "{:?}",
+            answers[1]
+        );
+        assert!(
+            matches!(&answers[2], Err(StoreError::SessionNotFound { id }) if id == "missing"),
+            "{:?}",
+            answers[2]
+        );
+        assert_eq!(answers[3].as_ref().unwrap(), &(1..=1));
+        // The two good writes in one commit, after the three sessions' own.
+        assert_eq!(
+            temp.store.write_stats(),
+            WriteStats {
+                commits: 4,
+                writes: 5
+            }
+        );
+        assert_eq!(
+            temp.store.history("a").unwrap(),
+            vec![Message::user("first")]
+        );
+        assert_eq!(temp.store.history("b").unwrap(), vec![]);
+        assert_eq!(
+            temp.store.history("c").unwrap(),
+            vec![Message::user("third")]
+        );
+        assert!(temp.store.session("missing").unwrap().is_none());
+    }
+
+    #[test]
+    fn a_lone_write_commits_on_its_own() {
+        let temp = temp_store("alone");
+        temp.store.ensure_session("x", "main").unwrap();
+        assert_eq!(
+            temp.store
+                .append_messages("x", &[Message::user("1"), Message::user("2")])
+                .unwrap(),
+            1..=2
+        );
+        let empty = temp.store.append_messages("x", &[]).unwrap();
+        assert_eq!((*empty.start(), *empty.end()), (3, 2));
+        assert_eq!(
+            temp.store.write_stats(),
+            WriteStats {
+                commits: 3,
+                writes: 3
+            }
+        );
+    }
+}
