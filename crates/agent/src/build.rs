@@ -35,7 +35,7 @@ use crate::config::LoadedConfig;
 use crate::demo_model::DemoModel;
 use crate::runtime::{AgentSettings, Runtime};
 use crate::scheduler::{Scheduler, SchedulerOptions};
-use crate::store::{Store, StoreError};
+use crate::store::{Durability, Store, StoreError};
 
 /// The store's file name inside the data directory.
 pub const STORE_FILE: &str = "homeagent.db";
@@ -262,7 +262,11 @@ pub fn build(
     check_tool_names(&registry, &config.tools.require_approval)?;
 
     let store_path = loaded.paths.data_dir.join(STORE_FILE);
-    let store = Arc::new(Store::open(&store_path)?);
+    let durability = match config.store.sync {
+        crate::config::StoreSync::Full => Durability::Full,
+        crate::config::StoreSync::Normal => Durability::Normal,
+    };
+    let store = Arc::new(Store::open_with(&store_path, durability)?);
     // MCP tools sit in front of the built-in registry; both behind the gate.
     let mcp = start_mcp(config, &registry)?;
     let inner: Arc<dyn homeagent_core::ToolSource> = match &mcp {

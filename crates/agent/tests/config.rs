@@ -866,3 +866,19 @@ fn example_hooks() -> homeagent_agent::config::HooksSection {
         post_tool_use: vec![hook("mcp__.*", "logger -t homeagent-tool")],
     }
 }
+
+#[test]
+fn store_sync_is_full_unless_set_and_a_typo_lists_the_forms() {
+    use homeagent_agent::config::StoreSync;
+    assert_eq!(parse("").unwrap().store.sync, StoreSync::Full);
+    assert_eq!(
+        parse("[store]\nsync = \"normal\"\n").unwrap().store.sync,
+        StoreSync::Normal
+    );
+    let (line, _, message) = parse_error("[store]\nsync = \"fast\"\n");
+    assert!(message.contains("fast"), "{message}");
+    assert_lists(&message, &["full", "normal"]);
+    assert_eq!(line, 2);
+    let (_, _, message) = parse_error("[store]\nsnyc = \"full\"\n");
+    assert_lists(&message, &["sync"]);
+}

@@ -918,3 +918,38 @@ fn kill_9_mid_append_loses_no_committed_message_and_load_repairs() {
         pending
     );
 }
+
+#[test]
+fn durability_is_full_by_default_and_normal_when_asked() {
+    use homeagent_agent::store::Durability;
+    let dir = TempDir::new("durability");
+    let full = Store::open(&dir.0.join("full.db")).unwrap();
+    assert_eq!(full.durability().unwrap(), Durability::Full);
+    let normal = Store::open_with(&dir.0.join("normal.db"), Durability::Normal).unwrap();
+    assert_eq!(normal.durability().unwrap(), Durability::Normal);
+}
+
+#[test]
+fn the_config_store_sync_reaches_the_store_the_agent_opens() {
+    use homeagent_agent::config::{Config, ConfigPaths};
+    use homeagent_agent::store::Durability;
+    use homeagent_agent::{BuildOptions, build};
+    for (toml, expected) in [
+        ("", Durability::Full),
+        ("[store]\nsync = \"full\"\n", Durability::Full),
+        ("[store]\nsync = \"normal\"\n", Durability::Normal),
+    ] {
+        let dir = TempDir::new("build-sync");
+        let config = dir.0.join("homeagent.toml");
+        std::fs::write(&config, toml).unwrap();
+        let env = |_: &str| None;
+        let paths = ConfigPaths::resolve(Some(config), Some(dir.0.join("data")), &env).unwrap();
+        let loaded = Config::load(&paths, &env).unwrap();
+        let agent = build(&loaded, &env, BuildOptions::default()).unwrap();
+        assert_eq!(
+            agent.runtime.store().durability().unwrap(),
+            expected,
+            "{toml:?}"
+        );
+    }
+}

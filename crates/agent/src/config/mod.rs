@@ -28,5 +28,5 @@ pub use secret::Secret;
 pub use types::{
     AgentEntry, AgentSection, CmdRunSection, Config, DEFAULT_AGENT, FilesSection, HookEntry,
     HooksSection, LlmSection, McpSection, McpServerEntry, SchedulerSection, ServerSection,
-    ToolsSection,
+    StoreSection, StoreSync, ToolsSection,
 };

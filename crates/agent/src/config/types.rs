@@ -41,6 +41,30 @@ pub struct Config {
     pub mcp: McpSection,
     /// Commands run before and after tool calls (your own policy scripts).
     pub hooks: HooksSection,
+    /// The history database.
+    pub store: StoreSection,
+}
+
+/// `[store]`
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct StoreSection {
+    /// When a commit counts as done. `full`: on disk, through a power cut
+    /// (one fsync per commit, shared by concurrent writers). `normal`:
+    /// survives the process crashing, but a power cut or OS crash may lose
+    /// the last commits (the history stays consistent); no fsync per commit.
+    pub sync: StoreSync,
+}
+
+/// `[store] sync`
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreSync {
+    /// Every commit on disk before it counts (the default).
+    #[default]
+    Full,
+    /// Commits survive a process crash, not necessarily a power cut.
+    Normal,
 }
 
 /// `[agent]`

@@ -3,14 +3,18 @@
 //!
 //! # Durability
 //!
-//! The database runs in WAL mode with `synchronous = FULL`. The requirement is
-//! that *a crash at any point loses no committed message*. WAL with `NORMAL`
-//! survives a process crash (`kill -9`) but may lose the last transactions on
-//! power loss or an OS crash, because the WAL is not synced at each commit.
-//! HomeAgent runs on small home machines where power cuts happen, and it
-//! commits a handful of times per model turn (a turn takes seconds), so the
-//! cost of one fsync per commit is invisible next to the model call. With
-//! `FULL`, "committed" means on disk.
+//! The database runs in WAL mode, by default with `synchronous = FULL`
+//! ([`Durability::Full`]). The requirement is that *a crash at any point
+//! loses no committed message*. WAL with `NORMAL` survives a process crash
+//! (`kill -9`) but may lose the last transactions on power loss or an OS
+//! crash, because the WAL is not synced at each commit. HomeAgent runs on
+//! small home machines where power cuts happen, so `FULL` is the default
+//! and "committed" means on disk. The price is one fsync per commit (group
+//! commit shares it among concurrent writers, see below): 1–5 ms on the
+//! virtual disks the benchmarks ran on, several times the agent's own work
+//! per model turn. A user whose machine has a UPS or a battery, or who
+//! accepts losing the last second of history on a power cut, can choose
+//! [`Durability::Normal`] (`[store] sync = "normal"`).
 //!
 //! # Several processes
 //!
@@ -85,6 +89,28 @@ const STATEMENT_CACHE: usize = 32;
 /// The longest session id accepted.
 pub const MAX_SESSION_ID_LEN: usize = 128;
 
+/// How hard a commit waits for the disk; see the module docs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Durability {
+    /// `synchronous = FULL`: a commit is on disk when it returns, through
+    /// power loss.
+    #[default]
+    Full,
+    /// `synchronous = NORMAL`: a commit survives the process crashing; the
+    /// last commits may be lost on power loss or an OS crash (the database
+    /// stays consistent).
+    Normal,
+}
+
+impl Durability {
+    fn pragma(self) -> &'static str {
+        match self {
+            Durability::Full => "FULL",
+            Durability::Normal => "NORMAL",
+        }
+    }
+}
+
 /// A handle on the store file. Open one per process (or per thread that
 /// wants its own connection); each handle serialises its own calls.
 pub struct Store {
@@ -102,8 +128,14 @@ impl std::fmt::Debug for Store {
 
 impl Store {
     /// Opens (creating the file and its parent directory if needed) and
-    /// migrates the store at `path`. Refuses a file from a newer version.
+    /// migrates the store at `path`, with [`Durability::Full`]. Refuses a
+    /// file from a newer version.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
+        Store::open_with(path, Durability::Full)
+    }
+
+    /// [`Store::open`] with the given durability.
+    pub fn open_with(path: &Path, durability: Durability) -> Result<Store, StoreError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
                 path: dir.to_owned(),
@@ -115,13 +147,26 @@ impl Store {
             source,
         };
         let mut conn = Connection::open(path).map_err(open_failed)?;
-        configure(&conn).map_err(open_failed)?;
+        configure(&conn, durability).map_err(open_failed)?;
         schema::migrate(&mut conn, path)?;
         tracing::debug!(path = %path.display(), "store opened");
         Ok(Store {
             conn: Mutex::new(conn),
             writes: group::WriteQueue::default(),
             path: path.to_owned(),
+        })
+    }
+
+    /// The durability the connection runs with, read back from SQLite.
+    pub fn durability(&self) -> Result<Durability, StoreError> {
+        let level: i64 = self
+            .lock()
+            .pragma_query_value(None, "synchronous", |row| row.get(0))?;
+        // 2 = FULL, 3 = EXTRA (stronger still); 1 = NORMAL, 0 = OFF.
+        Ok(if level >= 2 {
+            Durability::Full
+        } else {
+            Durability::Normal
         })
     }
 
@@ -145,7 +190,7 @@ impl Store {
 }
 
 /// Per-connection settings; see the module docs for why each one.
-fn configure(conn: &Connection) -> rusqlite::Result<()> {
+fn configure(conn: &Connection, durability: Durability) -> rusqlite::Result<()> {
     conn.busy_timeout(BUSY_TIMEOUT)?;
     // Every hot statement (the transaction verbs included) is prepared once
     // and reused; parsing SQL was a fifth of the store's cost per input.
@@ -161,7 +206,7 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
             "the store could not switch to WAL; concurrent use will be slower"
         );
     }
-    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "synchronous", durability.pragma())?;
     conn.pragma_update(None, "foreign_keys", true)?;
     Ok(())
 }
