@@ -13,11 +13,24 @@
 //! it missed; it is never skipped past them silently.
 //!
 //! Publishing (from the scheduler's observer, a synchronous callback inside
-//! the turn) takes a short lock, serializes the frame once and bumps a
-//! `watch` channel; it never waits for a subscriber.
+//! the turn) takes a short lock, stores a clone of the frame and bumps a
+//! `watch` channel when someone subscribes; it never waits for a
+//! subscriber.
+//!
+//! # Why serialization is lazy
+//!
+//! Publishing sits in the agent's hot path: every frame of every tool call
+//! passes through it, and most servers have no one subscribed to the
+//! stream. Serializing there cost about 5 % of all instructions per tool
+//! call, for text nobody might read. So the ring keeps the frame itself and
+//! an empty once-cell; the first subscriber that reads an event renders its
+//! JSON (outside the ring's lock) and caches it, and every later reader gets
+//! the same `Arc<str>`. N subscribers serialize once; none serialize never.
+//! The cost is memory: an event that was read keeps both its frame and its
+//! text until the ring drops it.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use homeagent_agent::Frame;
 use serde::Serialize;
@@ -27,7 +40,7 @@ use tokio::sync::watch;
 /// The default number of events the ring keeps.
 pub const DEFAULT_RING_CAPACITY: usize = 4096;
 
-/// One published event: its id and its JSON text
+/// One published event as a subscriber reads it: its id and its JSON text
 /// (`{"session": …, "frame": {…}}`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Numbered {
@@ -59,9 +72,62 @@ pub fn gap_data(from: u64, to: u64) -> String {
     .to_string()
 }
 
+/// One event in the ring. Shared (`Arc`) between the ring and the
+/// subscribers that are about to read it, so its text is rendered once.
+struct Entry {
+    id: u64,
+    source: Source,
+    /// The rendered text of a [`Source::Frame`], filled on first read.
+    json: OnceLock<Arc<str>>,
+}
+
+enum Source {
+    /// Published with [`EventHub::publish`]: rendered when first read.
+    Frame { session: Box<str>, frame: Frame },
+    /// Published with [`EventHub::publish_raw`]: already text.
+    Raw(Arc<str>),
+}
+
+impl Entry {
+    /// The event's JSON text, rendered now if no one has read it yet.
+    fn data(&self) -> Arc<str> {
+        match &self.source {
+            Source::Raw(data) => Arc::clone(data),
+            Source::Frame { session, frame } => Arc::clone(
+                self.json
+                    .get_or_init(|| Arc::from(render_envelope(session, frame))),
+            ),
+        }
+    }
+
+    fn numbered(&self) -> Numbered {
+        Numbered {
+            id: self.id,
+            data: self.data(),
+        }
+    }
+}
+
+/// `{"session": …, "frame": {…}}`; a frame that cannot be serialized (a
+/// non-string map key in tool arguments, say) still yields an event, with
+/// the error in place of the frame.
+fn render_envelope(session: &str, frame: &Frame) -> String {
+    #[cfg(test)]
+    tests::count_render();
+    serde_json::to_string(&Envelope { session, frame })
+        .unwrap_or_else(|e| json!({"session": session, "error": e.to_string()}).to_string())
+}
+
+/// What [`EventHub::read_after`] hands a subscriber: entries, not yet
+/// text, so the rendering happens after the ring's lock is released.
+enum Pending {
+    Gap { from: u64, to: u64 },
+    Entry(Arc<Entry>),
+}
+
 struct Ring {
     capacity: usize,
-    events: VecDeque<Numbered>,
+    events: VecDeque<Arc<Entry>>,
     /// The id the next event gets; ids start at 1, so 0 means "none yet".
     next_id: u64,
 }
@@ -105,16 +171,22 @@ impl EventHub {
         self.ring.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Numbers a frame, stores it (dropping the oldest when full) and wakes
-    /// every subscriber. Returns its id.
+    /// Numbers a frame, stores a clone of it (dropping the oldest event
+    /// when full) and wakes every subscriber. Returns its id. The frame is
+    /// serialized only when a subscriber first reads it.
     pub fn publish(&self, session: &str, frame: &Frame) -> u64 {
-        let data = serde_json::to_string(&Envelope { session, frame })
-            .unwrap_or_else(|e| json!({"session": session, "error": e.to_string()}).to_string());
-        self.publish_raw(data)
+        self.push(Source::Frame {
+            session: Box::from(session),
+            frame: frame.clone(),
+        })
     }
 
     /// Publishes already-serialized event data.
     pub fn publish_raw(&self, data: String) -> u64 {
+        self.push(Source::Raw(Arc::from(data)))
+    }
+
+    fn push(&self, source: Source) -> u64 {
         let id = {
             let mut ring = self.ring();
             let id = ring.next_id;
@@ -122,13 +194,21 @@ impl EventHub {
             if ring.events.len() == ring.capacity {
                 ring.events.pop_front();
             }
-            ring.events.push_back(Numbered {
+            ring.events.push_back(Arc::new(Entry {
                 id,
-                data: Arc::from(data),
-            });
+                source,
+                json: OnceLock::new(),
+            }));
             id
         };
-        self.head.send_replace(id);
+        // With no subscriber there is no one to wake, and the notify is a
+        // good part of what a publish costs. A subscriber joining right now
+        // cannot miss this event: it registers on `head` before it reads
+        // the newest id under the ring's lock (`subscribe`), so either that
+        // read sees the event or this count sees the subscriber.
+        if self.head.receiver_count() > 0 {
+            self.head.send_replace(id);
+        }
         id
     }
 
@@ -158,19 +238,19 @@ impl EventHub {
     /// Everything after `cursor`, with a gap first when some of it is gone.
     /// A cursor beyond the newest id (a server restart reset the ids) is a
     /// gap too: the client cannot know what it missed.
-    fn read_after(&self, cursor: u64, out: &mut VecDeque<Read>) -> u64 {
+    fn read_after(&self, cursor: u64, out: &mut VecDeque<Pending>) -> u64 {
         let ring = self.ring();
         let latest = ring.next_id - 1;
         let oldest = ring.events.front().map_or(ring.next_id, |e| e.id);
         let mut cursor = cursor;
         if cursor > latest {
-            out.push_back(Read::Gap {
+            out.push_back(Pending::Gap {
                 from: latest + 1,
                 to: cursor,
             });
             cursor = oldest.saturating_sub(1);
         } else if cursor + 1 < oldest {
-            out.push_back(Read::Gap {
+            out.push_back(Pending::Gap {
                 from: cursor + 1,
                 to: oldest - 1,
             });
@@ -179,7 +259,7 @@ impl EventHub {
         // Ids are consecutive, so the first wanted event's position is known.
         let skip = usize::try_from((cursor + 1).saturating_sub(oldest)).unwrap_or(usize::MAX);
         for event in ring.events.iter().skip(skip) {
-            out.push_back(Read::Event(event.clone()));
+            out.push_back(Pending::Entry(Arc::clone(event)));
         }
         latest
     }
@@ -190,15 +270,17 @@ pub struct Subscriber {
     hub: EventHub,
     head: watch::Receiver<u64>,
     cursor: u64,
-    pending: VecDeque<Read>,
+    pending: VecDeque<Pending>,
 }
 
 impl Subscriber {
     /// The next event (or gap), waiting for one. `None` when the hub is gone.
     pub async fn next(&mut self) -> Option<Read> {
         loop {
-            if let Some(read) = self.pending.pop_front() {
-                return Some(read);
+            match self.pending.pop_front() {
+                Some(Pending::Gap { from, to }) => return Some(Read::Gap { from, to }),
+                Some(Pending::Entry(entry)) => return Some(Read::Event(entry.numbered())),
+                None => {}
             }
             // Marked seen before reading, so a publish racing the read
             // wakes the next `changed` instead of being lost.
@@ -265,4 +347,130 @@ pub async fn stream(
     Sse::new(events)
         .keep_alive(KeepAlive::default())
         .into_response()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a test failure
+mod tests {
+    use std::cell::Cell;
+
+    use homeagent_agent::UsageFrame;
+
+    use super::*;
+
+    thread_local! {
+        /// Envelopes rendered on this thread. Per thread, so tests running
+        /// in parallel do not see each other's renders (a current-thread
+        /// tokio test reads on the test's own thread).
+        static RENDERS: Cell<usize> = const { Cell::new(0) };
+    }
+
+    pub(super) fn count_render() {
+        RENDERS.with(|renders| renders.set(renders.get() + 1));
+    }
+
+    fn renders() -> usize {
+        RENDERS.with(Cell::get)
+    }
+
+    async fn read_events(hub: &EventHub, after: u64, count: usize) -> Vec<Numbered> {
+        let mut subscriber = hub.subscribe(Some(after));
+        let mut events = Vec::new();
+        for _ in 0..count {
+            match subscriber.next().await.unwrap() {
+                Read::Event(event) => events.push(event),
+                gap => panic!("unexpected {gap:?}"),
+            }
+        }
+        events
+    }
+
+    /// Lets every other task on the current-thread runtime run.
+    async fn let_others_run() {
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test]
+    async fn a_subscriber_already_waiting_is_woken_by_the_next_publish() {
+        let hub = EventHub::new(8);
+        // Published with no subscriber: no one to wake, still numbered.
+        assert_eq!(
+            hub.publish("s", &Frame::ContentDelta { text: "a".into() }),
+            1
+        );
+        let mut subscriber = hub.subscribe(None);
+        let waiter = tokio::spawn(async move { subscriber.next().await });
+        let_others_run().await;
+        assert!(
+            !waiter.is_finished(),
+            "nothing was published after it joined"
+        );
+        hub.publish("s", &Frame::ContentDelta { text: "b".into() });
+        let_others_run().await;
+        assert!(waiter.is_finished(), "the publish did not wake it");
+        match waiter.await.unwrap() {
+            Some(Read::Event(event)) => {
+                assert_eq!(event.id, 2);
+                assert_eq!(
+                    &*event.data,
+                    r#"{"session":"s","frame":{"type":"content_delta","text":"b"}}"#
+                );
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn frames_are_serialized_on_first_read_once_and_to_the_same_text() {
+        let hub = EventHub::new(8);
+        hub.publish(
+            "s1",
+            &Frame::ContentDelta {
+                text: "say \"hi\"".to_owned(),
+            },
+        );
+        hub.publish_raw(r#"{"session":"raw","note":1}"#.to_owned());
+        hub.publish(
+            "s2",
+            &Frame::Response {
+                content: "done".to_owned(),
+                turns: 2,
+                usage: UsageFrame {
+                    prompt_tokens: 1,
+                    completion_tokens: 2,
+                    total_tokens: 3,
+                },
+            },
+        );
+        // No subscriber: nothing was rendered, nothing is cached.
+        assert_eq!(renders(), 0);
+        assert!(hub.ring().events.iter().all(|e| e.json.get().is_none()));
+
+        let first = read_events(&hub, 0, 3).await;
+        assert_eq!(renders(), 2, "one render per frame, none for raw data");
+        let texts: Vec<&str> = first.iter().map(|e| &*e.data).collect();
+        assert_eq!(
+            texts,
+            [
+                r#"{"session":"s1","frame":{"type":"content_delta","text":"say \"hi\""}}"#,
+                r#"{"session":"raw","note":1}"#,
+                concat!(
+                    r#"{"session":"s2","frame":{"type":"response","content":"done","turns":2,"#,
+                    r#""usage":{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}}}"#
+                ),
+            ]
+        );
+        assert_eq!(first.iter().map(|e| e.id).collect::<Vec<_>>(), [1, 2, 3]);
+
+        // A second subscriber gets the cached text: no new render, and the
+        // very same allocation.
+        let second = read_events(&hub, 0, 3).await;
+        assert_eq!(renders(), 2);
+        assert_eq!(second, first);
+        for (a, b) in first.iter().zip(&second) {
+            assert!(Arc::ptr_eq(&a.data, &b.data), "event {} re-rendered", a.id);
+        }
+    }
 }
