@@ -37,6 +37,7 @@
 pub mod callgrind;
 pub mod chart;
 pub mod client;
+pub mod cpu;
 pub mod error;
 pub mod math;
 pub mod peers;

@@ -63,6 +63,7 @@ pub struct Stack {
     pub mock_url: String,
     pub serve_url: String,
     pub serve_pid: u32,
+    pub mock_pid: u32,
     pub settings: MockSettings,
     // Field order is drop order: the children die before their directory goes.
     _serve: Child,
@@ -101,6 +102,10 @@ impl Stack {
             START_TIMEOUT,
         )
         .await?;
+        let mock_pid = mock.id().ok_or_else(|| BenchError::Start {
+            what: "homeagent mock-llm".into(),
+            detail: "it exited right after printing its address".into(),
+        })?;
 
         let config = dir.path().join("homeagent.toml");
         let toml = config_toml(&mock_url, max_sessions);
@@ -131,6 +136,7 @@ impl Stack {
             mock_url,
             serve_url,
             serve_pid,
+            mock_pid,
             settings,
             _serve: serve,
             _mock: mock,

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::report::{BenchReport, Status};
+use crate::report::{BenchReport, BlastResult, Status};
 
 fn verdict(status: Status) -> &'static str {
     match status {
@@ -84,6 +84,7 @@ pub fn render(report: &BenchReport) -> String {
             b.after.queued,
             b.after.running_sessions
         );
+        let _ = writeln!(out, "{}", blast_cpu_line(b, s.cpus));
     }
     if let Some(st) = &report.stability {
         let _ = writeln!(
@@ -155,6 +156,24 @@ pub fn render(report: &BenchReport) -> String {
         }
     }
     out
+}
+
+/// Where the CPU went during the blast: per process, per input, and how
+/// many of the machine's cores the three kept busy.
+fn blast_cpu_line(b: &BlastResult, cpus: usize) -> String {
+    let process = |name: &str, s: Option<f64>, per_input: Option<f64>| match (s, per_input) {
+        (Some(s), Some(ms)) => format!("{name} {s:.2} s ({ms:.2} ms/input)"),
+        (Some(s), None) => format!("{name} {s:.2} s"),
+        _ => format!("{name} n/a"),
+    };
+    format!(
+        "   CPU (user + system) over the blast: {}, {}, {}; {} cores busy of {cpus}",
+        process("serve", b.cpu_s_serve, b.cpu_ms_per_input_serve),
+        process("mock", b.cpu_s_mock, b.cpu_ms_per_input_mock),
+        process("bench", b.cpu_s_bench, b.cpu_ms_per_input_bench),
+        b.cores_busy
+            .map_or_else(|| "n/a".to_owned(), |c| format!("{c:.2}")),
+    )
 }
 
 fn opt(value: Option<f64>, precision: usize, suffix: &str) -> String {
@@ -285,5 +304,62 @@ fn render_peers(report: &BenchReport, out: &mut String) {
         for note in notes.iter().take(10) {
             let _ = writeln!(out, "   {note}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::Counters;
+
+    fn blast() -> BlastResult {
+        BlastResult {
+            sessions: 24,
+            inputs_per_session: 12,
+            inputs: 288,
+            answered: 288,
+            p50_added_ms: 1.0,
+            p95_added_ms: 2.0,
+            p99_added_ms: 3.0,
+            wall_s: 4.0,
+            cpu_s_serve: Some(2.88),
+            cpu_s_mock: Some(0.576),
+            cpu_s_bench: Some(1.44),
+            cpu_ms_per_input_serve: Some(10.0),
+            cpu_ms_per_input_mock: Some(2.0),
+            cpu_ms_per_input_bench: Some(5.0),
+            cores_busy: Some(1.224),
+            before: Counters::default(),
+            after: Counters::default(),
+            status: Status::Ok,
+            problems: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_blast_shows_cpu_per_process_and_cores_busy() {
+        assert_eq!(
+            blast_cpu_line(&blast(), 2),
+            "   CPU (user + system) over the blast: serve 2.88 s (10.00 ms/input), \
+             mock 0.58 s (2.00 ms/input), bench 1.44 s (5.00 ms/input); 1.22 cores busy of 2"
+        );
+    }
+
+    #[test]
+    fn cpu_that_could_not_be_read_is_n_a() {
+        let b = BlastResult {
+            cpu_s_serve: None,
+            cpu_s_mock: None,
+            cpu_s_bench: None,
+            cpu_ms_per_input_serve: None,
+            cpu_ms_per_input_mock: None,
+            cpu_ms_per_input_bench: None,
+            cores_busy: None,
+            ..blast()
+        };
+        assert_eq!(
+            blast_cpu_line(&b, 2),
+            "   CPU (user + system) over the blast: serve n/a, mock n/a, bench n/a; n/a cores busy of 2"
+        );
     }
 }

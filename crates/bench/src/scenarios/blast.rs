@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinSet;
 
 use crate::client::{AgentClient, MockClient, Reply};
+use crate::cpu::{CpuSample, CpuUse};
 use crate::error::BenchError;
 use crate::math;
 use crate::procs::Stack;
@@ -51,6 +52,7 @@ pub async fn blast(
 
     let mut clients: Vec<Arc<AgentClient>> = Vec::new();
     let mut tasks = JoinSet::new();
+    let cpu_before = CpuSample::take(stack.serve_pid, stack.mock_pid);
     let started = Instant::now();
     for s in 0..sessions {
         let group = s / SESSIONS_PER_ADDRESS;
@@ -86,6 +88,7 @@ pub async fn blast(
         }
     }
     let wall_s = started.elapsed().as_secs_f64();
+    let cpu_after = CpuSample::take(stack.serve_pid, stack.mock_pid);
 
     let log = mock.inputs().await?;
     let after = settled_counters(&control).await?;
@@ -114,6 +117,15 @@ pub async fn blast(
         }
     }
     problems.extend(counter_problems(&before, &after, inputs as u64));
+    let CpuUse {
+        cpu_s_serve,
+        cpu_s_mock,
+        cpu_s_bench,
+        cpu_ms_per_input_serve,
+        cpu_ms_per_input_mock,
+        cpu_ms_per_input_bench,
+        cores_busy,
+    } = CpuUse::between(&cpu_before, &cpu_after, inputs, wall_s);
     Ok(BlastResult {
         sessions,
         inputs_per_session: per_session,
@@ -123,6 +135,13 @@ pub async fn blast(
         p95_added_ms: math::percentile(&added_ms, 95.0).unwrap_or(0.0),
         p99_added_ms: math::percentile(&added_ms, 99.0).unwrap_or(0.0),
         wall_s,
+        cpu_s_serve,
+        cpu_s_mock,
+        cpu_s_bench,
+        cpu_ms_per_input_serve,
+        cpu_ms_per_input_mock,
+        cpu_ms_per_input_bench,
+        cores_busy,
         before,
         after,
         status: status_of(&problems),
