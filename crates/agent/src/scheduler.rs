@@ -92,13 +92,15 @@ struct Reply {
 
 impl Reply {
     fn send(&self, frame: Frame) {
-        let observers = self
-            .inner
-            .observers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        for observer in &observers {
+        // A clone of the `Arc`, not of the list: this runs for every frame.
+        let observers = Arc::clone(
+            &self
+                .inner
+                .observers
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        for observer in observers.iter() {
             observer(&self.session, &frame);
         }
         // The submitter may have gone away (a closed HTTP client): the
@@ -131,7 +133,9 @@ pub type FrameObserver = Arc<dyn Fn(&str, &Frame) + Send + Sync>;
 
 struct Inner {
     runtime: Arc<Runtime>,
-    observers: Mutex<Vec<FrameObserver>>,
+    /// Replaced whole when an observer is added (rare), so sending a frame
+    /// (every frame of every input) copies one pointer.
+    observers: Mutex<Arc<Vec<FrameObserver>>>,
     options: SchedulerOptions,
     sessions: Mutex<HashMap<String, SessionQueue>>,
     permits: Arc<Semaphore>,
@@ -158,7 +162,7 @@ impl Scheduler {
         Scheduler {
             inner: Arc::new(Inner {
                 runtime,
-                observers: Mutex::new(Vec::new()),
+                observers: Mutex::new(Arc::new(Vec::new())),
                 options,
                 sessions: Mutex::new(HashMap::new()),
                 permits,
@@ -174,11 +178,14 @@ impl Scheduler {
     /// Adds an observer of every frame from now on (in the order each
     /// input produces them; inputs of different sessions interleave).
     pub fn observe(&self, observer: FrameObserver) {
-        self.inner
+        let mut observers = self
+            .inner
             .observers
             .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(observer);
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut added = Vec::clone(&observers);
+        added.push(observer);
+        *observers = Arc::new(added);
     }
 
     /// Queues an input; its frames arrive on the returned channel, ending

@@ -318,9 +318,19 @@ async fn observers_see_every_frame_of_every_input_in_order() {
             .unwrap()
             .push((session.to_owned(), frame.clone()));
     }));
+    // A second observer sees the same frames: adding one keeps the first.
+    let counted = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = Arc::clone(&counted);
+    scheduler.observe(Arc::new(move |_: &str, _: &Frame| {
+        count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }));
     let a = drain(scheduler.submit(submission("a", "!batch2"))).await;
     let b = drain(scheduler.submit(submission("b", ""))).await;
     let seen = seen.lock().unwrap();
+    assert_eq!(
+        counted.load(std::sync::atomic::Ordering::SeqCst),
+        seen.len()
+    );
     let of = |session: &str| -> Vec<Frame> {
         seen.iter()
             .filter(|(s, _)| s == session)
