@@ -22,7 +22,7 @@ use tokio::process::Command;
 use crate::client::{AgentClient, MockClient};
 use crate::error::BenchError;
 use crate::math;
-use crate::procs::{TempDir, config_toml, spawn_and_wait};
+use crate::procs::{StoreSync, TempDir, config_toml, spawn_and_wait};
 use crate::report::{Status, status_of};
 use crate::scenarios::outcome;
 
@@ -188,9 +188,11 @@ async fn one_run(
 ) -> Result<(u64, Vec<String>), BenchError> {
     let dir = TempDir::new(&format!("callgrind-n{n}-k{k}"))?;
     let config = dir.path().join("homeagent.toml");
-    std::fs::write(&config, config_toml(mock_url, 16)).map_err(|source| BenchError::Io {
-        what: format!("write {}", config.display()),
-        source,
+    std::fs::write(&config, config_toml(mock_url, 16, StoreSync::Full)).map_err(|source| {
+        BenchError::Io {
+            what: format!("write {}", config.display()),
+            source,
+        }
     })?;
     let out_file: PathBuf = dir.path().join("callgrind.out");
     let mut cmd = Command::new(valgrind);

@@ -38,6 +38,7 @@ pub mod callgrind;
 pub mod chart;
 pub mod client;
 pub mod cpu;
+pub mod disk;
 pub mod error;
 pub mod math;
 pub mod peers;
@@ -57,7 +58,7 @@ pub use procs::MockSettings;
 pub use report::{BenchReport, NotDone, Setup, Status};
 pub use table::render;
 
-use crate::procs::Stack;
+use crate::procs::{Stack, StoreSync, TempDir};
 use crate::progress::Progress;
 
 /// How to run.
@@ -106,6 +107,8 @@ pub struct Plan {
     pub overhead_sizes: Vec<usize>,
     pub overhead_rounds: usize,
     pub memory_sessions: usize,
+    /// Syncs timed to measure the disk (`disk::sync_latency`).
+    pub sync_probes: usize,
     /// The mock for scenarios 1–3.
     pub settings: MockSettings,
 }
@@ -128,6 +131,7 @@ impl Plan {
                 overhead_sizes: vec![1, 8],
                 overhead_rounds: 5,
                 memory_sessions: 100,
+                sync_probes: 10,
                 settings: MockSettings {
                     delay_ms: 5,
                     chunk_delay_ms: 0,
@@ -144,6 +148,7 @@ impl Plan {
                 overhead_sizes: vec![1, 8, 64],
                 overhead_rounds: 30,
                 memory_sessions: 10_000,
+                sync_probes: 100,
                 settings: MockSettings {
                     delay_ms: 20,
                     chunk_delay_ms: 0,
@@ -158,7 +163,8 @@ impl Plan {
         let n = self.sizes.len() * self.rounds * 2
             + self.blast_sessions * self.blast_inputs
             + self.stability_rounds
-            + self.overhead_sizes.len() * (self.overhead_rounds + scenarios::kernel::WARMUP)
+            // Scenario 4 runs twice: store sync full (the default) and normal.
+            + 2 * self.overhead_sizes.len() * (self.overhead_rounds + scenarios::kernel::WARMUP)
             + self.memory_sessions;
         n as u64
     }
@@ -177,10 +183,15 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
         tool_sleep_ms: 0,
     };
 
+    let disk_sync = {
+        let dir = TempDir::new("disk")?;
+        disk::sync_latency(dir.path(), plan.sync_probes)?
+    };
     let stack = Stack::start(
         &options.binary,
         plan.settings,
         plan.blast_sessions,
+        StoreSync::Full,
         "delays",
     )
     .await?;
@@ -247,7 +258,7 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
     }
     drop(stack);
 
-    let stack = Stack::start(&options.binary, zero, 16, "zero").await?;
+    let stack = Stack::start(&options.binary, zero, 16, StoreSync::Full, "zero").await?;
     let memory = scenarios::kernel::memory(&stack, plan.memory_sessions, &run, &progress).await?;
     let overhead = scenarios::kernel::overhead(
         &stack,
@@ -305,6 +316,20 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
         }
     };
     drop(stack);
+
+    // Scenario 4 again with `[store] sync = "normal"`: the same work
+    // without waiting for the disk at each commit, i.e. what the agent
+    // itself costs (the default run above includes the fsyncs).
+    let stack = Stack::start(&options.binary, zero, 16, StoreSync::Normal, "zero-normal").await?;
+    let overhead_sync_normal = scenarios::kernel::overhead(
+        &stack,
+        &plan.overhead_sizes,
+        plan.overhead_rounds,
+        &format!("{run}-normal"),
+        &progress,
+    )
+    .await?;
+    drop(stack);
     progress.finish();
 
     Ok(BenchReport {
@@ -313,6 +338,8 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
         blast: Some(blast),
         stability: Some(stability),
         overhead,
+        overhead_sync_normal,
+        disk_sync: Some(disk_sync),
         memory: Some(memory),
         peers: peer_reports,
         callgrind,
@@ -398,8 +425,9 @@ mod tests {
         assert_eq!(plan.sizes, vec![2, 4]);
         assert_eq!(plan.rounds, 2);
         // 2 sizes × 2 rounds × 2 kinds + 4×3 blast + 5 stability
-        // + 2 sizes × (5 + 3 warm-up) + 100 memory = 8 + 12 + 5 + 16 + 100.
-        assert_eq!(plan.inputs(), 141);
+        // + 2 store syncs × 2 sizes × (5 + 3 warm-up) + 100 memory
+        // = 8 + 12 + 5 + 32 + 100.
+        assert_eq!(plan.inputs(), 157);
     }
 
     #[test]

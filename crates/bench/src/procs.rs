@@ -25,6 +25,26 @@ pub struct MockSettings {
     pub tool_sleep_ms: u64,
 }
 
+/// The agent's `[store] sync` for a stack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StoreSync {
+    /// The default: every commit waits for the disk.
+    #[default]
+    Full,
+    /// Commits survive a process crash without waiting for the disk.
+    Normal,
+}
+
+impl StoreSync {
+    fn toml(self) -> &'static str {
+        match self {
+            StoreSync::Full => "full",
+            StoreSync::Normal => "normal",
+        }
+    }
+}
+
 /// A temporary directory removed on drop.
 #[derive(Debug)]
 pub struct TempDir(PathBuf);
@@ -73,12 +93,13 @@ pub struct Stack {
 
 impl Stack {
     /// Starts `binary mock-llm` with `settings`, then `binary serve` with a
-    /// config pointing at it (`[tools] demo = true`, and room for
-    /// `max_sessions` sessions running at once).
+    /// config pointing at it (`[tools] demo = true`, room for
+    /// `max_sessions` sessions running at once, and the store's `sync`).
     pub async fn start(
         binary: &Path,
         settings: MockSettings,
         max_sessions: usize,
+        sync: StoreSync,
         label: &str,
     ) -> Result<Stack, BenchError> {
         let dir = TempDir::new(label)?;
@@ -108,7 +129,7 @@ impl Stack {
         })?;
 
         let config = dir.path().join("homeagent.toml");
-        let toml = config_toml(&mock_url, max_sessions);
+        let toml = config_toml(&mock_url, max_sessions, sync);
         std::fs::write(&config, toml).map_err(|source| BenchError::Io {
             what: format!("write {}", config.display()),
             source,
@@ -152,8 +173,8 @@ impl Stack {
 /// The agent's config: the mock as its only (OpenAI) source, the demo
 /// tools on, and as many concurrent sessions as the bench will drive (the
 /// default 16 would make the blast measure queueing behind the permit, not
-/// the kernel).
-pub fn config_toml(mock_url: &str, max_sessions: usize) -> String {
+/// the kernel), with the store's `sync`.
+pub fn config_toml(mock_url: &str, max_sessions: usize, sync: StoreSync) -> String {
     format!(
         "[[llm.sources]]\n\
          name = \"mock\"\n\
@@ -165,8 +186,12 @@ pub fn config_toml(mock_url: &str, max_sessions: usize) -> String {
          demo = true\n\
          \n\
          [scheduler]\n\
-         max_concurrent_sessions = {}\n",
-        max_sessions.max(16)
+         max_concurrent_sessions = {}\n\
+         \n\
+         [store]\n\
+         sync = \"{}\"\n",
+        max_sessions.max(16),
+        sync.toml()
     )
 }
 
@@ -290,13 +315,16 @@ mod tests {
 
     #[test]
     fn the_config_points_at_the_mock_with_demo_tools() {
-        let toml = config_toml("http://127.0.0.1:4000", 240);
+        let toml = config_toml("http://127.0.0.1:4000", 240, StoreSync::Full);
         assert!(
             toml.contains("base_url = \"http://127.0.0.1:4000/v1\"\n"),
             "{toml}"
         );
         assert!(toml.contains("[tools]\ndemo = true\n"), "{toml}");
         assert!(toml.contains("max_concurrent_sessions = 240\n"), "{toml}");
-        assert!(config_toml("http://x", 4).contains("max_concurrent_sessions = 16\n"));
+        assert!(toml.contains("[store]\nsync = \"full\"\n"), "{toml}");
+        let normal = config_toml("http://x", 4, StoreSync::Normal);
+        assert!(normal.contains("max_concurrent_sessions = 16\n"), "{normal}");
+        assert!(normal.contains("[store]\nsync = \"normal\"\n"), "{normal}");
     }
 }

@@ -264,7 +264,12 @@ pub struct BenchReport {
     pub batch: Vec<BatchRow>,
     pub blast: Option<BlastResult>,
     pub stability: Option<StabilityResult>,
+    /// Scenario 4 with the default `[store] sync = "full"`.
     pub overhead: Vec<OverheadRow>,
+    /// Scenario 4 again with `[store] sync = "normal"` (no fsync per commit).
+    pub overhead_sync_normal: Vec<OverheadRow>,
+    /// The disk's sync latency where the stacks keep their data.
+    pub disk_sync: Option<crate::disk::SyncLatency>,
     pub memory: Option<MemoryResult>,
     /// Scenario 6, one per framework that was tried. A peer's FAIL rows
     /// are not in [`BenchReport::failures`]: the exit status is about
@@ -298,6 +303,13 @@ impl BenchReport {
                 row.problems
                     .iter()
                     .map(|p| format!("overhead N={}: {p}", row.n)),
+            );
+        }
+        for row in &self.overhead_sync_normal {
+            out.extend(
+                row.problems
+                    .iter()
+                    .map(|p| format!("overhead (sync normal) N={}: {p}", row.n)),
             );
         }
         if let Some(memory) = &self.memory {
@@ -461,11 +473,29 @@ mod tests {
                 problems: vec!["round 2: HTTP 500".into()],
             }),
             overhead: Vec::new(),
+            overhead_sync_normal: vec![OverheadRow {
+                n: 8,
+                rounds: 3,
+                per_input_us: 900.0,
+                per_turn_us: 450.0,
+                per_call_us: Some(20.0),
+                median_reply_us: 1000.0,
+                median_mock_us: 100.0,
+                status: Status::Fail,
+                problems: vec!["round 3: executed 7 of 8".into()],
+            }],
+            disk_sync: None,
             memory: None,
             peers: Vec::new(),
             callgrind: None,
             not_done: Vec::new(),
         };
-        assert_eq!(report.failures(), vec!["stability: round 2: HTTP 500"]);
+        assert_eq!(
+            report.failures(),
+            vec![
+                "stability: round 2: HTTP 500",
+                "overhead (sync normal) N=8: round 3: executed 7 of 8"
+            ]
+        );
     }
 }

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use crate::report::{BenchReport, BlastResult, Status};
+use crate::report::{BenchReport, BlastResult, OverheadRow, Status};
 
 fn verdict(status: Status) -> &'static str {
     match status {
@@ -96,34 +96,24 @@ pub fn render(report: &BenchReport) -> String {
             verdict(st.status)
         );
     }
-    if !report.overhead.is_empty() {
+    if let Some(d) = &report.disk_sync {
         let _ = writeln!(
             out,
-            "\n4. Kernel overhead (zero-delay mock, instant tools; reply - mock time, medians)"
+            "\nDisk: a 4 KiB append + fdatasync in the data directory takes {:.2} ms (median), {:.2} ms (p99) over {} syncs; \
+             with [store] sync = \"full\" every commit waits for one",
+            d.p50_ms, d.p99_ms, d.rounds
         );
-        let _ = writeln!(
-            out,
-            "{:>4} {:>6} {:>13} {:>12} {:>12} {:>12} {:>10} {:>6}",
-            "N", "rounds", "per input us", "per turn us", "per call us", "reply us", "mock us", ""
-        );
-        for r in &report.overhead {
-            let per_call = r
-                .per_call_us
-                .map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"));
-            let _ = writeln!(
-                out,
-                "{:>4} {:>6} {:>13.0} {:>12.0} {:>12} {:>12.0} {:>10.0} {:>6}",
-                r.n,
-                r.rounds,
-                r.per_input_us,
-                r.per_turn_us,
-                per_call,
-                r.median_reply_us,
-                r.median_mock_us,
-                verdict(r.status)
-            );
-        }
     }
+    render_overhead(
+        &mut out,
+        "\n4. Kernel overhead (zero-delay mock, instant tools; reply - mock time, medians; [store] sync = \"full\", the default)",
+        &report.overhead,
+    );
+    render_overhead(
+        &mut out,
+        "\n4. Kernel overhead again with [store] sync = \"normal\" (no fsync per commit)",
+        &report.overhead_sync_normal,
+    );
     if let Some(m) = &report.memory {
         let _ = writeln!(
             out,
@@ -160,6 +150,36 @@ pub fn render(report: &BenchReport) -> String {
 
 /// Where the CPU went during the blast: per process, per input, and how
 /// many of the machine's cores the three kept busy.
+/// One scenario-4 table under `title`; nothing when there are no rows.
+fn render_overhead(out: &mut String, title: &str, rows: &[OverheadRow]) {
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "{title}");
+    let _ = writeln!(
+        out,
+        "{:>4} {:>6} {:>13} {:>12} {:>12} {:>12} {:>10} {:>6}",
+        "N", "rounds", "per input us", "per turn us", "per call us", "reply us", "mock us", ""
+    );
+    for r in rows {
+        let per_call = r
+            .per_call_us
+            .map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"));
+        let _ = writeln!(
+            out,
+            "{:>4} {:>6} {:>13.0} {:>12.0} {:>12} {:>12.0} {:>10.0} {:>6}",
+            r.n,
+            r.rounds,
+            r.per_input_us,
+            r.per_turn_us,
+            per_call,
+            r.median_reply_us,
+            r.median_mock_us,
+            verdict(r.status)
+        );
+    }
+}
+
 fn blast_cpu_line(b: &BlastResult, cpus: usize) -> String {
     let process = |name: &str, s: Option<f64>, per_input: Option<f64>| match (s, per_input) {
         (Some(s), Some(ms)) => format!("{name} {s:.2} s ({ms:.2} ms/input)"),
