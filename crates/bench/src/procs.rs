@@ -324,7 +324,10 @@ mod tests {
         assert!(toml.contains("max_concurrent_sessions = 240\n"), "{toml}");
         assert!(toml.contains("[store]\nsync = \"full\"\n"), "{toml}");
         let normal = config_toml("http://x", 4, StoreSync::Normal);
-        assert!(normal.contains("max_concurrent_sessions = 16\n"), "{normal}");
+        assert!(
+            normal.contains("max_concurrent_sessions = 16\n"),
+            "{normal}"
+        );
         assert!(normal.contains("[store]\nsync = \"normal\"\n"), "{normal}");
     }
 }

@@ -173,21 +173,11 @@ pub struct BlastResult {
     pub p95_added_ms: f64,
     pub p99_added_ms: f64,
     pub wall_s: f64,
-    /// CPU seconds (user + system, all threads) each process used over the
-    /// blast, from `/proc/<pid>/stat` ([`crate::cpu`]); `None` where that
-    /// cannot be read (not Linux). They say whether the latency is the
-    /// agent's or a full machine's.
-    pub cpu_s_serve: Option<f64>,
-    pub cpu_s_mock: Option<f64>,
-    /// The bench itself: the load generator competes for the same cores.
-    pub cpu_s_bench: Option<f64>,
-    /// `cpu_s_* × 1000 / inputs`.
-    pub cpu_ms_per_input_serve: Option<f64>,
-    pub cpu_ms_per_input_mock: Option<f64>,
-    pub cpu_ms_per_input_bench: Option<f64>,
-    /// The three processes' CPU seconds over `wall_s`: how many cores they
-    /// kept busy on average.
-    pub cores_busy: Option<f64>,
+    /// CPU each process used over the blast ([`crate::cpu`]): whether the
+    /// latency is the agent's or a full machine's. Flattened, so the JSON
+    /// fields sit beside the latencies.
+    #[serde(flatten)]
+    pub cpu: crate::cpu::CpuUse,
     pub before: Counters,
     pub after: Counters,
     pub status: Status,

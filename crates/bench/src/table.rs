@@ -181,6 +181,7 @@ fn render_overhead(out: &mut String, title: &str, rows: &[OverheadRow]) {
 }
 
 fn blast_cpu_line(b: &BlastResult, cpus: usize) -> String {
+    let c = &b.cpu;
     let process = |name: &str, s: Option<f64>, per_input: Option<f64>| match (s, per_input) {
         (Some(s), Some(ms)) => format!("{name} {s:.2} s ({ms:.2} ms/input)"),
         (Some(s), None) => format!("{name} {s:.2} s"),
@@ -188,10 +189,10 @@ fn blast_cpu_line(b: &BlastResult, cpus: usize) -> String {
     };
     format!(
         "   CPU (user + system) over the blast: {}, {}, {}; {} cores busy of {cpus}",
-        process("serve", b.cpu_s_serve, b.cpu_ms_per_input_serve),
-        process("mock", b.cpu_s_mock, b.cpu_ms_per_input_mock),
-        process("bench", b.cpu_s_bench, b.cpu_ms_per_input_bench),
-        b.cores_busy
+        process("serve", c.cpu_s_serve, c.cpu_ms_per_input_serve),
+        process("mock", c.cpu_s_mock, c.cpu_ms_per_input_mock),
+        process("bench", c.cpu_s_bench, c.cpu_ms_per_input_bench),
+        c.cores_busy
             .map_or_else(|| "n/a".to_owned(), |c| format!("{c:.2}")),
     )
 }
@@ -330,6 +331,7 @@ fn render_peers(report: &BenchReport, out: &mut String) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cpu::CpuUse;
     use crate::report::Counters;
 
     fn blast() -> BlastResult {
@@ -342,13 +344,15 @@ mod tests {
             p95_added_ms: 2.0,
             p99_added_ms: 3.0,
             wall_s: 4.0,
-            cpu_s_serve: Some(2.88),
-            cpu_s_mock: Some(0.576),
-            cpu_s_bench: Some(1.44),
-            cpu_ms_per_input_serve: Some(10.0),
-            cpu_ms_per_input_mock: Some(2.0),
-            cpu_ms_per_input_bench: Some(5.0),
-            cores_busy: Some(1.224),
+            cpu: CpuUse {
+                cpu_s_serve: Some(2.88),
+                cpu_s_mock: Some(0.576),
+                cpu_s_bench: Some(1.44),
+                cpu_ms_per_input_serve: Some(10.0),
+                cpu_ms_per_input_mock: Some(2.0),
+                cpu_ms_per_input_bench: Some(5.0),
+                cores_busy: Some(1.224),
+            },
             before: Counters::default(),
             after: Counters::default(),
             status: Status::Ok,
@@ -366,15 +370,19 @@ mod tests {
     }
 
     #[test]
+    fn the_cpu_fields_sit_beside_the_latencies_in_the_json() {
+        let value = serde_json::to_value(blast()).unwrap_or_default();
+        assert_eq!(value["p99_added_ms"], serde_json::json!(3.0));
+        assert_eq!(value["cpu_s_serve"], serde_json::json!(2.88));
+        assert_eq!(value["cpu_ms_per_input_mock"], serde_json::json!(2.0));
+        assert_eq!(value["cores_busy"], serde_json::json!(1.224));
+        assert!(value.get("cpu").is_none(), "{value}");
+    }
+
+    #[test]
     fn cpu_that_could_not_be_read_is_n_a() {
         let b = BlastResult {
-            cpu_s_serve: None,
-            cpu_s_mock: None,
-            cpu_s_bench: None,
-            cpu_ms_per_input_serve: None,
-            cpu_ms_per_input_mock: None,
-            cpu_ms_per_input_bench: None,
-            cores_busy: None,
+            cpu: CpuUse::default(),
             ..blast()
         };
         assert_eq!(

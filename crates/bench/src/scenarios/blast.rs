@@ -117,15 +117,6 @@ pub async fn blast(
         }
     }
     problems.extend(counter_problems(&before, &after, inputs as u64));
-    let CpuUse {
-        cpu_s_serve,
-        cpu_s_mock,
-        cpu_s_bench,
-        cpu_ms_per_input_serve,
-        cpu_ms_per_input_mock,
-        cpu_ms_per_input_bench,
-        cores_busy,
-    } = CpuUse::between(&cpu_before, &cpu_after, inputs, wall_s);
     Ok(BlastResult {
         sessions,
         inputs_per_session: per_session,
@@ -135,13 +126,7 @@ pub async fn blast(
         p95_added_ms: math::percentile(&added_ms, 95.0).unwrap_or(0.0),
         p99_added_ms: math::percentile(&added_ms, 99.0).unwrap_or(0.0),
         wall_s,
-        cpu_s_serve,
-        cpu_s_mock,
-        cpu_s_bench,
-        cpu_ms_per_input_serve,
-        cpu_ms_per_input_mock,
-        cpu_ms_per_input_bench,
-        cores_busy,
+        cpu: CpuUse::between(&cpu_before, &cpu_after, inputs, wall_s),
         before,
         after,
         status: status_of(&problems),
