@@ -63,8 +63,8 @@ fn poison_events(db: &Path) {
     rusqlite::Connection::open(db)
         .unwrap()
         .execute_batch(
-            "CREATE TRIGGER poison BEFORE INSERT ON tool_events
-             WHEN NEW.body LIKE '%POISON%'
+            "CREATE TRIGGER poison BEFORE INSERT ON tool_event_batches
+             WHEN NEW.events LIKE '%POISON%'
              BEGIN SELECT RAISE(ABORT, 'injected failure'); END;",
         )
         .unwrap();

@@ -334,7 +334,7 @@ fn sessions_are_created_once_listed_and_deleted_with_their_rows() {
     assert!(!store.delete_session("b").unwrap());
     assert_eq!(store.session("b").unwrap(), None);
     let conn = raw(&dir.db());
-    for table in ["messages", "tool_events"] {
+    for table in ["messages", "tool_events", "tool_event_batches"] {
         let left: i64 = conn
             .query_row(
                 &format!("SELECT COUNT(*) FROM {table} WHERE session_id = 'b'"),
@@ -430,7 +430,8 @@ fn tool_events_round_trip_in_order() {
     // Stored as the same words the JSON events use.
     let status: String = raw(&dir.db())
         .query_row(
-            "SELECT status FROM tool_events WHERE phase = 'end'",
+            "SELECT json_extract(events, '$[0].status') FROM tool_event_batches
+             ORDER BY id DESC LIMIT 1",
             [],
             |r| r.get(0),
         )
@@ -550,7 +551,7 @@ fn a_version_1_database_is_migrated_and_keeps_its_rows() {
         .unwrap();
     }
     let store = Store::open(&dir.db()).unwrap();
-    assert_eq!(store.schema_version().unwrap(), 2);
+    assert_eq!(store.schema_version().unwrap(), 3);
     assert_eq!(
         store.history("old").unwrap(),
         vec![Message::user("from v1")]
@@ -581,6 +582,87 @@ fn a_version_1_database_is_migrated_and_keeps_its_rows() {
     assert_eq!(store.tool_events("old").unwrap().len(), 1);
 }
 
+/// (call id, phase, status, success, duration, at) of a stored event.
+type Summary<'a> = (
+    &'a str,
+    EventPhase,
+    Option<CallStatus>,
+    Option<bool>,
+    Option<u64>,
+    i64,
+);
+
+#[test]
+fn events_written_one_per_row_before_version_3_are_read_before_later_batches() {
+    let dir = TempDir::new("legacy-events");
+    {
+        // A version-2 file: events one per row in `tool_events`.
+        let store = Store::open(&dir.db()).unwrap();
+        store.ensure_session("s", "main").unwrap();
+        let conn = raw(&dir.db());
+        conn.execute_batch(
+            r#"DROP TABLE tool_event_batches;
+            PRAGMA user_version = 2;
+            INSERT INTO tool_events
+                (session_id, batch_id, call_id, tool, phase, status, success, duration_ms, body, at)
+            VALUES
+                ('s', 'b0', 'old1', 'demo_echo', 'start', NULL, NULL, NULL,
+                 '{"kind":"start","note":"v2 start"}', 100),
+                ('s', 'b0', 'old1', 'demo_echo', 'end', 'ok', 1, 7,
+                 '{"kind":"end","note":"v2 end"}', 107);"#,
+        )
+        .unwrap();
+    }
+    let store = Store::open(&dir.db()).unwrap();
+    assert_eq!(store.schema_version().unwrap(), 3);
+    let new_start = ToolEvent::Start {
+        call_id: "new1".into(),
+        tool: "demo_sleep".into(),
+        args: json!({"ms": 1}),
+        batch_id: "b1".into(),
+        batch_size: 1,
+        parallel: true,
+    };
+    store
+        .record_tool_events("s", &[ToolEventRecord::from_event(&new_start)])
+        .unwrap();
+    let events = store.tool_events("s").unwrap();
+    let summary: Vec<Summary<'_>> = events
+        .iter()
+        .map(|e| {
+            (
+                e.call_id.as_str(),
+                e.phase,
+                e.status,
+                e.success,
+                e.duration_ms,
+                e.at_ms,
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary[..2],
+        [
+            ("old1", EventPhase::Start, None, None, None, 100),
+            (
+                "old1",
+                EventPhase::End,
+                Some(CallStatus::Ok),
+                Some(true),
+                Some(7),
+                107
+            ),
+        ]
+    );
+    assert_eq!(events[1].body, json!({"kind": "end", "note": "v2 end"}));
+    assert_eq!(events.len(), 3);
+    assert_eq!(
+        (events[2].call_id.as_str(), events[2].phase),
+        ("new1", EventPhase::Start)
+    );
+    assert_eq!(events[2].body, serde_json::to_value(&new_start).unwrap());
+}
+
 #[test]
 fn an_empty_version_0_file_is_migrated_to_the_current_version() {
     let dir = TempDir::new("v0");
@@ -589,7 +671,7 @@ fn an_empty_version_0_file_is_migrated_to_the_current_version() {
         .execute_batch("CREATE TABLE unrelated (x INTEGER);")
         .unwrap();
     let store = Store::open(&dir.db()).unwrap();
-    assert_eq!(store.schema_version().unwrap(), 2);
+    assert_eq!(store.schema_version().unwrap(), 3);
     store.ensure_session("s", "main").unwrap();
 }
 
@@ -606,7 +688,7 @@ fn a_database_from_a_newer_version_is_refused_and_not_touched() {
             err,
             StoreError::NewerSchema {
                 found: 99,
-                supported: 2,
+                supported: 3,
                 ..
             }
         ),

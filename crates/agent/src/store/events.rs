@@ -1,12 +1,19 @@
-//! The tool-call event log: a start and an end row per call, next to the
+//! The tool-call event log: a start and an end event per call, next to the
 //! history, for the dashboard and for post-mortems (which calls ran, for how
 //! long, how they ended). The history stays the source of truth for what the
 //! model saw; events add timing and status.
+//!
+//! Since schema 3 a batch's events are one row of `tool_event_batches` (a
+//! JSON array, in emission order), written in the same transaction as the
+//! batch's results: two indexed rows per call had been the largest part of
+//! what a tool call cost the agent. Rows of the older one-per-event table
+//! `tool_events` are still read, before the batch rows (they are older).
 
 use homeagent_core::{CallStatus, ToolEvent};
 use rusqlite::{Connection, TransactionBehavior};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::{Store, StoreError, now_ms, require_session, validate_session_id};
 
@@ -16,15 +23,6 @@ use super::{Store, StoreError, now_ms, require_session, validate_session_id};
 pub enum EventPhase {
     Start,
     End,
-}
-
-impl EventPhase {
-    fn as_str(self) -> &'static str {
-        match self {
-            EventPhase::Start => "start",
-            EventPhase::End => "end",
-        }
-    }
 }
 
 /// One stored tool event. `status`, `success` and `duration_ms` are set on
@@ -148,15 +146,6 @@ impl From<&ToolEventRecord> for EventRow {
     }
 }
 
-/// `CallStatus` as its serde name (`ok`, `cancelled`, …), so the column reads
-/// the same as the JSON events.
-fn status_text(status: CallStatus) -> Option<String> {
-    match serde_json::to_value(status) {
-        Ok(Value::String(s)) => Some(s),
-        _ => None,
-    }
-}
-
 impl Store {
     /// Appends one event to the session's log. The session must exist.
     ///
@@ -192,94 +181,143 @@ impl Store {
         validate_session_id(session)?;
         let conn = self.lock();
         require_session(&conn, session)?;
-        let mut stmt = conn.prepare(
-            "SELECT id, batch_id, call_id, tool, phase, status, success, duration_ms, body, at
-             FROM tool_events WHERE session_id = ?1 ORDER BY id",
+        // Rows from before schema 3 (one per event) are older than any
+        // batch row, so they come first.
+        let mut events = legacy_events(&conn, session)?;
+        let mut stmt = conn.prepare_cached(
+            "SELECT id, events FROM tool_event_batches WHERE session_id = ?1 ORDER BY id",
         )?;
-        struct Raw {
-            id: i64,
-            batch_id: String,
-            call_id: String,
-            tool: String,
-            phase: String,
-            status: Option<String>,
-            success: Option<bool>,
-            duration_ms: Option<i64>,
-            body: String,
-            at_ms: i64,
-        }
         let rows = stmt.query_map([session], |row| {
-            Ok(Raw {
-                id: row.get(0)?,
-                batch_id: row.get(1)?,
-                call_id: row.get(2)?,
-                tool: row.get(3)?,
-                phase: row.get(4)?,
-                status: row.get(5)?,
-                success: row.get(6)?,
-                duration_ms: row.get(7)?,
-                body: row.get(8)?,
-                at_ms: row.get(9)?,
-            })
+            Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
         })?;
-        let mut events = Vec::new();
-        for raw in rows {
-            let raw = raw?;
-            let corrupt = |source| StoreError::Corrupt {
-                session: session.to_owned(),
-                what: "tool event",
-                row: raw.id,
-                source,
-            };
-            let phase = serde_json::from_value(Value::String(raw.phase)).map_err(corrupt)?;
-            let status = raw
-                .status
-                .map(|s| serde_json::from_value(Value::String(s)))
-                .transpose()
-                .map_err(corrupt)?;
-            events.push(ToolEventRecord {
-                batch_id: raw.batch_id,
-                call_id: raw.call_id,
-                tool: raw.tool,
-                phase,
-                status,
-                success: raw.success,
-                duration_ms: raw.duration_ms.map(|d| u64::try_from(d).unwrap_or(0)),
-                body: serde_json::from_str(&raw.body).map_err(corrupt)?,
-                at_ms: raw.at_ms,
-            });
+        for row in rows {
+            let (id, text) = row?;
+            let batch: Vec<ToolEventRecord> =
+                serde_json::from_str(&text).map_err(|source| StoreError::Corrupt {
+                    session: session.to_owned(),
+                    what: "tool event batch",
+                    row: id,
+                    source,
+                })?;
+            events.extend(batch);
         }
         Ok(events)
     }
 }
 
-/// Inserts `events` in slice order; the caller holds the transaction.
+/// The session's events in the one-row-per-event table of schema 2.
+fn legacy_events(conn: &Connection, session: &str) -> Result<Vec<ToolEventRecord>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT id, batch_id, call_id, tool, phase, status, success, duration_ms, body, at
+         FROM tool_events WHERE session_id = ?1 ORDER BY id",
+    )?;
+    struct Raw {
+        id: i64,
+        batch_id: String,
+        call_id: String,
+        tool: String,
+        phase: String,
+        status: Option<String>,
+        success: Option<bool>,
+        duration_ms: Option<i64>,
+        body: String,
+        at_ms: i64,
+    }
+    let rows = stmt.query_map([session], |row| {
+        Ok(Raw {
+            id: row.get(0)?,
+            batch_id: row.get(1)?,
+            call_id: row.get(2)?,
+            tool: row.get(3)?,
+            phase: row.get(4)?,
+            status: row.get(5)?,
+            success: row.get(6)?,
+            duration_ms: row.get(7)?,
+            body: row.get(8)?,
+            at_ms: row.get(9)?,
+        })
+    })?;
+    let mut events = Vec::new();
+    for raw in rows {
+        let raw = raw?;
+        let corrupt = |source| StoreError::Corrupt {
+            session: session.to_owned(),
+            what: "tool event",
+            row: raw.id,
+            source,
+        };
+        let phase = serde_json::from_value(Value::String(raw.phase)).map_err(corrupt)?;
+        let status = raw
+            .status
+            .map(|s| serde_json::from_value(Value::String(s)))
+            .transpose()
+            .map_err(corrupt)?;
+        events.push(ToolEventRecord {
+            batch_id: raw.batch_id,
+            call_id: raw.call_id,
+            tool: raw.tool,
+            phase,
+            status,
+            success: raw.success,
+            duration_ms: raw.duration_ms.map(|d| u64::try_from(d).unwrap_or(0)),
+            body: serde_json::from_str(&raw.body).map_err(corrupt)?,
+            at_ms: raw.at_ms,
+        });
+    }
+    Ok(events)
+}
+
+/// One stored event as it is written into a batch row: the fields of
+/// [`ToolEventRecord`], with the body copied in as the JSON text it already
+/// is instead of being parsed into a `Value` and printed again.
+#[derive(Serialize)]
+struct StoredEvent<'a> {
+    batch_id: &'a str,
+    call_id: &'a str,
+    tool: &'a str,
+    phase: EventPhase,
+    status: Option<CallStatus>,
+    success: Option<bool>,
+    duration_ms: Option<u64>,
+    body: &'a RawValue,
+    at_ms: i64,
+}
+
+/// Stores `events` as one batch row, in slice order (nothing for an empty
+/// slice); the caller holds the transaction.
 pub(super) fn insert_events(
     conn: &Connection,
     session: &str,
     events: &[EventRow],
 ) -> Result<(), StoreError> {
-    // Parsed once per connection (the statement cache), not per batch or row.
-    let mut stmt = conn.prepare_cached(
-        "INSERT INTO tool_events
-            (session_id, batch_id, call_id, tool, phase, status, success, duration_ms, body, at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-    )?;
-    for event in events {
-        stmt.execute(rusqlite::params![
-            session,
-            event.batch_id,
-            event.call_id,
-            event.tool,
-            event.phase.as_str(),
-            event.status.and_then(status_text),
-            event.success,
-            event
-                .duration_ms
-                .map(|d| i64::try_from(d).unwrap_or(i64::MAX)),
-            event.body_json,
-            event.at_ms,
-        ])?;
-    }
+    let Some(last) = events.last() else {
+        return Ok(());
+    };
+    let null = RawValue::NULL;
+    let stored: Vec<StoredEvent<'_>> = events
+        .iter()
+        .map(|event| StoredEvent {
+            batch_id: &event.batch_id,
+            call_id: &event.call_id,
+            tool: &event.tool,
+            phase: event.phase,
+            status: event.status,
+            success: event.success,
+            duration_ms: event.duration_ms,
+            // Rendered by serde_json, so valid; `null` keeps the event if not.
+            body: serde_json::from_str(&event.body_json).unwrap_or(null),
+            at_ms: event.at_ms,
+        })
+        .collect();
+    let text = serde_json::to_string(&stored).map_err(|source| StoreError::Corrupt {
+        session: session.to_owned(),
+        what: "tool event batch",
+        row: 0,
+        source,
+    })?;
+    conn.prepare_cached(
+        "INSERT INTO tool_event_batches (session_id, events, at) VALUES (?1, ?2, ?3)",
+    )?
+    .execute(rusqlite::params![session, text, last.at_ms])?;
     Ok(())
 }
