@@ -66,7 +66,7 @@ impl ToolEventRecord {
 /// event skips building and dropping the `Value` tree a
 /// [`ToolEventRecord`] holds (about a third of the instructions spent on
 /// each event under callgrind).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct EventRow {
     pub batch_id: String,
     pub call_id: String,
@@ -76,8 +76,9 @@ pub struct EventRow {
     pub success: Option<bool>,
     pub duration_ms: Option<u64>,
     /// The whole event as compact JSON, as [`ToolEventRecord::body`] reads
-    /// it back.
-    pub body_json: String,
+    /// it back; a `RawValue`, so storing it copies the text without parsing
+    /// it again.
+    pub body: Box<RawValue>,
     /// Milliseconds since the Unix epoch.
     pub at_ms: i64,
 }
@@ -87,7 +88,7 @@ impl EventRow {
     pub fn from_event(event: &ToolEvent) -> Self {
         // A `ToolEvent` is plain data (strings, numbers, a JSON object), so
         // serialising it cannot fail; `null` keeps the row if it ever did.
-        let body_json = serde_json::to_string(event).unwrap_or_else(|_| "null".to_owned());
+        let body = serde_json::value::to_raw_value(event).unwrap_or_else(|_| null_body());
         let at_ms = now_ms();
         match event {
             ToolEvent::Start {
@@ -103,7 +104,7 @@ impl EventRow {
                 status: None,
                 success: None,
                 duration_ms: None,
-                body_json,
+                body,
                 at_ms,
             },
             ToolEvent::End {
@@ -122,7 +123,7 @@ impl EventRow {
                 status: Some(*status),
                 success: Some(*success),
                 duration_ms: Some(*duration_ms),
-                body_json,
+                body,
                 at_ms,
             },
         }
@@ -140,7 +141,7 @@ impl From<&ToolEventRecord> for EventRow {
             success: record.success,
             duration_ms: record.duration_ms,
             // `Value`'s Display is its compact JSON.
-            body_json: record.body.to_string(),
+            body: serde_json::value::to_raw_value(&record.body).unwrap_or_else(|_| null_body()),
             at_ms: record.at_ms,
         }
     }
@@ -267,6 +268,12 @@ fn legacy_events(conn: &Connection, session: &str) -> Result<Vec<ToolEventRecord
     Ok(events)
 }
 
+/// `null`, the body of an event that could not be rendered (a `ToolEvent`
+/// is plain data, so this does not happen; the row is kept if it ever did).
+fn null_body() -> Box<RawValue> {
+    RawValue::NULL.to_owned()
+}
+
 /// One stored event as it is written into a batch row: the fields of
 /// [`ToolEventRecord`], with the body copied in as the JSON text it already
 /// is instead of being parsed into a `Value` and printed again.
@@ -293,7 +300,6 @@ pub(super) fn insert_events(
     let Some(last) = events.last() else {
         return Ok(());
     };
-    let null = RawValue::NULL;
     let stored: Vec<StoredEvent<'_>> = events
         .iter()
         .map(|event| StoredEvent {
@@ -304,8 +310,7 @@ pub(super) fn insert_events(
             status: event.status,
             success: event.success,
             duration_ms: event.duration_ms,
-            // Rendered by serde_json, so valid; `null` keeps the event if not.
-            body: serde_json::from_str(&event.body_json).unwrap_or(null),
+            body: &event.body,
             at_ms: event.at_ms,
         })
         .collect();
