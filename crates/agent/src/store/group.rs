@@ -155,22 +155,20 @@ impl Store {
     }
 
     fn commit_group(&self, conn: &mut Connection, group: &[Arc<Job>]) {
-        if group.len() > 1 {
-            match run_group(conn, group) {
-                Ok(answers) => {
-                    self.count_commit(answers.iter().filter(|a| a.is_ok()).count());
-                    for (job, answer) in group.iter().zip(answers) {
-                        job.answer(answer);
-                    }
-                    return;
+        match run_group(conn, group) {
+            Ok(answers) => {
+                self.count_commit(answers.iter().filter(|a| a.is_ok()).count());
+                for (job, answer) in group.iter().zip(answers) {
+                    job.answer(answer);
                 }
-                Err(error) => {
-                    tracing::warn!(
-                        %error,
-                        writes = group.len(),
-                        "a group commit failed; retrying its writes one by one"
-                    );
-                }
+                return;
+            }
+            Err(error) => {
+                tracing::warn!(
+                    %error,
+                    writes = group.len(),
+                    "a group commit failed; retrying its writes one by one"
+                );
             }
         }
         for job in group {
@@ -427,6 +425,19 @@ mod tests {
             vec![Message::user("third")]
         );
         assert!(temp.store.session("missing").unwrap().is_none());
+    }
+
+    #[test]
+    fn a_group_whose_every_write_fails_counts_no_commit() {
+        let temp = temp_store("all-fail");
+        let answers = append_while_held(&temp.store, &["gone1", "gone2"]);
+        assert!(
+            answers
+                .iter()
+                .all(|a| matches!(a, Err(StoreError::SessionNotFound { .. }))),
+            "{answers:?}"
+        );
+        assert_eq!(temp.store.write_stats(), WriteStats::default());
     }
 
     #[test]
