@@ -25,8 +25,12 @@
 //!
 //! Inside the group each op runs under its own `SAVEPOINT`, so an op that
 //! fails (a missing session, a constraint) is rolled back alone and the
-//! others commit. If the group cannot start or commit (disk full, I/O
-//! error, busy timeout), it is rolled back and every op is retried in a
+//! others commit. If the group cannot *start* because SQLite refuses the
+//! write lock or the disk (another process held the lock past the busy
+//! timeout, an I/O error), every op of the group gets that error at once:
+//! retrying them one by one would make the last caller wait one busy
+//! timeout per op ahead of it. If the group fails after it began (at a
+//! savepoint or the commit), it is rolled back and every op is retried in a
 //! transaction of its own, so each caller gets its own, real error.
 //!
 //! # Invariant
@@ -91,6 +95,9 @@ pub(super) struct WriteQueue {
     pending: Mutex<Vec<Arc<Job>>>,
     commits: AtomicU64,
     writes: AtomicU64,
+    /// Transactions attempted (groups and lone retries), for the tests.
+    #[cfg(test)]
+    attempts: AtomicU64,
 }
 
 impl WriteQueue {
@@ -155,6 +162,8 @@ impl Store {
     }
 
     fn commit_group(&self, conn: &mut Connection, group: &[Arc<Job>]) {
+        #[cfg(test)]
+        self.writes.attempts.fetch_add(1, Ordering::Relaxed);
         match run_group(conn, group) {
             Ok(answers) => {
                 self.count_commit(answers.iter().filter(|a| a.is_ok()).count());
@@ -163,7 +172,20 @@ impl Store {
                 }
                 return;
             }
-            Err(error) => {
+            // The write lock could not be had (another process held it past
+            // the busy timeout) or the disk refused: every write of the group
+            // would fail the same way, and retrying them one by one would make
+            // the last caller wait one busy timeout per write ahead of it.
+            Err(GroupFailure::NotStarted(error)) if sqlite_failure_copy(&error).is_some() => {
+                tracing::warn!(%error, writes = group.len(), "a group commit could not start");
+                for job in group {
+                    job.answer(Err(
+                        sqlite_failure_copy(&error).unwrap_or(StoreError::WriteNotApplied)
+                    ));
+                }
+                return;
+            }
+            Err(GroupFailure::NotStarted(error) | GroupFailure::Aborted(error)) => {
                 tracing::warn!(
                     %error,
                     writes = group.len(),
@@ -172,6 +194,8 @@ impl Store {
             }
         }
         for job in group {
+            #[cfg(test)]
+            self.writes.attempts.fetch_add(1, Ordering::Relaxed);
             let answer = run_alone(conn, &job.op);
             if answer.is_ok() {
                 self.count_commit(1);
@@ -190,13 +214,22 @@ impl Store {
     }
 }
 
+/// Why a group's transaction did not commit.
+#[derive(Debug)]
+enum GroupFailure {
+    /// `BEGIN IMMEDIATE` failed: nothing ran.
+    NotStarted(StoreError),
+    /// It failed after it began (a savepoint, the commit); rolled back.
+    Aborted(StoreError),
+}
+
 /// Every op of `group` in one transaction, each under a savepoint. `Err`
 /// when the transaction itself failed (nothing of the group is stored).
 fn run_group(
     conn: &Connection,
     group: &[Arc<Job>],
-) -> Result<Vec<Result<WriteDone, StoreError>>, StoreError> {
-    execute(conn, "BEGIN IMMEDIATE")?;
+) -> Result<Vec<Result<WriteDone, StoreError>>, GroupFailure> {
+    execute(conn, "BEGIN IMMEDIATE").map_err(GroupFailure::NotStarted)?;
     let applied = (|| {
         let mut answers = Vec::with_capacity(group.len());
         for job in group {
@@ -214,7 +247,18 @@ fn run_group(
     if applied.is_err() {
         rollback(conn);
     }
-    applied
+    applied.map_err(GroupFailure::Aborted)
+}
+
+/// A copy of an SQLite failure (busy, locked, I/O, full), one per caller of
+/// a group that could not start; `None` for any other error.
+fn sqlite_failure_copy(error: &StoreError) -> Option<StoreError> {
+    match error {
+        StoreError::Sqlite(rusqlite::Error::SqliteFailure(code, message)) => Some(
+            StoreError::Sqlite(rusqlite::Error::SqliteFailure(*code, message.clone())),
+        ),
+        _ => None,
+    }
 }
 
 /// One op in a transaction of its own.
@@ -438,6 +482,47 @@ mod tests {
             "{answers:?}"
         );
         assert_eq!(temp.store.write_stats(), WriteStats::default());
+    }
+
+    #[test]
+    fn a_group_that_cannot_get_the_write_lock_fails_every_write_at_once() {
+        let temp = temp_store("busy");
+        for session in ["p", "q", "r"] {
+            temp.store.ensure_session(session, "main").unwrap();
+        }
+        temp.store
+            .lock()
+            .busy_timeout(Duration::from_millis(50))
+            .unwrap();
+        // Another process holds the write lock past the busy timeout.
+        let other = Connection::open(temp.store.path()).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let attempts = temp.store.writes.attempts.load(Ordering::Relaxed);
+
+        let answers = append_while_held(&temp.store, &["p", "q", "r"]);
+
+        for answer in &answers {
+            assert!(
+                matches!(
+                    answer,
+                    Err(StoreError::Sqlite(rusqlite::Error::SqliteFailure(e, _)))
+                        if e.code == rusqlite::ErrorCode::DatabaseBusy
+                ),
+                "{answer:?}"
+            );
+        }
+        // One attempt for the group, not one more per write.
+        assert_eq!(
+            temp.store.writes.attempts.load(Ordering::Relaxed) - attempts,
+            1
+        );
+        other.execute_batch("ROLLBACK").unwrap();
+        assert_eq!(
+            temp.store
+                .append_messages("p", &[Message::user("x")])
+                .unwrap(),
+            1..=1
+        );
     }
 
     #[test]
