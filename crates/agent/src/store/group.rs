@@ -526,6 +526,34 @@ mod tests {
     }
 
     #[test]
+    fn a_transaction_left_open_on_the_connection_is_rolled_back_first() {
+        let temp = temp_store("left-open");
+        temp.store.ensure_session("s", "main").unwrap();
+        // What a leader that panicked after BEGIN leaves behind (through
+        // the mutex itself: `lock()` is what cleans up).
+        temp.store
+            .conn
+            .lock()
+            .unwrap()
+            .execute_batch(
+                "BEGIN IMMEDIATE;
+                 INSERT INTO messages (session_id, seq, role, body, created_at)
+                 VALUES ('s', 1, 'user', '{\"role\":\"user\",\"content\":\"half\"}', 0);",
+            )
+            .unwrap();
+        assert_eq!(
+            temp.store
+                .append_messages("s", &[Message::user("whole")])
+                .unwrap(),
+            1..=1
+        );
+        assert_eq!(
+            temp.store.history("s").unwrap(),
+            vec![Message::user("whole")]
+        );
+    }
+
+    #[test]
     fn a_lone_write_commits_on_its_own() {
         let temp = temp_store("alone");
         temp.store.ensure_session("x", "main").unwrap();

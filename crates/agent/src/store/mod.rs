@@ -181,11 +181,18 @@ impl Store {
         Ok(schema::schema_version(&self.lock())?)
     }
 
-    /// The connection. A poisoned lock is taken anyway: a panic while holding
-    /// it dropped any open transaction, which rolled it back, so the
-    /// connection is in a clean state.
+    /// The connection, outside any transaction. A poisoned lock is taken
+    /// anyway: a panic while holding it either dropped a rusqlite
+    /// `Transaction` (which rolled back) or left a group commit's raw
+    /// `BEGIN` open, which is rolled back here. Nobody else can hold a
+    /// transaction while the lock is free, so one found open is a leftover.
     fn lock(&self) -> MutexGuard<'_, Connection> {
-        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+        let conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
+        if !conn.is_autocommit() {
+            tracing::warn!("rolling back a transaction a failed store call left open");
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        conn
     }
 }
 
