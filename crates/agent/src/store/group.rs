@@ -47,7 +47,7 @@ use rusqlite::Connection;
 use super::events::{EventRow, insert_events};
 use super::messages::{MessageRow, insert_rows, max_seq};
 use super::sessions::{SessionInfo, create_or_get};
-use super::{Store, StoreError, now_ms, require_session};
+use super::{Store, StoreError, end_open_transaction, now_ms, require_session};
 
 /// A write waiting for the connection.
 #[derive(Debug)]
@@ -245,7 +245,7 @@ fn run_group(
         Ok(answers)
     })();
     if applied.is_err() {
-        rollback(conn);
+        end_open_transaction(conn);
     }
     applied.map_err(GroupFailure::Aborted)
 }
@@ -269,16 +269,9 @@ fn run_alone(conn: &Connection, op: &WriteOp) -> Result<WriteDone, StoreError> {
         Ok(done)
     });
     if result.is_err() {
-        rollback(conn);
+        end_open_transaction(conn);
     }
     result
-}
-
-/// Ends whatever transaction is open; a failed rollback (none open) is fine.
-fn rollback(conn: &Connection) {
-    if !conn.is_autocommit() {
-        let _ = execute(conn, "ROLLBACK");
-    }
 }
 
 /// Runs a parameterless statement through the statement cache.

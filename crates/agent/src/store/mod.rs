@@ -188,12 +188,24 @@ impl Store {
     /// transaction while the lock is free, so one found open is a leftover.
     fn lock(&self) -> MutexGuard<'_, Connection> {
         let conn = self.conn.lock().unwrap_or_else(PoisonError::into_inner);
-        if !conn.is_autocommit() {
-            tracing::warn!("rolling back a transaction a failed store call left open");
-            let _ = conn.execute_batch("ROLLBACK");
+        if end_open_transaction(&conn) {
+            tracing::warn!("rolled back a transaction a failed store call left open");
         }
         conn
     }
+}
+
+/// Rolls back the transaction open on `conn`, if any; whether there was
+/// one. A failed rollback leaves nothing to do (SQLite has already ended
+/// the transaction when ROLLBACK fails).
+fn end_open_transaction(conn: &Connection) -> bool {
+    if conn.is_autocommit() {
+        return false;
+    }
+    let _ = conn
+        .prepare_cached("ROLLBACK")
+        .and_then(|mut stmt| stmt.execute([]));
+    true
 }
 
 /// Per-connection settings; see the module docs for why each one.
