@@ -26,8 +26,7 @@ pub struct MockSettings {
 }
 
 /// The agent's `[store] sync` for a stack.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum StoreSync {
     /// The default: every commit waits for the disk.
     #[default]
