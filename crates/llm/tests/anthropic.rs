@@ -428,7 +428,7 @@ fn thinking_signatures_are_kept_and_replayed_verbatim() {
         .build_request(&endpoint(None), &request)
         .unwrap();
     assert_eq!(
-        wire.body["messages"][1],
+        wire.body_json().unwrap()["messages"][1],
         json!({"role": "assistant", "content": [
             {"type": "thinking", "thinking": "The user wants the porch light. I should call set_light.",
              "signature": "EqQBCgIYAhIM1gbcDa9GJwZA2b3hGgxBdjrkzLoky3dl1pkiMOYds"},

@@ -314,7 +314,7 @@ fn thought_signature_is_replayed_on_its_part_and_parallel_calls_stay_in_one_cont
     };
     let wire = GeminiCodec.build_request(&endpoint(), &request).unwrap();
     assert_eq!(
-        wire.body["contents"],
+        wire.body_json().unwrap()["contents"],
         json!([
             {"role": "user", "parts": [{"text": "Weather in Paris and Rome?"}]},
             {"role": "model", "parts": [
@@ -358,7 +358,7 @@ data: {"candidates": [{"content": {"parts": [{"text": "","thoughtSignature": "Ci
     };
     let wire = GeminiCodec.build_request(&endpoint(), &request).unwrap();
     assert_eq!(
-        wire.body["contents"][1],
+        wire.body_json().unwrap()["contents"][1],
         json!({"role": "model", "parts": [
             {"text": "The porch light is on.", "thoughtSignature": "Ci8BVKhc7textsig"}
         ]})

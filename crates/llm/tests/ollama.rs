@@ -408,7 +408,7 @@ fn the_request_has_ollamas_shape() {
         vec![("content-type".to_owned(), "application/json".to_owned())]
     );
     assert_eq!(
-        request.body,
+        request.body_json().unwrap(),
         json!({
             "model": "qwen3",
             "messages": [
@@ -445,9 +445,12 @@ fn a_key_becomes_a_bearer_header_and_no_tools_means_no_tools_field() {
         "authorization".to_owned(),
         "Bearer sk-ollama-cloud".to_owned()
     )));
-    assert!(request.body.get("tools").is_none());
-    assert_eq!(request.body["stream"], json!(false));
-    assert_eq!(request.body["options"], json!({"num_predict": 1024}));
+    assert!(request.body_json().unwrap().get("tools").is_none());
+    assert_eq!(request.body_json().unwrap()["stream"], json!(false));
+    assert_eq!(
+        request.body_json().unwrap()["options"],
+        json!({"num_predict": 1024})
+    );
     // The key never shows in Debug output.
     assert!(!format!("{request:?}").contains("sk-ollama-cloud"));
 }
@@ -470,7 +473,10 @@ fn temperatures_are_sent_as_written_and_non_finite_ones_refused() {
     request.temperature = Some(0.7);
     let wire = codec.build_request(&endpoint(None), &request).unwrap();
     // 0.7f32 widened to f64 would be 0.699999988079071.
-    assert_eq!(wire.body["options"]["temperature"], json!(0.7));
+    assert_eq!(
+        wire.body_json().unwrap()["options"]["temperature"],
+        json!(0.7)
+    );
     request.temperature = Some(f32::NAN);
     assert!(matches!(
         codec.build_request(&endpoint(None), &request),

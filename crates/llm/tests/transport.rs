@@ -576,3 +576,71 @@ async fn an_empty_body_is_cut_on_every_wire_streamed_and_whole() {
         );
     }
 }
+
+/// What a capturing server received: the body bytes and one header.
+type Captured = std::sync::Arc<std::sync::Mutex<Vec<(Vec<u8>, Option<String>)>>>;
+
+/// A Lua adapter that signs its body goes out byte for byte as it wrote it:
+/// odd spacing and key order included, so the signature it computed over
+/// `meta.body` holds for what the server receives.
+#[tokio::test]
+async fn a_lua_adapter_body_is_sent_exactly_as_the_adapter_wrote_and_signed_it() {
+    use axum::body::Bytes;
+    use axum::http::HeaderMap;
+    use homeagent_llm::{LuaAdapter, LuaCodec};
+
+    const TEXT: &str = r#"{"z": 1,   "model": "m",  "a": [2, 3]}"#;
+    let captured = Captured::default();
+    let sink = std::sync::Arc::clone(&captured);
+    let app = Router::new().fallback(move |headers: HeaderMap, body: Bytes| {
+        let sink = std::sync::Arc::clone(&sink);
+        async move {
+            let signed = headers
+                .get("x-signed-body")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            sink.lock().unwrap().push((body.to_vec(), signed));
+            (
+                StatusCode::OK,
+                r#"{"choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}]}"#,
+            )
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let server = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let source = format!(
+        "return {{ transform_request = function(raw) return '{TEXT}' end,\n\
+         build_headers = function(meta) return json.encode({{['x-signed-body'] = json.decode(meta).body}}) end }}"
+    );
+    let adapter = LuaAdapter::from_source("signed.lua", &source).unwrap();
+    let codec = LuaCodec::new(std::sync::Arc::new(adapter)).with_fallback(false);
+    let provider = HttpProvider::with_codec(
+        Box::new(codec),
+        Endpoint {
+            base_url: url,
+            api_key: None,
+        },
+        Options::default(),
+    )
+    .unwrap();
+    let request = ChatRequest {
+        model: "m".into(),
+        messages: vec![Message::user("hi")],
+        tools: vec![],
+        max_tokens: 16,
+        temperature: None,
+        stream: false,
+    };
+    provider
+        .complete(&request, CancellationToken::new())
+        .await
+        .unwrap();
+    server.abort();
+    let captured = captured.lock().unwrap();
+    assert_eq!(captured.len(), 1);
+    let (body, signed) = &captured[0];
+    assert_eq!(std::str::from_utf8(body).unwrap(), TEXT);
+    assert_eq!(signed.as_deref(), Some(TEXT));
+}

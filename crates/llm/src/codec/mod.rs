@@ -13,6 +13,7 @@
 use homeagent_core::StreamEvent;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::error::CodecError;
 use crate::request::ChatRequest;
@@ -72,12 +73,35 @@ impl std::fmt::Debug for Endpoint {
 }
 
 /// An HTTP request ready to send (always a POST with a JSON body).
-#[derive(Clone, PartialEq)]
+#[derive(Clone)]
 pub struct WireRequest {
     pub url: String,
     /// Header names in lowercase. May hold the API key: never log them.
     pub headers: Vec<(String, String)>,
-    pub body: Value,
+    /// The body as the exact JSON text that is sent. Text rather than a
+    /// `Value`: codecs write it straight from the request, and a Lua
+    /// adapter's body goes out byte for byte as the adapter wrote (and
+    /// perhaps signed) it.
+    pub body: Box<RawValue>,
+}
+
+impl WireRequest {
+    /// The body parsed, for inspecting it (tests, debugging).
+    pub fn body_json(&self) -> Result<Value, serde_json::Error> {
+        serde_json::from_str(self.body.get())
+    }
+}
+
+/// Serializes a codec's request body; the one way codecs make
+/// [`WireRequest::body`].
+pub(crate) fn encoded_body<T: Serialize + ?Sized>(
+    protocol: &'static str,
+    body: &T,
+) -> Result<Box<RawValue>, CodecError> {
+    serde_json::value::to_raw_value(body).map_err(|err| CodecError::Unencodable {
+        protocol,
+        detail: err.to_string(),
+    })
 }
 
 impl std::fmt::Debug for WireRequest {

@@ -48,8 +48,8 @@ use homeagent_core::{
 use serde_json::{Map, Value, json};
 
 use super::{
-    Endpoint, Flow, Frame, Framing, Protocol, StreamDecoder, WireCodec, WireRequest, frame_json,
-    raw_argument_text, temperature_json, typed_frame,
+    Endpoint, Flow, Frame, Framing, Protocol, StreamDecoder, WireCodec, WireRequest, encoded_body,
+    frame_json, raw_argument_text, temperature_json, typed_frame,
 };
 use crate::error::CodecError;
 use crate::request::ChatRequest;
@@ -122,7 +122,7 @@ impl WireCodec for OllamaCodec {
         Ok(WireRequest {
             url,
             headers,
-            body: Value::Object(body),
+            body: encoded_body(PROTOCOL, &body)?,
         })
     }
 

@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use homeagent_core::StreamEvent;
-use serde_json::{Value, json};
+use serde_json::json;
+use serde_json::value::RawValue;
 
 use super::{AdapterError, ChunkResult, LuaAdapter};
 use crate::codec::openai::OpenAiCodec;
@@ -78,9 +79,11 @@ impl WireCodec for LuaCodec {
         let openai = OpenAiCodec.build_request(endpoint, request)?;
         let text = self
             .adapter
-            .transform_request(&openai.body.to_string())
+            .transform_request(openai.body.get())
             .map_err(unencodable)?;
-        let body: Value = serde_json::from_str(&text).map_err(|e| CodecError::Unencodable {
+        // Sent as the adapter wrote it: a signature it computed over `text`
+        // (passed to `headers` as `body`) holds for the bytes on the wire.
+        let body = RawValue::from_string(text).map_err(|e| CodecError::Unencodable {
             protocol: PROTOCOL,
             detail: format!(
                 "adapter {}: `transform_request` returned text that is not JSON ({e})",
@@ -99,7 +102,7 @@ impl WireCodec for LuaCodec {
         let meta = json!({
             "url": url,
             "method": "POST",
-            "body": text,
+            "body": body.get(),
             "api_key": endpoint.api_key.clone().unwrap_or_default(),
             "timestamp": timestamp,
         });

@@ -264,10 +264,7 @@ impl HttpProvider {
     ) -> Result<reqwest::Response, ProviderError> {
         let protocol = self.codec.protocol();
         let wire = self.codec.build_request(&self.endpoint, request)?;
-        let body = serde_json::to_vec(&wire.body).map_err(|err| CodecError::Unencodable {
-            protocol: protocol.as_str(),
-            detail: err.to_string(),
-        })?;
+        let body = String::from(Box::<str>::from(wire.body));
         let mut builder = self
             .client
             .post(&wire.url)

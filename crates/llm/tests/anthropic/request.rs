@@ -66,7 +66,7 @@ fn request_has_the_documented_shape() {
         ]
     );
     assert_eq!(
-        wire.body,
+        wire.body_json().unwrap(),
         json!({
             "model": "claude-sonnet-4-5",
             "max_tokens": 2048,
@@ -110,7 +110,7 @@ fn minimal_request_omits_optional_fields_and_the_key_header() {
         .unwrap();
     assert!(wire.headers.iter().all(|(k, _)| k != "x-api-key"));
     assert_eq!(
-        wire.body,
+        wire.body_json().unwrap(),
         json!({
             "model": "claude-haiku-4-5",
             "max_tokens": 64,

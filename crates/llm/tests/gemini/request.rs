@@ -87,7 +87,7 @@ fn request_has_the_documented_shape() {
         ]
     );
     assert_eq!(
-        wire.body,
+        wire.body_json().unwrap(),
         json!({
             "systemInstruction": {"parts": [{"text": "You are HomeAgent.\n\nBe brief."}]},
             "contents": [
@@ -179,7 +179,7 @@ fn schemas_lose_the_keywords_gemini_rejects() {
     };
     let wire = GeminiCodec.build_request(&endpoint(), &request).unwrap();
     assert_eq!(
-        wire.body["tools"][0]["functionDeclarations"][0]["parameters"],
+        wire.body_json().unwrap()["tools"][0]["functionDeclarations"][0]["parameters"],
         json!({
             "type": "OBJECT",
             "properties": {

@@ -123,7 +123,7 @@ fn request_for_a_parallel_batch_history_is_exactly_the_openai_shape() {
     }"#,
     )
     .unwrap();
-    assert_eq!(wire.body, expected);
+    assert_eq!(wire.body_json().unwrap(), expected);
 }
 
 #[test]
@@ -147,12 +147,48 @@ fn request_without_key_tools_or_streaming() {
         [("content-type".to_owned(), "application/json".to_owned())]
     );
     assert_eq!(
-        wire.body,
+        wire.body_json().unwrap(),
         json!({
             "model": "qwen3",
             "messages": [{"role": "user", "content": "hi"}],
             "max_tokens": 256,
             "stream": false
         })
+    );
+}
+
+#[test]
+fn an_assistant_turn_with_text_and_calls_keeps_its_text() {
+    let endpoint = Endpoint {
+        base_url: "http://127.0.0.1:8080/v1".into(),
+        api_key: None,
+    };
+    let request = ChatRequest {
+        model: "m".into(),
+        messages: vec![Message::Assistant(AssistantMessage {
+            content: "Checking the light.".into(),
+            reasoning: vec![],
+            tool_calls: vec![ToolCall {
+                id: "call_1".into(),
+                name: "light_get".into(),
+                arguments: json!({}),
+                raw_arguments: "{}".into(),
+            }],
+        })],
+        tools: vec![],
+        max_tokens: 16,
+        temperature: None,
+        stream: false,
+    };
+    let body = OpenAiCodec
+        .build_request(&endpoint, &request)
+        .unwrap()
+        .body_json()
+        .unwrap();
+    assert_eq!(
+        body["messages"],
+        json!([{"role": "assistant", "content": "Checking the light.", "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "light_get", "arguments": "{}"}}
+        ]}])
     );
 }

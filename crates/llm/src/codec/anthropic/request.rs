@@ -4,7 +4,7 @@ use homeagent_core::{AssistantMessage, Message, ToolMessage};
 use serde_json::{Map, Value, json};
 
 use super::{API_VERSION, PROTOCOL};
-use crate::codec::{Endpoint, WireRequest, temperature_json};
+use crate::codec::{Endpoint, WireRequest, encoded_body, temperature_json};
 use crate::error::CodecError;
 use crate::request::ChatRequest;
 
@@ -79,7 +79,7 @@ pub(super) fn build(endpoint: &Endpoint, request: &ChatRequest) -> Result<WireRe
     Ok(WireRequest {
         url,
         headers,
-        body: Value::Object(body),
+        body: encoded_body(PROTOCOL, &body)?,
     })
 }
 

@@ -6,7 +6,7 @@ use homeagent_core::{AssistantMessage, Message, ToolCall, ToolMessage};
 use serde_json::{Map, Value, json};
 
 use super::{PROTOCOL, SignatureTarget, schema, signature_of};
-use crate::codec::{Endpoint, WireRequest, temperature_json};
+use crate::codec::{Endpoint, WireRequest, encoded_body, temperature_json};
 use crate::error::CodecError;
 use crate::request::ChatRequest;
 
@@ -108,7 +108,7 @@ pub(super) fn build(endpoint: &Endpoint, request: &ChatRequest) -> Result<WireRe
     Ok(WireRequest {
         url,
         headers,
-        body: Value::Object(body),
+        body: encoded_body(PROTOCOL, &body)?,
     })
 }
 

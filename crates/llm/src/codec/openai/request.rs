@@ -1,10 +1,19 @@
 //! Writing a Chat Completions request.
+//!
+//! The body is serialized straight from the borrowed [`ChatRequest`]: no
+//! `serde_json::Value` tree is built, so a turn no longer copies the whole
+//! history and every tool schema only to write them out and drop them (on a
+//! long session that copy was a quarter of the agent's CPU).
 
-use homeagent_core::{AssistantMessage, Message, ToolMessage};
-use serde_json::{Map, Value, json};
+use std::borrow::Cow;
+
+use homeagent_core::{AssistantMessage, Message, ToolCall, ToolMessage};
+use serde::Serialize;
+use serde::ser::{Error as _, SerializeSeq, Serializer};
+use serde_json::Value;
 
 use super::PROTOCOL;
-use crate::codec::{Endpoint, WireRequest, temperature_json};
+use crate::codec::{Endpoint, WireRequest, encoded_body, temperature_json};
 use crate::error::CodecError;
 use crate::request::{ChatRequest, ToolSpec};
 
@@ -19,102 +28,199 @@ pub(super) fn build(endpoint: &Endpoint, request: &ChatRequest) -> Result<WireRe
     if let Some(key) = endpoint.api_key.as_deref().filter(|k| !k.is_empty()) {
         headers.push(("authorization".to_owned(), format!("Bearer {key}")));
     }
-
-    let mut body = Map::new();
-    body.insert("model".into(), Value::String(request.model.clone()));
-    let messages = request
-        .messages
-        .iter()
-        .map(encode_message)
-        .collect::<Result<Vec<_>, _>>()?;
-    body.insert("messages".into(), Value::Array(messages));
-    if !request.tools.is_empty() {
-        let tools = request.tools.iter().map(encode_tool).collect();
-        body.insert("tools".into(), Value::Array(tools));
-    }
-    body.insert("max_tokens".into(), Value::from(request.max_tokens));
-    if let Some(temperature) = request.temperature {
-        body.insert(
-            "temperature".into(),
-            temperature_json(PROTOCOL, temperature)?,
-        );
-    }
-    body.insert("stream".into(), Value::Bool(request.stream));
-    if request.stream {
+    let temperature = request
+        .temperature
+        .map(|t| temperature_json(PROTOCOL, t))
+        .transpose()?;
+    let body = Body {
+        model: &request.model,
+        messages: Messages(&request.messages),
+        tools: Tools(&request.tools),
+        max_tokens: request.max_tokens,
+        temperature,
+        stream: request.stream,
         // Without it the stream carries no token counts at all; with it they
         // arrive in a last chunk whose `choices` is empty.
-        body.insert("stream_options".into(), json!({"include_usage": true}));
-    }
+        stream_options: request.stream.then_some(StreamOptions {
+            include_usage: true,
+        }),
+    };
     Ok(WireRequest {
         url,
         headers,
-        body: Value::Object(body),
+        body: encoded_body(PROTOCOL, &body)?,
     })
 }
 
-fn encode_message(message: &Message) -> Result<Value, CodecError> {
-    Ok(match message {
-        Message::System { content } => json!({"role": "system", "content": content}),
-        Message::User { content } => json!({"role": "user", "content": content}),
-        Message::Assistant(assistant) => encode_assistant(assistant)?,
-        Message::Tool(tool) => encode_tool_result(tool),
-    })
+#[derive(Serialize)]
+struct Body<'a> {
+    model: &'a str,
+    messages: Messages<'a>,
+    #[serde(skip_serializing_if = "Tools::is_empty")]
+    tools: Tools<'a>,
+    max_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<Value>,
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
+}
+
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+struct Messages<'a>(&'a [Message]);
+
+impl Serialize for Messages<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
+        for message in self.0 {
+            match message {
+                Message::System { content } => seq.serialize_element(&Plain {
+                    role: "system",
+                    content,
+                })?,
+                Message::User { content } => seq.serialize_element(&Plain {
+                    role: "user",
+                    content,
+                })?,
+                Message::Assistant(assistant) => {
+                    seq.serialize_element(&Assistant::from(assistant))?;
+                }
+                Message::Tool(tool) => seq.serialize_element(&ToolResult::from(tool))?,
+            }
+        }
+        seq.end()
+    }
+}
+
+#[derive(Serialize)]
+struct Plain<'a> {
+    role: &'static str,
+    content: &'a str,
 }
 
 /// Reasoning is not replayed: OpenAI has no input field for it, and DeepSeek
 /// rejects `reasoning_content` in the input.
-fn encode_assistant(message: &AssistantMessage) -> Result<Value, CodecError> {
-    let mut out = Map::new();
-    out.insert("role".into(), Value::String("assistant".into()));
-    let content = if message.content.is_empty() && !message.tool_calls.is_empty() {
-        // OpenAI's own shape for a turn that only called tools.
-        Value::Null
-    } else {
-        Value::String(message.content.clone())
-    };
-    out.insert("content".into(), content);
-    if !message.tool_calls.is_empty() {
-        let calls = message
-            .tool_calls
-            .iter()
-            .map(|call| {
-                // The wire wants the arguments as a JSON *string*.
-                let arguments = serde_json::to_string(&call.arguments).map_err(|e| {
-                    CodecError::Unencodable {
-                        protocol: PROTOCOL,
-                        detail: format!("arguments of tool call {}: {e}", call.id),
-                    }
-                })?;
-                Ok(json!({
-                    "id": call.id,
-                    "type": "function",
-                    "function": {"name": call.name, "arguments": arguments},
-                }))
-            })
-            .collect::<Result<Vec<_>, CodecError>>()?;
-        out.insert("tool_calls".into(), Value::Array(calls));
+#[derive(Serialize)]
+struct Assistant<'a> {
+    role: &'static str,
+    /// `null` for a turn that only called tools: OpenAI's own shape for it.
+    content: Option<&'a str>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty", serialize_with = "wire_calls")]
+    tool_calls: &'a [ToolCall],
+}
+
+impl<'a> From<&'a AssistantMessage> for Assistant<'a> {
+    fn from(message: &'a AssistantMessage) -> Self {
+        let only_calls = message.content.is_empty() && !message.tool_calls.is_empty();
+        Assistant {
+            role: "assistant",
+            content: (!only_calls).then_some(message.content.as_str()),
+            tool_calls: &message.tool_calls,
+        }
     }
-    Ok(Value::Object(out))
+}
+
+fn wire_calls<S: Serializer>(calls: &&[ToolCall], serializer: S) -> Result<S::Ok, S::Error> {
+    let mut seq = serializer.serialize_seq(Some(calls.len()))?;
+    for call in *calls {
+        seq.serialize_element(&WireCall(call))?;
+    }
+    seq.end()
+}
+
+struct WireCall<'a>(&'a ToolCall);
+
+impl Serialize for WireCall<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Call<'a> {
+            id: &'a str,
+            #[serde(rename = "type")]
+            kind: &'static str,
+            function: Function<'a>,
+        }
+        #[derive(Serialize)]
+        struct Function<'a> {
+            name: &'a str,
+            /// The wire wants the arguments as a JSON *string*.
+            arguments: String,
+        }
+        let call = self.0;
+        let arguments = serde_json::to_string(&call.arguments)
+            .map_err(|e| S::Error::custom(format!("arguments of tool call {}: {e}", call.id)))?;
+        Call {
+            id: &call.id,
+            kind: "function",
+            function: Function {
+                name: &call.name,
+                arguments,
+            },
+        }
+        .serialize(serializer)
+    }
 }
 
 /// OpenAI has no error flag on tool messages, so a failure is framed as a
 /// JSON error object the model cannot mistake for a result.
-fn encode_tool_result(tool: &ToolMessage) -> Value {
-    let content = if tool.success {
-        tool.content.clone()
-    } else {
-        json!({"error": tool.content}).to_string()
-    };
-    json!({"role": "tool", "tool_call_id": tool.tool_call_id, "content": content})
+#[derive(Serialize)]
+struct ToolResult<'a> {
+    role: &'static str,
+    tool_call_id: &'a str,
+    content: Cow<'a, str>,
 }
 
-fn encode_tool(tool: &ToolSpec) -> Value {
-    json!({
-        "type": "function",
-        "function": {
-            "name": tool.name,
-            "description": tool.description,
-            "parameters": tool.parameters,
-        },
-    })
+impl<'a> From<&'a ToolMessage> for ToolResult<'a> {
+    fn from(tool: &'a ToolMessage) -> Self {
+        let content = if tool.success {
+            Cow::Borrowed(tool.content.as_str())
+        } else {
+            Cow::Owned(serde_json::json!({"error": tool.content}).to_string())
+        };
+        ToolResult {
+            role: "tool",
+            tool_call_id: &tool.tool_call_id,
+            content,
+        }
+    }
+}
+
+struct Tools<'a>(&'a [ToolSpec]);
+
+impl Tools<'_> {
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl Serialize for Tools<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Tool<'a> {
+            #[serde(rename = "type")]
+            kind: &'static str,
+            function: Function<'a>,
+        }
+        #[derive(Serialize)]
+        struct Function<'a> {
+            name: &'a str,
+            description: &'a str,
+            parameters: &'a Value,
+        }
+        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
+        for tool in self.0 {
+            seq.serialize_element(&Tool {
+                kind: "function",
+                function: Function {
+                    name: &tool.name,
+                    description: &tool.description,
+                    parameters: &tool.parameters,
+                },
+            })?;
+        }
+        seq.end()
+    }
 }
