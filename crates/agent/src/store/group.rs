@@ -335,6 +335,36 @@ mod tests {
         TempStore { dir, store }
     }
 
+    /// rusqlite clears a statement's bindings when it returns to the cache.
+    /// Unless the query planner is held stable (QPSG), SQLite then marks
+    /// every statement whose plan could depend on a bound value (all the
+    /// `WHERE session_id = ?1` ones) for a fresh prepare on its next step,
+    /// and the cache saves nothing.
+    #[test]
+    fn cached_statements_are_not_prepared_again_for_new_bindings() {
+        use rusqlite::StatementStatus;
+
+        let temp = temp_store("reprepare");
+        for i in 0..4 {
+            let session = format!("s{i}");
+            temp.store.ensure_session(&session, "main").unwrap();
+            temp.store
+                .append_messages(&session, &[Message::user("hi")])
+                .unwrap();
+            assert_eq!(temp.store.load_session(&session).unwrap().len(), 1);
+        }
+        let conn = temp.store.lock();
+        for sql in [
+            super::super::messages::MAX_SEQ_SQL,
+            super::super::messages::READ_HISTORY_SQL,
+        ] {
+            let stmt = conn.prepare_cached(sql).unwrap();
+            assert_eq!(stmt.get_status(StatementStatus::RePrepare), 0, "{sql}");
+            // Each ran once per session: the counter above is about reuse.
+            assert_eq!(stmt.get_status(StatementStatus::Run), 4, "{sql}");
+        }
+    }
+
     /// Starts one appending thread per session while the test holds the
     /// connection, waits until all their writes are queued, then lets go:
     /// the first thread to get the connection must commit all of them.

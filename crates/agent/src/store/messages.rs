@@ -64,9 +64,12 @@ impl Store {
 }
 
 /// The highest `seq` of the session, 0 when it has no messages.
+pub(super) const MAX_SEQ_SQL: &str =
+    "SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?1";
+
 pub(super) fn max_seq(conn: &Connection, session: &str) -> Result<i64, StoreError> {
     Ok(conn
-        .prepare_cached("SELECT COALESCE(MAX(seq), 0) FROM messages WHERE session_id = ?1")?
+        .prepare_cached(MAX_SEQ_SQL)?
         .query_row([session], |row| row.get(0))?)
 }
 
@@ -131,12 +134,14 @@ pub(super) fn insert_rows(
 }
 
 /// Every message of the session with its `seq`, in order.
+pub(super) const READ_HISTORY_SQL: &str =
+    "SELECT seq, body FROM messages WHERE session_id = ?1 ORDER BY seq";
+
 pub(super) fn read_history(
     conn: &Connection,
     session: &str,
 ) -> Result<Vec<(i64, Message)>, StoreError> {
-    let mut stmt =
-        conn.prepare_cached("SELECT seq, body FROM messages WHERE session_id = ?1 ORDER BY seq")?;
+    let mut stmt = conn.prepare_cached(READ_HISTORY_SQL)?;
     let rows = stmt.query_map([session], |row| {
         Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
     })?;

@@ -72,6 +72,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use rusqlite::Connection;
+use rusqlite::config::DbConfig;
 
 pub use error::StoreError;
 pub use events::{EventPhase, EventRow, ToolEventRecord};
@@ -214,6 +215,11 @@ fn configure(conn: &Connection, durability: Durability) -> rusqlite::Result<()> 
     // Every hot statement (the transaction verbs included) is prepared once
     // and reused; parsing SQL was a fifth of the store's cost per input.
     conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    // Without a stable query planner, SQLite re-prepares a statement whose
+    // plan could depend on a bound value after its bindings are cleared,
+    // which rusqlite does each time a statement goes back to the cache: all
+    // the `session_id = ?1` statements were parsed again on every use.
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
     // The journal mode is stored in the file; switching an existing WAL file
     // is a no-op. It reports the resulting mode, which is checked because a
     // file system without shared memory support silently keeps the old one.
