@@ -472,7 +472,7 @@ impl Runtime {
 fn tool_tokens(tools: &[ToolSpec]) -> usize {
     tools
         .iter()
-        .map(|t| (t.name.len() + t.description.len() + t.parameters.to_string().len()) / 4)
+        .map(|t| (t.name.len() + t.description.len() + t.parameters().get().len()) / 4)
         .sum()
 }
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::validate::CompiledSchema;
 
@@ -92,6 +93,9 @@ pub struct ToolDef {
     /// Compiled argument schema, built on first use and shared by clones.
     #[serde(skip)]
     compiled: Arc<OnceLock<CompiledSchema>>,
+    /// `parameters` as JSON text, rendered on first use and shared by clones.
+    #[serde(skip)]
+    parameters_text: Arc<OnceLock<Arc<RawValue>>>,
 }
 
 impl ToolDef {
@@ -107,12 +111,14 @@ impl ToolDef {
             order_key: None,
             timeout: None,
             compiled: Arc::default(),
+            parameters_text: Arc::default(),
         }
     }
 
     pub fn with_parameters(mut self, schema: Value) -> Self {
         self.parameters = schema;
         self.compiled = Arc::default();
+        self.parameters_text = Arc::default();
         self
     }
 
@@ -161,6 +167,17 @@ impl ToolDef {
                 _ => Err(()),
             },
         }
+    }
+
+    /// The argument schema as JSON text. Model requests embed it as is, so
+    /// a schema is serialized once per tool, not once per request.
+    pub fn parameters_text(&self) -> Arc<RawValue> {
+        Arc::clone(self.parameters_text.get_or_init(|| {
+            // A `Value` always serializes; the fallback is unreachable.
+            serde_json::value::to_raw_value(&self.parameters)
+                .map(Arc::from)
+                .unwrap_or_else(|_| Arc::from(RawValue::NULL.to_owned()))
+        }))
     }
 
     pub(crate) fn compiled_schema(&self) -> &CompiledSchema {

@@ -529,11 +529,11 @@ fn chat_request() -> ChatRequest {
     ChatRequest {
         model: "m".into(),
         messages: vec![Message::system("be brief"), Message::user("hi")],
-        tools: vec![ToolSpec {
-            name: "light_set".into(),
-            description: "Set a light".into(),
-            parameters: json!({"type": "object", "properties": {}, "required": []}),
-        }],
+        tools: vec![ToolSpec::new(
+            "light_set",
+            "Set a light",
+            &json!({"type": "object", "properties": {}, "required": []}),
+        )],
         max_tokens: 100,
         temperature: None,
         stream: true,

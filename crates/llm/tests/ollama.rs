@@ -386,11 +386,11 @@ fn conversation() -> ChatRequest {
                 success: false,
             }),
         ],
-        tools: vec![ToolSpec {
-            name: "get_temperature".into(),
-            description: "Get the current temperature for a city".into(),
-            parameters: json!({"type": "object", "required": ["city"], "properties": {"city": {"type": "string"}}}),
-        }],
+        tools: vec![ToolSpec::new(
+            "get_temperature",
+            "Get the current temperature for a city",
+            &json!({"type": "object", "required": ["city"], "properties": {"city": {"type": "string"}}}),
+        )],
         max_tokens: 1024,
         temperature: Some(0.5),
         stream: true,

@@ -43,12 +43,12 @@ fn chat(text: &str) -> ChatRequest {
     ChatRequest {
         model: "mock-model".into(),
         messages: vec![Message::user(text)],
-        tools: vec![ToolSpec {
-            name: "demo_sleep".into(),
-            description: "Sleeps ms milliseconds and returns its tag.".into(),
-            parameters: json!({"type": "object", "properties": {
+        tools: vec![ToolSpec::new(
+            "demo_sleep",
+            "Sleeps ms milliseconds and returns its tag.",
+            &json!({"type": "object", "properties": {
                 "ms": {"type": "integer"}, "tag": {"type": "string"}}}),
-        }],
+        )],
         max_tokens: 512,
         temperature: None,
         stream: true,

@@ -38,12 +38,12 @@ fn chat(messages: Vec<Message>, stream: bool) -> ChatRequest {
     ChatRequest {
         model: "mock-model".into(),
         messages,
-        tools: vec![ToolSpec {
-            name: "demo_sleep".into(),
-            description: "Sleeps ms milliseconds and returns its tag.".into(),
-            parameters: json!({"type": "object", "properties": {
+        tools: vec![ToolSpec::new(
+            "demo_sleep",
+            "Sleeps ms milliseconds and returns its tag.",
+            &json!({"type": "object", "properties": {
                 "ms": {"type": "integer"}, "tag": {"type": "string"}}}),
-        }],
+        )],
         max_tokens: 512,
         temperature: None,
         stream,

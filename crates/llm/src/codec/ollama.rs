@@ -110,7 +110,7 @@ impl WireCodec for OllamaCodec {
                 .iter()
                 .map(|t| {
                     json!({"type": "function", "function": {
-                        "name": t.name, "description": t.description, "parameters": t.parameters,
+                        "name": t.name, "description": t.description, "parameters": t.parameters(),
                     }})
                 })
                 .collect();

@@ -44,11 +44,11 @@ fn request_has_the_documented_shape() {
             Message::user("Also, keep it short."),
             Message::system("Answer in English."),
         ],
-        tools: vec![ToolSpec {
-            name: "get_weather".into(),
-            description: "Current weather for a city".into(),
-            parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
-        }],
+        tools: vec![ToolSpec::new(
+            "get_weather",
+            "Current weather for a city",
+            &json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+        )],
         max_tokens: 2048,
         temperature: Some(0.7),
         stream: true,

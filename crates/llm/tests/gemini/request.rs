@@ -49,10 +49,10 @@ fn request_has_the_documented_shape() {
             Message::system("Be brief."),
         ],
         tools: vec![
-            ToolSpec {
-                name: "set_light".into(),
-                description: "Switch a light".into(),
-                parameters: json!({
+            ToolSpec::new(
+                "set_light",
+                "Switch a light",
+                &json!({
                     "$schema": "http://json-schema.org/draft-07/schema#",
                     "type": "object",
                     "properties": {
@@ -62,12 +62,12 @@ fn request_has_the_documented_shape() {
                     "required": ["room", "on"],
                     "additionalProperties": false,
                 }),
-            },
-            ToolSpec {
-                name: "list_devices".into(),
-                description: "List devices".into(),
-                parameters: json!({"type": "object", "properties": {}}),
-            },
+            ),
+            ToolSpec::new(
+                "list_devices",
+                "List devices",
+                &json!({"type": "object", "properties": {}}),
+            ),
         ],
         max_tokens: 1024,
         temperature: Some(0.2),
@@ -146,10 +146,10 @@ fn schemas_lose_the_keywords_gemini_rejects() {
     let request = ChatRequest {
         model: "gemini-2.5-flash".into(),
         messages: vec![Message::user("go")],
-        tools: vec![ToolSpec {
-            name: "search".into(),
-            description: "Search files".into(),
-            parameters: json!({
+        tools: vec![ToolSpec::new(
+            "search",
+            "Search files",
+            &json!({
                 "$schema": "https://json-schema.org/draft/2020-12/schema",
                 "type": "object",
                 "properties": {
@@ -172,7 +172,7 @@ fn schemas_lose_the_keywords_gemini_rejects() {
                 "additionalProperties": false,
                 "$defs": {"unused": {"type": "string"}},
             }),
-        }],
+        )],
         max_tokens: 100,
         temperature: None,
         stream: false,

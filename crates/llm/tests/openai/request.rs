@@ -6,11 +6,7 @@ use homeagent_llm::{ChatRequest, Endpoint, ToolSpec, WireCodec};
 use serde_json::{Value, json};
 
 fn spec(name: &str, description: &str, parameters: Value) -> ToolSpec {
-    ToolSpec {
-        name: name.into(),
-        description: description.into(),
-        parameters,
-    }
+    ToolSpec::new(name, description, &parameters)
 }
 
 fn parallel_batch_history() -> ChatRequest {

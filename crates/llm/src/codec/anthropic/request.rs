@@ -63,7 +63,7 @@ pub(super) fn build(endpoint: &Endpoint, request: &ChatRequest) -> Result<WireRe
                 json!({
                     "name": tool.name,
                     "description": tool.description,
-                    "input_schema": tool.parameters,
+                    "input_schema": tool.parameters(),
                 })
             })
             .collect();

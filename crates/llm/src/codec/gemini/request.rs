@@ -82,7 +82,7 @@ pub(super) fn build(endpoint: &Endpoint, request: &ChatRequest) -> Result<WireRe
                     "name": tool.name,
                     "description": tool.description,
                 });
-                let parameters = schema::sanitize(&tool.parameters);
+                let parameters = schema::sanitize(&tool.parameters_value());
                 if !schema::declares_nothing(&parameters)
                     && let Value::Object(map) = &mut declaration
                 {

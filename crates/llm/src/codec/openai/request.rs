@@ -11,6 +11,7 @@ use homeagent_core::{AssistantMessage, Message, ToolCall, ToolMessage};
 use serde::Serialize;
 use serde::ser::{Error as _, SerializeSeq, Serializer};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::PROTOCOL;
 use crate::codec::{Endpoint, WireRequest, encoded_body, temperature_json};
@@ -208,7 +209,7 @@ impl Serialize for Tools<'_> {
         struct Function<'a> {
             name: &'a str,
             description: &'a str,
-            parameters: &'a Value,
+            parameters: &'a RawValue,
         }
         let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
         for tool in self.0 {
@@ -217,7 +218,7 @@ impl Serialize for Tools<'_> {
                 function: Function {
                     name: &tool.name,
                     description: &tool.description,
-                    parameters: &tool.parameters,
+                    parameters: tool.parameters(),
                 },
             })?;
         }
