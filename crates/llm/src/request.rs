@@ -137,6 +137,16 @@ mod tests {
     }
 
     #[test]
+    fn specs_differing_in_any_part_are_not_equal() {
+        let schema = json!({"type": "object", "required": ["x"]});
+        let base = ToolSpec::new("a", "d", &schema);
+        assert_eq!(base, ToolSpec::new("a", "d", &schema));
+        assert_ne!(base, ToolSpec::new("b", "d", &schema));
+        assert_ne!(base, ToolSpec::new("a", "e", &schema));
+        assert_ne!(base, ToolSpec::new("a", "d", &json!({"type": "object"})));
+    }
+
+    #[test]
     fn a_new_schema_is_rendered_again() {
         let def = ToolDef::new("t", "d").with_parameters(json!({"type": "object"}));
         let _ = ToolSpec::from(&def);
