@@ -55,14 +55,26 @@ pub(super) fn create_or_get(
     let info = conn
         .prepare_cached(SELECT_ONE)?
         .query_row([id], info_from_row)?;
+    owned_by(info, agent)
+}
+
+/// `info`, if its session belongs to `agent`.
+fn owned_by(info: SessionInfo, agent: &str) -> Result<SessionInfo, StoreError> {
     if info.agent != agent {
         return Err(StoreError::AgentMismatch {
-            id: id.to_owned(),
+            id: info.id,
             existing: info.agent,
             requested: agent.to_owned(),
         });
     }
     Ok(info)
+}
+
+fn read_one(conn: &Connection, id: &str) -> Result<Option<SessionInfo>, StoreError> {
+    Ok(conn
+        .prepare_cached(SELECT_ONE)?
+        .query_row([id], info_from_row)
+        .optional()?)
 }
 
 impl Store {
@@ -75,6 +87,11 @@ impl Store {
             return Err(StoreError::InvalidAgentName {
                 name: agent.chars().take(136).collect(),
             });
+        }
+        // Nearly every call finds the session there (each input makes sure
+        // of its session): a read answers those without a write transaction.
+        if let Some(info) = read_one(&self.lock(), id)? {
+            return owned_by(info, agent);
         }
         let op = WriteOp::EnsureSession {
             id: id.to_owned(),
@@ -89,14 +106,7 @@ impl Store {
     /// The session, or `None` when it does not exist.
     pub fn session(&self, id: &str) -> Result<Option<SessionInfo>, StoreError> {
         validate_session_id(id)?;
-        let conn = self.lock();
-        Ok(conn
-            .query_row(
-                &format!("{SELECT_INFO} WHERE s.id = ?1"),
-                [id],
-                info_from_row,
-            )
-            .optional()?)
+        read_one(&self.lock(), id)
     }
 
     /// Every session, most recently used first (then by id).
