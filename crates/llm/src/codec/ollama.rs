@@ -45,8 +45,10 @@
 use homeagent_core::{
     AssistantMessage, Message, StreamEvent, ToolCallFragment, ToolMessage, Usage,
 };
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 
+use super::openai::Tools;
 use super::{
     Endpoint, Flow, Frame, Framing, Protocol, StreamDecoder, WireCodec, WireRequest, encoded_body,
     frame_json, raw_argument_text, temperature_json, typed_frame,
@@ -57,6 +59,16 @@ use crate::request::ChatRequest;
 mod wire;
 
 const PROTOCOL: &str = "ollama";
+
+#[derive(Serialize)]
+struct OllamaBody<'a> {
+    model: &'a str,
+    messages: Vec<Value>,
+    #[serde(skip_serializing_if = "Tools::is_empty")]
+    tools: Tools<'a>,
+    stream: bool,
+    options: Map<String, Value>,
+}
 
 /// Finish reason of a `done: true` line without `done_reason` (servers
 /// before 0.1.33 never sent one).
@@ -98,27 +110,15 @@ impl WireCodec for OllamaCodec {
                 temperature_json(Protocol::Ollama.as_str(), t)?,
             );
         }
-        let mut body = Map::new();
-        body.insert("model".into(), json!(request.model));
-        body.insert(
-            "messages".into(),
-            Value::Array(request.messages.iter().map(encode_message).collect()),
-        );
-        if !request.tools.is_empty() {
-            let tools = request
-                .tools
-                .iter()
-                .map(|t| {
-                    json!({"type": "function", "function": {
-                        "name": t.name, "description": t.description, "parameters": t.parameters(),
-                    }})
-                })
-                .collect();
-            body.insert("tools".into(), Value::Array(tools));
-        }
-        // Always explicit: Ollama streams when `stream` is absent.
-        body.insert("stream".into(), json!(request.stream));
-        body.insert("options".into(), Value::Object(options));
+        let body = OllamaBody {
+            model: &request.model,
+            messages: request.messages.iter().map(encode_message).collect(),
+            // Ollama takes OpenAI's tool shape.
+            tools: Tools(&request.tools),
+            // Always explicit: Ollama streams when `stream` is absent.
+            stream: request.stream,
+            options,
+        };
         Ok(WireRequest {
             url,
             headers,

@@ -1,6 +1,8 @@
 //! Building the Anthropic request body.
 
 use homeagent_core::{AssistantMessage, Message, ToolMessage};
+use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use super::{API_VERSION, PROTOCOL};
@@ -48,39 +50,54 @@ pub(super) fn build(endpoint: &Endpoint, request: &ChatRequest) -> Result<WireRe
         });
     }
 
-    let mut body = Map::new();
-    body.insert("model".into(), json!(request.model));
-    body.insert("max_tokens".into(), json!(request.max_tokens));
-    if !system.is_empty() {
-        body.insert("system".into(), json!(system.join("\n\n")));
-    }
-    body.insert("messages".into(), Value::Array(messages));
-    if !request.tools.is_empty() {
-        let tools: Vec<Value> = request
+    let temperature = request
+        .temperature
+        .map(|t| temperature_json(PROTOCOL, t))
+        .transpose()?;
+    let body = Body {
+        model: &request.model,
+        max_tokens: request.max_tokens,
+        system: (!system.is_empty()).then(|| system.join("\n\n")),
+        messages,
+        // The schemas are written from their text, never re-parsed.
+        tools: request
             .tools
             .iter()
-            .map(|tool| {
-                json!({
-                    "name": tool.name,
-                    "description": tool.description,
-                    "input_schema": tool.parameters(),
-                })
+            .map(|tool| Tool {
+                name: &tool.name,
+                description: &tool.description,
+                input_schema: tool.parameters(),
             })
-            .collect();
-        body.insert("tools".into(), Value::Array(tools));
-    }
-    body.insert("stream".into(), json!(request.stream));
-    if let Some(temperature) = request.temperature {
-        body.insert(
-            "temperature".into(),
-            temperature_json(PROTOCOL, temperature)?,
-        );
-    }
+            .collect(),
+        stream: request.stream,
+        temperature,
+    };
     Ok(WireRequest {
         url,
         headers,
         body: encoded_body(PROTOCOL, &body)?,
     })
+}
+
+#[derive(Serialize)]
+struct Body<'a> {
+    model: &'a str,
+    max_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system: Option<String>,
+    messages: Vec<Value>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<Tool<'a>>,
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<Value>,
+}
+
+#[derive(Serialize)]
+struct Tool<'a> {
+    name: &'a str,
+    description: &'a str,
+    input_schema: &'a RawValue,
 }
 
 /// Appends a block to the trailing user message, or opens one.

@@ -25,6 +25,7 @@ use crate::request::ChatRequest;
 
 mod decode;
 mod request;
+pub(crate) use request::Tools;
 mod wire;
 
 pub(crate) const PROTOCOL: &str = "openai";

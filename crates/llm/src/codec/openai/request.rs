@@ -189,10 +189,12 @@ impl<'a> From<&'a ToolMessage> for ToolResult<'a> {
     }
 }
 
-struct Tools<'a>(&'a [ToolSpec]);
+/// The tool list in OpenAI's shape (Ollama takes the same), each schema
+/// written from its text.
+pub(crate) struct Tools<'a>(pub(crate) &'a [ToolSpec]);
 
 impl Tools<'_> {
-    fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 }
