@@ -171,11 +171,14 @@ pub trait WireCodec: Send + Sync {
 
 /// A temperature as JSON, through its shortest decimal form: `0.7f32`
 /// widened to f64 is 0.699999988079071, and providers should get the 0.7 the
-/// caller wrote.
+/// caller wrote. `None` (no temperature asked for) stays `None`.
 pub(crate) fn temperature_json(
     protocol: &'static str,
-    temperature: f32,
-) -> Result<Value, CodecError> {
+    temperature: Option<f32>,
+) -> Result<Option<Value>, CodecError> {
+    let Some(temperature) = temperature else {
+        return Ok(None);
+    };
     let unencodable = || CodecError::Unencodable {
         protocol,
         detail: format!("temperature {temperature} is not a finite number"),
@@ -185,7 +188,7 @@ pub(crate) fn temperature_json(
     }
     let value: f64 = temperature.to_string().parse().map_err(|_| unencodable())?;
     serde_json::Number::from_f64(value)
-        .map(Value::Number)
+        .map(|n| Some(Value::Number(n)))
         .ok_or_else(unencodable)
 }
 

@@ -104,11 +104,8 @@ impl WireCodec for OllamaCodec {
         }
         let mut options = Map::new();
         options.insert("num_predict".into(), json!(request.max_tokens));
-        if let Some(t) = request.temperature {
-            options.insert(
-                "temperature".into(),
-                temperature_json(Protocol::Ollama.as_str(), t)?,
-            );
+        if let Some(temperature) = temperature_json(PROTOCOL, request.temperature)? {
+            options.insert("temperature".into(), temperature);
         }
         let body = OllamaBody {
             model: &request.model,

@@ -50,10 +50,6 @@ pub(super) fn build(endpoint: &Endpoint, request: &ChatRequest) -> Result<WireRe
         });
     }
 
-    let temperature = request
-        .temperature
-        .map(|t| temperature_json(PROTOCOL, t))
-        .transpose()?;
     let body = Body {
         model: &request.model,
         max_tokens: request.max_tokens,
@@ -70,7 +66,7 @@ pub(super) fn build(endpoint: &Endpoint, request: &ChatRequest) -> Result<WireRe
             })
             .collect(),
         stream: request.stream,
-        temperature,
+        temperature: temperature_json(PROTOCOL, request.temperature)?,
     };
     Ok(WireRequest {
         url,

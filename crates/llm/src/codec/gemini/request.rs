@@ -98,11 +98,8 @@ pub(super) fn build(endpoint: &Endpoint, request: &ChatRequest) -> Result<WireRe
     }
     let mut generation = Map::new();
     generation.insert("maxOutputTokens".into(), json!(request.max_tokens));
-    if let Some(temperature) = request.temperature {
-        generation.insert(
-            "temperature".into(),
-            temperature_json(PROTOCOL, temperature)?,
-        );
+    if let Some(temperature) = temperature_json(PROTOCOL, request.temperature)? {
+        generation.insert("temperature".into(), temperature);
     }
     body.insert("generationConfig".into(), Value::Object(generation));
     Ok(WireRequest {

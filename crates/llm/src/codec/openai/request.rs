@@ -29,16 +29,12 @@ pub(super) fn build(endpoint: &Endpoint, request: &ChatRequest) -> Result<WireRe
     if let Some(key) = endpoint.api_key.as_deref().filter(|k| !k.is_empty()) {
         headers.push(("authorization".to_owned(), format!("Bearer {key}")));
     }
-    let temperature = request
-        .temperature
-        .map(|t| temperature_json(PROTOCOL, t))
-        .transpose()?;
     let body = Body {
         model: &request.model,
         messages: Messages(&request.messages),
         tools: Tools(&request.tools),
         max_tokens: request.max_tokens,
-        temperature,
+        temperature: temperature_json(PROTOCOL, request.temperature)?,
         stream: request.stream,
         // Without it the stream carries no token counts at all; with it they
         // arrive in a last chunk whose `choices` is empty.
