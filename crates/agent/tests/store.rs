@@ -527,6 +527,128 @@ fn a_history_broken_otherwise_is_refused_and_left_alone() {
     assert_eq!(store.history("o").unwrap(), broken);
 }
 
+// ---------------------------------------------------------------- history cache
+
+/// A session's next load parses only the messages added since its last
+/// one, and still returns the whole history.
+#[test]
+fn loading_a_session_again_parses_only_its_new_messages() {
+    let dir = TempDir::new("cache");
+    let store = Store::open(&dir.db()).unwrap();
+    store.ensure_session("c", "main").unwrap();
+    let mut history: Vec<Message> = (0..10)
+        .map(|i| Message::user(format!("message {i}")))
+        .collect();
+    store.append_messages("c", &history).unwrap();
+    let parsed = |store: &Store| store.read_stats().messages_parsed;
+
+    assert_eq!(store.load_session("c").unwrap(), history);
+    assert_eq!(parsed(&store), 10);
+
+    let more = vec![
+        assistant_calling("", vec![call("k1", "demo_echo", json!({"text": "x"}))]),
+        answer("k1", "demo_echo", "x"),
+        Message::user("again"),
+    ];
+    store.append_messages("c", &more).unwrap();
+    history.extend(more);
+    assert_eq!(store.load_session("c").unwrap(), history);
+    assert_eq!(parsed(&store), 13, "only the 3 new messages are parsed");
+
+    assert_eq!(store.load_session("c").unwrap(), history);
+    assert_eq!(parsed(&store), 13, "nothing new, nothing parsed");
+    // A viewer's read is not cached, and the cache does not change it.
+    assert_eq!(store.history("c").unwrap(), history);
+}
+
+/// Another handle on the file (another process, or a second `Store` in
+/// this one) may rewrite a session the cache holds: the next load must see
+/// the file as it is, not the remembered history.
+#[test]
+fn a_session_rewritten_through_another_connection_loads_as_stored() {
+    let dir = TempDir::new("cache-other");
+    let mine = Store::open(&dir.db()).unwrap();
+    let other = Store::open(&dir.db()).unwrap();
+    mine.ensure_session("s", "main").unwrap();
+    let first = vec![
+        Message::user("old one"),
+        assistant_calling("old two", vec![]),
+    ];
+    mine.append_messages("s", &first).unwrap();
+    assert_eq!(mine.load_session("s").unwrap(), first);
+
+    // Same length, same seq numbers, different messages.
+    assert!(other.delete_session("s").unwrap());
+    other.ensure_session("s", "main").unwrap();
+    let second = vec![
+        Message::user("new one"),
+        assistant_calling("new two", vec![]),
+    ];
+    other.append_messages("s", &second).unwrap();
+
+    assert_eq!(mine.load_session("s").unwrap(), second);
+}
+
+/// The same through this handle: a deleted session's remembered history
+/// must not come back with a new session of the same id.
+#[test]
+fn a_deleted_and_recreated_session_loads_its_new_history() {
+    let dir = TempDir::new("cache-delete");
+    let store = Store::open(&dir.db()).unwrap();
+    store.ensure_session("d", "main").unwrap();
+    let first = vec![Message::user("before"), assistant_calling("a", vec![])];
+    store.append_messages("d", &first).unwrap();
+    assert_eq!(store.load_session("d").unwrap(), first);
+
+    assert!(store.delete_session("d").unwrap());
+    store.ensure_session("d", "main").unwrap();
+    let second = vec![Message::user("after"), assistant_calling("b", vec![])];
+    store.append_messages("d", &second).unwrap();
+    assert_eq!(store.load_session("d").unwrap(), second);
+}
+
+/// A gap that appears after the session was loaded (and remembered) is
+/// repaired in the middle, which renumbers later messages: the loads after
+/// the repair return the repaired history, not the remembered one.
+#[test]
+fn a_repair_after_a_load_is_what_later_loads_return() {
+    let dir = TempDir::new("cache-repair");
+    let store = Store::open(&dir.db()).unwrap();
+    store.ensure_session("r", "main").unwrap();
+    let start = vec![Message::user("one"), assistant_calling("fine", vec![])];
+    store.append_messages("r", &start).unwrap();
+    assert_eq!(store.load_session("r").unwrap(), start);
+
+    let crashed = vec![
+        Message::user("two"),
+        assistant_calling("", vec![call("g", "demo_echo", json!({}))]),
+        // Restarted and went on without loading the session first.
+        Message::user("three"),
+    ];
+    store.append_messages("r", &crashed).unwrap();
+    let expected = vec![
+        start[0].clone(),
+        start[1].clone(),
+        crashed[0].clone(),
+        crashed[1].clone(),
+        cancelled("g", "demo_echo"),
+        crashed[2].clone(),
+    ];
+    assert_eq!(store.load_session("r").unwrap(), expected);
+    assert_eq!(store.load_session("r").unwrap(), expected);
+    // The repaired history is remembered again: nothing new, nothing parsed.
+    let parsed = store.read_stats().messages_parsed;
+    assert_eq!(store.load_session("r").unwrap(), expected);
+    assert_eq!(store.read_stats().messages_parsed, parsed);
+    store
+        .append_messages("r", &[assistant_calling("four", vec![])])
+        .unwrap();
+    let mut longer = expected.clone();
+    longer.push(assistant_calling("four", vec![]));
+    assert_eq!(store.load_session("r").unwrap(), longer);
+    assert_eq!(seqs(&dir.db(), "r"), vec![1, 2, 3, 4, 5, 6, 7]);
+}
+
 // ---------------------------------------------------------------- migrations
 
 #[test]

@@ -1,12 +1,14 @@
 //! The message history of a session: an append-only, gap-free sequence.
 
 use std::ops::RangeInclusive;
+use std::sync::atomic::Ordering;
 
 use homeagent_core::Message;
 use rusqlite::Connection;
 
 use super::events::EventRow;
 use super::group::{WriteDone, WriteOp};
+use super::history_cache::SeqHistory;
 use super::{Store, StoreError, now_ms, require_session, validate_session_id};
 
 impl Store {
@@ -56,11 +58,75 @@ impl Store {
         validate_session_id(session)?;
         let conn = self.lock();
         require_session(&conn, session)?;
-        Ok(read_history(&conn, session)?
+        Ok(self
+            .read_history(&conn, session)?
             .into_iter()
             .map(|(_, message)| message)
             .collect())
     }
+
+    /// What reading histories has cost this handle so far.
+    pub fn read_stats(&self) -> ReadStats {
+        ReadStats {
+            messages_parsed: self.messages_parsed.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Every message of the session with its `seq`, in order.
+    pub(super) fn read_history(
+        &self,
+        conn: &Connection,
+        session: &str,
+    ) -> Result<SeqHistory, StoreError> {
+        let mut history = Vec::new();
+        self.read_history_after(conn, session, 0, &mut history)?;
+        Ok(history)
+    }
+
+    /// Appends the session's messages numbered above `after` to `history`,
+    /// in order; returns the bytes they were stored as.
+    pub(super) fn read_history_after(
+        &self,
+        conn: &Connection,
+        session: &str,
+        after: i64,
+        history: &mut SeqHistory,
+    ) -> Result<usize, StoreError> {
+        let mut stmt = conn.prepare_cached(READ_HISTORY_SQL)?;
+        let mut rows = stmt.query(rusqlite::params![session, after])?;
+        let mut bytes = 0;
+        let mut parsed = 0;
+        while let Some(row) = rows.next()? {
+            let seq: i64 = row.get(0)?;
+            // Borrowed from SQLite's row: the text is parsed, never kept.
+            let body = row.get_ref(1)?.as_str().map_err(|e| {
+                rusqlite::Error::FromSqlConversionFailure(
+                    1,
+                    rusqlite::types::Type::Text,
+                    Box::new(e),
+                )
+            })?;
+            let message = serde_json::from_str(body).map_err(|source| StoreError::Corrupt {
+                session: session.to_owned(),
+                what: "message",
+                row: seq,
+                source,
+            })?;
+            bytes += body.len();
+            parsed += 1;
+            history.push((seq, message));
+        }
+        self.messages_parsed.fetch_add(parsed, Ordering::Relaxed);
+        Ok(bytes)
+    }
+}
+
+/// What reading histories has cost a [`Store`] handle: the cache of parsed
+/// histories (see [`Store::load_session`]) shows here.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReadStats {
+    /// Stored messages parsed since the handle was opened.
+    pub messages_parsed: u64,
 }
 
 /// The highest `seq` of the session, 0 when it has no messages.
@@ -133,28 +199,6 @@ pub(super) fn insert_rows(
     Ok(())
 }
 
-/// Every message of the session with its `seq`, in order.
+/// The session's messages numbered above `?2`, in order.
 pub(super) const READ_HISTORY_SQL: &str =
-    "SELECT seq, body FROM messages WHERE session_id = ?1 ORDER BY seq";
-
-pub(super) fn read_history(
-    conn: &Connection,
-    session: &str,
-) -> Result<Vec<(i64, Message)>, StoreError> {
-    let mut stmt = conn.prepare_cached(READ_HISTORY_SQL)?;
-    let rows = stmt.query_map([session], |row| {
-        Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
-    })?;
-    let mut history = Vec::new();
-    for row in rows {
-        let (seq, body) = row?;
-        let message = serde_json::from_str(&body).map_err(|source| StoreError::Corrupt {
-            session: session.to_owned(),
-            what: "message",
-            row: seq,
-            source,
-        })?;
-        history.push((seq, message));
-    }
-    Ok(history)
-}
+    "SELECT seq, body FROM messages WHERE session_id = ?1 AND seq > ?2 ORDER BY seq";

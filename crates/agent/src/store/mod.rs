@@ -62,12 +62,14 @@
 mod error;
 mod events;
 mod group;
+mod history_cache;
 mod messages;
 mod repair;
 mod schema;
 mod sessions;
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -77,6 +79,7 @@ use rusqlite::config::DbConfig;
 pub use error::StoreError;
 pub use events::{EventPhase, EventRow, ToolEventRecord};
 pub use group::WriteStats;
+pub use messages::ReadStats;
 pub use repair::{CANCELLED_DETAIL, cancelled_result};
 pub use schema::{MIGRATIONS, SCHEMA_VERSION};
 pub use sessions::SessionInfo;
@@ -118,6 +121,11 @@ pub struct Store {
     conn: Mutex<Connection>,
     /// Writes waiting for `conn`, committed in groups (see `group.rs`).
     writes: group::WriteQueue,
+    /// Parsed histories of recently loaded sessions (`history_cache.rs`).
+    /// Locked only while `conn` is held, after it.
+    histories: Mutex<history_cache::HistoryCache>,
+    /// Messages parsed from stored rows, for [`Store::read_stats`].
+    messages_parsed: AtomicU64,
     path: PathBuf,
 }
 
@@ -154,6 +162,10 @@ impl Store {
         Ok(Store {
             conn: Mutex::new(conn),
             writes: group::WriteQueue::default(),
+            histories: Mutex::new(history_cache::HistoryCache::new(
+                history_cache::DEFAULT_CAPACITY_BYTES,
+            )),
+            messages_parsed: AtomicU64::new(0),
             path: path.to_owned(),
         })
     }
@@ -193,6 +205,21 @@ impl Store {
             tracing::warn!("rolled back a transaction a failed store call left open");
         }
         conn
+    }
+
+    /// The history cache; the caller holds the connection (see the field).
+    /// A panic while it was held may have left it half updated, so a
+    /// poisoned cache is emptied, not trusted.
+    fn histories(&self) -> MutexGuard<'_, history_cache::HistoryCache> {
+        match self.histories.lock() {
+            Ok(cache) => cache,
+            Err(poisoned) => {
+                let mut cache = poisoned.into_inner();
+                cache.clear();
+                self.histories.clear_poison();
+                cache
+            }
+        }
     }
 }
 

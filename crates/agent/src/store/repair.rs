@@ -23,7 +23,7 @@ use homeagent_core::{
 };
 use rusqlite::{Connection, TransactionBehavior};
 
-use super::messages::{insert_messages, read_history};
+use super::messages::insert_messages;
 use super::{Store, StoreError, require_session, validate_session_id};
 
 /// What a call cut off by a crash is told, as the detail of its
@@ -104,6 +104,14 @@ fn find_gaps(history: &[(i64, Message)]) -> Vec<Gap> {
     gaps
 }
 
+/// SQLite's count of commits by *other* connections to the file, as seen
+/// by `conn` (see `history_cache.rs`).
+fn data_version(conn: &Connection) -> Result<i64, StoreError> {
+    Ok(conn
+        .prepare_cached("PRAGMA data_version")?
+        .query_row([], |row| row.get(0))?)
+}
+
 /// Makes room for `count` messages after `after` by moving later ones down.
 fn shift_after(conn: &Connection, session: &str, after: i64, count: i64) -> Result<(), StoreError> {
     // Two steps through negative numbers: a single `seq = seq + count` could
@@ -129,19 +137,30 @@ impl Store {
         validate_session_id(session)?;
         let mut conn = self.lock();
         // The common case, a paired history, needs no write lock: a plain
-        // read. Only a history with gaps takes the write path below.
+        // read, of only the messages added since the last load when the
+        // session is remembered (`history_cache.rs`).
         require_session(&conn, session)?;
-        let history = read_history(&conn, session)?;
-        if find_gaps(&history).is_empty() {
-            return paired(session, history);
+        {
+            let mut histories = self.histories();
+            histories.check_version(data_version(&conn)?);
+            let mut history = histories.take(session);
+            let after = history.messages.last().map_or(0, |(seq, _)| *seq);
+            history.bytes +=
+                self.read_history_after(&conn, session, after, &mut history.messages)?;
+            if find_gaps(&history.messages).is_empty() {
+                let messages = paired(session, &history.messages)?;
+                histories.keep(session, history);
+                return Ok(messages);
+            }
+            // Not kept: the repair below renumbers the messages.
         }
         // IMMEDIATE: no other writer may append between the check and the
         // repair; the history is read again under the lock for that reason.
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let history = read_history(&tx, session)?;
+        let history = self.read_history(&tx, session)?;
         let gaps = find_gaps(&history);
         if gaps.is_empty() {
-            return paired(session, history);
+            return paired(session, &history);
         }
         // From the last gap backwards, so earlier positions stay valid.
         for gap in gaps.iter().rev() {
@@ -149,7 +168,8 @@ impl Store {
             shift_after(&tx, session, gap.after, count)?;
             insert_messages(&tx, session, gap.after + 1, &gap.results)?;
         }
-        let repaired: Vec<Message> = read_history(&tx, session)?
+        let repaired: Vec<Message> = self
+            .read_history(&tx, session)?
             .into_iter()
             .map(|(_, m)| m)
             .collect();
@@ -169,8 +189,8 @@ impl Store {
 }
 
 /// The messages of a history without gaps, checked for pairing.
-fn paired(session: &str, history: Vec<(i64, Message)>) -> Result<Vec<Message>, StoreError> {
-    let messages: Vec<Message> = history.into_iter().map(|(_, m)| m).collect();
+fn paired(session: &str, history: &[(i64, Message)]) -> Result<Vec<Message>, StoreError> {
+    let messages: Vec<Message> = history.iter().map(|(_, m)| m.clone()).collect();
     check_pairing(&messages).map_err(|source| StoreError::Unrepairable {
         session: session.to_owned(),
         source,

@@ -140,6 +140,7 @@ impl Store {
         let conn = self.lock();
         // Messages and events go with it through ON DELETE CASCADE.
         let deleted = conn.execute("DELETE FROM sessions WHERE id = ?1", [id])?;
+        self.histories().forget(id);
         Ok(deleted > 0)
     }
 }

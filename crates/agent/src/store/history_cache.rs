@@ -1,0 +1,236 @@
+//! The parsed histories of recently loaded sessions, so that loading a
+//! session for its next input parses only what was added since.
+//!
+//! # Why
+//!
+//! [`Store::load_session`](super::Store::load_session) runs once per input.
+//! Reading and parsing the whole history each time made an input's cost
+//! grow with the session's length: in a blast of 12-input sessions it was
+//! a sixth of `serve`'s CPU, and a personal agent's sessions run to
+//! hundreds of messages.
+//!
+//! # When a remembered history is still the stored one
+//!
+//! Messages are append-only except in three places, and each one is
+//! covered:
+//!
+//! - **Appends** (any writer) only add rows after the session's highest
+//!   `seq`. The load reads the rows after the remembered last `seq`, so it
+//!   sees them.
+//! - **Repair** renumbers and inserts in the middle. It happens inside
+//!   `load_session`, which has taken the session's entry out of the cache
+//!   and does not put it back on that path.
+//! - **Deleting** a session (its messages go with it) through this handle
+//!   forgets its entry.
+//!
+//! Writes through *another* connection (another process on the same file,
+//! or a second `Store` in this one) could do any of these. SQLite's
+//! `PRAGMA data_version` changes exactly when another connection has
+//! committed, so the cache is emptied whenever it moved since the last
+//! load. Such writes are rare; the cost is one full read per session.
+//!
+//! # Size
+//!
+//! The cache is bounded by the stored size of the messages it holds (their
+//! JSON text, a fair measure of their parsed size). Past the bound, the
+//! least recently loaded sessions are dropped until a quarter of it is
+//! free again, so the scan for them is paid once per many loads. A single
+//! history larger than the bound is not kept.
+
+use std::collections::HashMap;
+
+use homeagent_core::Message;
+
+/// The default bound: the JSON text of the messages held.
+pub(super) const DEFAULT_CAPACITY_BYTES: usize = 32 << 20;
+
+/// A history with the `seq` of each message, as `read_history` returns it.
+pub(super) type SeqHistory = Vec<(i64, Message)>;
+
+/// A remembered history: its messages, and the bytes they were stored as.
+#[derive(Debug, Default)]
+pub(super) struct Remembered {
+    pub messages: SeqHistory,
+    pub bytes: usize,
+}
+
+#[derive(Debug)]
+struct Entry {
+    history: Remembered,
+    /// The load count at the entry's last use.
+    used: u64,
+}
+
+#[derive(Debug)]
+pub(super) struct HistoryCache {
+    entries: HashMap<String, Entry>,
+    /// `PRAGMA data_version` at the last load (see the module docs).
+    data_version: Option<i64>,
+    bytes: usize,
+    capacity: usize,
+    loads: u64,
+}
+
+impl HistoryCache {
+    pub fn new(capacity_bytes: usize) -> HistoryCache {
+        HistoryCache {
+            entries: HashMap::new(),
+            data_version: None,
+            bytes: 0,
+            capacity: capacity_bytes,
+            loads: 0,
+        }
+    }
+
+    /// Empties the cache when another connection has committed since the
+    /// last call (`version` is the connection's `PRAGMA data_version`).
+    pub fn check_version(&mut self, version: i64) {
+        if self.data_version != Some(version) {
+            if !self.entries.is_empty() {
+                tracing::debug!(
+                    sessions = self.entries.len(),
+                    "another connection wrote to the store: forgetting the remembered histories"
+                );
+            }
+            self.clear();
+            self.data_version = Some(version);
+        }
+    }
+
+    /// Forgets every history.
+    pub fn clear(&mut self) {
+        self.entries.clear();
+        self.bytes = 0;
+    }
+
+    /// Takes the session's remembered history out (empty when there is
+    /// none); [`HistoryCache::keep`] puts it back once it is known good.
+    pub fn take(&mut self, session: &str) -> Remembered {
+        match self.entries.remove(session) {
+            Some(entry) => {
+                self.bytes -= entry.history.bytes;
+                entry.history
+            }
+            None => Remembered::default(),
+        }
+    }
+
+    /// Remembers `history` as the session's whole stored history.
+    pub fn keep(&mut self, session: &str, history: Remembered) {
+        self.forget(session);
+        if history.bytes > self.capacity {
+            return;
+        }
+        self.loads += 1;
+        self.bytes += history.bytes;
+        self.entries.insert(
+            session.to_owned(),
+            Entry {
+                history,
+                used: self.loads,
+            },
+        );
+        if self.bytes > self.capacity {
+            self.evict();
+        }
+    }
+
+    /// Drops the session's entry, if any.
+    pub fn forget(&mut self, session: &str) {
+        if let Some(entry) = self.entries.remove(session) {
+            self.bytes -= entry.history.bytes;
+        }
+    }
+
+    /// Drops the least recently used entries until a quarter of the
+    /// capacity is free.
+    fn evict(&mut self) {
+        let target = self.capacity - self.capacity / 4;
+        let mut by_age: Vec<(u64, String)> = self
+            .entries
+            .iter()
+            .map(|(session, entry)| (entry.used, session.clone()))
+            .collect();
+        by_age.sort_unstable();
+        for (_, session) in by_age {
+            if self.bytes <= target {
+                break;
+            }
+            self.forget(&session);
+        }
+    }
+
+    #[cfg(test)]
+    fn sessions(&self) -> Vec<&str> {
+        let mut sessions: Vec<&str> = self.entries.keys().map(String::as_str).collect();
+        sessions.sort_unstable();
+        sessions
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn history(bytes: usize) -> Remembered {
+        Remembered {
+            messages: vec![(1, Message::user("x"))],
+            bytes,
+        }
+    }
+
+    #[test]
+    fn the_least_recently_kept_go_first_until_a_quarter_is_free() {
+        let mut cache = HistoryCache::new(100);
+        cache.check_version(1);
+        for session in ["a", "b", "c", "d"] {
+            cache.keep(session, history(25));
+        }
+        assert_eq!(cache.sessions(), ["a", "b", "c", "d"]);
+        // "a" is used again: "b" is now the oldest.
+        let a = cache.take("a");
+        cache.keep("a", a);
+        cache.keep("e", history(10));
+        // 110 bytes > 100: drop "b" (85 left), then "c" (60 <= 75).
+        assert_eq!(cache.sessions(), ["a", "d", "e"]);
+        assert_eq!(cache.bytes, 60);
+    }
+
+    #[test]
+    fn a_history_larger_than_the_whole_cache_is_not_kept() {
+        let mut cache = HistoryCache::new(100);
+        cache.check_version(1);
+        cache.keep("small", history(40));
+        cache.keep("huge", history(101));
+        assert_eq!(cache.sessions(), ["small"]);
+        assert_eq!(cache.bytes, 40);
+    }
+
+    #[test]
+    fn taking_and_forgetting_give_the_bytes_back() {
+        let mut cache = HistoryCache::new(100);
+        cache.check_version(1);
+        cache.keep("a", history(30));
+        cache.keep("b", history(20));
+        assert_eq!(cache.take("a").bytes, 30);
+        assert_eq!(cache.take("a").bytes, 0, "taken once");
+        cache.forget("b");
+        assert_eq!(cache.bytes, 0);
+        // Keeping twice replaces, it does not count twice.
+        cache.keep("c", history(10));
+        cache.keep("c", history(15));
+        assert_eq!(cache.bytes, 15);
+    }
+
+    #[test]
+    fn another_connection_s_commit_empties_it() {
+        let mut cache = HistoryCache::new(100);
+        cache.check_version(7);
+        cache.keep("a", history(10));
+        cache.check_version(7);
+        assert_eq!(cache.sessions(), ["a"]);
+        cache.check_version(8);
+        assert!(cache.sessions().is_empty());
+        assert_eq!(cache.bytes, 0);
+    }
+}
