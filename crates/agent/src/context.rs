@@ -44,6 +44,50 @@ pub struct Fitted {
 /// Keeps the newest whole turns of `history` within `budget` tokens
 /// (`reserved` of which are already taken, by the system prompt).
 pub fn fit_history(history: &[Message], budget: usize, reserved: usize) -> Fitted {
+    let tokens: Vec<usize> = history.iter().map(approx_tokens).collect();
+    fit_counted(history, &tokens, budget, reserved)
+}
+
+/// A history with each message's [`approx_tokens`], counted once when the
+/// message joins it. The agent fits its history before every model
+/// request; counting meant serializing every message each time, a cost
+/// that grew with the session (a quarter of a turn's work in a
+/// 60-message session).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CountedHistory {
+    messages: Vec<Message>,
+    /// `tokens[i]` is `approx_tokens(&messages[i])`.
+    tokens: Vec<usize>,
+}
+
+impl CountedHistory {
+    pub fn new(messages: Vec<Message>) -> CountedHistory {
+        let tokens = messages.iter().map(approx_tokens).collect();
+        CountedHistory { messages, tokens }
+    }
+
+    pub fn push(&mut self, message: Message) {
+        self.tokens.push(approx_tokens(&message));
+        self.messages.push(message);
+    }
+
+    pub fn extend(&mut self, messages: impl IntoIterator<Item = Message>) {
+        for message in messages {
+            self.push(message);
+        }
+    }
+
+    pub fn messages(&self) -> &[Message] {
+        &self.messages
+    }
+
+    /// [`fit_history`] without counting again.
+    pub fn fit(&self, budget: usize, reserved: usize) -> Fitted {
+        fit_counted(&self.messages, &self.tokens, budget, reserved)
+    }
+}
+
+fn fit_counted(history: &[Message], tokens: &[usize], budget: usize, reserved: usize) -> Fitted {
     let starts: Vec<usize> = history
         .iter()
         .enumerate()
@@ -61,7 +105,7 @@ pub fn fit_history(history: &[Message], budget: usize, reserved: usize) -> Fitte
     let mut used = 0usize;
     for (n, &start) in bounds.iter().enumerate().rev() {
         let end = bounds.get(n + 1).copied().unwrap_or(history.len());
-        let cost: usize = history[start..end].iter().map(approx_tokens).sum();
+        let cost: usize = tokens[start..end].iter().sum();
         let newest = end == history.len();
         if !newest && used + cost > available {
             break;

@@ -39,7 +39,7 @@ use homeagent_tools::hooks::CommandHooks;
 use homeagent_tools::{AGENT_EXTRA, Approval, GatedSource};
 use serde_json::{Map, Value};
 
-use crate::context::{approx_tokens, elision_note, fit_history};
+use crate::context::{CountedHistory, approx_tokens, elision_note};
 use crate::frames::{Frame, UsageFrame};
 use crate::store::{EventRow, Store, StoreError};
 
@@ -198,15 +198,16 @@ impl Runtime {
         let session = input.session.clone();
         let agent = input.agent.clone();
         let user = Message::user(input.text.clone());
-        let (mut history, user) = self
+        let mut history = self
             .with_store(move |store| {
                 store.ensure_session(&session, &agent)?;
                 let history = store.load_session(&session)?;
                 store.append_messages(&session, std::slice::from_ref(&user))?;
-                Ok((history, user))
+                let mut history = CountedHistory::new(history);
+                history.push(user);
+                Ok(history)
             })
             .await?;
-        history.push(user);
 
         let recorded = EventBuffer::default();
         let executor = self.executor(Some(self.event_sink(&recorded, sink)));
@@ -214,7 +215,10 @@ impl Runtime {
         // Built once per input: the tool list (the largest part of every
         // request) is neither cloned nor measured again for each turn.
         let tools = self.tool_specs(&input.agent);
-        let tool_tokens = tool_tokens(&tools);
+        // What the system prompt and the tools take from the context
+        // budget, counted once per input too.
+        let reserved =
+            approx_tokens(&Message::system(base_prompt.clone())) + tool_tokens(&tools) + 64;
         let mut request = ChatRequest {
             model: String::new(),
             messages: Vec::new(),
@@ -254,7 +258,7 @@ impl Runtime {
                     usage,
                 });
             }
-            request.messages = self.messages(&base_prompt, &history, tool_tokens)?;
+            request.messages = self.messages(&base_prompt, &history, reserved)?;
             requests += 1;
             let turn = self
                 .stream_turn(&request, control, sink, &mut usage)
@@ -327,16 +331,16 @@ impl Runtime {
     }
 
     /// The messages of the next request: the system prompt and as much of
-    /// the history as fits beside the tools' `tool_tokens`.
+    /// the history as fits in the budget left after `reserved` (the system
+    /// prompt's and the tools' tokens).
     fn messages(
         &self,
         base_prompt: &str,
-        history: &[Message],
-        tool_tokens: usize,
+        history: &CountedHistory,
+        reserved: usize,
     ) -> Result<Vec<Message>, Frame> {
         let system = Message::system(base_prompt.to_owned());
-        let reserved = approx_tokens(&system) + tool_tokens + 64;
-        let fitted = fit_history(history, self.settings.context_tokens, reserved);
+        let fitted = history.fit(self.settings.context_tokens, reserved);
         let system = if fitted.elided > 0 {
             Message::system(format!("{base_prompt}\n\n{}", elision_note(fitted.elided)))
         } else {

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use homeagent_agent::context::{approx_tokens, fit_history};
+use homeagent_agent::context::{CountedHistory, approx_tokens, fit_history};
 use homeagent_agent::store::Store;
 use homeagent_agent::{
     AgentSettings, DemoModel, Frame, FrameSink, Runtime, TurnControl, TurnInput,
@@ -89,6 +89,30 @@ fn a_turn_that_fits_exactly_is_kept_and_leading_non_user_messages_count() {
     let all = fit_history(&greeted, 1_000_000, 0);
     assert_eq!(all.elided, 0);
     assert_eq!(all.messages.len(), 5);
+}
+
+/// The agent keeps its history counted as messages join it (loaded, then
+/// pushed and extended turn by turn): fitting it must cut exactly where
+/// counting everything afresh would, at every budget.
+#[test]
+fn a_counted_history_fits_as_counting_afresh_does() {
+    let all: Vec<Message> = (0..8).flat_map(exchange).collect();
+    let mut counted = CountedHistory::new(all[..9].to_vec());
+    counted.push(all[9].clone());
+    counted.extend(all[10..22].iter().cloned());
+    for message in &all[22..] {
+        counted.push(message.clone());
+    }
+    assert_eq!(counted.messages(), all.as_slice());
+    let whole: usize = all.iter().map(approx_tokens).sum();
+    let mut cuts = std::collections::BTreeSet::new();
+    for budget in (0..whole + 200).step_by(7) {
+        let fitted = counted.fit(budget, 40);
+        assert_eq!(fitted, fit_history(&all, budget, 40), "budget {budget}");
+        cuts.insert(fitted.elided);
+    }
+    // The budgets above cut at every turn boundary, not one by chance.
+    assert_eq!(cuts.len(), 8, "{cuts:?}");
 }
 
 #[test]
