@@ -198,14 +198,17 @@ impl Runtime {
         let session = input.session.clone();
         let agent = input.agent.clone();
         let user = Message::user(input.text.clone());
-        let mut history = self
+        // Held until this input ends: no other process runs the session
+        // meanwhile (see `store::claim`).
+        let (_claim, mut history) = self
             .with_store(move |store| {
+                let claim = store.claim_session(&session)?;
                 store.ensure_session(&session, &agent)?;
                 let history = store.load_session(&session)?;
                 store.append_messages(&session, std::slice::from_ref(&user))?;
                 let mut history = CountedHistory::new(history);
                 history.push(user);
-                Ok(history)
+                Ok((claim, history))
             })
             .await?;
 
@@ -462,7 +465,13 @@ impl Runtime {
     ) -> Result<T, Frame> {
         let store = Arc::clone(&self.store);
         match tokio::task::spawn_blocking(move || calls(&store)).await {
-            Ok(result) => result.map_err(|e| Frame::error("store", e.to_string())),
+            Ok(result) => result.map_err(|e| {
+                let code = match e {
+                    StoreError::SessionBusy { .. } => "session_busy",
+                    _ => "store",
+                };
+                Frame::error(code, e.to_string())
+            }),
             Err(join) => Err(Frame::error(
                 "store",
                 format!("a store call failed unexpectedly: {join}"),

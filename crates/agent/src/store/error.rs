@@ -74,6 +74,19 @@ pub enum StoreError {
         session: String,
         source: PairingError,
     },
+    /// Another input is running on the session right now, in another
+    /// process on the same data directory (see `Store::claim_session`).
+    #[error(
+        "session {id} is running an input in another HomeAgent process on this data directory; \
+         wait for it to finish, or use another session id"
+    )]
+    SessionBusy { id: String },
+    /// The claim file of a session could not be created or locked.
+    #[error("cannot claim the session through {path}: {source}")]
+    Claim {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     /// A queued write was never applied: the call that was committing its
     /// group panicked. Nothing of it is stored; retrying is safe.
     #[error(

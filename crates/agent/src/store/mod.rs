@@ -59,6 +59,7 @@
 //! The store holds exactly what it is given: messages and tool events. The
 //! caller never passes keys, and nothing here logs message bodies.
 
+mod claim;
 mod error;
 mod events;
 mod group;
@@ -76,6 +77,7 @@ use std::time::Duration;
 use rusqlite::Connection;
 use rusqlite::config::DbConfig;
 
+pub use claim::SessionClaim;
 pub use error::StoreError;
 pub use events::{EventPhase, EventRow, ToolEventRecord};
 pub use group::WriteStats;

@@ -1,0 +1,123 @@
+//! Claiming a session: one input at a time per session, across processes.
+//!
+//! Within a process the scheduler runs a session's inputs one after
+//! another. But `serve`, `chat` and `run` may share a data directory, and
+//! an input run by a second process on a session whose tools are running in
+//! the first would see calls without results, exactly what a crash leaves:
+//! its load would answer them `cancelled` while they still run, and the
+//! first process's real results would then follow as duplicates, leaving a
+//! history no provider accepts.
+//!
+//! So the agent claims a session for the whole of an input. A claim is an
+//! exclusive `flock` on `<store file>-claims/<session id>.lock`, taken
+//! without waiting: a session claimed elsewhere is refused at once with
+//! [`StoreError::SessionBusy`]. The operating system drops the lock when
+//! its holder exits, however it exits, so a crash never leaves a session
+//! stuck. A released claim removes its file, while still holding the
+//! lock; a claimant that opened the file just before it was removed would
+//! lock a file nobody else can reach, so after locking it checks that the
+//! path still names the file it locked, and tries again if not.
+//!
+//! Session ids are checked first ([`validate_session_id`]): no `/`, so an
+//! id is always a plain file name inside the claims directory.
+
+use std::fs::{File, OpenOptions, TryLockError};
+use std::path::{Path, PathBuf};
+
+use super::{Store, StoreError, validate_session_id};
+
+/// How often a claim is retried when the file it locked was removed under
+/// it (each retry means another process released the session meanwhile).
+const ATTEMPTS: usize = 8;
+
+/// A session held for one input; dropping it releases the session.
+#[derive(Debug)]
+#[must_use = "the session is released when the claim is dropped"]
+pub struct SessionClaim {
+    /// Held open: the lock lives as long as this descriptor.
+    _file: File,
+    path: PathBuf,
+}
+
+impl Drop for SessionClaim {
+    fn drop(&mut self) {
+        // Removed while still locked (see the module docs); the lock goes
+        // when the file is closed right after.
+        if let Err(error) = std::fs::remove_file(&self.path) {
+            tracing::debug!(path = %self.path.display(), %error, "could not remove a session claim file");
+        }
+    }
+}
+
+impl Store {
+    /// The directory of the session claim files, beside the store file.
+    pub fn claims_dir(&self) -> PathBuf {
+        let mut name = self.path().as_os_str().to_owned();
+        name.push("-claims");
+        PathBuf::from(name)
+    }
+
+    /// Claims `session` for one input, or fails with
+    /// [`StoreError::SessionBusy`] when it is claimed (by another process,
+    /// or another claim in this one). See the module docs.
+    pub fn claim_session(&self, session: &str) -> Result<SessionClaim, StoreError> {
+        validate_session_id(session)?;
+        let dir = self.claims_dir();
+        let path = dir.join(format!("{session}.lock"));
+        let failed = |source| StoreError::Claim {
+            path: path.clone(),
+            source,
+        };
+        for _ in 0..ATTEMPTS {
+            let file = match open(&path) {
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                    std::fs::create_dir_all(&dir).map_err(failed)?;
+                    open(&path).map_err(failed)?
+                }
+                other => other.map_err(failed)?,
+            };
+            match file.try_lock() {
+                Ok(()) => {}
+                Err(TryLockError::WouldBlock) => {
+                    return Err(StoreError::SessionBusy {
+                        id: session.to_owned(),
+                    });
+                }
+                Err(TryLockError::Error(error)) => return Err(failed(error)),
+            }
+            if still_named(&file, &path).map_err(failed)? {
+                return Ok(SessionClaim { _file: file, path });
+            }
+        }
+        Err(StoreError::SessionBusy {
+            id: session.to_owned(),
+        })
+    }
+}
+
+fn open(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+}
+
+/// Whether `path` still names the file `file` has open.
+#[cfg(unix)]
+fn still_named(file: &File, path: &Path) -> std::io::Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let held = file.metadata()?;
+    match std::fs::metadata(path) {
+        Ok(named) => Ok(named.dev() == held.dev() && named.ino() == held.ino()),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(error) => Err(error),
+    }
+}
+
+/// Elsewhere an open file cannot be removed, so the name cannot move.
+#[cfg(not(unix))]
+fn still_named(_file: &File, _path: &Path) -> std::io::Result<bool> {
+    Ok(true)
+}
