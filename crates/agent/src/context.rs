@@ -7,7 +7,7 @@
 //! is always kept, even alone over budget: the model must see the input.
 //! The store keeps everything; only the request is cut.
 
-use homeagent_core::Message;
+use homeagent_core::{IdReminter, Message, PairingError, check_pairing};
 
 /// Roughly four bytes of JSON per token, plus a little per message for the
 /// wire's framing. Good enough to stay under a budget, not a tokenizer.
@@ -85,9 +85,104 @@ impl CountedHistory {
     pub fn fit(&self, budget: usize, reserved: usize) -> Fitted {
         fit_counted(&self.messages, &self.tokens, budget, reserved)
     }
+
+    /// Where [`CountedHistory::fit`] would start the kept messages.
+    pub fn fit_start(&self, budget: usize, reserved: usize) -> usize {
+        fit_start(&self.messages, &self.tokens, budget, reserved)
+    }
+}
+
+/// The messages of a model request, kept from one request of an input to
+/// the next: the system prompt, then the history as far as it fits, with
+/// reused call ids reminted
+/// ([`remint_reused_ids`](homeagent_core::remint_reused_ids)) and the pairing
+/// checked ([`check_pairing`]).
+///
+/// Building that afresh for every request cloned, reminted and checked the
+/// whole history each time, a cost growing with the session. Between two
+/// requests of one input the history only grows by the turn just run, so
+/// while the fit keeps starting at the same message, only the new messages
+/// are cloned, reminted and checked; when it moves (the history outgrew
+/// the budget), the request is built afresh.
+#[derive(Debug, Default)]
+pub struct RequestMessages {
+    /// Where the sent part of the history starts; `None` until built.
+    keep_from: Option<usize>,
+    /// History messages the request holds (after the system prompt).
+    covered: usize,
+    ids: IdReminter,
+    full_builds: usize,
+}
+
+impl RequestMessages {
+    /// Brings `messages`, the request's list, up to date with `history`;
+    /// `budget` and `reserved` as for [`fit_history`].
+    pub fn update(
+        &mut self,
+        messages: &mut Vec<Message>,
+        system_prompt: &str,
+        history: &CountedHistory,
+        budget: usize,
+        reserved: usize,
+    ) -> Result<(), PairingError> {
+        let keep_from = history.fit_start(budget, reserved);
+        let all = history.messages();
+        let first_new = keep_from + self.covered;
+        let extends = self.keep_from == Some(keep_from)
+            && messages.len() == self.covered + 1
+            && first_new <= all.len()
+            // A turn's results never come without their calls.
+            && !matches!(all.get(first_new), Some(Message::Tool(_)));
+        self.keep_from = None;
+        if extends {
+            let start = messages.len();
+            let mut renamed = Vec::new();
+            for message in &all[first_new..] {
+                let mut message = message.clone();
+                self.ids.remint(&mut message, &mut renamed);
+                messages.push(message);
+            }
+            check_pairing(&messages[start..])?;
+        } else {
+            let system = if keep_from > 0 {
+                format!("{system_prompt}\n\n{}", elision_note(keep_from))
+            } else {
+                system_prompt.to_owned()
+            };
+            self.full_builds += 1;
+            messages.clear();
+            messages.reserve(all.len() - keep_from + 1);
+            messages.push(Message::system(system));
+            messages.extend_from_slice(&all[keep_from..]);
+            self.ids = IdReminter::default();
+            self.ids.avoid(&messages[1..]);
+            let mut renamed = Vec::new();
+            for message in &mut messages[1..] {
+                self.ids.remint(message, &mut renamed);
+            }
+            check_pairing(messages)?;
+        }
+        self.keep_from = Some(keep_from);
+        self.covered = all.len() - keep_from;
+        Ok(())
+    }
+
+    /// How many times the request was built afresh rather than extended.
+    pub fn full_builds(&self) -> usize {
+        self.full_builds
+    }
 }
 
 fn fit_counted(history: &[Message], tokens: &[usize], budget: usize, reserved: usize) -> Fitted {
+    let keep_from = fit_start(history, tokens, budget, reserved);
+    Fitted {
+        messages: history[keep_from..].to_vec(),
+        elided: keep_from,
+    }
+}
+
+/// Where the kept part of `history` starts.
+fn fit_start(history: &[Message], tokens: &[usize], budget: usize, reserved: usize) -> usize {
     let starts: Vec<usize> = history
         .iter()
         .enumerate()
@@ -113,10 +208,7 @@ fn fit_counted(history: &[Message], tokens: &[usize], budget: usize, reserved: u
         used += cost;
         keep_from = start;
     }
-    Fitted {
-        messages: history[keep_from..].to_vec(),
-        elided: keep_from,
-    }
+    keep_from
 }
 
 /// The line the system prompt gets when history was elided.

@@ -32,14 +32,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use homeagent_core::{
     BatchContext, CancellationToken, Executor, ExecutorOptions, Message, StreamAssembler,
-    StreamEvent, ToolEvent, ToolSource, check_pairing, execution_order_section, remint_reused_ids,
+    StreamEvent, ToolEvent, ToolSource, execution_order_section,
 };
 use homeagent_llm::{ChatRequest, FallbackError, Sources, ToolSpec};
 use homeagent_tools::hooks::CommandHooks;
 use homeagent_tools::{AGENT_EXTRA, Approval, GatedSource};
 use serde_json::{Map, Value};
 
-use crate::context::{CountedHistory, approx_tokens, elision_note};
+use crate::context::{CountedHistory, RequestMessages, approx_tokens};
 use crate::frames::{Frame, UsageFrame};
 use crate::store::{EventRow, Store, StoreError};
 
@@ -230,6 +230,7 @@ impl Runtime {
             temperature: None,
             stream: true,
         };
+        let mut sent = RequestMessages::default();
         let mut usage = UsageFrame::default();
         let mut requests = 0u32;
         let mut batches = 0u32;
@@ -261,7 +262,19 @@ impl Runtime {
                     usage,
                 });
             }
-            request.messages = self.messages(&base_prompt, &history, reserved)?;
+            sent.update(
+                &mut request.messages,
+                &base_prompt,
+                &history,
+                self.settings.context_tokens,
+                reserved,
+            )
+            .map_err(|e| {
+                Frame::error(
+                    "pairing",
+                    format!("the history breaks the call/result pairing: {e}"),
+                )
+            })?;
             requests += 1;
             let turn = self
                 .stream_turn(&request, control, sink, &mut usage)
@@ -331,35 +344,6 @@ impl Runtime {
             prompt.push_str(extra);
         }
         prompt
-    }
-
-    /// The messages of the next request: the system prompt and as much of
-    /// the history as fits in the budget left after `reserved` (the system
-    /// prompt's and the tools' tokens).
-    fn messages(
-        &self,
-        base_prompt: &str,
-        history: &CountedHistory,
-        reserved: usize,
-    ) -> Result<Vec<Message>, Frame> {
-        let system = Message::system(base_prompt.to_owned());
-        let fitted = history.fit(self.settings.context_tokens, reserved);
-        let system = if fitted.elided > 0 {
-            Message::system(format!("{base_prompt}\n\n{}", elision_note(fitted.elided)))
-        } else {
-            system
-        };
-        let mut messages = Vec::with_capacity(fitted.messages.len() + 1);
-        messages.push(system);
-        messages.extend(fitted.messages);
-        remint_reused_ids(&mut messages);
-        check_pairing(&messages).map_err(|e| {
-            Frame::error(
-                "pairing",
-                format!("the history breaks the call/result pairing: {e}"),
-            )
-        })?;
-        Ok(messages)
     }
 
     /// One model request, streamed: text is forwarded as it comes.

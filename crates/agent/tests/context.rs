@@ -8,13 +8,16 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use homeagent_agent::context::{CountedHistory, approx_tokens, fit_history};
+use homeagent_agent::context::{
+    CountedHistory, RequestMessages, approx_tokens, elision_note, fit_history,
+};
 use homeagent_agent::store::Store;
 use homeagent_agent::{
     AgentSettings, DemoModel, Frame, FrameSink, Runtime, TurnControl, TurnInput,
 };
 use homeagent_core::{
     AssistantMessage, Message, Registry, StreamEvent, ToolCall, ToolMessage, check_pairing,
+    remint_reused_ids,
 };
 use homeagent_llm::{
     ChatRequest, FallbackOptions, LocalModel, ProviderError, SourceConfig, SourceProtocol,
@@ -113,6 +116,130 @@ fn a_counted_history_fits_as_counting_afresh_does() {
     }
     // The budgets above cut at every turn boundary, not one by chance.
     assert_eq!(cuts.len(), 8, "{cuts:?}");
+}
+
+/// The request list the agent keeps from turn to turn within an input is,
+/// after every turn, exactly the list built afresh from the history: the
+/// system prompt (with the elision note once turns are left out), the
+/// fitted history, reused ids reminted. The model here reuses `call_0`
+/// every turn, so every turn after the first is reminted.
+#[test]
+fn the_request_kept_from_turn_to_turn_is_the_one_built_afresh() {
+    fn expected(history: &[Message], budget: usize) -> Vec<Message> {
+        let fitted = fit_history(history, budget, 40);
+        let system = if fitted.elided > 0 {
+            format!("prompt\n\n{}", elision_note(fitted.elided))
+        } else {
+            "prompt".to_owned()
+        };
+        let mut messages = vec![Message::system(system)];
+        messages.extend(fitted.messages);
+        remint_reused_ids(&mut messages);
+        messages
+    }
+    let turn = |n: usize| -> Vec<Message> {
+        let mut messages = exchange(n);
+        for message in &mut messages {
+            match message {
+                Message::Assistant(a) => {
+                    a.tool_calls.iter_mut().for_each(|c| c.id = "call_0".into())
+                }
+                Message::Tool(t) => t.tool_call_id = "call_0".into(),
+                _ => {}
+            }
+        }
+        messages
+    };
+    // Turns with calls (4 messages) alternate with plain exchanges (a user
+    // message and the answer): the fit then sometimes moves by fewer
+    // messages than a turn adds, which must still rebuild the request.
+    let plain = |n: usize| {
+        vec![
+            Message::user(format!("chat {n}")),
+            Message::Assistant(AssistantMessage {
+                content: format!("ok {n}"),
+                ..AssistantMessage::default()
+            }),
+        ]
+    };
+    let pair: usize = turn(0).iter().chain(&plain(0)).map(approx_tokens).sum();
+    // Room for about three pairs of turns: the seventh turn starts the
+    // elision.
+    let budget = pair * 3 + pair / 3 + 40;
+    let mut history = CountedHistory::default();
+    let mut sent = RequestMessages::default();
+    let mut request = Vec::new();
+    let mut reminted = 0;
+    // A build afresh is due on the first request and whenever the fit
+    // starts elsewhere than for the request before.
+    let mut starts: Vec<usize> = Vec::new();
+    let mut ask = |history: &CountedHistory, request: &mut Vec<Message>, what: &str| {
+        starts.push(fit_history(history.messages(), budget, 40).elided);
+        sent.update(request, "prompt", history, budget, 40).unwrap();
+        assert_eq!(*request, expected(history.messages(), budget), "{what}");
+        check_pairing(request).unwrap();
+    };
+    for n in 0..14 {
+        if n % 2 == 1 {
+            let [user, answer] = <[Message; 2]>::try_from(plain(n)).unwrap();
+            history.push(user);
+            ask(&history, &mut request, &format!("turn {n}"));
+            history.push(answer);
+            continue;
+        }
+        // As the agent goes: the user message, a request; the calls and
+        // their results, a request; the answer.
+        let [user, calls, result, answer] = <[Message; 4]>::try_from(turn(n)).unwrap();
+        history.push(user);
+        ask(&history, &mut request, &format!("turn {n}, first request"));
+        history.extend([calls, result]);
+        ask(&history, &mut request, &format!("turn {n}, second request"));
+        reminted += request
+            .iter()
+            .filter(|m| matches!(m, Message::Tool(t) if t.tool_call_id != "call_0"))
+            .count();
+        history.push(answer);
+    }
+    let full_builds = sent.full_builds();
+    assert!(reminted > 0);
+    let due = 1 + starts.windows(2).filter(|w| w[0] != w[1]).count();
+    assert!(due > 1 && due < starts.len() / 2, "{starts:?}");
+    assert_eq!(full_builds, due, "{starts:?}");
+}
+
+/// Plain exchanges only: once the history is over budget, each request
+/// adds two messages (the last answer, the new question) and the fit moves
+/// by one exchange, two messages. The request must follow the fit, not
+/// just append.
+#[test]
+fn a_fit_that_moves_by_as_much_as_was_added_rebuilds_the_request() {
+    let exchange = |n: usize| {
+        [
+            Message::user(format!("question {n}")),
+            Message::Assistant(AssistantMessage {
+                content: format!("answer {n}"),
+                ..AssistantMessage::default()
+            }),
+        ]
+    };
+    let cost: usize = exchange(5).iter().map(approx_tokens).sum();
+    let budget = cost * 3 + 40;
+    let mut history = CountedHistory::default();
+    let mut sent = RequestMessages::default();
+    let mut request = Vec::new();
+    let mut elided = Vec::new();
+    for n in 0..8 {
+        let [user, answer] = exchange(n);
+        history.push(user);
+        sent.update(&mut request, "p", &history, budget, 40)
+            .unwrap();
+        let fitted = fit_history(history.messages(), budget, 40);
+        elided.push(fitted.elided);
+        assert_eq!(request[1..], fitted.messages, "request {n}");
+        history.push(answer);
+    }
+    // The fit did move by one exchange at a time.
+    assert!(elided.windows(2).any(|w| w[1] == w[0] + 2), "{elided:?}");
 }
 
 #[test]

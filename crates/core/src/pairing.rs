@@ -109,41 +109,70 @@ pub fn check_pairing(messages: &[Message]) -> Result<(), PairingError> {
 /// Models reuse ids across turns (`call_0` every turn); providers then pair
 /// results with the wrong call or reject the request.
 pub fn remint_reused_ids(messages: &mut [Message]) -> Vec<(String, String)> {
-    let mut used: HashSet<String> = HashSet::new();
-    for message in messages.iter() {
-        if let Message::Assistant(a) = message {
-            used.extend(a.tool_calls.iter().map(|c| c.id.clone()));
+    let mut reminter = IdReminter::default();
+    // Fresh ids avoid every id of the list, later turns' included.
+    reminter.avoid(messages);
+    let mut renamed = Vec::new();
+    for message in messages.iter_mut() {
+        reminter.remint(message, &mut renamed);
+    }
+    renamed
+}
+
+/// The state of [`remint_reused_ids`], kept to go on with a list that
+/// grows: the agent appends a turn's messages to its request instead of
+/// building the whole request again, and each appended message is reminted
+/// against every id the list already holds. (A fresh id is then chosen
+/// without knowing the ids of turns not appended yet; a later call that
+/// happens to reuse it is itself reminted, so ids stay unique.)
+#[derive(Debug, Default, Clone)]
+pub struct IdReminter {
+    /// Ids a fresh one must avoid.
+    used: HashSet<String>,
+    /// Ids of the calls processed so far (after renaming).
+    seen: HashSet<String>,
+    /// The renames of the current turn, for the tool messages after it.
+    current: HashMap<String, String>,
+}
+
+impl IdReminter {
+    /// Makes fresh ids avoid every call id of `messages` (which are
+    /// reminted next, or later).
+    pub fn avoid(&mut self, messages: &[Message]) {
+        for message in messages {
+            if let Message::Assistant(a) = message {
+                self.used.extend(a.tool_calls.iter().map(|c| c.id.clone()));
+            }
         }
     }
-    let mut seen: HashSet<String> = HashSet::new();
-    let mut renamed = Vec::new();
-    // The renames of the current turn apply to the tool messages that follow it.
-    let mut current: HashMap<String, String> = HashMap::new();
-    for message in messages.iter_mut() {
+
+    /// Remints `message`, the next message of the list, and adds its
+    /// renames to `renamed`.
+    pub fn remint(&mut self, message: &mut Message, renamed: &mut Vec<(String, String)>) {
         match message {
             Message::Assistant(a) => {
-                current.clear();
+                self.current.clear();
+                self.used.extend(a.tool_calls.iter().map(|c| c.id.clone()));
                 for call in &mut a.tool_calls {
-                    if seen.insert(call.id.clone()) {
+                    if self.seen.insert(call.id.clone()) {
                         continue;
                     }
-                    let fresh = fresh_id(&call.id, &used);
-                    used.insert(fresh.clone());
-                    seen.insert(fresh.clone());
+                    let fresh = fresh_id(&call.id, &self.used);
+                    self.used.insert(fresh.clone());
+                    self.seen.insert(fresh.clone());
                     renamed.push((call.id.clone(), fresh.clone()));
-                    current.insert(call.id.clone(), fresh.clone());
+                    self.current.insert(call.id.clone(), fresh.clone());
                     call.id = fresh;
                 }
             }
             Message::Tool(t) => {
-                if let Some(fresh) = current.get(&t.tool_call_id) {
+                if let Some(fresh) = self.current.get(&t.tool_call_id) {
                     t.tool_call_id = fresh.clone();
                 }
             }
-            _ => current.clear(),
+            _ => self.current.clear(),
         }
     }
-    renamed
 }
 
 fn fresh_id(old: &str, used: &HashSet<String>) -> String {
