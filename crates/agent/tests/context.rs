@@ -16,8 +16,8 @@ use homeagent_agent::{
     AgentSettings, DemoModel, Frame, FrameSink, Runtime, TurnControl, TurnInput,
 };
 use homeagent_core::{
-    AssistantMessage, Message, Registry, StreamEvent, ToolCall, ToolMessage, check_pairing,
-    remint_reused_ids,
+    AssistantMessage, Message, Registry, StreamEvent, ToolCall, ToolCallFragment, ToolMessage,
+    check_pairing, remint_reused_ids,
 };
 use homeagent_llm::{
     ChatRequest, FallbackOptions, LocalModel, ProviderError, SourceConfig, SourceProtocol,
@@ -354,5 +354,90 @@ async fn a_session_longer_than_the_budget_still_sends_valid_requests() {
     // A sent history never starts inside a turn.
     assert!(matches!(request.messages[1], Message::User { .. }));
     drop(requests);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// Calls `demo_echo` without an id after every user message (as Ollama and
+/// Gemini stream calls: the assembler names them `call_0`, `call_1`, ...
+/// in every turn), then answers with text.
+struct IdlessCaller;
+
+impl LocalModel for IdlessCaller {
+    fn respond(&self, request: &ChatRequest) -> Result<Vec<StreamEvent>, ProviderError> {
+        // What a strict provider would refuse.
+        check_pairing(&request.messages).map_err(|e| {
+            ProviderError::Codec(homeagent_llm::CodecError::Unencodable {
+                protocol: "test",
+                detail: format!("the request breaks the pairing: {e}"),
+            })
+        })?;
+        if matches!(request.messages.last(), Some(Message::User { .. })) {
+            Ok(vec![StreamEvent::ToolCall(ToolCallFragment {
+                stream_index: Some(0),
+                id: None,
+                name: Some("demo_echo".into()),
+                raw_arguments: r#"{"text":"hi"}"#.into(),
+            })])
+        } else {
+            Ok(vec![StreamEvent::TextDelta {
+                text: "done".into(),
+            }])
+        }
+    }
+}
+
+/// The same call id in every turn of a session (what a provider without
+/// ids gets) is stored as the model gave it, and the session goes on:
+/// every later input loads it and sends a request with the ids reminted.
+#[tokio::test]
+async fn a_session_whose_turns_reuse_one_call_id_goes_on() {
+    let dir = temp_dir();
+    let setup = SourceSetup {
+        adapter_dir: None,
+        local_model: Some(Arc::new(IdlessCaller) as Arc<dyn LocalModel>),
+    };
+    let sources = Sources::build(
+        vec![SourceConfig::new("idless", SourceProtocol::Demo)],
+        &|_: &str| None,
+        FallbackOptions::default(),
+        &setup,
+    )
+    .unwrap();
+    let registry = Arc::new(Registry::new());
+    register_demo_tools(&registry).unwrap();
+    let tools = Arc::new(GatedSource::new(
+        registry as _,
+        Arc::new(Gate::new([])),
+        Approval::Refused,
+    ));
+    let store = Arc::new(Store::open(&dir.join("homeagent.db")).unwrap());
+    let runtime = Runtime::new(
+        Arc::new(sources),
+        tools,
+        Arc::clone(&store),
+        AgentSettings::default(),
+    );
+    let sink: FrameSink = Arc::new(|_| {});
+    for n in 0..3 {
+        let input = TurnInput {
+            session: "idless".into(),
+            agent: "main".into(),
+            text: format!("input {n}"),
+        };
+        let frame = runtime.run(&input, &TurnControl::default(), &sink).await;
+        assert!(
+            matches!(&frame, Frame::Response { content, .. } if content == "done"),
+            "input {n}: {frame:?}"
+        );
+    }
+    let stored = store.history("idless").unwrap();
+    let ids: Vec<&str> = stored
+        .iter()
+        .filter_map(|m| match m {
+            Message::Assistant(a) => a.tool_calls.first().map(|c| c.id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ids, ["call_0", "call_0", "call_0"]);
     std::fs::remove_dir_all(dir).unwrap();
 }

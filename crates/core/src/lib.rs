@@ -34,7 +34,9 @@ pub use event::{EventSink, ToolEvent};
 pub use hooks::{CallInfo, PostToolHook, PreDecision, PreToolHook};
 pub use message::{AssistantMessage, Message, ReasoningPart, ToolCall, ToolMessage};
 pub use outcome::{CallStatus, ErrorReason, ToolError, ToolOutcome};
-pub use pairing::{IdReminter, PairingError, check_pairing, remint_reused_ids};
+pub use pairing::{
+    IdReminter, PairingError, check_history_pairing, check_pairing, remint_reused_ids,
+};
 pub use prompt::execution_order_section;
 pub use registry::{Registry, RegistryError, ToolContext, ToolFuture, ToolHandler, ToolSource};
 pub use stream::{FinishReason, StreamEvent, ToolCallFragment, Usage};

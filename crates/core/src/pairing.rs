@@ -36,8 +36,30 @@ pub enum PairingError {
     ArgumentsNotObject { call_id: String, message: usize },
 }
 
-/// Checks that every call is answered exactly once, right after its turn.
+/// Checks that every call is answered exactly once, right after its turn,
+/// and that no call id is used twice in the list: the rule for a request.
 pub fn check_pairing(messages: &[Message]) -> Result<(), PairingError> {
+    check(messages, IdScope::List)
+}
+
+/// [`check_pairing`] for a stored history, in which a call id may recur in
+/// later turns (never within one): models reuse `call_0` every turn, and
+/// providers that send no ids (Ollama, Gemini) get `call_0`, `call_1`, ...
+/// from the assembler in every turn. A history is kept as the model wrote
+/// it; [`remint_reused_ids`] makes the ids of a request unique before it is
+/// sent.
+pub fn check_history_pairing(messages: &[Message]) -> Result<(), PairingError> {
+    check(messages, IdScope::Turn)
+}
+
+/// Where a call id must be unique.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum IdScope {
+    List,
+    Turn,
+}
+
+fn check(messages: &[Message], scope: IdScope) -> Result<(), PairingError> {
     let mut seen_ids: HashMap<&str, usize> = HashMap::new();
     // Ids of the most recent assistant turn still waiting for results.
     let mut open: Vec<&str> = Vec::new();
@@ -69,6 +91,9 @@ pub fn check_pairing(messages: &[Message]) -> Result<(), PairingError> {
                 }
                 open.clear();
                 answered.clear();
+                if scope == IdScope::Turn {
+                    seen_ids.clear();
+                }
                 if let Message::Assistant(assistant) = other {
                     for call in &assistant.tool_calls {
                         if call.id.is_empty() {

@@ -3,8 +3,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a test failure
 
 use homeagent_core::{
-    AssistantMessage, Message, PairingError, ToolCall, ToolMessage, check_pairing,
-    remint_reused_ids,
+    AssistantMessage, Message, PairingError, ToolCall, ToolMessage, check_history_pairing,
+    check_pairing, remint_reused_ids,
 };
 use serde_json::json;
 
@@ -187,4 +187,52 @@ fn roles_are_named_as_providers_spell_them() {
     .map(Message::role)
     .collect();
     assert_eq!(roles, vec!["system", "user", "assistant", "tool"]);
+}
+
+/// A stored history keeps the ids the model gave, so an id may come back
+/// in a later turn; within one turn, and for results, the rule is the
+/// request's.
+#[test]
+fn a_stored_history_may_reuse_an_id_in_a_later_turn_only() {
+    let reused = vec![
+        Message::user("u"),
+        assistant(&["call_0", "call_1"]),
+        result("call_0"),
+        result("call_1"),
+        Message::user("more"),
+        assistant(&["call_0"]),
+        result("call_0"),
+    ];
+    assert_eq!(check_history_pairing(&reused), Ok(()));
+    assert!(check_pairing(&reused).is_err());
+
+    let twice_in_a_turn = vec![
+        Message::user("u"),
+        assistant(&["call_0", "call_0"]),
+        result("call_0"),
+        result("call_0"),
+    ];
+    assert_eq!(
+        check_history_pairing(&twice_in_a_turn),
+        Err(PairingError::DuplicateCallId {
+            call_id: "call_0".into(),
+            first: 1,
+            second: 1
+        })
+    );
+    // A result for an earlier turn's call, after another message: an orphan.
+    let late = vec![
+        Message::user("u"),
+        assistant(&["call_0"]),
+        result("call_0"),
+        Message::user("more"),
+        result("call_0"),
+    ];
+    assert_eq!(
+        check_history_pairing(&late),
+        Err(PairingError::OrphanResult {
+            call_id: "call_0".into(),
+            message: 4
+        })
+    );
 }

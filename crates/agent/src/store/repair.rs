@@ -19,7 +19,7 @@
 use std::collections::HashSet;
 
 use homeagent_core::{
-    ErrorReason, Message, ToolCall, ToolError, ToolMessage, ToolOutcome, check_pairing,
+    ErrorReason, Message, ToolCall, ToolError, ToolMessage, ToolOutcome, check_history_pairing,
 };
 use rusqlite::{Connection, TransactionBehavior};
 
@@ -173,7 +173,7 @@ impl Store {
             .into_iter()
             .map(|(_, m)| m)
             .collect();
-        check_pairing(&repaired).map_err(|source| StoreError::Unrepairable {
+        check_history_pairing(&repaired).map_err(|source| StoreError::Unrepairable {
             session: session.to_owned(),
             source,
         })?;
@@ -191,7 +191,7 @@ impl Store {
 /// The messages of a history without gaps, checked for pairing.
 fn paired(session: &str, history: &[(i64, Message)]) -> Result<Vec<Message>, StoreError> {
     let messages: Vec<Message> = history.iter().map(|(_, m)| m.clone()).collect();
-    check_pairing(&messages).map_err(|source| StoreError::Unrepairable {
+    check_history_pairing(&messages).map_err(|source| StoreError::Unrepairable {
         session: session.to_owned(),
         source,
     })?;
