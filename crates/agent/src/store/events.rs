@@ -13,7 +13,6 @@ use homeagent_core::{CallStatus, ToolEvent};
 use rusqlite::{Connection, TransactionBehavior};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use serde_json::value::RawValue;
 
 use super::{Store, StoreError, now_ms, require_session, validate_session_id};
 
@@ -44,106 +43,67 @@ pub struct ToolEventRecord {
 impl ToolEventRecord {
     /// The record of a kernel event, stamped now.
     pub fn from_event(event: &ToolEvent) -> Self {
-        let row = EventRow::from_event(event);
+        let stored = StoredEvent::of(event, now_ms());
         ToolEventRecord {
-            batch_id: row.batch_id,
-            call_id: row.call_id,
-            tool: row.tool,
-            phase: row.phase,
-            status: row.status,
-            success: row.success,
-            duration_ms: row.duration_ms,
+            batch_id: stored.batch_id.to_owned(),
+            call_id: stored.call_id.to_owned(),
+            tool: stored.tool.to_owned(),
+            phase: stored.phase,
+            status: stored.status,
+            success: stored.success,
+            duration_ms: stored.duration_ms,
             body: serde_json::to_value(event).unwrap_or(Value::Null),
-            at_ms: row.at_ms,
+            at_ms: stored.at_ms,
         }
     }
 }
 
-/// A tool event ready to insert: its columns, with the body already
-/// rendered as JSON text. The agent makes one per kernel event while a
-/// batch runs and stores them with the batch's results
-/// ([`Store::append_messages_with_events`]); rendering straight from the
-/// event skips building and dropping the `Value` tree a
-/// [`ToolEventRecord`] holds (about a third of the instructions spent on
-/// each event under callgrind).
+/// A tool event ready to insert: already rendered as the element of a
+/// batch row's JSON array that [`ToolEventRecord`] reads back. The agent
+/// makes one per kernel event while a batch runs and stores them with the
+/// batch's results ([`Store::append_messages_with_events`]), so the commit,
+/// which holds the connection, only joins texts. Rendering straight from
+/// the event, in one pass, also skips the `Value` tree a record holds and
+/// a second serialization of the event's ids and body.
 #[derive(Debug, Clone)]
 pub struct EventRow {
-    pub batch_id: String,
-    pub call_id: String,
-    pub tool: String,
-    pub phase: EventPhase,
-    pub status: Option<CallStatus>,
-    pub success: Option<bool>,
-    pub duration_ms: Option<u64>,
-    /// The whole event as compact JSON, as [`ToolEventRecord::body`] reads
-    /// it back; a `RawValue`, so storing it copies the text without parsing
-    /// it again.
-    pub body: Box<RawValue>,
+    text: String,
     /// Milliseconds since the Unix epoch.
-    pub at_ms: i64,
+    at_ms: i64,
 }
 
 impl EventRow {
     /// The row of a kernel event, stamped now.
     pub fn from_event(event: &ToolEvent) -> Self {
-        // A `ToolEvent` is plain data (strings, numbers, a JSON object), so
-        // serialising it cannot fail; `null` keeps the row if it ever did.
-        let body = serde_json::value::to_raw_value(event).unwrap_or_else(|_| null_body());
-        let at_ms = now_ms();
-        match event {
-            ToolEvent::Start {
-                call_id,
-                tool,
-                batch_id,
-                ..
-            } => EventRow {
-                batch_id: batch_id.clone(),
-                call_id: call_id.clone(),
-                tool: tool.clone(),
-                phase: EventPhase::Start,
-                status: None,
-                success: None,
-                duration_ms: None,
-                body,
-                at_ms,
-            },
-            ToolEvent::End {
-                call_id,
-                tool,
-                batch_id,
-                status,
-                success,
-                duration_ms,
-                ..
-            } => EventRow {
-                batch_id: batch_id.clone(),
-                call_id: call_id.clone(),
-                tool: tool.clone(),
-                phase: EventPhase::End,
-                status: Some(*status),
-                success: Some(*success),
-                duration_ms: Some(*duration_ms),
-                body,
-                at_ms,
-            },
+        EventRow::render(&StoredEvent::of(event, now_ms()))
+    }
+
+    fn render<B: Serialize>(stored: &StoredEvent<'_, B>) -> Self {
+        // Plain data (strings, numbers, JSON values): serialising cannot
+        // fail; were it ever to, the row keeps its columns and a null body.
+        let text = serde_json::to_string(stored)
+            .or_else(|_| serde_json::to_string(&stored.columns()))
+            .unwrap_or_default();
+        EventRow {
+            text,
+            at_ms: stored.at_ms,
         }
     }
 }
 
 impl From<&ToolEventRecord> for EventRow {
     fn from(record: &ToolEventRecord) -> Self {
-        EventRow {
-            batch_id: record.batch_id.clone(),
-            call_id: record.call_id.clone(),
-            tool: record.tool.clone(),
+        EventRow::render(&StoredEvent {
+            batch_id: &record.batch_id,
+            call_id: &record.call_id,
+            tool: &record.tool,
             phase: record.phase,
             status: record.status,
             success: record.success,
             duration_ms: record.duration_ms,
-            // `Value`'s Display is its compact JSON.
-            body: serde_json::value::to_raw_value(&record.body).unwrap_or_else(|_| null_body()),
+            body: &record.body,
             at_ms: record.at_ms,
-        }
+        })
     }
 }
 
@@ -268,17 +228,10 @@ fn legacy_events(conn: &Connection, session: &str) -> Result<Vec<ToolEventRecord
     Ok(events)
 }
 
-/// `null`, the body of an event that could not be rendered (a `ToolEvent`
-/// is plain data, so this does not happen; the row is kept if it ever did).
-fn null_body() -> Box<RawValue> {
-    RawValue::NULL.to_owned()
-}
-
 /// One stored event as it is written into a batch row: the fields of
-/// [`ToolEventRecord`], with the body copied in as the JSON text it already
-/// is instead of being parsed into a `Value` and printed again.
+/// [`ToolEventRecord`], the whole event as the body.
 #[derive(Serialize)]
-struct StoredEvent<'a> {
+struct StoredEvent<'a, B> {
     batch_id: &'a str,
     call_id: &'a str,
     tool: &'a str,
@@ -286,8 +239,67 @@ struct StoredEvent<'a> {
     status: Option<CallStatus>,
     success: Option<bool>,
     duration_ms: Option<u64>,
-    body: &'a RawValue,
+    body: &'a B,
     at_ms: i64,
+}
+
+impl<'a> StoredEvent<'a, ToolEvent> {
+    /// The columns of a kernel event, and the event as its body.
+    fn of(event: &'a ToolEvent, at_ms: i64) -> Self {
+        let (batch_id, call_id, tool, phase, status, success, duration_ms) = match event {
+            ToolEvent::Start {
+                call_id,
+                tool,
+                batch_id,
+                ..
+            } => (batch_id, call_id, tool, EventPhase::Start, None, None, None),
+            ToolEvent::End {
+                call_id,
+                tool,
+                batch_id,
+                status,
+                success,
+                duration_ms,
+                ..
+            } => (
+                batch_id,
+                call_id,
+                tool,
+                EventPhase::End,
+                Some(*status),
+                Some(*success),
+                Some(*duration_ms),
+            ),
+        };
+        StoredEvent {
+            batch_id,
+            call_id,
+            tool,
+            phase,
+            status,
+            success,
+            duration_ms,
+            body: event,
+            at_ms,
+        }
+    }
+}
+
+impl<'a, B> StoredEvent<'a, B> {
+    /// The columns, with a null body.
+    fn columns(&self) -> StoredEvent<'a, ()> {
+        StoredEvent {
+            batch_id: self.batch_id,
+            call_id: self.call_id,
+            tool: self.tool,
+            phase: self.phase,
+            status: self.status,
+            success: self.success,
+            duration_ms: self.duration_ms,
+            body: &(),
+            at_ms: self.at_ms,
+        }
+    }
 }
 
 /// Stores `events` as one batch row, in slice order (nothing for an empty
@@ -300,26 +312,16 @@ pub(super) fn insert_events(
     let Some(last) = events.last() else {
         return Ok(());
     };
-    let stored: Vec<StoredEvent<'_>> = events
-        .iter()
-        .map(|event| StoredEvent {
-            batch_id: &event.batch_id,
-            call_id: &event.call_id,
-            tool: &event.tool,
-            phase: event.phase,
-            status: event.status,
-            success: event.success,
-            duration_ms: event.duration_ms,
-            body: &event.body,
-            at_ms: event.at_ms,
-        })
-        .collect();
-    let text = serde_json::to_string(&stored).map_err(|source| StoreError::Corrupt {
-        session: session.to_owned(),
-        what: "tool event batch",
-        row: 0,
-        source,
-    })?;
+    let length: usize = events.iter().map(|e| e.text.len() + 1).sum();
+    let mut text = String::with_capacity(length + 1);
+    text.push('[');
+    for (i, event) in events.iter().enumerate() {
+        if i > 0 {
+            text.push(',');
+        }
+        text.push_str(&event.text);
+    }
+    text.push(']');
     conn.prepare_cached(
         "INSERT INTO tool_event_batches (session_id, events, at) VALUES (?1, ?2, ?3)",
     )?
