@@ -7,8 +7,10 @@
 
 local M = { endpoint = "/v1/messages" }
 
+-- Text that may be a text block: Anthropic refuses one without
+-- non-whitespace text, and models often write "\n\n" before their calls.
 local function text(value)
-  if type(value) == "string" and value ~= "" then
+  if type(value) == "string" and value:find("%S") then
     return value
   end
   return nil
@@ -43,7 +45,9 @@ function M.transform_request(raw)
     if message.role == "system" then
       system[#system + 1] = message.content
     elseif message.role == "user" then
-      push("user", { type = "text", text = message.content or "" })
+      if text(message.content) then
+        push("user", { type = "text", text = message.content })
+      end
     elseif message.role == "assistant" then
       if text(message.content) then
         push("assistant", { type = "text", text = message.content })

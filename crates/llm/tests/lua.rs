@@ -700,6 +700,48 @@ fn anthropic_lua_builds_a_messages_request() {
     );
 }
 
+/// As the native codec: no text block without non-whitespace text.
+#[test]
+fn anthropic_lua_sends_no_whitespace_only_text_blocks() {
+    let endpoint = Endpoint {
+        base_url: "https://api.anthropic.com".into(),
+        api_key: None,
+    };
+    let mut request = chat_request();
+    request.messages = vec![
+        Message::user("turn the light on"),
+        Message::Assistant(homeagent_core::AssistantMessage {
+            content: "\n\n".into(),
+            reasoning: vec![],
+            tool_calls: vec![call("toolu_1", "light_set", json!({}), "{}")],
+        }),
+        Message::Tool(homeagent_core::ToolMessage {
+            tool_call_id: "toolu_1".into(),
+            name: "light_set".into(),
+            content: "on".into(),
+            success: true,
+        }),
+        Message::user(" "),
+        Message::user("thanks"),
+    ];
+    let wire = strict(bundled("anthropic"))
+        .build_request(&endpoint, &request)
+        .unwrap();
+    assert_eq!(
+        wire.body_json().unwrap()["messages"],
+        json!([
+            {"role": "user", "content": [{"type": "text", "text": "turn the light on"}]},
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "toolu_1", "name": "light_set", "input": {}},
+            ]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "on"},
+                {"type": "text", "text": "thanks"},
+            ]},
+        ])
+    );
+}
+
 #[test]
 fn transform_error_gives_the_providers_message() {
     let codec = strict(bundled("anthropic"));

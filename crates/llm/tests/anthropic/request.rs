@@ -158,3 +158,54 @@ fn http_error_bodies_become_status_type_and_message() {
     let message = AnthropicCodec.error_message(500, long.as_bytes());
     assert!(message.len() < 300, "{message}");
 }
+
+/// Anthropic refuses a text block without non-whitespace text ("text
+/// content blocks must contain non-whitespace text"), and the turn stays in
+/// the history: sent as is, every later request of the session would fail.
+/// Models often put "\n\n" before their calls.
+#[test]
+fn whitespace_only_text_is_not_sent_as_a_block() {
+    let request = ChatRequest {
+        model: "claude-haiku-4-5".into(),
+        messages: vec![
+            Message::user("turn the light on"),
+            Message::Assistant(AssistantMessage {
+                content: "\n\n".into(),
+                reasoning: vec![],
+                tool_calls: vec![call("toolu_1", "light_set", json!({"on": true}), "")],
+            }),
+            Message::Tool(ToolMessage {
+                tool_call_id: "toolu_1".into(),
+                name: "light_set".into(),
+                content: "on".into(),
+                success: true,
+            }),
+            Message::user(" \t"),
+            Message::Assistant(AssistantMessage {
+                content: " ".into(),
+                ..AssistantMessage::default()
+            }),
+            Message::user("thanks"),
+        ],
+        tools: vec![],
+        max_tokens: 64,
+        temperature: None,
+        stream: false,
+    };
+    let wire = AnthropicCodec
+        .build_request(&endpoint(None), &request)
+        .unwrap();
+    assert_eq!(
+        wire.body_json().unwrap()["messages"],
+        json!([
+            {"role": "user", "content": [{"type": "text", "text": "turn the light on"}]},
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "toolu_1", "name": "light_set", "input": {"on": true}},
+            ]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "on"},
+                {"type": "text", "text": "thanks"},
+            ]},
+        ])
+    );
+}

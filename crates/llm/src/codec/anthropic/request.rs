@@ -26,8 +26,8 @@ pub(super) fn build(endpoint: &Endpoint, request: &ChatRequest) -> Result<WireRe
         match message {
             Message::System { content } => system.push(content),
             Message::User { content } => {
-                // Anthropic rejects empty text blocks.
-                if !content.is_empty() {
+                // Anthropic rejects text blocks without non-whitespace text.
+                if has_text(content) {
                     push_user_block(&mut messages, json!({"type": "text", "text": content}));
                 }
             }
@@ -130,7 +130,7 @@ fn assistant_blocks(message: &AssistantMessage) -> Vec<Value> {
             blocks.push(json!({"type": "redacted_thinking", "data": data}));
         }
     }
-    if !message.content.is_empty() {
+    if has_text(&message.content) {
         blocks.push(json!({"type": "text", "text": message.content}));
     }
     for call in &message.tool_calls {
@@ -148,6 +148,14 @@ fn assistant_blocks(message: &AssistantMessage) -> Vec<Value> {
         }));
     }
     blocks
+}
+
+/// Whether `text` may be a text block: Anthropic refuses one without
+/// non-whitespace text ("text content blocks must contain non-whitespace
+/// text"), and models often write "\n\n" before their calls. Sending it
+/// would fail every later request that still holds the turn.
+fn has_text(text: &str) -> bool {
+    !text.trim().is_empty()
 }
 
 /// A tool result; failures use the wire's native `is_error` flag.
