@@ -16,12 +16,24 @@ local function text(value)
   return nil
 end
 
+-- A call id as Anthropic accepts it (^[a-zA-Z0-9_-]+$): a history made
+-- with another provider may hold others (Kimi writes functions.ls:0).
+-- Every other byte becomes "_", on the call and on its result alike. (The
+-- native codec also keeps such an id from equalling another one.)
+local function wire_id(id)
+  local safe = tostring(id or ""):gsub("[^%w_-]", "_")
+  if safe == "" then
+    return "call"
+  end
+  return safe
+end
+
 -- A tool message from the OpenAI shape: failures are {"error": ...}.
 local function tool_result(message)
   local content = message.content or ""
   local decoded = json.decode(content)
   local failed = type(decoded) == "table" and decoded.error ~= nil and next(decoded, next(decoded)) == nil
-  local block = { type = "tool_result", tool_use_id = message.tool_call_id, content = content }
+  local block = { type = "tool_result", tool_use_id = wire_id(message.tool_call_id), content = content }
   if failed then
     block.content = type(decoded.error) == "string" and decoded.error or json.encode(decoded.error)
     block.is_error = true
@@ -57,7 +69,7 @@ function M.transform_request(raw)
         if type(input) ~= "table" then
           input = {}
         end
-        push("assistant", { type = "tool_use", id = call.id, name = call["function"].name, input = input })
+        push("assistant", { type = "tool_use", id = wire_id(call.id), name = call["function"].name, input = input })
       end
     elseif message.role == "tool" then
       push("user", tool_result(message))

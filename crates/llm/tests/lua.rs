@@ -742,6 +742,41 @@ fn anthropic_lua_sends_no_whitespace_only_text_blocks() {
     );
 }
 
+/// As the native codec: call ids in the form Anthropic accepts, alike on
+/// the call and its result.
+#[test]
+fn anthropic_lua_sends_call_ids_anthropic_accepts() {
+    let endpoint = Endpoint {
+        base_url: "https://api.anthropic.com".into(),
+        api_key: None,
+    };
+    let mut request = chat_request();
+    request.messages = vec![
+        Message::user("list"),
+        Message::Assistant(homeagent_core::AssistantMessage {
+            content: String::new(),
+            reasoning: vec![],
+            tool_calls: vec![call("functions.ls:0", "ls", json!({}), "{}")],
+        }),
+        Message::Tool(homeagent_core::ToolMessage {
+            tool_call_id: "functions.ls:0".into(),
+            name: "ls".into(),
+            content: "a".into(),
+            success: true,
+        }),
+    ];
+    let body = strict(bundled("anthropic"))
+        .build_request(&endpoint, &request)
+        .unwrap()
+        .body_json()
+        .unwrap();
+    assert_eq!(body["messages"][1]["content"][0]["id"], "functions_ls_0");
+    assert_eq!(
+        body["messages"][2]["content"][0]["tool_use_id"],
+        "functions_ls_0"
+    );
+}
+
 #[test]
 fn transform_error_gives_the_providers_message() {
     let codec = strict(bundled("anthropic"));

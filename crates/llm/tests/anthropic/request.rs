@@ -209,3 +209,72 @@ fn whitespace_only_text_is_not_sent_as_a_block() {
         ])
     );
 }
+
+/// Anthropic accepts call ids matching `^[a-zA-Z0-9_-]+$` only; a history
+/// made with another provider may hold others (Kimi writes
+/// `functions.ls:0`). Each is sent in a form Anthropic accepts, the same on
+/// the call and on its result, and never equal to another id of the
+/// request.
+#[test]
+fn call_ids_are_sent_in_a_form_anthropic_accepts() {
+    let turn = |id: &str, other: &str| {
+        vec![
+            Message::Assistant(AssistantMessage {
+                content: String::new(),
+                reasoning: vec![],
+                tool_calls: vec![
+                    call(id, "ls", json!({}), ""),
+                    call(other, "ls", json!({}), ""),
+                ],
+            }),
+            Message::Tool(ToolMessage {
+                tool_call_id: id.into(),
+                name: "ls".into(),
+                content: "a".into(),
+                success: true,
+            }),
+            Message::Tool(ToolMessage {
+                tool_call_id: other.into(),
+                name: "ls".into(),
+                content: "b".into(),
+                success: true,
+            }),
+        ]
+    };
+    let mut messages = vec![Message::user("list")];
+    // The second id is what the first would become: it keeps its name, the
+    // first gets another.
+    messages.extend(turn("functions.ls:0", "functions_ls_0"));
+    messages.push(Message::user("again"));
+    messages.extend(turn("call_1", "ünïcode id"));
+    let request = ChatRequest {
+        model: "claude-haiku-4-5".into(),
+        messages,
+        tools: vec![],
+        max_tokens: 64,
+        temperature: None,
+        stream: false,
+    };
+    let body = AnthropicCodec
+        .build_request(&endpoint(None), &request)
+        .unwrap()
+        .body_json()
+        .unwrap();
+    let ids = |role: &str, kind: &str, field: &str| -> Vec<String> {
+        body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["role"] == role)
+            .flat_map(|m| m["content"].as_array().unwrap().clone())
+            .filter(|b| b["type"] == kind)
+            .map(|b| b[field].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let calls = ids("assistant", "tool_use", "id");
+    assert_eq!(
+        calls,
+        ["functions_ls_0_2", "functions_ls_0", "call_1", "_n_code_id"]
+    );
+    assert_eq!(ids("user", "tool_result", "tool_use_id"), calls);
+}

@@ -1,5 +1,7 @@
 //! Building the Anthropic request body.
 
+use std::collections::{HashMap, HashSet};
+
 use homeagent_core::{AssistantMessage, Message, ToolMessage};
 use serde::Serialize;
 use serde_json::value::RawValue;
@@ -20,6 +22,7 @@ pub(super) fn build(endpoint: &Endpoint, request: &ChatRequest) -> Result<WireRe
     headers.push(("anthropic-version".to_owned(), API_VERSION.to_owned()));
     headers.push(("content-type".to_owned(), "application/json".to_owned()));
 
+    let ids = WireIds::of(&request.messages);
     let mut system: Vec<&str> = Vec::new();
     let mut messages: Vec<Value> = Vec::with_capacity(request.messages.len());
     for message in &request.messages {
@@ -32,7 +35,7 @@ pub(super) fn build(endpoint: &Endpoint, request: &ChatRequest) -> Result<WireRe
                 }
             }
             Message::Assistant(assistant) => {
-                let blocks = assistant_blocks(assistant);
+                let blocks = assistant_blocks(assistant, &ids);
                 // An assistant turn with nothing Anthropic can replay (e.g.
                 // only another provider's reasoning) is left out rather than
                 // sent empty, which the API rejects.
@@ -40,7 +43,7 @@ pub(super) fn build(endpoint: &Endpoint, request: &ChatRequest) -> Result<WireRe
                     messages.push(json!({"role": "assistant", "content": blocks}));
                 }
             }
-            Message::Tool(tool) => push_user_block(&mut messages, tool_result(tool)),
+            Message::Tool(tool) => push_user_block(&mut messages, tool_result(tool, &ids)),
         }
     }
     if messages.is_empty() {
@@ -114,7 +117,7 @@ fn push_user_block(messages: &mut Vec<Value>, block: Value) {
 
 /// Thinking blocks first (the API requires it), then the text, then every
 /// call of the turn.
-fn assistant_blocks(message: &AssistantMessage) -> Vec<Value> {
+fn assistant_blocks(message: &AssistantMessage, ids: &WireIds<'_>) -> Vec<Value> {
     let mut blocks = Vec::with_capacity(message.reasoning.len() + 1 + message.tool_calls.len());
     for part in &message.reasoning {
         let Some(ours) = part.metadata.as_ref().and_then(|m| m.get(PROTOCOL)) else {
@@ -142,12 +145,78 @@ fn assistant_blocks(message: &AssistantMessage) -> Vec<Value> {
         };
         blocks.push(json!({
             "type": "tool_use",
-            "id": call.id,
+            "id": ids.get(&call.id),
             "name": call.name,
             "input": input,
         }));
     }
     blocks
+}
+
+/// The call ids of a request as Anthropic accepts them:
+/// `^[a-zA-Z0-9_-]+$`. A history made with another provider may hold
+/// others (Kimi writes `functions.ls:0`), and sending one fails the request
+/// with a 400, every request of the session that still holds it. Such an id
+/// gets every other character replaced by `_`, and a suffix if that form is
+/// already an id of the request; a call and its result map alike. Valid
+/// ids, the usual case, are sent as they are, without any map.
+struct WireIds<'a> {
+    renamed: HashMap<&'a str, String>,
+}
+
+impl<'a> WireIds<'a> {
+    fn of(messages: &'a [Message]) -> Self {
+        let calls = || {
+            messages.iter().flat_map(|m| match m {
+                Message::Assistant(a) => a.tool_calls.as_slice(),
+                _ => &[],
+            })
+        };
+        let mut renamed = HashMap::new();
+        if calls().all(|c| is_wire_id(&c.id)) {
+            return WireIds { renamed };
+        }
+        let mut taken: HashSet<String> = calls()
+            .filter(|c| is_wire_id(&c.id))
+            .map(|c| c.id.clone())
+            .collect();
+        for call in calls() {
+            let id = call.id.as_str();
+            if is_wire_id(id) || renamed.contains_key(id) {
+                continue;
+            }
+            let base: String = id
+                .chars()
+                .map(|c| if is_wire_char(c) { c } else { '_' })
+                .collect();
+            let base = if base.is_empty() {
+                "call".to_owned()
+            } else {
+                base
+            };
+            let mut safe = base.clone();
+            let mut n = 2;
+            while taken.contains(&safe) {
+                safe = format!("{base}_{n}");
+                n += 1;
+            }
+            taken.insert(safe.clone());
+            renamed.insert(id, safe);
+        }
+        WireIds { renamed }
+    }
+
+    fn get<'b>(&'b self, id: &'b str) -> &'b str {
+        self.renamed.get(id).map_or(id, String::as_str)
+    }
+}
+
+fn is_wire_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_' || c == '-'
+}
+
+fn is_wire_id(id: &str) -> bool {
+    !id.is_empty() && id.chars().all(is_wire_char)
 }
 
 /// Whether `text` may be a text block: Anthropic refuses one without
@@ -159,10 +228,10 @@ fn has_text(text: &str) -> bool {
 }
 
 /// A tool result; failures use the wire's native `is_error` flag.
-fn tool_result(tool: &ToolMessage) -> Value {
+fn tool_result(tool: &ToolMessage, ids: &WireIds<'_>) -> Value {
     let mut block = json!({
         "type": "tool_result",
-        "tool_use_id": tool.tool_call_id,
+        "tool_use_id": ids.get(&tool.tool_call_id),
         "content": tool.content,
     });
     if !tool.success
