@@ -92,8 +92,11 @@ fn request_has_the_documented_shape() {
             "systemInstruction": {"parts": [{"text": "You are HomeAgent.\n\nBe brief."}]},
             "contents": [
                 {"role": "user", "parts": [{"text": "Switch off the kitchen light and list devices."}]},
+                // Calls another provider made, in the current turn: the
+                // first carries the signature Google documents for them.
                 {"role": "model", "parts": [
-                    {"functionCall": {"name": "set_light", "args": {"room": "kitchen", "on": false}, "id": "toolu_01Kitchen"}},
+                    {"functionCall": {"name": "set_light", "args": {"room": "kitchen", "on": false}, "id": "toolu_01Kitchen"},
+                     "thoughtSignature": "skip_thought_signature_validator"},
                     {"functionCall": {"name": "list_devices", "args": {}, "id": "toolu_01List"}},
                 ]},
                 {"role": "user", "parts": [
@@ -246,4 +249,98 @@ fn http_error_bodies_become_status_and_message() {
         GeminiCodec.decode_response(b"not json"),
         Err(CodecError::MalformedResponse { .. })
     ));
+}
+
+/// Gemini 3 refuses a request whose current turn (everything after the
+/// last user text) has a step whose first function call carries no thought
+/// signature: "Function call is missing a thought_signature". Calls made by
+/// another provider have none (a fallback to a Gemini source mid-input, a
+/// session that moved), so those get the value Google documents for calls
+/// Gemini did not make. Earlier turns are not checked, and a signature
+/// Gemini gave is always sent back as it was.
+#[test]
+fn foreign_calls_of_the_current_turn_get_the_documented_signature() {
+    let step = |id: &str, signature: Option<&str>| -> Vec<Message> {
+        let reasoning = signature
+            .map(|s| {
+                vec![ReasoningPart {
+                    text: String::new(),
+                    metadata: Some(json!({"gemini": {"thought_signature": s, "part": "function_call", "call_index": 0}})),
+                }]
+            })
+            .unwrap_or_default();
+        vec![
+            Message::Assistant(AssistantMessage {
+                content: String::new(),
+                reasoning,
+                tool_calls: vec![
+                    ToolCall {
+                        id: format!("{id}a"),
+                        name: "ls".into(),
+                        arguments: json!({}),
+                        raw_arguments: String::new(),
+                    },
+                    ToolCall {
+                        id: format!("{id}b"),
+                        name: "ls".into(),
+                        arguments: json!({}),
+                        raw_arguments: String::new(),
+                    },
+                ],
+            }),
+            Message::Tool(ToolMessage {
+                tool_call_id: format!("{id}a"),
+                name: "ls".into(),
+                content: "a".into(),
+                success: true,
+            }),
+            Message::Tool(ToolMessage {
+                tool_call_id: format!("{id}b"),
+                name: "ls".into(),
+                content: "b".into(),
+                success: true,
+            }),
+        ]
+    };
+    let mut messages = vec![Message::user("earlier")];
+    messages.extend(step("old", None));
+    messages.push(Message::user("now"));
+    messages.extend(step("foreign", None));
+    messages.extend(step("ours", Some("EjQKMgsigned==")));
+    let request = ChatRequest {
+        model: "gemini-3-flash-preview".into(),
+        messages,
+        tools: vec![],
+        max_tokens: 64,
+        temperature: None,
+        stream: true,
+    };
+    let body = GeminiCodec
+        .build_request(&endpoint(), &request)
+        .unwrap()
+        .body_json()
+        .unwrap();
+    let signatures: Vec<Vec<Option<String>>> = body["contents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["role"] == "model")
+        .map(|c| {
+            c["parts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p["thoughtSignature"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .collect();
+    let skip = Some("skip_thought_signature_validator".to_owned());
+    assert_eq!(
+        signatures,
+        vec![
+            vec![None, None],
+            vec![skip, None],
+            vec![Some("EjQKMgsigned==".to_owned()), None],
+        ]
+    );
 }

@@ -32,6 +32,12 @@ pub(super) fn build(endpoint: &Endpoint, request: &ChatRequest) -> Result<WireRe
     // The calls of the latest assistant turn: tool results are sent in
     // their order, and take their names from them when they lack one.
     let mut calls: &[ToolCall] = &[];
+    // The current turn: everything after the last user text.
+    let current_from = request
+        .messages
+        .iter()
+        .rposition(|m| matches!(m, Message::User { content } if !content.is_empty()))
+        .map_or(0, |last_user| last_user + 1);
     let mut i = 0;
     while i < request.messages.len() {
         match &request.messages[i] {
@@ -44,7 +50,7 @@ pub(super) fn build(endpoint: &Endpoint, request: &ChatRequest) -> Result<WireRe
             }
             Message::Assistant(assistant) => {
                 calls = &assistant.tool_calls;
-                let parts = model_parts(assistant);
+                let parts = model_parts(assistant, i >= current_from);
                 if !parts.is_empty() {
                     contents.push(json!({"role": "model", "parts": parts}));
                 }
@@ -126,11 +132,19 @@ fn model_path(model: &str) -> Result<&str, CodecError> {
     }
 }
 
+/// What Google documents as the thought signature of a function call
+/// Gemini did not make: Gemini 3 refuses a step of the current turn whose
+/// first call has no signature ("Function call is missing a
+/// thought_signature"), and calls made by another provider (a fallback to a
+/// Gemini source mid-input, a session moved over) have none.
+const FOREIGN_CALL_SIGNATURE: &str = "skip_thought_signature_validator";
+
 /// One assistant turn as ONE `model` Content: its text, then every call
 /// (parallel calls split over several Contents are rejected or
 /// misattributed), each part carrying back the thought signature it came
-/// with (see [`super::SignatureTarget`]).
-fn model_parts(message: &AssistantMessage) -> Vec<Value> {
+/// with (see [`super::SignatureTarget`]). In the `current` turn, a first
+/// call without one gets [`FOREIGN_CALL_SIGNATURE`].
+fn model_parts(message: &AssistantMessage, current: bool) -> Vec<Value> {
     let mut text_signature: Option<&str> = None;
     let mut call_signatures: HashMap<usize, &str> = HashMap::new();
     for part in &message.reasoning {
@@ -160,7 +174,12 @@ fn model_parts(message: &AssistantMessage) -> Vec<Value> {
             map.insert("id".into(), json!(call.id));
         }
         let mut part = json!({"functionCall": function_call});
-        add_signature(&mut part, call_signatures.get(&position).copied());
+        let signature = match call_signatures.get(&position) {
+            Some(signature) => Some(*signature),
+            None if current && position == 0 => Some(FOREIGN_CALL_SIGNATURE),
+            None => None,
+        };
+        add_signature(&mut part, signature);
         parts.push(part);
     }
     parts
