@@ -188,3 +188,81 @@ fn an_assistant_turn_with_text_and_calls_keeps_its_text() {
         ]}])
     );
 }
+
+/// Reasoning marked as DeepSeek's `reasoning_content` goes back on the
+/// current turn's assistant messages (after the last user message), empty
+/// included; earlier turns and other reasoning are not sent (OpenAI has no
+/// such input field).
+#[test]
+fn reasoning_content_goes_back_in_the_current_turn_only() {
+    use homeagent_core::ReasoningPart;
+    let marked = |text: &str| ReasoningPart {
+        text: text.into(),
+        metadata: Some(json!({"openai": {"reasoning_field": "reasoning_content"}})),
+    };
+    let call = ToolCall {
+        id: "call_00_x".into(),
+        name: "sensor_read".into(),
+        arguments: json!({}),
+        raw_arguments: "{}".into(),
+    };
+    let request = ChatRequest {
+        model: "deepseek-reasoner".into(),
+        messages: vec![
+            Message::user("hi"),
+            Message::Assistant(AssistantMessage {
+                content: "Hello.".into(),
+                reasoning: vec![marked("old thoughts")],
+                tool_calls: vec![],
+            }),
+            Message::user("read the sensor"),
+            Message::Assistant(AssistantMessage {
+                content: String::new(),
+                reasoning: vec![marked("Read "), marked("it.")],
+                tool_calls: vec![call],
+            }),
+            Message::Tool(ToolMessage {
+                tool_call_id: "call_00_x".into(),
+                name: "sensor_read".into(),
+                content: "21".into(),
+                success: true,
+            }),
+            Message::Assistant(AssistantMessage {
+                content: "Still thinking.".into(),
+                reasoning: vec![marked("")],
+                tool_calls: vec![],
+            }),
+            Message::Assistant(AssistantMessage {
+                content: "From elsewhere.".into(),
+                reasoning: vec![ReasoningPart {
+                    text: "anthropic's".into(),
+                    metadata: Some(json!({"anthropic": {"signature": "sig"}})),
+                }],
+                tool_calls: vec![],
+            }),
+        ],
+        tools: vec![],
+        max_tokens: 64,
+        temperature: None,
+        stream: false,
+    };
+    let body = OpenAiCodec
+        .build_request(
+            &Endpoint {
+                base_url: "https://api.deepseek.com".into(),
+                api_key: None,
+            },
+            &request,
+        )
+        .unwrap()
+        .body_json()
+        .unwrap();
+    let sent: Vec<Option<&str>> = body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .map(|m| m.get("reasoning_content").and_then(Value::as_str))
+        .collect();
+    assert_eq!(sent, [None, Some("Read it."), Some(""), None]);
+}

@@ -569,3 +569,50 @@ fn done_ends_the_stream_and_later_frames_are_ignored() {
     );
     assert!(events.is_empty());
 }
+
+/// DeepSeek's thinking mode wants the `reasoning_content` of the current
+/// turn's assistant messages back (a 400 "Missing `reasoning_content`
+/// field" otherwise), even when it was empty. Reasoning that came in that
+/// field is marked so the request builder knows to send it; reasoning from
+/// the `reasoning` field (OpenRouter) is not.
+#[test]
+fn reasoning_from_reasoning_content_is_marked_for_replay() {
+    let marked = Some(json!({"openai": {"reasoning_field": "reasoning_content"}}));
+    let deepseek = sse(&[
+        delta(
+            r#"{"role":"assistant","content":null,"reasoning_content":"Read the "}"#,
+            "null",
+        ),
+        delta(r#"{"content":null,"reasoning_content":"sensor."}"#, "null"),
+        delta(
+            r#"{"tool_calls":[{"index":0,"id":"call_00_x","type":"function","function":{"name":"sensor_read","arguments":"{}"}}]}"#,
+            "null",
+        ),
+        delta("{}", r#""tool_calls""#),
+    ]);
+    let (turn, _) = run(&deepseek);
+    assert_eq!(turn.reasoning.len(), 1, "{:?}", turn.reasoning);
+    assert_eq!(turn.reasoning[0].text, "Read the sensor.");
+    assert_eq!(turn.reasoning[0].metadata, marked);
+
+    // Thinking that came back empty still has to be sent back (empty).
+    let empty = sse(&[
+        delta(
+            r#"{"role":"assistant","content":"","reasoning_content":""}"#,
+            "null",
+        ),
+        delta(r#"{"content":"Hi."}"#, r#""stop""#),
+    ]);
+    let (turn, _) = run(&empty);
+    assert_eq!(turn.reasoning.len(), 1, "{:?}", turn.reasoning);
+    assert_eq!(turn.reasoning[0].text, "");
+    assert_eq!(turn.reasoning[0].metadata, marked);
+
+    let openrouter = sse(&[
+        delta(r#"{"content":null,"reasoning":"Thinking."}"#, "null"),
+        delta(r#"{"content":"Hi."}"#, r#""stop""#),
+    ]);
+    let (turn, _) = run(&openrouter);
+    assert_eq!(turn.reasoning.len(), 1);
+    assert_eq!(turn.reasoning[0].metadata, None);
+}

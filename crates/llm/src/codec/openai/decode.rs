@@ -43,12 +43,54 @@ use crate::error::CodecError;
 pub(super) struct ChunkDecoder {
     skipped: u64,
     calls: OpeningTracker,
+    reasoning: ReasoningMark,
+}
+
+/// DeepSeek's thinking mode wants the `reasoning_content` of the current
+/// turn's assistant messages back, even when empty ("Missing
+/// `reasoning_content` field in the assistant message", a 400, on the
+/// request after a tool batch). Where a response had that field, the turn's
+/// reasoning is closed with [`reasoning_marker`] so the request builder
+/// sends it back; reasoning from the `reasoning` field (OpenRouter) is not
+/// marked, and neither goes to a wire without the field.
+#[derive(Debug, Default)]
+struct ReasoningMark {
+    seen: bool,
+    sent: bool,
+}
+
+impl ReasoningMark {
+    /// Emits the marker once, after the reasoning (before the finish
+    /// reason, or at the end of the stream).
+    fn close(&mut self, out: &mut Vec<StreamEvent>) {
+        if self.seen && !self.sent {
+            out.push(StreamEvent::ReasoningMetadata {
+                metadata: reasoning_marker(),
+            });
+            self.sent = true;
+        }
+    }
+}
+
+/// The metadata of reasoning that came as `reasoning_content`.
+pub(super) fn reasoning_marker() -> Value {
+    serde_json::json!({PROTOCOL: {"reasoning_field": "reasoning_content"}})
+}
+
+/// Whether `metadata` is [`reasoning_marker`].
+pub(super) fn is_reasoning_marker(metadata: &Value) -> bool {
+    metadata
+        .get(PROTOCOL)
+        .and_then(|ours| ours.get("reasoning_field"))
+        .and_then(Value::as_str)
+        == Some("reasoning_content")
 }
 
 impl StreamDecoder for ChunkDecoder {
     fn decode(&mut self, frame: &Frame, out: &mut Vec<StreamEvent>) -> Result<Flow, CodecError> {
         let data = frame.data.trim();
         if data == "[DONE]" {
+            self.reasoning.close(out);
             return Ok(Flow::Done);
         }
         if frame.event.as_deref() != Some("error")
@@ -95,12 +137,15 @@ impl ChunkDecoder {
         if let Some(Value::Array(choices)) = chunk.get("choices") {
             for choice in choices.iter().filter(|c| is_first_choice(c)) {
                 if let Some(Value::Object(delta)) = choice.get("delta") {
-                    push_content(delta, out);
+                    self.reasoning.seen |= push_content(delta, out);
                     if let Some(Value::Array(calls)) = delta.get("tool_calls") {
                         for call in calls {
                             self.admit(fragment(call, None), out);
                         }
                     }
+                }
+                if choice.get("finish_reason").is_some_and(Value::is_string) {
+                    self.reasoning.close(out);
                 }
                 push_finish(choice, out);
             }
@@ -117,12 +162,13 @@ impl ChunkDecoder {
                 continue;
             }
             if let Some(mut delta) = choice.delta {
-                delta.push_content(out);
+                self.reasoning.seen |= delta.push_content(out);
                 for call in delta.tool_calls.into_iter().flatten() {
                     self.admit(call.into_fragment(), out);
                 }
             }
             if let Some(reason) = choice.finish_reason {
+                self.reasoning.close(out);
                 out.push(StreamEvent::Finish { reason });
             }
         }
@@ -204,7 +250,11 @@ pub(super) fn decode_completion(body: &[u8]) -> Result<Vec<StreamEvent>, CodecEr
     let mut out = Vec::new();
     if let Some(choice) = choices.iter().find(|c| is_first_choice(c)) {
         if let Some(Value::Object(message)) = choice.get("message") {
-            push_content(message, &mut out);
+            if push_content(message, &mut out) {
+                out.push(StreamEvent::ReasoningMetadata {
+                    metadata: reasoning_marker(),
+                });
+            }
             if let Some(Value::Array(calls)) = message.get("tool_calls") {
                 for (position, call) in calls.iter().enumerate() {
                     let position = u32::try_from(position).unwrap_or(u32::MAX);
@@ -227,8 +277,9 @@ fn is_first_choice(choice: &Value) -> bool {
     }
 }
 
-/// Reasoning, then text, from a `delta` or a `message`.
-fn push_content(message: &Map<String, Value>, out: &mut Vec<StreamEvent>) {
+/// Reasoning, then text, from a `delta` or a `message`; whether it had a
+/// `reasoning_content` (see [`ReasoningMark`]).
+fn push_content(message: &Map<String, Value>, out: &mut Vec<StreamEvent>) -> bool {
     // DeepSeek and older vLLM say `reasoning_content`, OpenRouter and newer
     // vLLM `reasoning`; some vLLM versions send both with the same text, so
     // only one is read.
@@ -257,6 +308,9 @@ fn push_content(message: &Map<String, Value>, out: &mut Vec<StreamEvent>) {
         }
         _ => {}
     }
+    message
+        .get("reasoning_content")
+        .is_some_and(Value::is_string)
 }
 
 /// One `tool_calls` entry. `position` replaces the wire's index for whole

@@ -50,7 +50,8 @@ fn both_paths_give_the_same_events() {
         r#"{"choices":null,"usage":{}, "error": null}"#,
     ];
     let (typed, slow) = both_paths(&chunks);
-    assert_eq!(typed.len(), 15, "{typed:?}");
+    // 15 events, and the marker of the `reasoning_content` seen.
+    assert_eq!(typed.len(), 16, "{typed:?}");
     assert_eq!(typed, slow);
 }
 

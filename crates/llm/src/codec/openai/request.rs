@@ -15,6 +15,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::PROTOCOL;
+use super::decode::is_reasoning_marker;
 use crate::codec::{Endpoint, WireRequest, encoded_body, temperature_json};
 use crate::error::CodecError;
 use crate::request::{ChatRequest, ToolSpec};
@@ -74,7 +75,13 @@ struct Messages<'a>(&'a [Message]);
 impl Serialize for Messages<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
-        for message in self.0 {
+        // The current turn: what follows the last user message.
+        let current_from = self
+            .0
+            .iter()
+            .rposition(|m| matches!(m, Message::User { .. }))
+            .map_or(0, |last_user| last_user + 1);
+        for (index, message) in self.0.iter().enumerate() {
             match message {
                 Message::System { content } => seq.serialize_element(&Plain {
                     role: "system",
@@ -85,7 +92,7 @@ impl Serialize for Messages<'_> {
                     content,
                 })?,
                 Message::Assistant(assistant) => {
-                    seq.serialize_element(&Assistant::from(assistant))?;
+                    seq.serialize_element(&Assistant::new(assistant, index >= current_from))?;
                 }
                 Message::Tool(tool) => seq.serialize_element(&ToolResult::from(tool))?,
             }
@@ -100,26 +107,46 @@ struct Plain<'a> {
     content: &'a str,
 }
 
-/// Reasoning is not replayed: OpenAI has no input field for it, and DeepSeek
-/// rejects `reasoning_content` in the input.
+/// OpenAI has no input field for reasoning. DeepSeek's thinking mode wants
+/// its own `reasoning_content` back on the current turn's messages (see
+/// `decode::ReasoningMark`), so reasoning that came in that field is sent
+/// there, in the current turn only; nothing else is.
 #[derive(Serialize)]
 struct Assistant<'a> {
     role: &'static str,
     /// `null` for a turn that only called tools: OpenAI's own shape for it.
     content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_content: Option<Cow<'a, str>>,
     #[serde(skip_serializing_if = "<[_]>::is_empty", serialize_with = "wire_calls")]
     tool_calls: &'a [ToolCall],
 }
 
-impl<'a> From<&'a AssistantMessage> for Assistant<'a> {
-    fn from(message: &'a AssistantMessage) -> Self {
+impl<'a> Assistant<'a> {
+    fn new(message: &'a AssistantMessage, current_turn: bool) -> Self {
         let only_calls = message.content.is_empty() && !message.tool_calls.is_empty();
         Assistant {
             role: "assistant",
             content: (!only_calls).then_some(message.content.as_str()),
+            reasoning_content: current_turn.then(|| deepseek_reasoning(message)).flatten(),
             tool_calls: &message.tool_calls,
         }
     }
+}
+
+/// The text of the message's reasoning that came as `reasoning_content`,
+/// if any did.
+fn deepseek_reasoning(message: &AssistantMessage) -> Option<Cow<'_, str>> {
+    let mut parts = message
+        .reasoning
+        .iter()
+        .filter(|part| part.metadata.as_ref().is_some_and(is_reasoning_marker));
+    let first = parts.next()?;
+    let mut text = Cow::Borrowed(first.text.as_str());
+    for part in parts {
+        text.to_mut().push_str(&part.text);
+    }
+    Some(text)
 }
 
 fn wire_calls<S: Serializer>(calls: &&[ToolCall], serializer: S) -> Result<S::Ok, S::Error> {

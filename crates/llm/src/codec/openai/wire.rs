@@ -48,8 +48,10 @@ pub(super) struct Delta {
 }
 
 impl Delta {
-    /// Reasoning, then text (same rules as `push_content`).
-    pub fn push_content(&mut self, out: &mut Vec<StreamEvent>) {
+    /// Reasoning, then text (same rules as `push_content`); whether the
+    /// delta had a `reasoning_content` (see `ReasoningMark`).
+    pub fn push_content(&mut self, out: &mut Vec<StreamEvent>) -> bool {
+        let deepseek = self.reasoning_content.is_some();
         let reasoning =
             non_empty(self.reasoning_content.take()).or_else(|| non_empty(self.reasoning.take()));
         if let Some(text) = reasoning {
@@ -58,6 +60,7 @@ impl Delta {
         if let Some(text) = non_empty(self.content.take()) {
             out.push(StreamEvent::TextDelta { text });
         }
+        deepseek
     }
 }
 
