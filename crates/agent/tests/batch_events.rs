@@ -12,50 +12,18 @@
 //! Failures are real SQLite errors, injected with a trigger that aborts the
 //! insert of one marked row in the middle of the transaction.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::{TempDir, local_runtime};
+use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use homeagent_agent::store::{EventPhase, EventRow, Store, StoreError, ToolEventRecord};
 use homeagent_agent::{AgentSettings, DemoModel, Frame, Runtime, TurnControl, TurnInput};
-use homeagent_core::{CallStatus, Message, Registry, ToolEvent, check_pairing};
-use homeagent_llm::{
-    FallbackOptions, LocalModel, SourceConfig, SourceProtocol, SourceSetup, Sources,
-};
-use homeagent_tools::{Approval, Gate, GatedSource, register_demo_tools};
+use homeagent_core::{CallStatus, Message, ToolEvent, check_pairing};
 use serde_json::json;
 
 // ---------------------------------------------------------------- helpers
-
-/// A unique directory under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(label: &str) -> TempDir {
-        static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos();
-        let dir = std::env::temp_dir().join(format!(
-            "homeagent-batch-events-{label}-{}-{nanos}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn db(&self) -> PathBuf {
-        self.0.join("homeagent.db")
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// Makes every insert of a tool event whose JSON body contains `POISON`
 /// fail, from a second connection (as another process could).
@@ -199,26 +167,11 @@ fn messages_with_events_commit_together_or_not_at_all() {
 // ---------------------------------------------------------------- runtime
 
 fn runtime(dir: &TempDir) -> Runtime {
-    let setup = SourceSetup {
-        adapter_dir: None,
-        local_model: Some(Arc::new(DemoModel::default()) as Arc<dyn LocalModel>),
-    };
-    let sources = Sources::build(
-        vec![SourceConfig::new("demo", SourceProtocol::Demo)],
-        &|_: &str| None,
-        FallbackOptions::default(),
-        &setup,
+    local_runtime(
+        Arc::new(DemoModel::default()),
+        Arc::new(Store::open(&dir.db()).unwrap()),
+        AgentSettings::default(),
     )
-    .unwrap();
-    let registry = Arc::new(Registry::new());
-    register_demo_tools(&registry).unwrap();
-    let tools = Arc::new(GatedSource::new(
-        registry as _,
-        Arc::new(Gate::new([])),
-        Approval::Refused,
-    ));
-    let store = Arc::new(Store::open(&dir.db()).unwrap());
-    Runtime::new(Arc::new(sources), tools, store, AgentSettings::default())
 }
 
 /// Three `demo_echo` calls in one reply; the second one's arguments say

@@ -8,22 +8,19 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+mod common;
+
+use common::local_runtime;
 use homeagent_agent::context::{
     CountedHistory, RequestMessages, approx_tokens, elision_note, fit_history,
 };
 use homeagent_agent::store::Store;
-use homeagent_agent::{
-    AgentSettings, DemoModel, Frame, FrameSink, Runtime, TurnControl, TurnInput,
-};
+use homeagent_agent::{AgentSettings, DemoModel, Frame, FrameSink, TurnControl, TurnInput};
 use homeagent_core::{
-    AssistantMessage, Message, Registry, StreamEvent, ToolCall, ToolCallFragment, ToolMessage,
-    check_pairing, remint_reused_ids,
+    AssistantMessage, Message, StreamEvent, ToolCall, ToolCallFragment, ToolMessage, check_pairing,
+    remint_reused_ids,
 };
-use homeagent_llm::{
-    ChatRequest, FallbackOptions, LocalModel, ProviderError, SourceConfig, SourceProtocol,
-    SourceSetup, Sources,
-};
-use homeagent_tools::{Approval, Gate, GatedSource, register_demo_tools};
+use homeagent_llm::{ChatRequest, LocalModel, ProviderError};
 use serde_json::json;
 
 fn exchange(n: usize) -> Vec<Message> {
@@ -282,32 +279,13 @@ async fn a_session_longer_than_the_budget_still_sends_valid_requests() {
     let _ = DemoModel::default();
     let dir = temp_dir();
     let recorder = Arc::new(Recorder::default());
-    let setup = SourceSetup {
-        adapter_dir: None,
-        local_model: Some(Arc::clone(&recorder) as Arc<dyn LocalModel>),
-    };
-    let sources = Sources::build(
-        vec![SourceConfig::new("rec", SourceProtocol::Demo)],
-        &|_: &str| None,
-        FallbackOptions::default(),
-        &setup,
-    )
-    .unwrap();
-    let registry = Arc::new(Registry::new());
-    register_demo_tools(&registry).unwrap();
-    let tools = Arc::new(GatedSource::new(
-        registry as _,
-        Arc::new(Gate::new([])),
-        Approval::Refused,
-    ));
     let store = Arc::new(Store::open(&dir.join("homeagent.db")).unwrap());
     // A long history with calls and results already in the store.
     store.ensure_session("long", "main").unwrap();
     let old: Vec<Message> = (0..40).flat_map(exchange).collect();
     store.append_messages("long", &old).unwrap();
-    let runtime = Runtime::new(
-        Arc::new(sources),
-        tools,
+    let runtime = local_runtime(
+        Arc::clone(&recorder) as Arc<dyn LocalModel>,
         Arc::clone(&store),
         AgentSettings {
             context_tokens: 2_000,
@@ -392,28 +370,9 @@ impl LocalModel for IdlessCaller {
 #[tokio::test]
 async fn a_session_whose_turns_reuse_one_call_id_goes_on() {
     let dir = temp_dir();
-    let setup = SourceSetup {
-        adapter_dir: None,
-        local_model: Some(Arc::new(IdlessCaller) as Arc<dyn LocalModel>),
-    };
-    let sources = Sources::build(
-        vec![SourceConfig::new("idless", SourceProtocol::Demo)],
-        &|_: &str| None,
-        FallbackOptions::default(),
-        &setup,
-    )
-    .unwrap();
-    let registry = Arc::new(Registry::new());
-    register_demo_tools(&registry).unwrap();
-    let tools = Arc::new(GatedSource::new(
-        registry as _,
-        Arc::new(Gate::new([])),
-        Approval::Refused,
-    ));
     let store = Arc::new(Store::open(&dir.join("homeagent.db")).unwrap());
-    let runtime = Runtime::new(
-        Arc::new(sources),
-        tools,
+    let runtime = local_runtime(
+        Arc::new(IdlessCaller),
         Arc::clone(&store),
         AgentSettings::default(),
     );

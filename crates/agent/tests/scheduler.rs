@@ -4,6 +4,9 @@
 //! skip reasons when provoked, interrupts and stops, and the history
 //! staying paired through all of it.
 
+mod common;
+
+use common::runtime_over;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -13,12 +16,9 @@ use homeagent_agent::store::Store;
 use homeagent_agent::{
     AgentSettings, DemoModel, Frame, Runtime, Scheduler, SchedulerOptions, SkipReason, Submission,
 };
-use homeagent_core::{Message, Registry, check_pairing};
-use homeagent_llm::{
-    FallbackOptions, LocalModel, SourceConfig, SourceProtocol, SourceSetup, Sources,
-};
+use homeagent_core::{Message, check_pairing};
+use homeagent_llm::{SourceConfig, SourceProtocol};
 use homeagent_mock_llm::{MockServer, ServerConfig};
-use homeagent_tools::{Approval, Gate, GatedSource, register_demo_tools};
 
 fn temp_dir() -> PathBuf {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
@@ -34,24 +34,9 @@ fn temp_dir() -> PathBuf {
 
 fn runtime(sources: Vec<SourceConfig>, settings: AgentSettings) -> (Arc<Runtime>, PathBuf) {
     let dir = temp_dir();
-    let setup = SourceSetup {
-        adapter_dir: None,
-        local_model: Some(Arc::new(DemoModel::default()) as Arc<dyn LocalModel>),
-    };
-    let sources =
-        Sources::build(sources, &|_: &str| None, FallbackOptions::default(), &setup).unwrap();
-    let registry = Arc::new(Registry::new());
-    register_demo_tools(&registry).unwrap();
-    let tools = Arc::new(GatedSource::new(
-        registry as _,
-        Arc::new(Gate::new([])),
-        Approval::Refused,
-    ));
     let store = Arc::new(Store::open(&dir.join("homeagent.db")).unwrap());
-    (
-        Arc::new(Runtime::new(Arc::new(sources), tools, store, settings)),
-        dir,
-    )
+    let runtime = runtime_over(sources, Arc::new(DemoModel::default()), store, settings);
+    (Arc::new(runtime), dir)
 }
 
 fn demo_sources() -> Vec<SourceConfig> {

@@ -8,47 +8,16 @@
 //! (`child_claim_holder`, ignored unless asked for by name).
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
+mod common;
+
+use common::{TempDir, local_runtime};
 use homeagent_agent::store::{Store, StoreError};
-use homeagent_agent::{
-    AgentSettings, DemoModel, Frame, FrameSink, Runtime, TurnControl, TurnInput,
-};
-use homeagent_core::{Message, Registry};
-use homeagent_llm::{
-    FallbackOptions, LocalModel, SourceConfig, SourceProtocol, SourceSetup, Sources,
-};
-use homeagent_tools::{Approval, Gate, GatedSource, register_demo_tools};
-
-/// A unique directory under the system temp dir, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(label: &str) -> TempDir {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "homeagent-claim-{label}-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-
-    fn db(&self) -> PathBuf {
-        self.0.join("homeagent.db")
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use homeagent_agent::{AgentSettings, DemoModel, Frame, FrameSink, TurnControl, TurnInput};
+use homeagent_core::Message;
 
 fn busy(result: Result<impl std::fmt::Debug, StoreError>, session: &str) {
     match result {
@@ -136,7 +105,11 @@ fn child_claim_holder() {
 async fn an_input_for_a_session_running_elsewhere_is_refused_and_stores_nothing() {
     let dir = TempDir::new("runtime");
     let store = Arc::new(Store::open(&dir.db()).unwrap());
-    let runtime = demo_runtime(Arc::clone(&store));
+    let runtime = local_runtime(
+        Arc::new(DemoModel::default()),
+        Arc::clone(&store),
+        AgentSettings::default(),
+    );
     let sink: FrameSink = Arc::new(|_| {});
     let input = |text: &str| TurnInput {
         session: "shared".into(),
@@ -171,26 +144,4 @@ async fn an_input_for_a_session_running_elsewhere_is_refused_and_stores_nothing(
     let history = store.history("shared").unwrap();
     assert_eq!(history.len(), before.len() + 2);
     assert_eq!(history[before.len()], Message::user("free again"));
-}
-
-fn demo_runtime(store: Arc<Store>) -> Runtime {
-    let setup = SourceSetup {
-        adapter_dir: None,
-        local_model: Some(Arc::new(DemoModel::default()) as Arc<dyn LocalModel>),
-    };
-    let sources = Sources::build(
-        vec![SourceConfig::new("demo", SourceProtocol::Demo)],
-        &|_: &str| None,
-        FallbackOptions::default(),
-        &setup,
-    )
-    .unwrap();
-    let registry = Arc::new(Registry::new());
-    register_demo_tools(&registry).unwrap();
-    let tools = Arc::new(GatedSource::new(
-        registry as _,
-        Arc::new(Gate::new([])),
-        Approval::Refused,
-    ));
-    Runtime::new(Arc::new(sources), tools, store, AgentSettings::default())
 }
