@@ -236,3 +236,23 @@ fn a_stored_history_may_reuse_an_id_in_a_later_turn_only() {
         })
     );
 }
+
+/// A fresh id avoids every id of the list, a later turn's included: the
+/// later call keeps the id the model gave it.
+#[test]
+fn a_fresh_id_avoids_the_ids_of_later_turns() {
+    let mut history = vec![
+        Message::user("u"),
+        assistant(&["call_0"]),
+        result("call_0"),
+        Message::user("more"),
+        assistant(&["call_0"]),
+        result("call_0"),
+        Message::user("again"),
+        assistant(&["call_0_2"]),
+        result("call_0_2"),
+    ];
+    let renamed = remint_reused_ids(&mut history);
+    assert_eq!(renamed, vec![("call_0".to_owned(), "call_0_3".to_owned())]);
+    assert_eq!(check_pairing(&history), Ok(()));
+}
