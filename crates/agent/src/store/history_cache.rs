@@ -34,8 +34,9 @@
 //! The cache is bounded by the stored size of the messages it holds (their
 //! JSON text, a fair measure of their parsed size). Past the bound, the
 //! least recently loaded sessions are dropped until a quarter of it is
-//! free again, so the scan for them is paid once per many loads. A single
-//! history larger than the bound is not kept.
+//! free again, so the scan for them is paid once per many loads; the one
+//! just loaded stays, since it fits on its own. A single history larger
+//! than the bound is not kept.
 
 use std::collections::HashMap;
 
@@ -131,7 +132,7 @@ impl HistoryCache {
             },
         );
         if self.bytes > self.capacity {
-            self.evict();
+            self.evict(session);
         }
     }
 
@@ -143,12 +144,13 @@ impl HistoryCache {
     }
 
     /// Drops the least recently used entries until a quarter of the
-    /// capacity is free.
-    fn evict(&mut self) {
+    /// capacity is free, never `just_kept` (which fits on its own).
+    fn evict(&mut self, just_kept: &str) {
         let target = self.capacity - self.capacity / 4;
         let mut by_age: Vec<(u64, String)> = self
             .entries
             .iter()
+            .filter(|(session, _)| session.as_str() != just_kept)
             .map(|(session, entry)| (entry.used, session.clone()))
             .collect();
         by_age.sort_unstable();
@@ -204,6 +206,10 @@ mod tests {
         cache.keep("huge", history(101));
         assert_eq!(cache.sessions(), ["small"]);
         assert_eq!(cache.bytes, 40);
+        // Exactly the capacity fits (and pushes the rest out).
+        cache.keep("exact", history(100));
+        assert_eq!(cache.sessions(), ["exact"]);
+        assert_eq!(cache.bytes, 100);
     }
 
     #[test]
