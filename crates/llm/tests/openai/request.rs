@@ -112,7 +112,7 @@ fn request_for_a_parallel_batch_history_is_exactly_the_openai_shape() {
             {"type": "function", "function": {"name": "sensor_read", "description": "Read a sensor.",
               "parameters": {"type": "object", "properties": {"entity": {"type": "string"}}}}}
         ],
-        "max_tokens": 1024,
+        "max_completion_tokens": 1024,
         "temperature": 0.2,
         "stream": true,
         "stream_options": {"include_usage": true}
@@ -265,4 +265,55 @@ fn reasoning_content_goes_back_in_the_current_turn_only() {
         .map(|m| m.get("reasoning_content").and_then(Value::as_str))
         .collect();
     assert_eq!(sent, [None, Some("Read it."), Some(""), None]);
+}
+
+/// OpenAI's own API refuses `max_tokens` for its reasoning models (gpt-5,
+/// the o-series: "Unsupported parameter: 'max_tokens' is not supported
+/// with this model. Use 'max_completion_tokens' instead.") and takes
+/// `max_completion_tokens` for every model; so does Azure OpenAI. Other
+/// servers speaking the protocol (vLLM, llama.cpp, DeepSeek, ...) know
+/// `max_tokens`.
+#[test]
+fn openai_itself_gets_max_completion_tokens_other_servers_max_tokens() {
+    let request = ChatRequest {
+        model: "gpt-5-mini".into(),
+        messages: vec![Message::user("hi")],
+        tools: vec![],
+        max_tokens: 300,
+        temperature: None,
+        stream: false,
+    };
+    let limits = |base_url: &str| {
+        let body = OpenAiCodec
+            .build_request(
+                &Endpoint {
+                    base_url: base_url.into(),
+                    api_key: None,
+                },
+                &request,
+            )
+            .unwrap()
+            .body_json()
+            .unwrap();
+        (
+            body.get("max_tokens").cloned(),
+            body.get("max_completion_tokens").cloned(),
+        )
+    };
+    let completion = (None, Some(json!(300)));
+    let classic = (Some(json!(300)), None);
+    assert_eq!(limits("https://api.openai.com/v1"), completion);
+    assert_eq!(limits("https://API.OpenAI.com:443/v1/"), completion);
+    assert_eq!(
+        limits("https://my-res.openai.azure.com/openai/v1"),
+        completion
+    );
+    assert_eq!(limits("http://127.0.0.1:8000/v1"), classic);
+    assert_eq!(limits("https://api.deepseek.com"), classic);
+    // Not OpenAI's host, whatever the path or a look-alike name says.
+    assert_eq!(limits("https://api.openai.com.example.net/v1"), classic);
+    assert_eq!(
+        limits("https://proxy.example.net/api.openai.com/v1"),
+        classic
+    );
 }

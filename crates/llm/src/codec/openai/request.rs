@@ -31,11 +31,13 @@ pub(super) fn build(endpoint: &Endpoint, request: &ChatRequest) -> Result<WireRe
     if let Some(key) = endpoint.api_key.as_deref().filter(|k| !k.is_empty()) {
         headers.push(("authorization".to_owned(), format!("Bearer {key}")));
     }
+    let openai_itself = is_openai_host(&endpoint.base_url);
     let body = Body {
         model: &request.model,
         messages: Messages(&request.messages),
         tools: Tools(&request.tools),
-        max_tokens: request.max_tokens,
+        max_tokens: (!openai_itself).then_some(request.max_tokens),
+        max_completion_tokens: openai_itself.then_some(request.max_tokens),
         temperature: temperature_json(PROTOCOL, request.temperature)?,
         stream: request.stream,
         // Without it the stream carries no token counts at all; with it they
@@ -57,12 +59,38 @@ struct Body<'a> {
     messages: Messages<'a>,
     #[serde(skip_serializing_if = "Tools::is_empty")]
     tools: Tools<'a>,
-    max_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    /// OpenAI's name for the limit, instead of `max_tokens`: see
+    /// [`is_openai_host`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_completion_tokens: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<Value>,
     stream: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     stream_options: Option<StreamOptions>,
+}
+
+/// Whether `base_url` is OpenAI's own API (or Azure OpenAI). Those refuse
+/// `max_tokens` for their reasoning models (gpt-5, the o-series: "Use
+/// 'max_completion_tokens' instead") and take `max_completion_tokens` for
+/// every model; the other servers speaking the protocol (vLLM, llama.cpp,
+/// DeepSeek, Groq, ...) know `max_tokens`.
+fn is_openai_host(base_url: &str) -> bool {
+    let rest = base_url
+        .split_once("://")
+        .map_or(base_url, |(_, rest)| rest);
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    let host = host
+        .split(':')
+        .next()
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    host == "api.openai.com" || host.ends_with(".openai.azure.com")
 }
 
 #[derive(Serialize)]
