@@ -80,7 +80,8 @@ impl EventRow {
 
     fn render<B: Serialize>(stored: &StoredEvent<'_, B>) -> Self {
         // Plain data (strings, numbers, JSON values): serialising cannot
-        // fail; were it ever to, the row keeps its columns and a null body.
+        // fail; were it ever to, the row keeps its columns and a null body,
+        // and failing that it is empty and `insert_events` leaves it out.
         let text = serde_json::to_string(stored)
             .or_else(|_| serde_json::to_string(&stored.columns()))
             .unwrap_or_default();
@@ -315,7 +316,9 @@ pub(super) fn insert_events(
     let length: usize = events.iter().map(|e| e.text.len() + 1).sum();
     let mut text = String::with_capacity(length + 1);
     text.push('[');
-    for (i, event) in events.iter().enumerate() {
+    // An event that could not be rendered at all (see `EventRow::render`)
+    // is left out: an empty element would make the whole row unreadable.
+    for (i, event) in events.iter().filter(|e| !e.text.is_empty()).enumerate() {
         if i > 0 {
             text.push(',');
         }
@@ -327,4 +330,55 @@ pub(super) fn insert_events(
     )?
     .execute(rusqlite::params![session, text, last.at_ms])?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // a panic in a test is a test failure
+
+    use super::*;
+    use homeagent_core::Message;
+
+    /// An event rendered as nothing (which serde should never cause) is
+    /// left out of its batch row; the others stay readable.
+    #[test]
+    fn an_unrendered_event_does_not_spoil_its_batch() {
+        let dir = std::env::temp_dir().join(format!(
+            "homeagent-events-{}-{:?}",
+            std::process::id(),
+            std::time::SystemTime::now()
+        ));
+        let store = Store::open(&dir.join("store.db")).unwrap();
+        store.ensure_session("s", "main").unwrap();
+        let event = |call: &str| {
+            EventRow::from_event(&ToolEvent::Start {
+                call_id: call.into(),
+                tool: "demo_echo".into(),
+                args: serde_json::json!({}),
+                batch_id: "b".into(),
+                batch_size: 2,
+                parallel: true,
+            })
+        };
+        let empty = EventRow {
+            text: String::new(),
+            at_ms: 0,
+        };
+        store
+            .append_messages_with_events(
+                "s",
+                &[Message::user("hi")],
+                &[event("a"), empty, event("b")],
+            )
+            .unwrap();
+        let calls: Vec<String> = store
+            .tool_events("s")
+            .unwrap()
+            .into_iter()
+            .map(|e| e.call_id)
+            .collect();
+        assert_eq!(calls, ["a", "b"]);
+        drop(store);
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
