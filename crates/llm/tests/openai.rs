@@ -13,6 +13,8 @@ use serde_json::Value;
 
 // Split by topic to keep files short; a test crate root finds its modules
 // beside itself, hence the paths.
+#[path = "openai/extra_content.rs"]
+mod extra_content;
 #[path = "openai/request.rs"]
 mod request;
 #[path = "openai/stream.rs"]

@@ -31,7 +31,7 @@
 //! is not doubled; any other repeat is kept, since identical argument
 //! pieces in a row are legitimate.
 
-use homeagent_core::{StreamEvent, ToolCallFragment, Usage};
+use homeagent_core::{ReasoningPart, StreamEvent, ToolCallFragment, Usage};
 use serde_json::{Map, Value};
 
 use super::{PROTOCOL, provider_message, wire};
@@ -43,54 +43,126 @@ use crate::error::CodecError;
 pub(super) struct ChunkDecoder {
     skipped: u64,
     calls: OpeningTracker,
-    reasoning: ReasoningMark,
+    turn: TurnMetadata,
 }
 
-/// DeepSeek's thinking mode wants the `reasoning_content` of the current
-/// turn's assistant messages back, even when empty ("Missing
-/// `reasoning_content` field in the assistant message", a 400, on the
-/// request after a tool batch). Where a response had that field, the turn's
-/// reasoning is closed with [`reasoning_marker`] so the request builder
-/// sends it back; reasoning from the `reasoning` field (OpenRouter) is not
-/// marked, and neither goes to a wire without the field.
+/// What a turn has to send back besides its text and calls, recorded as
+/// one `ReasoningMetadata` event in the `openai` namespace when the turn
+/// closes (its finish reason, or `[DONE]`):
+///
+/// ```json
+/// {"openai": {"reasoning_field": "reasoning_content",
+///             "tool_call_extra_content": [{"id": "FL1tqiJ9", "extra_content": {"google": {"thought_signature": "<opaque>"}}}]}}
+/// ```
+///
+/// - `reasoning_field`: DeepSeek's thinking mode wants the
+///   `reasoning_content` of the current turn's assistant messages back,
+///   even when empty ("Missing `reasoning_content` field in the assistant
+///   message", a 400, on the request after a tool batch). Where a response
+///   had that field, the marker makes the request builder send the turn's
+///   reasoning back; reasoning from the `reasoning` field (OpenRouter) is
+///   not marked, and neither goes to a wire without the field.
+/// - `tool_call_extra_content`: a call's `extra_content`, verbatim, keyed
+///   by the call's id (or, for a call the wire never gave an id, its
+///   stream index, read back as its place in the message: the same for
+///   the usual indexes from 0). Gemini's compatible endpoint puts each
+///   call's thought signature there and refuses the turn's next request
+///   without it.
+///
+/// Both go back in the current turn only, the one part of a history
+/// servers check; other protocols' encoders ignore the namespace.
 #[derive(Debug, Default)]
-struct ReasoningMark {
-    seen: bool,
-    sent: bool,
+struct TurnMetadata {
+    reasoning_seen: bool,
+    marker_sent: bool,
+    /// `{"id" | "index": .., "extra_content": ..}` not yet emitted.
+    call_extras: Vec<Value>,
 }
 
-impl ReasoningMark {
-    /// Emits the marker once, after the reasoning (before the finish
-    /// reason, or at the end of the stream).
+impl TurnMetadata {
+    /// Emits what is pending, after the reasoning (before the finish
+    /// reason, or at the end of the stream). The marker goes out once.
     fn close(&mut self, out: &mut Vec<StreamEvent>) {
-        if self.seen && !self.sent {
-            out.push(StreamEvent::ReasoningMetadata {
-                metadata: reasoning_marker(),
-            });
-            self.sent = true;
+        let mark = self.reasoning_seen && !self.marker_sent;
+        if !mark && self.call_extras.is_empty() {
+            return;
         }
+        let mut ours = Map::new();
+        if mark {
+            ours.insert(REASONING_FIELD.into(), Value::from("reasoning_content"));
+            self.marker_sent = true;
+        }
+        if !self.call_extras.is_empty() {
+            let extras = std::mem::take(&mut self.call_extras);
+            ours.insert(CALL_EXTRAS.into(), Value::Array(extras));
+        }
+        out.push(StreamEvent::ReasoningMetadata {
+            metadata: Value::Object(Map::from_iter([(PROTOCOL.into(), Value::Object(ours))])),
+        });
+    }
+
+    /// Records `extra` for the call `key` names, replacing an earlier
+    /// record for the same call (a re-sent opening chunk).
+    fn record_extra(&mut self, key: CallKey, extra: Value) {
+        let key = match key {
+            CallKey::Id(id) => ("id", Value::from(id)),
+            CallKey::Index(index) => ("index", Value::from(index)),
+        };
+        self.call_extras
+            .retain(|record| record.get(key.0) != Some(&key.1));
+        self.call_extras.push(Value::Object(Map::from_iter([
+            (key.0.into(), key.1),
+            ("extra_content".into(), extra),
+        ])));
     }
 }
 
-/// The metadata of reasoning that came as `reasoning_content`.
-pub(super) fn reasoning_marker() -> Value {
-    serde_json::json!({PROTOCOL: {"reasoning_field": "reasoning_content"}})
+/// How a call's recorded `extra_content` finds its call again.
+enum CallKey {
+    Id(String),
+    Index(u32),
 }
 
-/// Whether `metadata` is [`reasoning_marker`].
+/// The metadata key of the DeepSeek marker.
+const REASONING_FIELD: &str = "reasoning_field";
+/// The metadata key of the calls' `extra_content` records.
+const CALL_EXTRAS: &str = "tool_call_extra_content";
+
+/// Whether `metadata` marks reasoning that came as `reasoning_content`
+/// (see [`TurnMetadata`]).
 pub(super) fn is_reasoning_marker(metadata: &Value) -> bool {
     metadata
         .get(PROTOCOL)
-        .and_then(|ours| ours.get("reasoning_field"))
+        .and_then(|ours| ours.get(REASONING_FIELD))
         .and_then(Value::as_str)
         == Some("reasoning_content")
+}
+
+/// The `extra_content` recorded for the call `id` at `position` of its
+/// message, from that message's reasoning metadata (see [`TurnMetadata`]).
+pub(super) fn recorded_extra<'a>(
+    reasoning: &'a [ReasoningPart],
+    id: &str,
+    position: usize,
+) -> Option<&'a Value> {
+    reasoning
+        .iter()
+        .filter_map(|part| part.metadata.as_ref()?.get(PROTOCOL)?.get(CALL_EXTRAS))
+        .filter_map(Value::as_array)
+        .flatten()
+        .find(|record| match (record.get("id"), record.get("index")) {
+            (Some(recorded), _) => recorded.as_str() == Some(id),
+            (None, Some(index)) => index.as_u64() == u64::try_from(position).ok(),
+            (None, None) => false,
+        })
+        .and_then(|record| record.get("extra_content"))
 }
 
 impl StreamDecoder for ChunkDecoder {
     fn decode(&mut self, frame: &Frame, out: &mut Vec<StreamEvent>) -> Result<Flow, CodecError> {
         let data = frame.data.trim();
         if data == "[DONE]" {
-            self.reasoning.close(out);
+            self.turn.close(out);
             return Ok(Flow::Done);
         }
         if frame.event.as_deref() != Some("error")
@@ -137,15 +209,17 @@ impl ChunkDecoder {
         if let Some(Value::Array(choices)) = chunk.get("choices") {
             for choice in choices.iter().filter(|c| is_first_choice(c)) {
                 if let Some(Value::Object(delta)) = choice.get("delta") {
-                    self.reasoning.seen |= push_content(delta, out);
+                    self.turn.reasoning_seen |= push_content(delta, out);
                     if let Some(Value::Array(calls)) = delta.get("tool_calls") {
                         for call in calls {
-                            self.admit(fragment(call, None), out);
+                            let (fragment, extra) = fragment(call, None);
+                            self.admit(fragment, extra, out);
                         }
                     }
                 }
-                if choice.get("finish_reason").is_some_and(Value::is_string) {
-                    self.reasoning.close(out);
+                // `""` (sent on every chunk by some servers) ends nothing.
+                if non_empty_str(choice.get("finish_reason")).is_some() {
+                    self.turn.close(out);
                 }
                 push_finish(choice, out);
             }
@@ -162,13 +236,16 @@ impl ChunkDecoder {
                 continue;
             }
             if let Some(mut delta) = choice.delta {
-                self.reasoning.seen |= delta.push_content(out);
+                self.turn.reasoning_seen |= delta.push_content(out);
                 for call in delta.tool_calls.into_iter().flatten() {
-                    self.admit(call.into_fragment(), out);
+                    let (fragment, extra) = call.into_fragment();
+                    self.admit(fragment, extra, out);
                 }
             }
             if let Some(reason) = choice.finish_reason {
-                self.reasoning.close(out);
+                if !reason.is_empty() {
+                    self.turn.close(out);
+                }
                 out.push(StreamEvent::Finish { reason });
             }
         }
@@ -177,9 +254,29 @@ impl ChunkDecoder {
         }
     }
 
-    /// Passes a fragment on unless it repeats the opening one.
-    fn admit(&mut self, fragment: ToolCallFragment, out: &mut Vec<StreamEvent>) {
-        if self.calls.admit(&fragment) {
+    /// Passes a fragment on unless it repeats the opening one, and records
+    /// the entry's `extra_content` for the call it belongs to.
+    fn admit(
+        &mut self,
+        fragment: ToolCallFragment,
+        extra: Option<Value>,
+        out: &mut Vec<StreamEvent>,
+    ) {
+        let admitted = self.calls.admit(&fragment);
+        if let Some(extra) = extra {
+            let id = fragment.id.as_ref().filter(|id| !id.is_empty());
+            let key = match id.or_else(|| self.calls.open_id(fragment.stream_index)) {
+                Some(id) => Some(CallKey::Id(id.clone())),
+                None => fragment.stream_index.map(CallKey::Index),
+            };
+            match key {
+                Some(key) => self.turn.record_extra(key, extra),
+                None => tracing::debug!(
+                    "dropping the extra_content of a tool call with neither id nor index"
+                ),
+            }
+        }
+        if admitted {
             out.push(StreamEvent::ToolCall(fragment));
         } else {
             tracing::debug!(
@@ -201,6 +298,15 @@ struct OpeningTracker {
 }
 
 impl OpeningTracker {
+    /// The id of the call open at `stream_index`, if it has one.
+    fn open_id(&self, stream_index: Option<u32>) -> Option<&String> {
+        self.open
+            .iter()
+            .rev()
+            .find(|(index, _)| *index == stream_index)
+            .and_then(|(_, id)| id.as_ref())
+    }
+
     /// Whether `fragment` should be passed on.
     fn admit(&mut self, fragment: &ToolCallFragment) -> bool {
         if self.last_opening.as_ref() == Some(fragment) {
@@ -250,17 +356,25 @@ pub(super) fn decode_completion(body: &[u8]) -> Result<Vec<StreamEvent>, CodecEr
     let mut out = Vec::new();
     if let Some(choice) = choices.iter().find(|c| is_first_choice(c)) {
         if let Some(Value::Object(message)) = choice.get("message") {
-            if push_content(message, &mut out) {
-                out.push(StreamEvent::ReasoningMetadata {
-                    metadata: reasoning_marker(),
-                });
-            }
+            let mut turn = TurnMetadata {
+                reasoning_seen: push_content(message, &mut out),
+                ..TurnMetadata::default()
+            };
             if let Some(Value::Array(calls)) = message.get("tool_calls") {
                 for (position, call) in calls.iter().enumerate() {
                     let position = u32::try_from(position).unwrap_or(u32::MAX);
-                    out.push(StreamEvent::ToolCall(fragment(call, Some(position))));
+                    let (fragment, extra) = fragment(call, Some(position));
+                    if let Some(extra) = extra {
+                        let key = match fragment.id.as_ref().filter(|id| !id.is_empty()) {
+                            Some(id) => CallKey::Id(id.clone()),
+                            None => CallKey::Index(position),
+                        };
+                        turn.record_extra(key, extra);
+                    }
+                    out.push(StreamEvent::ToolCall(fragment));
                 }
             }
+            turn.close(&mut out);
         }
         push_finish(choice, &mut out);
     }
@@ -278,7 +392,7 @@ fn is_first_choice(choice: &Value) -> bool {
 }
 
 /// Reasoning, then text, from a `delta` or a `message`; whether it had a
-/// `reasoning_content` (see [`ReasoningMark`]).
+/// `reasoning_content` (see [`TurnMetadata`]).
 fn push_content(message: &Map<String, Value>, out: &mut Vec<StreamEvent>) -> bool {
     // DeepSeek and older vLLM say `reasoning_content`, OpenRouter and newer
     // vLLM `reasoning`; some vLLM versions send both with the same text, so
@@ -313,9 +427,10 @@ fn push_content(message: &Map<String, Value>, out: &mut Vec<StreamEvent>) -> boo
         .is_some_and(Value::is_string)
 }
 
-/// One `tool_calls` entry. `position` replaces the wire's index for whole
-/// responses, where the index is the call's place in the list.
-fn fragment(call: &Value, position: Option<u32>) -> ToolCallFragment {
+/// One `tool_calls` entry, and its `extra_content`. `position` replaces the
+/// wire's index for whole responses, where the index is the call's place in
+/// the list.
+fn fragment(call: &Value, position: Option<u32>) -> (ToolCallFragment, Option<Value>) {
     let function = call.get("function");
     // The nested `function` object is standard; a few servers send the
     // fields flat on the entry.
@@ -336,12 +451,14 @@ fn fragment(call: &Value, position: Option<u32>) -> ToolCallFragment {
         Some(other) => other.to_string(),
         None => String::new(),
     };
-    ToolCallFragment {
+    let fragment = ToolCallFragment {
         stream_index,
         id: call.get("id").and_then(Value::as_str).map(str::to_owned),
         name: field("name").and_then(Value::as_str).map(str::to_owned),
         raw_arguments,
-    }
+    };
+    let extra = call.get("extra_content").filter(|v| !v.is_null()).cloned();
+    (fragment, extra)
 }
 
 /// `finish_reason` as sent, `""` included (the assembler ignores it). A

@@ -38,7 +38,8 @@ fn both_paths_give_the_same_events() {
         r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"f","arguments":""}}]}}]}"#,
         r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"f","arguments":""}}]}}]}"#,
         r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"a\":"}},{"index":0,"function":{"arguments":"1}"}}]}}]}"#,
-        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"call_b","name":"g","arguments":"{}"}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"call_b","name":"g","arguments":"{}","extra_content":{"google":{"thought_signature":"s"}}}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"extra_content":{"google":{"thought_signature":"t"}}},{"index":2,"extra_content":null}]}}]}"#,
         r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":2,"id":"","function":null,"name":"h"}]}}]}"#,
         r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":3,"function":{"name":null,"arguments":null},"name":"k","arguments":"{}"}]}}]}"#,
         r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"function":{"arguments":"x"}}]}}]}"#,
@@ -50,9 +51,18 @@ fn both_paths_give_the_same_events() {
         r#"{"choices":null,"usage":{}, "error": null}"#,
     ];
     let (typed, slow) = both_paths(&chunks);
-    // 15 events, and the marker of the `reasoning_content` seen.
-    assert_eq!(typed.len(), 16, "{typed:?}");
+    // 17 events, and the marker of the `reasoning_content` seen, which also
+    // holds the last `extra_content` of call_b.
+    assert_eq!(typed.len(), 18, "{typed:?}");
     assert_eq!(typed, slow);
+    let marker = serde_json::json!({"openai": {
+        "reasoning_field": "reasoning_content",
+        "tool_call_extra_content": [{"id": "call_b", "extra_content": {"google": {"thought_signature": "t"}}}],
+    }});
+    assert!(
+        typed.contains(&StreamEvent::ReasoningMetadata { metadata: marker }),
+        "{typed:?}"
+    );
 }
 
 #[test]

@@ -15,7 +15,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::PROTOCOL;
-use super::decode::is_reasoning_marker;
+use super::decode::{is_reasoning_marker, recorded_extra};
 use crate::codec::{Endpoint, WireRequest, encoded_body, temperature_json};
 use crate::error::CodecError;
 use crate::request::{ChatRequest, ToolSpec};
@@ -31,10 +31,14 @@ pub(super) fn build(endpoint: &Endpoint, request: &ChatRequest) -> Result<WireRe
     if let Some(key) = endpoint.api_key.as_deref().filter(|k| !k.is_empty()) {
         headers.push(("authorization".to_owned(), format!("Bearer {key}")));
     }
-    let openai_itself = is_openai_host(&endpoint.base_url);
+    let host = host_of(&endpoint.base_url);
+    let openai_itself = host == "api.openai.com" || host.ends_with(".openai.azure.com");
     let body = Body {
         model: &request.model,
-        messages: Messages(&request.messages),
+        messages: Messages {
+            messages: &request.messages,
+            gemini: is_gemini_host(&host),
+        },
         tools: Tools(&request.tools),
         max_tokens: (!openai_itself).then_some(request.max_tokens),
         max_completion_tokens: openai_itself.then_some(request.max_tokens),
@@ -61,8 +65,11 @@ struct Body<'a> {
     tools: Tools<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_tokens: Option<u32>,
-    /// OpenAI's name for the limit, instead of `max_tokens`: see
-    /// [`is_openai_host`].
+    /// OpenAI's name for the limit, instead of `max_tokens`: OpenAI's own
+    /// API and Azure OpenAI refuse `max_tokens` for their reasoning models
+    /// (gpt-5, the o-series: "Use 'max_completion_tokens' instead") and
+    /// take this for every model; the other servers speaking the protocol
+    /// (vLLM, llama.cpp, DeepSeek, Groq, ...) know `max_tokens`.
     #[serde(skip_serializing_if = "Option::is_none")]
     max_completion_tokens: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -72,12 +79,8 @@ struct Body<'a> {
     stream_options: Option<StreamOptions>,
 }
 
-/// Whether `base_url` is OpenAI's own API (or Azure OpenAI). Those refuse
-/// `max_tokens` for their reasoning models (gpt-5, the o-series: "Use
-/// 'max_completion_tokens' instead") and take `max_completion_tokens` for
-/// every model; the other servers speaking the protocol (vLLM, llama.cpp,
-/// DeepSeek, Groq, ...) know `max_tokens`.
-fn is_openai_host(base_url: &str) -> bool {
+/// The lowercased host of `base_url` (no scheme, user info or port).
+fn host_of(base_url: &str) -> String {
     let rest = base_url
         .split_once("://")
         .map_or(base_url, |(_, rest)| rest);
@@ -85,12 +88,15 @@ fn is_openai_host(base_url: &str) -> bool {
     let host = authority
         .rsplit_once('@')
         .map_or(authority, |(_, host)| host);
-    let host = host
-        .split(':')
+    host.split(':')
         .next()
         .unwrap_or_default()
-        .to_ascii_lowercase();
-    host == "api.openai.com" || host.ends_with(".openai.azure.com")
+        .to_ascii_lowercase()
+}
+
+/// Gemini's OpenAI-compatible endpoint, on the Gemini API or Vertex AI.
+fn is_gemini_host(host: &str) -> bool {
+    host == "generativelanguage.googleapis.com" || host.ends_with("aiplatform.googleapis.com")
 }
 
 #[derive(Serialize)]
@@ -98,18 +104,22 @@ struct StreamOptions {
     include_usage: bool,
 }
 
-struct Messages<'a>(&'a [Message]);
+struct Messages<'a> {
+    messages: &'a [Message],
+    /// Whether the server is Gemini's (see [`CallExtra::SkipValidator`]).
+    gemini: bool,
+}
 
 impl Serialize for Messages<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
+        let mut seq = serializer.serialize_seq(Some(self.messages.len()))?;
         // The current turn: what follows the last user message.
         let current_from = self
-            .0
+            .messages
             .iter()
             .rposition(|m| matches!(m, Message::User { .. }))
             .map_or(0, |last_user| last_user + 1);
-        for (index, message) in self.0.iter().enumerate() {
+        for (index, message) in self.messages.iter().enumerate() {
             match message {
                 Message::System { content } => seq.serialize_element(&Plain {
                     role: "system",
@@ -120,7 +130,12 @@ impl Serialize for Messages<'_> {
                     content,
                 })?,
                 Message::Assistant(assistant) => {
-                    seq.serialize_element(&Assistant::new(assistant, index >= current_from))?;
+                    let turn = match (index >= current_from, self.gemini) {
+                        (false, _) => Turn::Earlier,
+                        (true, false) => Turn::Current,
+                        (true, true) => Turn::CurrentOnGemini,
+                    };
+                    seq.serialize_element(&Assistant::new(assistant, turn))?;
                 }
                 Message::Tool(tool) => seq.serialize_element(&ToolResult::from(tool))?,
             }
@@ -135,10 +150,22 @@ struct Plain<'a> {
     content: &'a str,
 }
 
+/// Where an assistant message sits, which decides what of its metadata
+/// goes back: servers check the current turn (what follows the last user
+/// message) only, so nothing beyond text and calls is sent for earlier ones.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Turn {
+    Earlier,
+    Current,
+    /// The current turn, to Gemini's compatible endpoint.
+    CurrentOnGemini,
+}
+
 /// OpenAI has no input field for reasoning. DeepSeek's thinking mode wants
 /// its own `reasoning_content` back on the current turn's messages (see
-/// `decode::ReasoningMark`), so reasoning that came in that field is sent
-/// there, in the current turn only; nothing else is.
+/// `decode::TurnMetadata`), so reasoning that came in that field is sent
+/// there, in the current turn only; nothing else is. The same goes for a
+/// call's `extra_content`.
 #[derive(Serialize)]
 struct Assistant<'a> {
     role: &'static str,
@@ -146,18 +173,19 @@ struct Assistant<'a> {
     content: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     reasoning_content: Option<Cow<'a, str>>,
-    #[serde(skip_serializing_if = "<[_]>::is_empty", serialize_with = "wire_calls")]
-    tool_calls: &'a [ToolCall],
+    #[serde(skip_serializing_if = "WireCalls::is_empty")]
+    tool_calls: WireCalls<'a>,
 }
 
 impl<'a> Assistant<'a> {
-    fn new(message: &'a AssistantMessage, current_turn: bool) -> Self {
+    fn new(message: &'a AssistantMessage, turn: Turn) -> Self {
         let only_calls = message.content.is_empty() && !message.tool_calls.is_empty();
+        let current = turn != Turn::Earlier;
         Assistant {
             role: "assistant",
             content: (!only_calls).then_some(message.content.as_str()),
-            reasoning_content: current_turn.then(|| deepseek_reasoning(message)).flatten(),
-            tool_calls: &message.tool_calls,
+            reasoning_content: current.then(|| deepseek_reasoning(message)).flatten(),
+            tool_calls: WireCalls { message, turn },
         }
     }
 }
@@ -177,15 +205,83 @@ fn deepseek_reasoning(message: &AssistantMessage) -> Option<Cow<'_, str>> {
     Some(text)
 }
 
-fn wire_calls<S: Serializer>(calls: &&[ToolCall], serializer: S) -> Result<S::Ok, S::Error> {
-    let mut seq = serializer.serialize_seq(Some(calls.len()))?;
-    for call in *calls {
-        seq.serialize_element(&WireCall(call))?;
-    }
-    seq.end()
+/// A message's calls, each with the `extra_content` it came with when the
+/// message is in the current turn.
+struct WireCalls<'a> {
+    message: &'a AssistantMessage,
+    turn: Turn,
 }
 
-struct WireCall<'a>(&'a ToolCall);
+impl WireCalls<'_> {
+    fn is_empty(&self) -> bool {
+        self.message.tool_calls.is_empty()
+    }
+}
+
+impl Serialize for WireCalls<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let calls = &self.message.tool_calls;
+        let mut seq = serializer.serialize_seq(Some(calls.len()))?;
+        for (position, call) in calls.iter().enumerate() {
+            let recorded = match self.turn {
+                Turn::Earlier => None,
+                Turn::Current | Turn::CurrentOnGemini => {
+                    recorded_extra(&self.message.reasoning, &call.id, position)
+                }
+            };
+            let extra = match recorded {
+                Some(value) => Some(CallExtra::Recorded(value)),
+                // Gemini's own first call of a step always has its
+                // signature; without one the call was another provider's.
+                None if position == 0 && self.turn == Turn::CurrentOnGemini => {
+                    Some(CallExtra::SkipValidator)
+                }
+                None => None,
+            };
+            seq.serialize_element(&WireCall { call, extra })?;
+        }
+        seq.end()
+    }
+}
+
+/// A call's `extra_content` on the wire.
+enum CallExtra<'a> {
+    /// What the call came with, verbatim.
+    Recorded(&'a Value),
+    /// Gemini 3 refuses a current-turn step whose first call has no thought
+    /// signature ("Function call is missing a thought_signature"), which is
+    /// every call another provider made (a fallback in the middle of an
+    /// input). Google documents this value for such calls; the native
+    /// Gemini codec sends the same one.
+    SkipValidator,
+}
+
+impl Serialize for CallExtra<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Google {
+            google: Signature,
+        }
+        #[derive(Serialize)]
+        struct Signature {
+            thought_signature: &'static str,
+        }
+        match self {
+            CallExtra::Recorded(value) => value.serialize(serializer),
+            CallExtra::SkipValidator => Google {
+                google: Signature {
+                    thought_signature: "skip_thought_signature_validator",
+                },
+            }
+            .serialize(serializer),
+        }
+    }
+}
+
+struct WireCall<'a> {
+    call: &'a ToolCall,
+    extra: Option<CallExtra<'a>>,
+}
 
 impl Serialize for WireCall<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -195,6 +291,8 @@ impl Serialize for WireCall<'_> {
             #[serde(rename = "type")]
             kind: &'static str,
             function: Function<'a>,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            extra_content: Option<&'a CallExtra<'a>>,
         }
         #[derive(Serialize)]
         struct Function<'a> {
@@ -202,7 +300,7 @@ impl Serialize for WireCall<'_> {
             /// The wire wants the arguments as a JSON *string*.
             arguments: String,
         }
-        let call = self.0;
+        let call = self.call;
         let arguments = serde_json::to_string(&call.arguments)
             .map_err(|e| S::Error::custom(format!("arguments of tool call {}: {e}", call.id)))?;
         Call {
@@ -212,6 +310,7 @@ impl Serialize for WireCall<'_> {
                 name: &call.name,
                 arguments,
             },
+            extra_content: self.extra.as_ref(),
         }
         .serialize(serializer)
     }

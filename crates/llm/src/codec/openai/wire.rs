@@ -11,6 +11,7 @@
 use homeagent_core::{StreamEvent, ToolCallFragment, Usage};
 use serde::Deserialize;
 use serde::de::IgnoredAny;
+use serde_json::Value;
 
 /// One streamed chunk.
 #[derive(Debug, Deserialize)]
@@ -49,7 +50,7 @@ pub(super) struct Delta {
 
 impl Delta {
     /// Reasoning, then text (same rules as `push_content`); whether the
-    /// delta had a `reasoning_content` (see `ReasoningMark`).
+    /// delta had a `reasoning_content` (see `decode::TurnMetadata`).
     pub fn push_content(&mut self, out: &mut Vec<StreamEvent>) -> bool {
         let deepseek = self.reasoning_content.is_some();
         let reasoning =
@@ -73,6 +74,9 @@ pub(super) struct CallEntry {
     name: Option<String>,
     /// Only text: arguments sent as an object go the `Value` path.
     arguments: Option<String>,
+    /// Opaque per-call data to send back with the call (Gemini's thought
+    /// signature, see `decode::TurnMetadata`).
+    extra_content: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -83,18 +87,20 @@ struct FunctionPart {
 
 impl CallEntry {
     /// The fragment, with the nested `function` fields taking precedence
-    /// over flat ones (a `null` nested field falls back to the flat one).
-    pub fn into_fragment(self) -> ToolCallFragment {
+    /// over flat ones (a `null` nested field falls back to the flat one),
+    /// and the entry's `extra_content`.
+    pub fn into_fragment(self) -> (ToolCallFragment, Option<Value>) {
         let (nested_name, nested_arguments) = match self.function {
             Some(f) => (f.name, f.arguments),
             None => (None, None),
         };
-        ToolCallFragment {
+        let fragment = ToolCallFragment {
             stream_index: self.index.and_then(|i| u32::try_from(i).ok()),
             id: self.id,
             name: nested_name.or(self.name),
             raw_arguments: nested_arguments.or(self.arguments).unwrap_or_default(),
-        }
+        };
+        (fragment, self.extra_content)
     }
 }
 
