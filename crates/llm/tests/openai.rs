@@ -15,6 +15,8 @@ use serde_json::Value;
 // beside itself, hence the paths.
 #[path = "openai/extra_content.rs"]
 mod extra_content;
+#[path = "openai/mistral_ids.rs"]
+mod mistral_ids;
 #[path = "openai/request.rs"]
 mod request;
 #[path = "openai/stream.rs"]

@@ -22,6 +22,7 @@ pub mod anthropic;
 pub mod gemini;
 pub mod ollama;
 pub mod openai;
+mod wire_ids;
 
 /// The wire protocols HomeAgent speaks natively.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

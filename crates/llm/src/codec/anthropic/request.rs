@@ -1,13 +1,12 @@
 //! Building the Anthropic request body.
 
-use std::collections::{HashMap, HashSet};
-
 use homeagent_core::{AssistantMessage, Message, ToolMessage};
 use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use super::{API_VERSION, PROTOCOL};
+use crate::codec::wire_ids::{AnthropicIds, WireIds};
 use crate::codec::{Endpoint, WireRequest, encoded_body, temperature_json};
 use crate::error::CodecError;
 use crate::request::ChatRequest;
@@ -22,7 +21,9 @@ pub(super) fn build(endpoint: &Endpoint, request: &ChatRequest) -> Result<WireRe
     headers.push(("anthropic-version".to_owned(), API_VERSION.to_owned()));
     headers.push(("content-type".to_owned(), "application/json".to_owned()));
 
-    let ids = WireIds::of(&request.messages);
+    // A history made with another provider may hold ids Anthropic refuses
+    // (Kimi writes `functions.ls:0`).
+    let ids = WireIds::of(&request.messages, &AnthropicIds);
     let mut system: Vec<&str> = Vec::new();
     let mut messages: Vec<Value> = Vec::with_capacity(request.messages.len());
     for message in &request.messages {
@@ -151,72 +152,6 @@ fn assistant_blocks(message: &AssistantMessage, ids: &WireIds<'_>) -> Vec<Value>
         }));
     }
     blocks
-}
-
-/// The call ids of a request as Anthropic accepts them:
-/// `^[a-zA-Z0-9_-]+$`. A history made with another provider may hold
-/// others (Kimi writes `functions.ls:0`), and sending one fails the request
-/// with a 400, every request of the session that still holds it. Such an id
-/// gets every other character replaced by `_`, and a suffix if that form is
-/// already an id of the request; a call and its result map alike. Valid
-/// ids, the usual case, are sent as they are, without any map.
-struct WireIds<'a> {
-    renamed: HashMap<&'a str, String>,
-}
-
-impl<'a> WireIds<'a> {
-    fn of(messages: &'a [Message]) -> Self {
-        let calls = || {
-            messages.iter().flat_map(|m| match m {
-                Message::Assistant(a) => a.tool_calls.as_slice(),
-                _ => &[],
-            })
-        };
-        let mut renamed = HashMap::new();
-        if calls().all(|c| is_wire_id(&c.id)) {
-            return WireIds { renamed };
-        }
-        let mut taken: HashSet<String> = calls()
-            .filter(|c| is_wire_id(&c.id))
-            .map(|c| c.id.clone())
-            .collect();
-        for call in calls() {
-            let id = call.id.as_str();
-            if is_wire_id(id) || renamed.contains_key(id) {
-                continue;
-            }
-            let base: String = id
-                .chars()
-                .map(|c| if is_wire_char(c) { c } else { '_' })
-                .collect();
-            let base = if base.is_empty() {
-                "call".to_owned()
-            } else {
-                base
-            };
-            let mut safe = base.clone();
-            let mut n = 2;
-            while taken.contains(&safe) {
-                safe = format!("{base}_{n}");
-                n += 1;
-            }
-            taken.insert(safe.clone());
-            renamed.insert(id, safe);
-        }
-        WireIds { renamed }
-    }
-
-    fn get<'b>(&'b self, id: &'b str) -> &'b str {
-        self.renamed.get(id).map_or(id, String::as_str)
-    }
-}
-
-fn is_wire_char(c: char) -> bool {
-    c.is_ascii_alphanumeric() || c == '_' || c == '-'
-}
-
-fn is_wire_id(id: &str) -> bool {
-    !id.is_empty() && id.chars().all(is_wire_char)
 }
 
 /// Whether `text` may be a text block: Anthropic refuses one without

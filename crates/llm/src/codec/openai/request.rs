@@ -16,6 +16,7 @@ use serde_json::value::RawValue;
 
 use super::PROTOCOL;
 use super::decode::{is_reasoning_marker, recorded_extra};
+use crate::codec::wire_ids::{MistralIds, WireIds};
 use crate::codec::{Endpoint, WireRequest, encoded_body, temperature_json};
 use crate::error::CodecError;
 use crate::request::{ChatRequest, ToolSpec};
@@ -33,11 +34,14 @@ pub(super) fn build(endpoint: &Endpoint, request: &ChatRequest) -> Result<WireRe
     }
     let host = host_of(&endpoint.base_url);
     let openai_itself = host == "api.openai.com" || host.ends_with(".openai.azure.com");
+    let ids =
+        is_mistral(&host, &request.model).then(|| WireIds::of(&request.messages, &MistralIds));
     let body = Body {
         model: &request.model,
         messages: Messages {
             messages: &request.messages,
             gemini: is_gemini_host(&host),
+            ids: ids.as_ref(),
         },
         tools: Tools(&request.tools),
         max_tokens: (!openai_itself).then_some(request.max_tokens),
@@ -94,6 +98,24 @@ fn host_of(base_url: &str) -> String {
         .to_ascii_lowercase()
 }
 
+/// Mistral's API, or a Mistral model on another server (vLLM in Mistral
+/// mode): both refuse call ids that are not nine letters and digits (see
+/// [`MistralIds`]). Any server takes such ids, so guessing from the model's
+/// name costs nothing where the guess is wrong.
+fn is_mistral(host: &str, model: &str) -> bool {
+    const FAMILY: [&str; 7] = [
+        "mistral",
+        "mixtral",
+        "codestral",
+        "devstral",
+        "magistral",
+        "ministral",
+        "pixtral",
+    ];
+    let model = model.to_ascii_lowercase();
+    host.ends_with("mistral.ai") || FAMILY.iter().any(|name| model.contains(name))
+}
+
 /// Gemini's OpenAI-compatible endpoint, on the Gemini API or Vertex AI.
 fn is_gemini_host(host: &str) -> bool {
     host == "generativelanguage.googleapis.com" || host.ends_with("aiplatform.googleapis.com")
@@ -108,6 +130,8 @@ struct Messages<'a> {
     messages: &'a [Message],
     /// Whether the server is Gemini's (see [`CallExtra::SkipValidator`]).
     gemini: bool,
+    /// The ids to send, where the wire restricts them (Mistral).
+    ids: Option<&'a WireIds<'a>>,
 }
 
 impl Serialize for Messages<'_> {
@@ -135,9 +159,9 @@ impl Serialize for Messages<'_> {
                         (true, false) => Turn::Current,
                         (true, true) => Turn::CurrentOnGemini,
                     };
-                    seq.serialize_element(&Assistant::new(assistant, turn))?;
+                    seq.serialize_element(&Assistant::new(assistant, turn, self.ids))?;
                 }
-                Message::Tool(tool) => seq.serialize_element(&ToolResult::from(tool))?,
+                Message::Tool(tool) => seq.serialize_element(&ToolResult::new(tool, self.ids))?,
             }
         }
         seq.end()
@@ -178,14 +202,14 @@ struct Assistant<'a> {
 }
 
 impl<'a> Assistant<'a> {
-    fn new(message: &'a AssistantMessage, turn: Turn) -> Self {
+    fn new(message: &'a AssistantMessage, turn: Turn, ids: Option<&'a WireIds<'a>>) -> Self {
         let only_calls = message.content.is_empty() && !message.tool_calls.is_empty();
         let current = turn != Turn::Earlier;
         Assistant {
             role: "assistant",
             content: (!only_calls).then_some(message.content.as_str()),
             reasoning_content: current.then(|| deepseek_reasoning(message)).flatten(),
-            tool_calls: WireCalls { message, turn },
+            tool_calls: WireCalls { message, turn, ids },
         }
     }
 }
@@ -210,6 +234,7 @@ fn deepseek_reasoning(message: &AssistantMessage) -> Option<Cow<'_, str>> {
 struct WireCalls<'a> {
     message: &'a AssistantMessage,
     turn: Turn,
+    ids: Option<&'a WireIds<'a>>,
 }
 
 impl WireCalls<'_> {
@@ -238,7 +263,8 @@ impl Serialize for WireCalls<'_> {
                 }
                 None => None,
             };
-            seq.serialize_element(&WireCall { call, extra })?;
+            let id = self.ids.map_or(call.id.as_str(), |ids| ids.get(&call.id));
+            seq.serialize_element(&WireCall { call, id, extra })?;
         }
         seq.end()
     }
@@ -280,6 +306,8 @@ impl Serialize for CallExtra<'_> {
 
 struct WireCall<'a> {
     call: &'a ToolCall,
+    /// The id sent, the call's own unless the wire restricts ids.
+    id: &'a str,
     extra: Option<CallExtra<'a>>,
 }
 
@@ -304,7 +332,7 @@ impl Serialize for WireCall<'_> {
         let arguments = serde_json::to_string(&call.arguments)
             .map_err(|e| S::Error::custom(format!("arguments of tool call {}: {e}", call.id)))?;
         Call {
-            id: &call.id,
+            id: self.id,
             kind: "function",
             function: Function {
                 name: &call.name,
@@ -325,8 +353,8 @@ struct ToolResult<'a> {
     content: Cow<'a, str>,
 }
 
-impl<'a> From<&'a ToolMessage> for ToolResult<'a> {
-    fn from(tool: &'a ToolMessage) -> Self {
+impl<'a> ToolResult<'a> {
+    fn new(tool: &'a ToolMessage, ids: Option<&'a WireIds<'a>>) -> Self {
         let content = if tool.success {
             Cow::Borrowed(tool.content.as_str())
         } else {
@@ -334,7 +362,9 @@ impl<'a> From<&'a ToolMessage> for ToolResult<'a> {
         };
         ToolResult {
             role: "tool",
-            tool_call_id: &tool.tool_call_id,
+            tool_call_id: ids.map_or(tool.tool_call_id.as_str(), |ids| {
+                ids.get(&tool.tool_call_id)
+            }),
             content,
         }
     }

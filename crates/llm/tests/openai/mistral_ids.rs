@@ -1,0 +1,189 @@
+//! Mistral refuses any tool call id that is not exactly nine letters and
+//! digits ("Tool call id was call_Yw3k... but must be a-z, A-Z, 0-9, with a
+//! length of 9"), on its own API and in vLLM's Mistral mode alike. A
+//! history made with another provider holds such ids, and every request of
+//! the session that still holds one would fail.
+
+use std::collections::HashSet;
+
+use homeagent_core::{AssistantMessage, Message, ToolCall, ToolMessage};
+use homeagent_llm::codec::openai::OpenAiCodec;
+use homeagent_llm::{ChatRequest, Endpoint, WireCodec};
+use serde_json::{Value, json};
+
+const MISTRAL: &str = "https://api.mistral.ai/v1";
+const VLLM: &str = "http://127.0.0.1:8000/v1";
+
+/// Ids as other providers write them, one Mistral id, and one call whose
+/// id recurs in a later turn (providers without ids number every turn's
+/// calls from `call_0`).
+const IDS: [&str; 5] = [
+    "call_Yw3kZ8pQ2mN7vB1xC4dF6gH9",
+    "functions.ls:0",
+    "D681PevKs",
+    "call_0",
+    "toolu_01A09q90qw90lq917835lq9",
+];
+
+fn is_mistral_id(id: &str) -> bool {
+    id.len() == 9 && id.chars().all(|c| c.is_ascii_alphanumeric())
+}
+
+fn history() -> Vec<Message> {
+    let mut messages = vec![Message::user("read everything")];
+    let step = |ids: &[&str]| {
+        let mut out = vec![Message::Assistant(AssistantMessage {
+            content: String::new(),
+            reasoning: vec![],
+            tool_calls: ids
+                .iter()
+                .map(|id| ToolCall {
+                    id: (*id).into(),
+                    name: "file_read".into(),
+                    arguments: json!({}),
+                    raw_arguments: "{}".into(),
+                })
+                .collect(),
+        })];
+        out.extend(ids.iter().map(|id| {
+            Message::Tool(ToolMessage {
+                tool_call_id: (*id).into(),
+                name: "file_read".into(),
+                content: format!("content of {id}"),
+                success: true,
+            })
+        }));
+        out
+    };
+    messages.extend(step(&IDS));
+    messages.push(Message::user("again"));
+    messages.extend(step(&["call_0"]));
+    messages
+}
+
+fn body(base_url: &str, model: &str) -> Value {
+    let request = ChatRequest {
+        model: model.into(),
+        messages: history(),
+        tools: vec![],
+        max_tokens: 100,
+        temperature: None,
+        stream: false,
+    };
+    OpenAiCodec
+        .build_request(
+            &Endpoint {
+                base_url: base_url.into(),
+                api_key: None,
+            },
+            &request,
+        )
+        .unwrap()
+        .body_json()
+        .unwrap()
+}
+
+/// `(call ids of each assistant message, tool_call_id of each result)`.
+fn ids_sent(body: &Value) -> (Vec<Vec<String>>, Vec<String>) {
+    let messages = body["messages"].as_array().unwrap();
+    let calls = messages
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .map(|m| {
+            m["tool_calls"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["id"].as_str().unwrap().to_owned())
+                .collect()
+        })
+        .collect();
+    let results = messages
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["tool_call_id"].as_str().unwrap().to_owned())
+        .collect();
+    (calls, results)
+}
+
+#[test]
+fn mistral_gets_nine_character_ids_alike_on_calls_and_results() {
+    for (base_url, model) in [
+        (MISTRAL, "mistral-small-latest"),
+        (MISTRAL, "open-mixtral-8x22b"),
+        (VLLM, "mistralai/Mistral-Small-3.2-24B-Instruct-2506"),
+        (VLLM, "Devstral-Small-2507"),
+    ] {
+        let (calls, results) = ids_sent(&body(base_url, model));
+        let flat: Vec<&String> = calls.iter().flatten().collect();
+        assert!(
+            flat.iter().all(|id| is_mistral_id(id)),
+            "{base_url} {model}: {flat:?}"
+        );
+        // Each result answers its own call, as in the history.
+        let expected_results: Vec<&String> = flat.clone();
+        assert_eq!(results.iter().collect::<Vec<_>>(), expected_results);
+        // Distinct ids stay distinct within a turn; the one id that recurs
+        // across turns maps to one id.
+        let first_turn: HashSet<&String> = calls[0].iter().collect();
+        assert_eq!(first_turn.len(), IDS.len(), "{:?}", calls[0]);
+        assert_eq!(calls[1][0], calls[0][3]);
+        // Mistral's own id is sent as it is.
+        assert_eq!(calls[0][2], "D681PevKs");
+        // The same history gives the same ids on the next request.
+        assert_eq!(ids_sent(&body(base_url, model)).0, calls);
+    }
+}
+
+#[test]
+fn other_servers_get_the_ids_as_they_are() {
+    for (base_url, model) in [
+        (VLLM, "Qwen/Qwen3-32B"),
+        ("https://api.openai.com/v1", "gpt-4.1"),
+    ] {
+        let (calls, _) = ids_sent(&body(base_url, model));
+        assert_eq!(calls[0], IDS);
+        assert_eq!(calls[1], ["call_0"]);
+    }
+}
+
+/// An id that maps to one already in the request must not collide with it.
+#[test]
+fn a_mapped_id_never_takes_an_id_already_in_the_request() {
+    let (calls, _) = ids_sent(&body(MISTRAL, "mistral-large-latest"));
+    let mapped_first = calls[0][0].clone();
+    // Put that mapped id in the history as a real Mistral id next to the
+    // original: the original must now map elsewhere.
+    let mut messages = history();
+    if let Message::Assistant(a) = &mut messages[1] {
+        a.tool_calls[2].id = mapped_first.clone();
+    }
+    if let Message::Tool(t) = &mut messages[4] {
+        t.tool_call_id = mapped_first.clone();
+    }
+    let request = ChatRequest {
+        model: "mistral-large-latest".into(),
+        messages,
+        tools: vec![],
+        max_tokens: 100,
+        temperature: None,
+        stream: false,
+    };
+    let sent = OpenAiCodec
+        .build_request(
+            &Endpoint {
+                base_url: MISTRAL.into(),
+                api_key: None,
+            },
+            &request,
+        )
+        .unwrap()
+        .body_json()
+        .unwrap();
+    let (calls, results) = ids_sent(&sent);
+    assert_eq!(calls[0][2], mapped_first);
+    assert_ne!(calls[0][0], mapped_first);
+    let distinct: HashSet<&String> = calls[0].iter().collect();
+    assert_eq!(distinct.len(), IDS.len());
+    assert_eq!(results[..IDS.len()], calls[0][..]);
+}
