@@ -165,7 +165,11 @@ fn extra_content_on_an_entry_without_an_id_follows_the_open_call() {
             r#"[{"index":2,"id":"call_b","type":"function","function":{"name":"g","arguments":""}}]"#,
             "null",
         ),
-        chunk(r#"[{"index":1,"function":{"arguments":"{}"}}]"#, "null"),
+        // Some servers repeat `"id": ""` on the later entries of a call.
+        chunk(
+            r#"[{"index":1,"id":"","function":{"arguments":"{}"},"extra_content":{"google":{"thought_signature":"empty-id"}}}]"#,
+            "null",
+        ),
         chunk(
             r#"[{"index":2,"function":{"arguments":"{}"},"extra_content":{"google":{"thought_signature":"late"}}}]"#,
             r#""tool_calls""#,
@@ -178,7 +182,31 @@ fn extra_content_on_an_entry_without_an_id_follows_the_open_call() {
     history.extend(results_for(&message));
     assert_eq!(
         sent_extras(&replay(OTHER, history)),
-        [vec![None, Some(signed("late"))]]
+        [vec![Some(signed("empty-id")), Some(signed("late"))]]
+    );
+}
+
+/// Calls without an id (empty or missing) get theirs from the assembler;
+/// their `extra_content` goes back by their place in the message.
+#[test]
+fn a_whole_responses_calls_without_ids_keep_their_extra_content_by_place() {
+    let completion = r#"{"choices":[{"finish_reason":"tool_calls","index":0,"message":{"role":"assistant","tool_calls":[
+        {"function":{"arguments":"{}","name":"a"},"type":"function"},
+        {"extra_content":{"google":{"thought_signature":"no-id"}},"function":{"arguments":"{}","name":"b"},"type":"function"},
+        {"extra_content":{"google":{"thought_signature":"empty-id"}},"function":{"arguments":"{}","name":"c"},"id":"","type":"function"}]}}]}"#;
+    let events = OpenAiCodec.decode_response(completion.as_bytes()).unwrap();
+    let mut assembler = StreamAssembler::new();
+    for event in events {
+        assembler.push(event);
+    }
+    let message = assembler.finish().message();
+    assert!(message.tool_calls.iter().all(|c| !c.id.is_empty()));
+    let mut history = vec![Message::user("go")];
+    history.push(Message::Assistant(message.clone()));
+    history.extend(results_for(&message));
+    assert_eq!(
+        sent_extras(&replay(OTHER, history)),
+        [vec![None, Some(signed("no-id")), Some(signed("empty-id"))]]
     );
 }
 
