@@ -430,7 +430,7 @@ fn tool_events_round_trip_in_order() {
     // Stored as the same words the JSON events use.
     let status: String = raw(&dir.db())
         .query_row(
-            "SELECT json_extract(events, '$[0].status') FROM tool_event_batches
+            "SELECT json_extract(events, '$[0].event.status') FROM tool_event_batches
              ORDER BY id DESC LIMIT 1",
             [],
             |r| r.get(0),
@@ -673,7 +673,7 @@ fn a_version_1_database_is_migrated_and_keeps_its_rows() {
         .unwrap();
     }
     let store = Store::open(&dir.db()).unwrap();
-    assert_eq!(store.schema_version().unwrap(), 3);
+    assert_eq!(store.schema_version().unwrap(), 4);
     assert_eq!(
         store.history("old").unwrap(),
         vec![Message::user("from v1")]
@@ -736,7 +736,7 @@ fn events_written_one_per_row_before_version_3_are_read_before_later_batches() {
         .unwrap();
     }
     let store = Store::open(&dir.db()).unwrap();
-    assert_eq!(store.schema_version().unwrap(), 3);
+    assert_eq!(store.schema_version().unwrap(), 4);
     let new_start = ToolEvent::Start {
         call_id: "new1".into(),
         tool: "demo_sleep".into(),
@@ -793,7 +793,7 @@ fn an_empty_version_0_file_is_migrated_to_the_current_version() {
         .execute_batch("CREATE TABLE unrelated (x INTEGER);")
         .unwrap();
     let store = Store::open(&dir.db()).unwrap();
-    assert_eq!(store.schema_version().unwrap(), 3);
+    assert_eq!(store.schema_version().unwrap(), 4);
     store.ensure_session("s", "main").unwrap();
 }
 
@@ -810,7 +810,7 @@ fn a_database_from_a_newer_version_is_refused_and_not_touched() {
             err,
             StoreError::NewerSchema {
                 found: 99,
-                supported: 3,
+                supported: 4,
                 ..
             }
         ),

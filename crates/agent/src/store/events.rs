@@ -8,6 +8,12 @@
 //! batch's results: two indexed rows per call had been the largest part of
 //! what a tool call cost the agent. Rows of the older one-per-event table
 //! `tool_events` are still read, before the batch rows (they are older).
+//!
+//! Since schema 4 an element of a batch row is `{"event": <ToolEvent>,
+//! "at_ms": ..}`: a record's columns (batch, call, tool, phase, status)
+//! are all in the event, and storing them beside it again was 40 % of
+//! every row. Elements of schema 3 (whole [`ToolEventRecord`]s) are still
+//! read, and a record whose body is no kernel event is written that way.
 
 use homeagent_core::{CallStatus, ToolEvent};
 use rusqlite::{Connection, TransactionBehavior};
@@ -43,7 +49,12 @@ pub struct ToolEventRecord {
 impl ToolEventRecord {
     /// The record of a kernel event, stamped now.
     pub fn from_event(event: &ToolEvent) -> Self {
-        let stored = StoredEvent::of(event, now_ms());
+        Self::stamped(event, now_ms())
+    }
+
+    /// The record of a kernel event that happened at `at_ms`.
+    fn stamped(event: &ToolEvent, at_ms: i64) -> Self {
+        let stored = StoredEvent::of(event, at_ms);
         ToolEventRecord {
             batch_id: stored.batch_id.to_owned(),
             call_id: stored.call_id.to_owned(),
@@ -75,13 +86,23 @@ pub struct EventRow {
 impl EventRow {
     /// The row of a kernel event, stamped now.
     pub fn from_event(event: &ToolEvent) -> Self {
-        EventRow::render(&StoredEvent::of(event, now_ms()))
+        EventRow::compact(event, now_ms())
     }
 
-    fn render<B: Serialize>(stored: &StoredEvent<'_, B>) -> Self {
+    /// The element of schema 4: the event and its time.
+    fn compact(event: &ToolEvent, at_ms: i64) -> Self {
         // Plain data (strings, numbers, JSON values): serialising cannot
-        // fail; were it ever to, the row keeps its columns and a null body,
-        // and failing that it is empty and `insert_events` leaves it out.
+        // fail; were it ever to, the element keeps its columns and a null
+        // body, and failing that it is empty and `insert_events` leaves it
+        // out.
+        let text = serde_json::to_string(&CompactEvent { event, at_ms })
+            .or_else(|_| serde_json::to_string(&StoredEvent::of(event, at_ms).columns()))
+            .unwrap_or_default();
+        EventRow { text, at_ms }
+    }
+
+    /// The element of schema 3: the whole record.
+    fn whole<B: Serialize>(stored: &StoredEvent<'_, B>) -> Self {
         let text = serde_json::to_string(stored)
             .or_else(|_| serde_json::to_string(&stored.columns()))
             .unwrap_or_default();
@@ -93,8 +114,15 @@ impl EventRow {
 }
 
 impl From<&ToolEventRecord> for EventRow {
+    /// Compact when the record is a kernel event's (it reads back the
+    /// same), whole otherwise.
     fn from(record: &ToolEventRecord) -> Self {
-        EventRow::render(&StoredEvent {
+        if let Ok(event) = ToolEvent::deserialize(&record.body)
+            && ToolEventRecord::stamped(&event, record.at_ms) == *record
+        {
+            return EventRow::compact(&event, record.at_ms);
+        }
+        EventRow::whole(&StoredEvent {
             batch_id: &record.batch_id,
             call_id: &record.call_id,
             tool: &record.tool,
@@ -154,14 +182,17 @@ impl Store {
         })?;
         for row in rows {
             let (id, text) = row?;
-            let batch: Vec<ToolEventRecord> =
+            let batch: Vec<StoredElement> =
                 serde_json::from_str(&text).map_err(|source| StoreError::Corrupt {
                     session: session.to_owned(),
                     what: "tool event batch",
                     row: id,
                     source,
                 })?;
-            events.extend(batch);
+            events.extend(batch.into_iter().map(|element| match element {
+                StoredElement::Compact { event, at_ms } => ToolEventRecord::stamped(&event, at_ms),
+                StoredElement::Whole(record) => record,
+            }));
         }
         Ok(events)
     }
@@ -229,7 +260,23 @@ fn legacy_events(conn: &Connection, session: &str) -> Result<Vec<ToolEventRecord
     Ok(events)
 }
 
-/// One stored event as it is written into a batch row: the fields of
+/// An element of a batch row as schema 4 writes it.
+#[derive(Serialize)]
+struct CompactEvent<'a> {
+    event: &'a ToolEvent,
+    at_ms: i64,
+}
+
+/// An element of a batch row as read: schema 4's, or schema 3's whole
+/// record (which has no `event` member).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum StoredElement {
+    Compact { event: ToolEvent, at_ms: i64 },
+    Whole(ToolEventRecord),
+}
+
+/// One stored event as schema 3 wrote it into a batch row: the fields of
 /// [`ToolEventRecord`], the whole event as the body.
 #[derive(Serialize)]
 struct StoredEvent<'a, B> {

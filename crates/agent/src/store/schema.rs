@@ -63,6 +63,10 @@ pub const MIGRATIONS: &[&str] = &[
         at         INTEGER NOT NULL
     ) STRICT;
     CREATE INDEX tool_event_batches_by_session ON tool_event_batches (session_id, id);",
+    // 3 → 4: an element of a batch row may be `{"event", "at_ms"}` (see
+    // `events.rs`). No table changes; the version tells an older build,
+    // which could not read such rows, to refuse the file instead.
+    "",
 ];
 
 /// The schema version this build writes.
