@@ -24,5 +24,5 @@ pub use demo_model::DemoModel;
 pub use frames::{Frame, SkipReason, UsageFrame};
 pub use runtime::{AgentSettings, FrameSink, Runtime, TurnControl, TurnInput};
 pub use scheduler::{
-    FrameObserver, Frames, Scheduler, SchedulerCounters, SchedulerOptions, Submission,
+    FrameObserver, Frames, InputId, Scheduler, SchedulerCounters, SchedulerOptions, Submission,
 };

@@ -13,6 +13,9 @@
 //!   checks again only at a safe point, after the batch).
 //! - A stop cancels the running input, tools included, and drops the
 //!   session's queue, answering each dropped input.
+//! - A cancel does that to one input only (by the [`InputId`] its submit
+//!   returned): a server whose client hangs up must not stop the inputs
+//!   other clients queued on the same session.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -77,7 +80,12 @@ pub struct SchedulerCounters {
     pub running_sessions: usize,
 }
 
+/// Names one submitted input, for [`Scheduler::cancel`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct InputId(u64);
+
 struct Pending {
+    id: InputId,
     input: TurnInput,
     frames: Reply,
 }
@@ -113,6 +121,8 @@ impl Reply {
 struct SessionQueue {
     queue: VecDeque<Pending>,
     running: Option<TurnControl>,
+    /// The input `running` controls.
+    running_id: Option<InputId>,
     worker: bool,
     /// (text, submitted at) of recent inputs, for the dedup window.
     recent: VecDeque<(String, Instant)>,
@@ -140,6 +150,7 @@ struct Inner {
     sessions: Mutex<HashMap<String, SessionQueue>>,
     permits: Arc<Semaphore>,
     counts: Counts,
+    next_input: AtomicU64,
 }
 
 /// Runs inputs through a [`Runtime`]. Cheap to clone.
@@ -167,6 +178,7 @@ impl Scheduler {
                 sessions: Mutex::new(HashMap::new()),
                 permits,
                 counts: Counts::default(),
+                next_input: AtomicU64::new(0),
             }),
         }
     }
@@ -192,6 +204,17 @@ impl Scheduler {
     /// with exactly one terminal frame. Must be called within a Tokio
     /// runtime (the session's worker is a task).
     pub fn submit(&self, submission: Submission) -> Frames {
+        self.submit_tracked(submission).1
+    }
+
+    /// [`Scheduler::submit`], also naming the input for
+    /// [`Scheduler::cancel`].
+    pub fn submit_tracked(&self, submission: Submission) -> (InputId, Frames) {
+        let id = InputId(self.inner.next_input.fetch_add(1, Ordering::Relaxed));
+        (id, self.enqueue(id, submission))
+    }
+
+    fn enqueue(&self, id: InputId, submission: Submission) -> Frames {
         let (tx, rx) = mpsc::unbounded_channel();
         let tx = Reply {
             session: submission.session.clone(),
@@ -238,6 +261,7 @@ impl Scheduler {
             return rx;
         }
         let pending = Pending {
+            id,
             input: TurnInput {
                 session: submission.session.clone(),
                 agent: submission.agent,
@@ -294,6 +318,39 @@ impl Scheduler {
         cancelled
     }
 
+    /// Cancels one input of `session`: a queued one leaves the queue and is
+    /// answered `skipped: stopped`; a running one is stopped (tools
+    /// included) and the queue behind it runs on. Returns whether the input
+    /// was still queued or running.
+    pub fn cancel(&self, session: &str, id: InputId) -> bool {
+        let mut sessions = self.sessions();
+        let Some(entry) = sessions.get_mut(session) else {
+            return false;
+        };
+        let cancelled = if entry.running_id == Some(id) {
+            match &entry.running {
+                Some(control) if !control.stop.is_cancelled() => {
+                    control.stop.cancel();
+                    true
+                }
+                _ => false,
+            }
+        } else if let Some(at) = entry.queue.iter().position(|p| p.id == id) {
+            if let Some(pending) = entry.queue.remove(at) {
+                pending.frames.send(Frame::Skipped {
+                    reason: SkipReason::Stopped,
+                });
+            }
+            true
+        } else {
+            false
+        };
+        if cancelled {
+            self.inner.counts.cancelled.fetch_add(1, Ordering::SeqCst);
+        }
+        cancelled
+    }
+
     pub fn counters(&self) -> SchedulerCounters {
         let counts = &self.inner.counts;
         let sessions = self.sessions();
@@ -340,6 +397,7 @@ async fn work(inner: Arc<Inner>, session: String) {
                 Some(pending) => {
                     let control = TurnControl::default();
                     entry.running = Some(control.clone());
+                    entry.running_id = Some(pending.id);
                     (pending, control)
                 }
                 None => {
@@ -360,6 +418,7 @@ async fn work(inner: Arc<Inner>, session: String) {
             let mut sessions = lock(&inner.sessions);
             if let Some(entry) = sessions.get_mut(&session) {
                 entry.running = None;
+                entry.running_id = None;
             }
         }
         inner.counts.executed.fetch_add(1, Ordering::SeqCst);

@@ -269,6 +269,72 @@ async fn stop_cancels_running_tools_and_answers_every_queued_input() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
+/// Cancelling one input touches no other input of its session: a queued
+/// one is dropped from the queue (and answered `stopped`), a running one is
+/// stopped and the queue behind it runs on. This is what a server does when
+/// one client hangs up while others use the same session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_one_input_leaves_the_others_of_its_session_alone() {
+    let (runtime, dir) = runtime(demo_sources(), AgentSettings::default());
+    let scheduler = Scheduler::new(Arc::clone(&runtime), SchedulerOptions::default());
+    let sleep = r#"!calls [{"name":"demo_sleep","arguments":{"ms":800,"tag":"a"}}]"#;
+    let (_, first) = scheduler.submit_tracked(submission("s", sleep));
+    let (second_id, second) = scheduler.submit_tracked(submission("s", "!text second"));
+    let (_, third) = scheduler.submit_tracked(submission("s", "!text third"));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    // The queued second input goes; the running first and the third stay.
+    assert!(scheduler.cancel("s", second_id));
+    assert!(!scheduler.cancel("s", second_id), "already cancelled");
+    assert_eq!(
+        drain(second).await,
+        [Frame::Skipped {
+            reason: SkipReason::Stopped
+        }]
+    );
+    let first = drain(first).await;
+    assert!(
+        matches!(first.last(), Some(Frame::Response { .. })),
+        "{first:#?}"
+    );
+    let third = drain(third).await;
+    assert!(
+        matches!(third.last(), Some(Frame::Response { .. })),
+        "{third:#?}"
+    );
+
+    // A running input is stopped; the one queued behind it still runs.
+    let (running_id, running) = scheduler.submit_tracked(submission("s", sleep));
+    let (_, after) = scheduler.submit_tracked(submission("s", "!text after"));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(scheduler.cancel("s", running_id));
+    let running = drain(running).await;
+    assert!(
+        matches!(running.last(), Some(Frame::Error { code, .. }) if code == "stopped"),
+        "{running:#?}"
+    );
+    let after = drain(after).await;
+    assert!(
+        matches!(after.last(), Some(Frame::Response { .. })),
+        "{after:#?}"
+    );
+    // A finished input cannot be cancelled; other sessions are untouched.
+    assert!(!scheduler.cancel("s", running_id));
+    assert!(!scheduler.cancel("other", second_id));
+    assert_eq!(scheduler.counters().cancelled, 2);
+    let history = runtime.store().history("s").unwrap();
+    check_pairing(&history).unwrap();
+    let inputs: Vec<&str> = history
+        .iter()
+        .filter_map(|m| match m {
+            Message::User { content } => Some(content.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(inputs, [sleep, "!text third", sleep, "!text after"]);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_max_tool_turns_the_reply_says_so() {
     let settings = AgentSettings {

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
-use homeagent_agent::{Agent, Runtime, Scheduler};
+use homeagent_agent::{Agent, InputId, Runtime, Scheduler};
 use homeagent_core::{CancellationToken, Registry};
 use homeagent_device::DeviceHub;
 
@@ -216,6 +216,7 @@ impl ServerState {
             state: self.clone(),
             client,
             session: session.to_owned(),
+            input: None,
             finished: false,
         })
     }
@@ -227,17 +228,25 @@ impl ServerState {
 }
 
 /// One turn the server started. Dropped before [`TurnGuard::finish`] (the
-/// client went away mid-turn), it stops the session's turn, tools included;
-/// the runtime still commits every call's outcome, so the history stays
-/// paired.
+/// client went away mid-turn), it cancels that client's input, tools
+/// included, and nothing else: other clients' inputs on the same session
+/// run on. The runtime still commits every call's outcome, so the history
+/// stays paired.
 pub struct TurnGuard {
     state: ServerState,
     client: IpAddr,
     session: String,
+    /// The input submitted under this guard (none yet: nothing to cancel).
+    input: Option<InputId>,
     finished: bool,
 }
 
 impl TurnGuard {
+    /// The input this guard cancels if the client goes away.
+    pub fn submitted(&mut self, input: InputId) {
+        self.input = Some(input);
+    }
+
     /// The turn reached its terminal frame.
     pub fn finish(mut self) {
         self.finished = true;
@@ -250,9 +259,11 @@ impl TurnGuard {
 
 impl Drop for TurnGuard {
     fn drop(&mut self) {
-        if !self.finished {
-            tracing::info!(session = %self.session, "client went away mid-turn: stopping it");
-            self.state.scheduler().stop(&self.session);
+        if !self.finished
+            && let Some(input) = self.input
+            && self.state.scheduler().cancel(&self.session, input)
+        {
+            tracing::info!(session = %self.session, "client went away mid-turn: its input is cancelled");
         }
         let mut turns = self.state.turns();
         if let Some(n) = turns.per_client.get_mut(&self.client) {

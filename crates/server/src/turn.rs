@@ -9,8 +9,8 @@ use homeagent_agent::{Frame, Frames, SkipReason, Submission};
 use crate::error::ApiError;
 use crate::state::{ServerState, TurnGuard};
 
-/// A submitted input: its frames and the guard that stops it if the client
-/// goes away before the terminal frame.
+/// A submitted input: its frames and the guard that cancels it if the
+/// client goes away before the terminal frame.
 pub struct Started {
     pub frames: Frames,
     pub guard: TurnGuard,
@@ -25,13 +25,14 @@ pub fn start(
     text: String,
     interrupt: bool,
 ) -> Result<Started, ApiError> {
-    let guard = state.begin_turn(client, session)?;
-    let frames = state.scheduler().submit(Submission {
+    let mut guard = state.begin_turn(client, session)?;
+    let (input, frames) = state.scheduler().submit_tracked(Submission {
         session: session.to_owned(),
         agent: agent.to_owned(),
         text,
         interrupt,
     });
+    guard.submitted(input);
     Ok(Started { frames, guard })
 }
 

@@ -306,6 +306,77 @@ async fn a_client_that_disconnects_mid_stream_stops_its_turn_and_the_history_sta
     tokio::time::sleep(Duration::from_millis(10)).await;
 }
 
+/// Two clients on one session: the one whose input is queued hangs up.
+/// Only its own input is cancelled; the other client's running turn ends
+/// normally, and the cancelled input is never stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_hangs_up_cancels_only_its_own_input_on_a_shared_session() {
+    let server = start(Setup {
+        tool_sleep_ms: 3_000,
+        ..Setup::default()
+    })
+    .await;
+    let session = "shared-by-two-clients";
+    let events = server.get("/api/v1/events").send().await.unwrap();
+    let mut events = SseReader::new(events);
+    let first = {
+        let send = server
+            .post_json(
+                "/v1/chat/completions",
+                &request(json!([{"role": "user", "content": "!slowbatch2"}]), false),
+            )
+            .header("x-session-id", session);
+        tokio::spawn(async move { send.send().await.unwrap() })
+    };
+    let mut started = 0;
+    while started < 2 {
+        let event = json(&events.next_within(30).await.unwrap().data);
+        if event["frame"]["type"] == "tool_call" && event["frame"]["phase"] == "start" {
+            started += 1;
+        }
+    }
+    let second = server
+        .post_json(
+            "/v1/chat/completions",
+            &request(
+                json!([{"role": "user", "content": "!text from the second client"}]),
+                true,
+            ),
+        )
+        .header("x-session-id", session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(second.status(), 200);
+    // At least until its input has been queued behind the first one.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    drop(second);
+
+    let first = first.await.unwrap();
+    let status = first.status();
+    let body = first.text().await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(json(&body)["choices"][0]["finish_reason"], "stop", "{body}");
+    let stored = body_json(
+        server
+            .get(&format!("/api/v1/sessions/{session}"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    let inputs: Vec<&str> = stored["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(inputs, ["!slowbatch2"]);
+    let status = body_json(server.get("/api/v1/status").send().await.unwrap()).await;
+    assert_eq!(status["scheduler"]["cancelled"], 1);
+}
+
 /// Pids of running processes whose command line is exactly `argv`.
 fn processes_running(argv: &[&str]) -> Vec<u32> {
     let wanted: Vec<u8> = argv.iter().flat_map(|a| a.bytes().chain([0])).collect();
