@@ -278,6 +278,26 @@ fn sed_in_place_in_every_form_is_a_write() {
     passes(&p, "sed -e s/a/b/ -e 's/x/w/' f");
 }
 
+/// A command hidden after a label (GNU sed ends labels at a blank) ran
+/// programs through the shell under the default policy.
+#[test]
+fn sed_commands_hidden_after_a_label_are_refused() {
+    let writes = writes_policy(&["sed"]);
+    for command in [
+        "sed ':x e id | tr a-z A-Z' /etc/hostname",
+        "sed -n -e 't x e id' -e ':x' f",
+        "sed '$!b x e id' f",
+    ] {
+        for policy in [&default_policy(), &writes] {
+            let refused = refusal(policy, command);
+            assert!(
+                matches!(&refused, CmdRefusal::NeverAllowed { program, .. } if program == "sed"),
+                "{command}: {refused:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn sed_scripts_that_write_or_run_programs() {
     let p = default_policy();

@@ -240,11 +240,23 @@ impl Parser {
         }
     }
 
-    /// A label or file name. Ends at `;` as well as at the newline (GNU
-    /// sometimes reads on past `;`): ending early only means more is checked.
+    /// A file name. Ends at `;` as well as at the newline (GNU reads on past
+    /// `;`): ending early only means more is checked.
     fn word_argument(&mut self) {
         self.skip_blanks();
         while !matches!(self.peek(), None | Some('\n' | ';')) {
+            self.i += 1;
+        }
+    }
+
+    /// A label (of `:`, `b`, `t`, `T`) or `v`'s version. GNU sed 4.9 ends
+    /// a label at a blank as well as at `;` or the newline, so in `:x e id`
+    /// the label is `x` and `e id` is a command that runs `id` through the
+    /// shell. Reading the label to `;` would hide that command; ending at
+    /// the blank leaves `e id` to be checked (and refused).
+    fn label_argument(&mut self) {
+        self.skip_blanks();
+        while !matches!(self.peek(), None | Some('\n' | ';' | ' ' | '\t')) {
             self.i += 1;
         }
     }
@@ -273,7 +285,8 @@ impl Parser {
                 self.skip_blanks();
                 self.digits();
             }
-            ':' | 'b' | 't' | 'T' | 'v' | 'r' | 'R' => self.word_argument(),
+            ':' | 'b' | 't' | 'T' | 'v' => self.label_argument(),
+            'r' | 'R' => self.word_argument(),
             'a' | 'i' | 'c' => self.text_argument(),
             'w' => {
                 self.effects.push(SedEffect::Writes("w"));
@@ -376,6 +389,22 @@ mod tests {
         assert_eq!(effects("/x/!e"), Ok(vec![SedEffect::Runs("e")]));
         // A file name ends early at `;`, so what follows is still checked.
         assert_eq!(effects("r /dev/null; e id"), Ok(vec![SedEffect::Runs("e")]));
+    }
+
+    /// A label ends at a blank (GNU sed 4.9), so a command hidden after it
+    /// is seen: these ran `id` through the shell when labels ran to `;`.
+    #[test]
+    fn a_command_after_a_label_is_checked() {
+        for script in [":x e id", "t x e id\n:x", "$!b x e id", "b x\te id"] {
+            let found = effects(script);
+            assert!(
+                found.is_err() || found == Ok(vec![SedEffect::Runs("e")]),
+                "{script:?}: {found:?}"
+            );
+        }
+        assert_eq!(effects(":x;e id"), Ok(vec![SedEffect::Runs("e")]));
+        assert_eq!(effects(":a;N;$!ba;s/\\n/ /g"), Ok(vec![]));
+        assert_eq!(effects("b end\np\n:end"), Ok(vec![]));
     }
 
     #[test]
