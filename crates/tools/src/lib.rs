@@ -20,6 +20,7 @@ pub mod gate;
 pub mod get_tools;
 pub mod hooks;
 pub mod output;
+mod process_group;
 pub mod tool_api;
 
 pub use cmd_run::{CmdRefusal, CmdRunPolicy, check_command, register_cmd_run, run_command};

@@ -16,6 +16,7 @@ use tokio::process::Command;
 
 use super::check::CheckedCommand;
 use super::policy::{CHILD_PATH, CmdRunPolicy, INHERITED_ENV, is_dangerous_env_name};
+use crate::process_group::ProcessGroup;
 
 /// How one run ended when it did not produce a result value.
 pub(crate) enum Stopped {
@@ -57,7 +58,9 @@ pub(crate) async fn run(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .kill_on_drop(true);
+        .kill_on_drop(true)
+        // Its own process group, so whatever it starts ends with it.
+        .process_group(0);
     if let Some(dir) = &policy.working_dir {
         command.current_dir(dir);
     }
@@ -68,6 +71,9 @@ pub(crate) async fn run(
             .with_field("command")
             .with_hint("check the program is installed on this machine")
     })?;
+    // Killed when the run ends however it ends (result, timeout, cancel,
+    // or this future dropped).
+    let _group = ProcessGroup::of(child.id());
     tracing::debug!(program = %checked.program, pid = child.id(), "cmd_run started");
 
     let cap = policy.output_cap_bytes;
@@ -185,4 +191,64 @@ async fn read_capped<R: AsyncRead + Unpin>(reader: Option<R>, cap: usize) -> Cap
         captured.dropped += (n - room) as u64;
     }
     captured
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // a panic in a test is a test failure
+
+    use super::*;
+
+    /// Whether `pid` still runs (a zombie waiting for its reaper does not).
+    fn running(pid: i32) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|stat| {
+                let state = stat.rsplit_once(')')?.1.trim_start().chars().next()?;
+                Some(state != 'Z' && state != 'X')
+            })
+            .unwrap_or(false)
+    }
+
+    /// A child that started a grandchild and timed out: both are gone when
+    /// the timeout error comes back.
+    #[tokio::test]
+    async fn a_timeout_kills_what_the_child_started() {
+        let dir = std::env::temp_dir().join(format!("homeagent-pgroup-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pid_file = dir.join("grandchild.pid");
+        let checked = CheckedCommand {
+            program: "sh".into(),
+            executable: "/bin/sh".into(),
+            argv0: "sh".into(),
+            args: vec![
+                "-c".into(),
+                format!("sleep 30 & echo $! > {}; wait", pid_file.display()),
+            ],
+            env: vec![],
+        };
+        let policy = CmdRunPolicy::default();
+        let outcome = run(
+            &checked,
+            &policy,
+            Duration::from_millis(500),
+            std::future::pending(),
+        )
+        .await;
+        assert!(outcome.is_err(), "{outcome:?}");
+        let grandchild: i32 = std::fs::read_to_string(&pid_file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        // SIGKILL is delivered at once; give the kernel a moment to act.
+        for _ in 0..50 {
+            if !running(grandchild) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(!running(grandchild), "grandchild {grandchild} still runs");
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }

@@ -8,6 +8,8 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
 
+use crate::process_group::ProcessGroup;
+
 /// What a finished hook said.
 pub(crate) struct HookRun {
     /// `None` when it was killed by a signal.
@@ -77,16 +79,7 @@ pub(crate) async fn run_hook(
 /// Kills the hook's whole process group (the shell was dropped already,
 /// which killed it; what it started may still run).
 async fn kill_group(pid: Option<u32>) {
-    #[cfg(unix)]
-    if let Some(pid) = pid {
-        let _ = tokio::process::Command::new("kill")
-            .args(["-KILL", "--", &format!("-{pid}")])
-            .env_clear()
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .await;
-    }
+    drop(ProcessGroup::of(pid));
 }
 
 /// `hookSpecificOutput` of a hook's stdout, when stdout is such JSON.
