@@ -28,6 +28,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
+    let hardened = keep_secrets_from_children();
     let cli = Cli::parse();
     // Logs go to stderr only when RUST_LOG asks for them (stdout carries
     // replies and `--json` frames). Nothing logged ever holds a key.
@@ -38,6 +39,12 @@ async fn main() -> std::process::ExitCode {
             .with_ansi(false)
             .init();
     }
+    if let Err(error) = hardened {
+        eprintln!(
+            "note: cannot make the process non-dumpable ({error}); programs it runs as the \
+             same user can read its environment, API keys included"
+        );
+    }
     match run(cli).await {
         Ok(code) => code,
         Err(error) => {
@@ -47,6 +54,24 @@ async fn main() -> std::process::ExitCode {
             eprintln!("error: {error:#}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// Makes the process non-dumpable. Programs it runs (`cmd_run`, hooks,
+/// MCP servers) run as the same user, and a same-user process can read
+/// `/proc/<pid>/environ` of a dumpable one, where the API keys are (`ps
+/// eww` prints them too); clearing a variable does not remove it from
+/// there. A non-dumpable process's `/proc` files belong to root, so only
+/// root can read them. It also means no core dumps (which would hold the
+/// keys too) and no same-user debugger attach.
+fn keep_secrets_from_children() -> Result<(), String> {
+    #[cfg(target_os = "linux")]
+    {
+        nix::sys::prctl::set_dumpable(false).map_err(|e| e.to_string())
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        Ok(())
     }
 }
 
@@ -143,5 +168,17 @@ fn seq(
         cli::SeqCommand::Delete { name } => seq_cmd::delete(&data_dir, &name, out),
         // Handled (async) before this match.
         cli::SeqCommand::Run { .. } => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // a panic in a test is a test failure
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn the_process_is_made_non_dumpable() {
+        super::keep_secrets_from_children().unwrap();
+        assert!(!nix::sys::prctl::get_dumpable().unwrap());
     }
 }
