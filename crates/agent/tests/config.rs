@@ -863,7 +863,7 @@ fn example_hooks() -> homeagent_agent::config::HooksSection {
             "cmd_run|files_write",
             "$HOME/.config/homeagent/hooks/check.sh",
         )],
-        post_tool_use: vec![hook("mcp__.*", "logger -t homeagent-tool")],
+        post_tool_use: vec![hook("git__.*", "logger -t homeagent-tool")],
     }
 }
 

@@ -10,7 +10,7 @@
 //! The gate decides from:
 //! - the agent's grant: `allow_tools` (empty = every tool) and `deny_tools`
 //!   (wins over allow), each a list of names where a trailing `*` matches a
-//!   prefix (`files_*`, `mcp__*`);
+//!   prefix (`files_*`; `git__*` for every tool of the MCP server named `git`);
 //! - device scope: a tool registered as device-scoped (the device bridge's
 //!   `device_cmd_run`) must carry a device id argument naming a device the
 //!   agent was granted; a missing id is refused (fail closed);

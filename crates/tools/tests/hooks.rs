@@ -209,6 +209,41 @@ async fn a_json_deny_refuses_and_other_exit_codes_do_not_block() {
     );
 }
 
+/// A hook that cannot be run at all (a mistyped path: the shell exits 127;
+/// a file that is not executable: 126) has no verdict to give. It fails
+/// closed, like a hook that cannot start, instead of letting every call
+/// through with a warning.
+#[tokio::test]
+async fn a_hook_that_cannot_be_run_denies() {
+    let dir = Dir::new("missing");
+    let plain = dir.path("plain.sh");
+    std::fs::write(&plain, "exit 0\n").unwrap();
+    let mut permissions = std::fs::metadata(&plain).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o644);
+    std::fs::set_permissions(&plain, permissions).unwrap();
+    let not_executable = format!("'{}'", plain.display());
+    let seen = Arc::new(Seen::default());
+    for (command, code) in [
+        ("/nonexistent/policy-hook.sh".to_owned(), 127),
+        (not_executable, 126),
+    ] {
+        let outcome = run(
+            &executor(&seen, &[spec(command.clone())], &[], Approval::Refused),
+            "note",
+            json!({"text": "a"}),
+        )
+        .await;
+        let error = outcome.error.expect("the call must be denied");
+        assert_eq!(error.reason, ErrorReason::Denied, "{command}");
+        assert!(
+            error.detail.contains(&format!("exited {code}")),
+            "{command}: {}",
+            error.detail
+        );
+    }
+    assert!(seen.0.lock().unwrap().is_empty(), "a call ran");
+}
+
 #[tokio::test]
 async fn updated_input_is_validated_again() {
     let dir = Dir::new("rewrite");

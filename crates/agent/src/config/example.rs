@@ -60,7 +60,7 @@ fn example_entry(path: &str) -> Option<Vec<(&'static str, Value)>> {
             ("command", json!("$HOME/.config/homeagent/hooks/check.sh")),
         ]),
         "hooks.post_tool_use" => Some(vec![
-            ("matcher", json!("mcp__.*")),
+            ("matcher", json!("git__.*")),
             ("command", json!("logger -t homeagent-tool")),
         ]),
         _ => None,

@@ -369,13 +369,15 @@ pub struct HooksSection {
 
 /// `[[hooks.pre_tool_use]]` / `[[hooks.post_tool_use]]`: a command run with
 /// `sh -c` (unlike the model's `cmd_run`, which never uses a shell). It
-/// reads the call as JSON on stdin; exit 2 refuses the call (pre) with
-/// stderr as the reason.
+/// reads the call as JSON on stdin. A pre hook's exit 0 lets the call run,
+/// exit 2 refuses it with stderr as the reason, and so does a command the
+/// shell cannot run (126, 127: fix the path); other codes let it run with
+/// a warning.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HookEntry {
     /// A regular expression matched against the whole tool name
-    /// (`cmd_run`, `files_read|files_write`, `mcp__.*`); empty means every
+    /// (`cmd_run`, `files_read|files_write`, `git__.*`); empty means every
     /// tool. An invalid one fails the start, naming the hook.
     #[serde(default)]
     pub matcher: String,

@@ -2,7 +2,7 @@
 //! the hook protocol people already use with coding agents.
 //!
 //! The expression must match the whole name, so `Bash` is that tool and not
-//! `BashOutput`, `Edit|Write` is either of two tools, and `mcp__.*` is every
+//! `BashOutput`, `Edit|Write` is either of two tools, and `git__.*` is every
 //! name with that prefix. An empty matcher, `*` (which people write though
 //! it is not a regex) and `.*` match every tool. The syntax is `regex-lite`'s:
 //! the usual Perl-like forms without Unicode classes, which tool names (ASCII
@@ -62,8 +62,8 @@ mod tests {
         assert!(sees("Edit|Write", "Write"));
         assert!(!sees("Edit|Write", "EditWrite"));
         assert!(!sees("Edit|Write", "Editor"));
-        assert!(sees("mcp__.*", "mcp__fs__read"));
-        assert!(!sees("mcp__.*", "cmd_run"));
+        assert!(sees("git__.*", "git__git_status"));
+        assert!(!sees("git__.*", "cmd_run"));
         assert!(sees("files_(read|list)", "files_list"));
         assert!(!sees("files_(read|list)", "files_write"));
         assert!(sees("^cmd_run$", "cmd_run"));

@@ -85,7 +85,7 @@ pub enum HookSpecError {
     #[error("a hook has an empty `command`; give the shell command to run")]
     EmptyCommand,
     #[error(
-        "hook {hook} has an invalid matcher `{matcher}`: {reason}; a matcher is a regular expression matched against the whole tool name (`cmd_run`, `files_read|files_write`, `mcp__.*`), or empty for every tool"
+        "hook {hook} has an invalid matcher `{matcher}`: {reason}; a matcher is a regular expression matched against the whole tool name (`cmd_run`, `files_read|files_write`, `git__.*`), or empty for every tool"
     )]
     InvalidMatcher {
         /// The hook's name: `pre_tool_use[i]` or `post_tool_use[i]`, its

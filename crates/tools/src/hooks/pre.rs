@@ -77,6 +77,17 @@ impl PreToolHook for CommandPreHook {
             let run = run_hook(&command, &env, &session, &event, timeout).await?;
             match run.code {
                 Some(0) => {}
+                // The shell's own codes for a command it could not run
+                // (126: not executable, 127: not found): a mistyped hook
+                // path has no verdict, and allowing every call would be
+                // failing open. It fails closed, like a hook that cannot
+                // start.
+                Some(code @ (126 | 127)) => {
+                    return Err(format!(
+                        "could not be run (the shell exited {code}: {}); fix the hook's `command`",
+                        run.stderr.trim()
+                    ));
+                }
                 Some(2) => {
                     let reason = run.stderr.trim();
                     return Ok(PreDecision::Deny {
