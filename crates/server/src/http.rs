@@ -26,10 +26,14 @@ pub const EVENTS_PATH: &str = "/api/v1/events";
 pub const TOKEN_COOKIE: &str = "homeagent_token";
 
 /// Middleware: with an API key configured, every route but the dashboard
-/// page needs it; anything else is a 401 in the JSON error shape.
+/// page needs it; anything else is a 401 in the JSON error shape. Without
+/// one, browsers of other sites are refused (see [`local_browser_check`]).
 pub async fn require_key(State(state): State<ServerState>, req: Request, next: Next) -> Response {
     let Some(key) = state.options().api_key.as_deref() else {
-        return next.run(req).await;
+        return match local_browser_check(req.headers()) {
+            Ok(()) => next.run(req).await,
+            Err(error) => error.into_response(),
+        };
     };
     let path = req.uri().path();
     if path == PUBLIC_PATH || path == DEVICE_WS_PATH {
@@ -45,6 +49,81 @@ pub async fn require_key(State(state): State<ServerState>, req: Request, next: N
     } else {
         ApiError::unauthorized().into_response()
     }
+}
+
+/// Without a key the server listens on loopback only, which keeps other
+/// machines out but not the web pages the person opens: a page can send a
+/// "simple" cross-site POST (`text/plain`, no preflight) to 127.0.0.1, and
+/// a page whose own name was rebound to 127.0.0.1 (DNS rebinding) can even
+/// read the answers. Browsers say where a request comes from, so:
+///
+/// - `Host` must name loopback (`localhost`, `*.localhost`, `127.x.x.x`,
+///   `[::1]`): a rebound page's requests carry its own name;
+/// - `Origin`, when a browser sends one, must be this same host and port
+///   (the dashboard's own requests); `null` (sandboxed frames, files) is
+///   refused.
+///
+/// Local clients (curl, SDKs, Open WebUI's backend) send no `Origin` and a
+/// loopback `Host`, so they are not affected. With a key none of this is
+/// needed: a page cannot know the key, and sending it needs a preflight
+/// this server never grants.
+fn local_browser_check(headers: &HeaderMap) -> Result<(), ApiError> {
+    let refuse = |what: String| {
+        ApiError::new(
+            StatusCode::FORBIDDEN,
+            "foreign_origin",
+            format!(
+                "{what}; without an API key only local clients and the dashboard at this \
+                 address may use the server (set `server.api_key` to serve others)"
+            ),
+        )
+    };
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+    if let Some(host) = host
+        && !is_loopback_host(host)
+    {
+        return Err(refuse(format!(
+            "the request names host `{host}`, not this machine"
+        )));
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or("null");
+        let authority = origin
+            .split_once("://")
+            .map(|(_, rest)| rest.trim_end_matches('/'));
+        let same = match (authority, host) {
+            (Some(authority), Some(host)) => authority.eq_ignore_ascii_case(host),
+            // No Host to compare with: a loopback origin is this machine.
+            (Some(authority), None) => is_loopback_host(authority),
+            (None, _) => false,
+        };
+        if !same {
+            return Err(refuse(format!("a web page of `{origin}` sent the request")));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `host` (a `Host` header value or an origin's authority, port
+/// included or not) names the loopback interface.
+fn is_loopback_host(host: &str) -> bool {
+    let name = match host.strip_prefix('[') {
+        // `[::1]:8080`
+        Some(rest) => rest.split(']').next().unwrap_or_default(),
+        None => host.rsplit_once(':').map_or(host, |(name, port)| {
+            if port.bytes().all(|b| b.is_ascii_digit()) {
+                name
+            } else {
+                host
+            }
+        }),
+    };
+    let name = name.to_ascii_lowercase();
+    name == "localhost"
+        || name.ends_with(".localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 fn bearer(headers: &HeaderMap) -> Option<String> {

@@ -356,3 +356,68 @@ async fn a_body_that_trickles_in_is_refused_after_the_body_timeout() {
     assert!(text.contains("invalid_body"), "{text}");
     assert!(started.elapsed() >= timeout, "{:?}", started.elapsed());
 }
+
+/// Without a key the server listens on loopback only, but any web page the
+/// person opens can still reach loopback: a cross-site "simple" POST (no
+/// preflight) or a page whose name was rebound to 127.0.0.1. Requests that
+/// a browser marks as coming from another site, or that name a host other
+/// than loopback, are refused; local clients (no `Origin`) and the
+/// dashboard (same origin) are not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_key_browsers_of_other_sites_are_refused() {
+    let server = start(Setup {
+        api_key: None,
+        ..Setup::default()
+    })
+    .await;
+    let port = server.url.rsplit(':').next().unwrap().to_owned();
+    let body = json!({"model": "homeagent", "messages": [{"role": "user", "content": "!text hi"}]})
+        .to_string();
+    let post = |origin: Option<String>, host: Option<String>| {
+        let mut request = server
+            .client()
+            .post(format!("{}/v1/chat/completions", server.url))
+            .header("content-type", "text/plain;charset=UTF-8")
+            .body(body.clone());
+        if let Some(origin) = origin {
+            request = request.header("origin", origin);
+        }
+        if let Some(host) = host {
+            request = request.header("host", host);
+        }
+        request.send()
+    };
+    for (origin, host) in [
+        (Some("https://evil.example".to_owned()), None),
+        (
+            Some("https://evil.example".to_owned()),
+            Some(format!("evil.example:{port}")),
+        ),
+        (None, Some(format!("evil.example:{port}"))),
+        (Some("null".to_owned()), None),
+        (Some(format!("http://127.0.0.1:{port}.evil.example")), None),
+    ] {
+        let response = post(origin.clone(), host.clone()).await.unwrap();
+        assert_eq!(response.status(), 403, "origin {origin:?}, host {host:?}");
+        let error = body_json(response).await;
+        assert_eq!(error["error"]["code"], "foreign_origin", "{error}");
+    }
+    for (origin, host) in [
+        (None, None),
+        (Some(format!("http://127.0.0.1:{port}")), None),
+        (
+            Some(format!("http://localhost:{port}")),
+            Some(format!("localhost:{port}")),
+        ),
+    ] {
+        let response = post(origin.clone(), host.clone()).await.unwrap();
+        assert_eq!(response.status(), 200, "origin {origin:?}, host {host:?}");
+    }
+    let events = server
+        .get("/api/v1/sessions")
+        .header("host", format!("rebound.example:{port}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.status(), 403);
+}
