@@ -234,6 +234,29 @@ async fn malformed_unknown_and_refused_requests_get_a_400_naming_the_problem() {
         ),
         (
             "/v1/chat/completions",
+            json!({"model": "homeagent", "messages": user, "modalities": ["text", "audio"]})
+                .to_string(),
+            400,
+            "unsupported_parameter",
+            "`modalities`",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": "homeagent", "messages": user, "audio": {"voice": "alloy", "format": "wav"}})
+                .to_string(),
+            400,
+            "unsupported_parameter",
+            "`audio`",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"model": "homeagent", "messages": user, "web_search_options": {}}).to_string(),
+            400,
+            "unsupported_parameter",
+            "`web_search_options`",
+        ),
+        (
+            "/v1/chat/completions",
             json!({"model": "homeagent", "messages": user, "pad": "x".repeat(5000)}).to_string(),
             413,
             "body_too_large",
@@ -420,4 +443,36 @@ async fn without_a_key_browsers_of_other_sites_are_refused() {
         .await
         .unwrap();
     assert_eq!(events.status(), 403);
+}
+
+/// What real clients send besides OpenAI's core fields: the sampling knobs
+/// of other servers that Open WebUI and LibreChat pass through (`top_k`,
+/// `min_p`, ...), OpenAI's `prediction` and text-only `modalities`, and
+/// assistant messages as OpenAI returned them (`annotations`, `refusal`)
+/// or as DeepSeek clients keep them (`reasoning_content`). All are
+/// accepted; a misspelt field still is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fields_real_clients_send_are_accepted() {
+    let server = start(Setup::default()).await;
+    let body = json!({
+        "model": "homeagent",
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "Hello.", "annotations": [], "refusal": null,
+             "reasoning_content": "greet back"},
+            {"role": "user", "content": "!text again"}
+        ],
+        "top_k": 40, "min_p": 0.05, "repetition_penalty": 1.1, "typical_p": 1.0,
+        "prediction": {"type": "content", "content": "x"},
+        "modalities": ["text"]
+    });
+    let response = server
+        .post_json("/v1/chat/completions", &body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status();
+    let answer = body_json(response).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["object"], "chat.completion");
 }

@@ -9,7 +9,8 @@
 //!   the agent's own model configuration governs (listed in [`IGNORED`]);
 //! - **refused**: `tools`/`functions` (the agent runs its own tools), and
 //!   settings that would change the answer's shape in a way the agent
-//!   cannot honour (`n` > 1, a non-text `response_format`, `logprobs`).
+//!   cannot honour (`n` > 1, a non-text `response_format` or `modalities`,
+//!   `logprobs`, `audio`, `web_search_options`).
 //!
 //! Anything else is a 400 `unknown_field` naming the field and listing the
 //! accepted ones, so a typo fails loudly.
@@ -51,6 +52,17 @@ pub const IGNORED: &[&str] = &[
     "safety_identifier",
     "prompt_cache_key",
     "verbosity",
+    "prediction",
+    // Checked in `check_shape_settings`: only their text-only forms pass.
+    "modalities",
+    "audio",
+    "web_search_options",
+    // Sampling knobs of other OpenAI-compatible servers (vLLM, llama.cpp,
+    // OpenRouter) that Open WebUI and LibreChat pass through.
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "typical_p",
 ];
 
 const TOOL_FIELDS: &[&str] = &["tools", "functions"];
@@ -94,6 +106,14 @@ struct WireMessage {
     _refusal: Option<Value>,
     #[serde(default, rename = "audio")]
     _audio: Option<Value>,
+    /// On assistant messages as OpenAI returns them (URL citations).
+    #[serde(default, rename = "annotations")]
+    _annotations: Option<Value>,
+    /// On assistant messages as DeepSeek and OpenRouter clients keep them.
+    #[serde(default, rename = "reasoning_content")]
+    _reasoning_content: Option<Value>,
+    #[serde(default, rename = "reasoning")]
+    _reasoning: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -235,6 +255,25 @@ fn check_shape_settings(fields: &Map<String, Value>) -> Result<(), ApiError> {
              answers in text; leave it out"
                 .to_owned(),
         ));
+    }
+    if let Some(modalities) = fields.get("modalities").and_then(Value::as_array)
+        && modalities.iter().any(|m| m.as_str() != Some("text"))
+    {
+        return Err(unsupported(
+            "`modalities` other than [\"text\"] cannot be honoured: the agent answers in \
+             text; leave it out"
+                .to_owned(),
+        ));
+    }
+    for (field, what) in [
+        ("audio", "audio output"),
+        ("web_search_options", "a web search by the model"),
+    ] {
+        if fields.get(field).is_some_and(|v| !v.is_null()) {
+            return Err(unsupported(format!(
+                "`{field}` asks for {what}, which the agent cannot give; leave it out"
+            )));
+        }
     }
     for field in ["tool_choice", "function_call"] {
         if fields.get(field).is_some_and(Value::is_object) {
