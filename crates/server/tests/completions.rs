@@ -139,6 +139,73 @@ async fn a_streamed_completion_sends_chunks_usage_last_and_done() {
     assert!(events.iter().all(|e| !e.data.contains("\"usage\"")));
 }
 
+/// The text of a streamed completion, all deltas joined.
+async fn streamed_text(server: &common::TestServer, content: &str) -> String {
+    let response = server
+        .post_json(
+            "/v1/chat/completions",
+            &request(json!([{"role": "user", "content": content}]), true),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    SseReader::new(response)
+        .all()
+        .await
+        .iter()
+        .filter(|e| e.data != "[DONE]")
+        .filter_map(|e| json(&e.data)["choices"][0]["delta"]["content"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// A streamed answer says what the whole answer says, including the note
+/// the agent adds when it stops after its tool turns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_answer_ends_with_the_same_text_as_the_whole_one() {
+    let server = start(Setup {
+        extra_toml: "[agent]\nmax_tool_turns = 1\n",
+        ..Setup::default()
+    })
+    .await;
+    for content in ["!batch2", "!text"] {
+        let whole = body_json(
+            server
+                .post_json(
+                    "/v1/chat/completions",
+                    &request(json!([{"role": "user", "content": content}]), false),
+                )
+                .send()
+                .await
+                .unwrap(),
+        )
+        .await;
+        let whole = whole["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(!whole.is_empty());
+        assert_eq!(streamed_text(&server, content).await, whole, "{content}");
+    }
+}
+
+/// What the scheduler refuses at once keeps its HTTP status when the
+/// client asked for a stream (nothing was streamed yet).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_request_refused_at_once_gets_its_status() {
+    let server = start(Setup::default()).await;
+    let response = server
+        .post_json(
+            "/v1/chat/completions",
+            &request(json!([{"role": "user", "content": "  "}]), true),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    assert_eq!(body_json(response).await["error"]["code"], "empty_input");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn earlier_messages_seed_a_fresh_session_and_x_session_id_continues_one() {
     let server = start(Setup::default()).await;

@@ -23,6 +23,7 @@
 //! raise as an error. A client that disconnects stops its turn.
 
 mod request;
+mod streamed_text;
 
 use std::net::SocketAddr;
 
@@ -43,6 +44,7 @@ use crate::error::ApiError;
 use crate::http::{json_body, json_ok};
 use crate::state::{ServerState, TurnGuard};
 use crate::turn::{self, terminal_error};
+use streamed_text::StreamedText;
 
 /// The header naming the session to continue (and, in answers, the
 /// session a request ran in).
@@ -92,7 +94,17 @@ async fn completions_inner(
     let completion_id = state.fresh_id("chatcmpl");
     let created = unix_seconds();
     let mut response = if request.stream {
-        let chunks = ChunkStream {
+        let mut frames = frames;
+        // Refusals the scheduler gives at once (empty input, a full queue,
+        // a duplicate) keep their HTTP status: nothing is streamed yet.
+        let early = frames.try_recv().ok();
+        if let Some(frame) = &early
+            && let Some(error) = terminal_error(frame)
+        {
+            guard.finish();
+            return Err(error);
+        }
+        let mut chunks = ChunkStream {
             frames,
             guard: Some(guard),
             id: completion_id,
@@ -100,7 +112,11 @@ async fn completions_inner(
             include_usage: request.include_usage,
             queue: std::collections::VecDeque::new(),
             started: false,
+            text: StreamedText::default(),
         };
+        if let Some(frame) = early {
+            chunks.push(frame);
+        }
         Sse::new(chunks.into_stream())
             .keep_alive(KeepAlive::default())
             .into_response()
@@ -237,6 +253,7 @@ struct ChunkStream {
     include_usage: bool,
     queue: std::collections::VecDeque<String>,
     started: bool,
+    text: StreamedText,
 }
 
 impl ChunkStream {
@@ -260,10 +277,11 @@ impl ChunkStream {
         }
         match frame {
             Frame::ContentDelta { text } => {
-                let chunk = self.chunk(json!({"content": text}), None);
+                let delta = self.text.text(&text);
+                let chunk = self.chunk(json!({"content": delta}), None);
                 self.queue.push_back(chunk);
             }
-            Frame::ToolCall(_) => {}
+            Frame::ToolCall(_) => self.text.tool_call(),
             terminal => {
                 if let Some(guard) = self.guard.take() {
                     guard.finish();
@@ -271,6 +289,13 @@ impl ChunkStream {
                 if let Some(error) = terminal_error(&terminal) {
                     self.queue.push_back(error.body().to_string());
                 } else {
+                    if let Frame::Response { content, .. } = &terminal
+                        && let Some(missing) = self.text.missing_from(content)
+                    {
+                        let delta = self.text.text(missing);
+                        let chunk = self.chunk(json!({"content": delta}), None);
+                        self.queue.push_back(chunk);
+                    }
                     let last = self.chunk(json!({}), Some("stop"));
                     self.queue.push_back(last);
                     if self.include_usage
@@ -306,6 +331,7 @@ impl ChunkStream {
                         let error = ApiError::internal("the scheduler ended without answering");
                         this.guard = None;
                         this.queue.push_back(error.body().to_string());
+                        this.queue.push_back("[DONE]".to_owned());
                     }
                 }
             }
