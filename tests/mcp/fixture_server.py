@@ -105,6 +105,19 @@ def pid() -> int:
 
 
 @server.tool()
+def stderr_write(hex_bytes: str, repeat: int) -> str:
+    """Writes the bytes `hex_bytes` to stderr `repeat` times; says whether it could."""
+    count("stderr_write")
+    data = bytes.fromhex(hex_bytes)
+    try:
+        for _ in range(repeat):
+            os.write(2, data)
+    except OSError as e:
+        return f"stderr write failed: {e!r}"
+    return "written"
+
+
+@server.tool()
 def env_names() -> list[str]:
     """The names of the environment variables this server process got."""
     count("env_names")

@@ -24,8 +24,9 @@ pub struct McpServerSpec {
 /// How to reach a server.
 #[derive(Clone)]
 pub enum McpTransport {
-    /// A child process speaking MCP on stdin/stdout. It gets an empty
-    /// environment plus exactly `env`: never HomeAgent's own keys.
+    /// A child process speaking MCP on stdin/stdout. It gets `env`, and of
+    /// HomeAgent's environment only HOME, LOGNAME, PATH, SHELL, TERM and
+    /// USER (as the official SDKs pass them): never HomeAgent's keys.
     Stdio {
         command: String,
         args: Vec<String>,

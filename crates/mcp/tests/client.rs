@@ -45,6 +45,7 @@ async fn stdio_tools_are_listed_and_called_with_a_clean_environment() {
             "fx__pid",
             "fx__read_slow",
             "fx__stats",
+            "fx__stderr_write",
             "fx__summary",
             "fx__write_slow"
         ]
@@ -53,11 +54,52 @@ async fn stdio_tools_are_listed_and_called_with_a_clean_environment() {
     let echo = call(source.clone(), "fx__echo", json!({"text": "hi"})).await;
     assert!(echo.success, "{}", echo.text);
     assert_eq!(echo.value, json!({"echo": "hi", "length": 2}));
-    // Exactly the listed environment: nothing of ours (PATH, HOME, keys).
+    // The listed environment and the few names launchers need (as the
+    // official SDKs pass them), nothing else of ours (API keys).
     let env = call(source.clone(), "fx__env_names", json!({})).await;
-    assert_eq!(env.value, json!({"result": ["HA_MARK", "LC_ALL"]}));
+    let mut expected: Vec<String> = ["HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER"]
+        .into_iter()
+        .filter(|name| std::env::var_os(name).is_some())
+        .map(str::to_owned)
+        .chain(["HA_MARK".to_owned(), "LC_ALL".to_owned()])
+        .collect();
+    expected.sort();
+    assert!(
+        expected.iter().any(|n| n == "PATH"),
+        "the test needs PATH set"
+    );
+    assert_eq!(env.value, json!({"result": expected}));
+    assert!(
+        std::env::var_os("CARGO_MANIFEST_DIR").is_some(),
+        "cargo sets it: the test checks it is not passed"
+    );
     manager.shutdown().await;
     assert_eq!(manager.status()[0].phase, ServerPhase::Stopped);
+}
+
+/// A server's stderr is read to its end whatever it holds: one byte that
+/// is not UTF-8 used to end the reading, the pipe then closed, and the
+/// server's next write to stderr failed (Go servers die of SIGPIPE).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stderr_that_is_not_utf8_does_not_break_the_server() {
+    let (manager, source) = start(vec![stdio_spec("fx")]).await;
+    let bad = call(
+        source.clone(),
+        "fx__stderr_write",
+        json!({"hex_bytes": "636166e90a", "repeat": 1}),
+    )
+    .await;
+    assert_eq!(bad.value, json!({"result": "written"}), "{}", bad.text);
+    // 512 KiB: far more than a pipe buffer holds, so someone must read it.
+    let line = format!("{}0a", "78".repeat(1023));
+    let lots = call(
+        source.clone(),
+        "fx__stderr_write",
+        json!({"hex_bytes": line, "repeat": 512}),
+    )
+    .await;
+    assert_eq!(lots.value, json!({"result": "written"}), "{}", lots.text);
+    manager.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -155,7 +155,11 @@ async fn streamed_text(server: &common::TestServer, content: &str) -> String {
         .await
         .iter()
         .filter(|e| e.data != "[DONE]")
-        .filter_map(|e| json(&e.data)["choices"][0]["delta"]["content"].as_str().map(str::to_owned))
+        .filter_map(|e| {
+            json(&e.data)["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_owned)
+        })
         .collect()
 }
 

@@ -324,8 +324,9 @@ pub struct McpServerEntry {
     /// Arguments of `command`.
     #[serde(default)]
     pub args: Vec<String>,
-    /// The program's whole environment: it gets these variables and
-    /// nothing of HomeAgent's own (never its API keys).
+    /// Environment variables for the program. Besides these it gets only
+    /// HOME, LOGNAME, PATH, SHELL, TERM and USER of HomeAgent's own (what
+    /// launchers such as npx, uvx and docker need), never its API keys.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     /// Streamable HTTP address of the server.

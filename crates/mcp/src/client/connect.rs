@@ -10,7 +10,7 @@ use rmcp::service::{NotificationContext, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
-use tokio::io::AsyncBufReadExt;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt};
 use tokio::sync::Notify;
 
 use crate::spec::{McpServerSpec, McpTransport};
@@ -64,8 +64,14 @@ pub(crate) async fn connect(
         McpTransport::Stdio { command, args, env } => {
             let mut cmd = tokio::process::Command::new(command);
             // A clean environment: the server must not inherit HomeAgent's
-            // API keys. It gets exactly what the config lists.
-            cmd.args(args).env_clear().envs(env).kill_on_drop(true);
+            // API keys. It gets the few names launchers need (`npx`,
+            // `uvx` and `docker` find nothing without PATH and HOME), as
+            // the official SDKs pass them, and what the config lists.
+            cmd.args(args)
+                .env_clear()
+                .envs(inherited_environment())
+                .envs(env)
+                .kill_on_drop(true);
             let (transport, stderr) = TokioChildProcess::builder(cmd)
                 .stderr(Stdio::piped())
                 .spawn()
@@ -104,13 +110,40 @@ async fn handshake<E: std::fmt::Display>(
     }
 }
 
+/// What a stdio server gets of HomeAgent's environment: the names the
+/// official MCP SDKs pass by default on POSIX. None of them holds a key.
+const INHERITED_ENV: [&str; 6] = ["HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER"];
+
+fn inherited_environment() -> impl Iterator<Item = (&'static str, std::ffi::OsString)> {
+    INHERITED_ENV
+        .into_iter()
+        .filter_map(|name| Some((name, std::env::var_os(name)?)))
+}
+
+/// The longest stderr line logged whole; a longer one is logged in pieces.
+const STDERR_LINE_BYTES: u64 = 64 * 1024;
+
 /// The server's stderr goes to the log, line by line, so a server that
-/// fails at start says why.
+/// fails at start says why. It is read to its end whatever it holds: a
+/// reader that stopped at a byte that is not UTF-8 closed the pipe, and
+/// the server's next write to stderr failed (a Go server dies of SIGPIPE).
 fn forward_stderr(server: String, stderr: tokio::process::ChildStderr) {
     tokio::spawn(async move {
-        let mut lines = tokio::io::BufReader::new(stderr).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            tracing::debug!(server = %server, "mcp server stderr: {line}");
+        let mut reader = tokio::io::BufReader::new(stderr);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match (&mut reader)
+                .take(STDERR_LINE_BYTES)
+                .read_until(b'\n', &mut line)
+                .await
+            {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {
+                    let text = String::from_utf8_lossy(&line);
+                    tracing::debug!(server = %server, "mcp server stderr: {}", text.trim_end());
+                }
+            }
         }
     });
 }
