@@ -92,9 +92,13 @@ pub enum BuildError {
     Mcp(#[from] homeagent_mcp::SpecError),
     #[error("MCP servers need a running Tokio runtime to start in (build the agent inside one)")]
     NoRuntime,
-    #[error("`{key}` names the tool `{name}`, which does not exist; known tools: {known}")]
+    #[error(
+        "`{key}` names the tool `{name}`, which does not exist (a name ending in `*` matches \
+         a prefix; MCP tools are named <server>__<tool>); known tools: {known}"
+    )]
     UnknownTool {
-        key: &'static str,
+        /// Where in the config (`tools.require_approval`, `agents[1].deny_tools`).
+        key: String,
         name: String,
         known: String,
     },
@@ -259,7 +263,12 @@ pub fn build(
         },
     )?;
     attribute(&registry, &mut tool_sources, "seq");
-    check_tool_names(&registry, &config.tools.require_approval)?;
+    let names = ToolNames::new(&registry, &config.mcp.servers);
+    names.check("tools.require_approval", &config.tools.require_approval)?;
+    for (i, agent) in config.agents.iter().enumerate() {
+        names.check(&format!("agents[{i}].allow_tools"), &agent.allow_tools)?;
+        names.check(&format!("agents[{i}].deny_tools"), &agent.deny_tools)?;
+    }
 
     let store_path = loaded.paths.data_dir.join(STORE_FILE);
     let durability = match config.store.sync {
@@ -372,21 +381,69 @@ fn attribute(
     }
 }
 
-fn check_tool_names(registry: &Registry, names: &[String]) -> Result<(), BuildError> {
-    use homeagent_core::ToolSource;
-    for name in names {
-        if registry.definition(name).is_none() {
-            let known: Vec<String> = registry
+/// The tools a config may name: every registered tool, and every tool of
+/// a configured MCP server (`<server>__<tool>`; which tools a server has is
+/// known only once it runs, so any name under its prefix is taken).
+/// Checking the names is what makes a typo fail the start: `deny_tools =
+/// ["cmd-run"]` denied nothing, silently.
+struct ToolNames {
+    tools: Vec<String>,
+    mcp_prefixes: Vec<String>,
+}
+
+impl ToolNames {
+    fn new(registry: &Registry, servers: &[crate::config::McpServerEntry]) -> Self {
+        use homeagent_core::ToolSource;
+        ToolNames {
+            tools: registry
                 .definitions()
                 .iter()
                 .map(|d| d.name.clone())
-                .collect();
-            return Err(BuildError::UnknownTool {
-                key: "tools.require_approval",
-                name: name.clone(),
-                known: known.join(", "),
-            });
+                .collect(),
+            mcp_prefixes: servers
+                .iter()
+                .filter_map(|server| {
+                    let name = homeagent_mcp::exposed_name(&server.name, "t").ok()?;
+                    Some(name.strip_suffix('t')?.to_owned())
+                })
+                .collect(),
         }
     }
-    Ok(())
+
+    /// Whether `pattern` (a name, or a prefix ending in `*`, as the gate
+    /// reads them) can match a tool.
+    fn matches_some(&self, pattern: &str) -> bool {
+        match pattern.strip_suffix('*') {
+            Some(prefix) => {
+                self.tools.iter().any(|t| t.starts_with(prefix))
+                    || self
+                        .mcp_prefixes
+                        .iter()
+                        .any(|p| p.starts_with(prefix) || prefix.starts_with(p.as_str()))
+            }
+            None => {
+                self.tools.iter().any(|t| t == pattern)
+                    || self
+                        .mcp_prefixes
+                        .iter()
+                        .any(|p| pattern.len() > p.len() && pattern.starts_with(p.as_str()))
+            }
+        }
+    }
+
+    fn check(&self, key: &str, patterns: &[String]) -> Result<(), BuildError> {
+        match patterns.iter().find(|p| !self.matches_some(p)) {
+            None => Ok(()),
+            Some(name) => {
+                let mut known = self.tools.clone();
+                known.sort();
+                known.extend(self.mcp_prefixes.iter().map(|p| format!("{p}*")));
+                Err(BuildError::UnknownTool {
+                    key: key.to_owned(),
+                    name: name.clone(),
+                    known: known.join(", "),
+                })
+            }
+        }
+    }
 }

@@ -73,6 +73,10 @@ impl TempDir {
         TempDir(dir)
     }
 
+    pub fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+
     /// The store file in it.
     pub fn db(&self) -> PathBuf {
         self.0.join("homeagent.db")

@@ -1,0 +1,73 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a test failure
+
+//! Tool names and patterns in the config (`tools.require_approval`, each
+//! agent's `allow_tools` and `deny_tools`) must name tools that exist: a
+//! typo in a deny list used to deny nothing, silently. MCP tools are known
+//! only once their server runs, so `<server>__<tool>` of a configured
+//! server is taken on trust.
+
+mod common;
+
+use common::TempDir;
+use homeagent_agent::config::{Config, ConfigPaths};
+use homeagent_agent::{BuildError, BuildOptions, build};
+
+const MCP: &str = "[[mcp.servers]]\nname = \"git\"\ncommand = \"/nonexistent/mcp-server-git\"\n";
+
+fn built(toml: &str) -> Result<(), BuildError> {
+    let dir = TempDir::new("tool-names");
+    let config = dir.path().join("homeagent.toml");
+    std::fs::write(&config, format!("[tools]\ndemo = true\n{toml}")).unwrap();
+    let env = |_: &str| None;
+    let paths = ConfigPaths::resolve(Some(config), Some(dir.path().join("data")), &env).unwrap();
+    let loaded = Config::load(&paths, &env).unwrap();
+    build(&loaded, &env, BuildOptions::default()).map(|_| ())
+}
+
+fn unknown(toml: &str) -> (String, String) {
+    match built(toml) {
+        Err(BuildError::UnknownTool { key, name, .. }) => (key, name),
+        other => panic!("{toml}: expected an unknown tool, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn names_and_patterns_that_match_no_tool_fail_the_start() {
+    assert_eq!(
+        unknown("[[agents]]\nname = \"kid\"\ndeny_tools = [\"cmd-run\"]\n"),
+        ("agents[0].deny_tools".to_owned(), "cmd-run".to_owned())
+    );
+    assert_eq!(
+        unknown(
+            "[[agents]]\nname = \"main\"\n[[agents]]\nname = \"kid\"\nallow_tools = [\"demo_echo\", \"file_*\"]\n"
+        ),
+        ("agents[1].allow_tools".to_owned(), "file_*".to_owned())
+    );
+    assert_eq!(
+        unknown(&format!("require_approval = [\"gti__git_commit\"]\n{MCP}")),
+        (
+            "tools.require_approval".to_owned(),
+            "gti__git_commit".to_owned()
+        )
+    );
+}
+
+#[tokio::test]
+async fn built_in_and_mcp_names_and_patterns_are_accepted() {
+    built("[[agents]]\nname = \"kid\"\nallow_tools = [\"files_*\", \"demo_echo\", \"*\"]\ndeny_tools = [\"cmd_run\"]\n")
+        .unwrap();
+    built(&format!(
+        "[[agents]]\nname = \"kid\"\ndeny_tools = [\"git__*\", \"git__git_push\", \"gi*\"]\n{MCP}"
+    ))
+    .unwrap();
+}
+
+/// `require_approval` may name an MCP tool: third-party tools that write
+/// are the ones most worth a person's yes.
+#[tokio::test]
+async fn an_mcp_tool_may_require_approval() {
+    built(&format!(
+        "require_approval = [\"git__git_commit\", \"files_write\"]\n{MCP}"
+    ))
+    .unwrap();
+}
