@@ -63,11 +63,9 @@ pub async fn print_tools(
     let loaded = crate::setup::load(global)?;
     let options = homeagent_agent::BuildOptions::default();
     let agent = crate::setup::agent(&loaded, options)?;
-    if let Some(mcp) = &agent.mcp {
-        // List the MCP servers' tools too, once they have answered (or
-        // failed to; their status says which).
-        mcp.wait_started().await;
-    }
+    // List the MCP servers' tools too, once they have answered (or failed
+    // to; their status says which).
+    crate::setup::mcp_started(&agent).await;
     let entries: Vec<(Arc<ToolDef>, &'static str)> = agent
         .runtime
         .tools()

@@ -85,6 +85,7 @@ pub async fn run(args: ChatArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode
             ..BuildOptions::default()
         },
     )?;
+    setup::mcp_started(&agent).await;
     let mut out = std::io::stdout();
     for notice in &agent.notices {
         writeln!(out, "note: {notice}")?;

@@ -101,6 +101,7 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
                 ..homeagent_agent::BuildOptions::default()
             };
             let agent = setup::agent(&loaded, options)?;
+            setup::mcp_started(&agent).await;
             for notice in &agent.notices {
                 eprintln!("note: {notice}");
             }
@@ -122,6 +123,7 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
         Command::Seq(cli::SeqCommand::Run { name, args, agent }) => {
             let loaded = setup::load(&global)?;
             let built = setup::agent(&loaded, homeagent_agent::BuildOptions::default())?;
+            setup::mcp_started(&built).await;
             let mut out = std::io::stdout().lock();
             return seq_cmd::run(&built, &name, &args, &agent, &mut out).await;
         }

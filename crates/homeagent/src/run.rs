@@ -22,6 +22,7 @@ pub async fn run(args: RunArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode>
         ..BuildOptions::default()
     };
     let agent = setup::agent(&loaded, options)?;
+    setup::mcp_started(&agent).await;
     if !args.json {
         for notice in &agent.notices {
             eprintln!("note: {notice}");

@@ -28,6 +28,16 @@ pub fn agent(loaded: &LoadedConfig, options: BuildOptions) -> anyhow::Result<Age
     })
 }
 
+/// Waits until every MCP server has connected or failed its first attempt
+/// (each bounded by its own timeout), so the first model request lists
+/// their tools. Commands that answer at once (`run`, `chat`, `mcp-serve`,
+/// `seq run`) call it; `serve` does not hold its listener back for it.
+pub async fn mcp_started(agent: &Agent) {
+    if let Some(mcp) = &agent.mcp {
+        mcp.wait_started().await;
+    }
+}
+
 /// A fresh session id for a command that was given none.
 pub fn new_session_id(prefix: &str) -> String {
     let millis = std::time::SystemTime::now()

@@ -473,3 +473,46 @@ async fn an_unknown_agent_is_an_error_naming_it() {
         "{frames:#?}"
     );
 }
+
+/// The virtualenv's python with the MCP SDK (scripts/sdk-check makes it).
+fn sdk_python() -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let venv = std::env::var_os("HOMEAGENT_SDK_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join(".venv-sdk"));
+    let python = venv.join("bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run scripts/sdk-check, which makes the virtualenv",
+        python.display()
+    );
+    python
+}
+
+/// A one-shot run waits for its MCP servers to start (each bounded by its
+/// own timeout) before the first model request: a server that takes a
+/// second to start used to be missing from that request, and a call to its
+/// tool was an unknown tool.
+#[test]
+fn a_run_sees_the_tools_of_its_mcp_servers_from_the_first_turn() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let fixture = root.join("tests/mcp/fixture_server.py");
+    let mcp = format!(
+        "[[mcp.servers]]\nname = \"fx\"\ncommand = \"{}\"\nargs = [\"{}\"]\n",
+        sdk_python().display(),
+        fixture.display()
+    );
+    let setup = setup(&mcp);
+    let (output, frames) = run(
+        &setup,
+        &[
+            "--json",
+            r#"!calls [{"name": "fx__echo", "arguments": {"text": "first turn"}}]"#,
+        ],
+    );
+    assert!(output.status.success(), "{output:?}");
+    let ends = phase(&frames, "end");
+    assert_eq!(ends.len(), 1, "{frames:#?}");
+    assert_eq!(ends[0]["tool"], "fx__echo");
+    assert_eq!(ends[0]["status"], "ok", "{frames:#?}");
+}
