@@ -63,7 +63,7 @@ pub struct McpCallValue {
 /// reads; a structured value that breaks the tool's `outputSchema` comes
 /// with a warning saying how. Without structured content the value is the
 /// text content (one string when every block is text, the blocks as JSON
-/// when not).
+/// when not, binary payloads replaced by their size).
 pub fn call_result_value(
     server: &str,
     tool: &str,
@@ -106,13 +106,48 @@ pub fn call_result_value(
     let value = if texts.len() == result.content.len() {
         Value::String(texts.join("\n"))
     } else {
-        serde_json::to_value(&result.content).unwrap_or(Value::Null)
+        let blocks = serde_json::to_value(&result.content).unwrap_or(Value::Null);
+        match blocks {
+            Value::Array(blocks) => Value::Array(blocks.into_iter().map(without_binary).collect()),
+            other => other,
+        }
     };
     Ok(McpCallValue {
         value,
         text: None,
         warning: None,
     })
+}
+
+/// A content block with its base64 payload (an image's or audio's `data`,
+/// an embedded resource's `blob`) replaced by its size. The model reads
+/// tool results as text: the base64 of a screenshot would fill its context,
+/// be cut by the output cap, and still show it nothing. What the block is
+/// (type, MIME type, URI) stays.
+fn without_binary(mut block: Value) -> Value {
+    fn summarise(object: &mut serde_json::Map<String, Value>, key: &str) {
+        if let Some(Value::String(base64)) = object.remove(key) {
+            let padding = base64.bytes().rev().take_while(|b| *b == b'=').count();
+            let bytes = (base64.len() / 4 * 3).saturating_sub(padding);
+            object.insert("bytes".into(), Value::from(bytes));
+            object.insert(
+                "note".into(),
+                Value::from("binary content, not shown to the model"),
+            );
+        }
+    }
+    if let Value::Object(object) = &mut block {
+        match object.get("type").and_then(Value::as_str) {
+            Some("image" | "audio") => summarise(object, "data"),
+            Some("resource") => {
+                if let Some(Value::Object(resource)) = object.get_mut("resource") {
+                    summarise(resource, "blob");
+                }
+            }
+            _ => {}
+        }
+    }
+    block
 }
 
 /// A failure to get an answer at all.
@@ -242,6 +277,40 @@ mod tests {
             warning.starts_with("MCP tool t of server `s` returned structured content that does not match its outputSchema: "),
             "{warning}"
         );
+    }
+
+    /// Binary payloads are replaced by their size; text, MIME types and
+    /// URIs stay.
+    #[test]
+    fn binary_content_reaches_the_model_as_what_it_is_not_as_base64() {
+        // 10 bytes -> "AAECAwQFBgcICQ==" (16 characters, two of padding).
+        let base64 = "AAECAwQFBgcICQ==";
+        let value = call_result_value(
+            "s",
+            "shot",
+            result(json!({"content": [
+                {"type": "text", "text": "Screenshot taken"},
+                {"type": "image", "data": base64, "mimeType": "image/png"},
+                {"type": "audio", "data": "AAEC", "mimeType": "audio/wav"},
+                {"type": "resource", "resource": {"uri": "file:///a.bin", "mimeType": "application/octet-stream", "blob": base64}},
+                {"type": "resource", "resource": {"uri": "file:///a.txt", "text": "kept"}}
+            ]})),
+            None,
+        )
+        .unwrap()
+        .value;
+        let note = "binary content, not shown to the model";
+        assert_eq!(
+            value,
+            json!([
+                {"type": "text", "text": "Screenshot taken"},
+                {"type": "image", "mimeType": "image/png", "bytes": 10, "note": note},
+                {"type": "audio", "mimeType": "audio/wav", "bytes": 3, "note": note},
+                {"type": "resource", "resource": {"uri": "file:///a.bin", "mimeType": "application/octet-stream", "bytes": 10, "note": note}},
+                {"type": "resource", "resource": {"uri": "file:///a.txt", "text": "kept"}}
+            ])
+        );
+        assert!(!value.to_string().contains(base64));
     }
 
     #[test]
