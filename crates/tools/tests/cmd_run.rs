@@ -713,4 +713,19 @@ fn policy_validation_names_the_problem() {
     ));
     // A runner that slipped into the configuration still never runs.
     assert_eq!(with(&["ls", "bash"], &[]).effective_allowlist(), vec!["ls"]);
+    // Programs that run commands through an option: tar
+    // --checkpoint-action=exec=CMD, rsync -e CMD, zip -TT CMD, scp -S CMD,
+    // and the editors, database shells and relays with a `!` command.
+    for program in [
+        "tar", "cpio", "rsync", "zip", "scp", "sftp", "ed", "ex", "nvim", "emacs", "sqlite3",
+        "psql", "mysql", "socat", "nc", "ncat", "tmux", "screen", "docker", "npx",
+    ] {
+        assert_eq!(
+            with(&["ls", program], &[]).validate(),
+            Err(PolicyError::ProgramRunner {
+                program: program.into()
+            }),
+            "{program}"
+        );
+    }
 }
