@@ -1,8 +1,8 @@
 //! Errors: what the API answers when it refuses a request, and why the
 //! server could not start.
 //!
-//! Every refusal is JSON in the OpenAI shape, `{"error": {"message", "code",
-//! "type"}}`, so an OpenAI client surfaces the message unchanged and a
+//! Every refusal is JSON in the OpenAI shape, `{"error": {"message", "type",
+//! "param", "code"}}`, so an OpenAI client surfaces the message unchanged and a
 //! program matches on `code`, never on the text.
 
 use axum::http::StatusCode;
@@ -55,18 +55,19 @@ impl ApiError {
         json!({
             "error": {
                 "message": self.message,
-                "code": self.code,
                 "type": error_type(self.status),
+                "param": null,
+                "code": self.code,
             }
         })
     }
 }
 
 /// The OpenAI `type` for a status (clients show it; programs use `code`).
+/// OpenAI answers a missing model with 404 and `invalid_request_error`.
 fn error_type(status: StatusCode) -> &'static str {
     match status.as_u16() {
         401 => "authentication_error",
-        404 => "not_found_error",
         429 => "rate_limit_error",
         400..=499 => "invalid_request_error",
         _ => "server_error",

@@ -291,6 +291,16 @@ async fn malformed_unknown_and_refused_requests_get_a_400_naming_the_problem() {
         assert_eq!(answer["error"]["code"], code, "{answer}");
         let message = answer["error"]["message"].as_str().unwrap();
         assert!(message.contains(piece), "{message:?} lacks {piece:?}");
+        // OpenAI's shape: every member there; a 4xx other than 401 and 429
+        // (a missing model included) is an invalid request.
+        assert_eq!(
+            answer["error"].get("param"),
+            Some(&serde_json::Value::Null),
+            "{answer}"
+        );
+        if status != 413 {
+            assert_eq!(answer["error"]["type"], "invalid_request_error", "{answer}");
+        }
     }
     // Fields OpenAI clients send are accepted (and ignored).
     let response = post(

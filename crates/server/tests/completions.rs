@@ -106,6 +106,10 @@ async fn a_streamed_completion_sends_chunks_usage_last_and_done() {
         assert_eq!(chunk["model"], "homeagent");
     }
     assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    // With include_usage every other chunk says `"usage": null`, as OpenAI's.
+    for chunk in &chunks[..chunks.len() - 1] {
+        assert_eq!(chunk.get("usage"), Some(&Value::Null), "{chunk}");
+    }
     // The usage chunk is last, with no choices; the one before ends the choice.
     let (usage, body) = chunks.split_last().unwrap();
     assert_eq!(usage["choices"], json!([]));

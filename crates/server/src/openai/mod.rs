@@ -258,14 +258,20 @@ struct ChunkStream {
 
 impl ChunkStream {
     fn chunk(&self, delta: Value, finish: Option<&str>) -> String {
-        json!({
+        let mut chunk = json!({
             "id": self.id,
             "object": "chat.completion.chunk",
             "created": self.created,
             "model": MODEL_ID,
             "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
-        })
-        .to_string()
+        });
+        // With include_usage, OpenAI's other chunks say `"usage": null`.
+        if self.include_usage
+            && let Some(object) = chunk.as_object_mut()
+        {
+            object.insert("usage".into(), Value::Null);
+        }
+        chunk.to_string()
     }
 
     /// Turns one frame into the chunks it stands for.
