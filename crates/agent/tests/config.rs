@@ -882,3 +882,16 @@ fn store_sync_is_full_unless_set_and_a_typo_lists_the_forms() {
     let (_, _, message) = parse_error("[store]\nsnyc = \"full\"\n");
     assert_lists(&message, &["sync"]);
 }
+
+/// An MCP server's `env` often holds a key (`GITHUB_TOKEN`): the config's
+/// `Debug` (in logs, panics, test failures) shows its names only.
+#[test]
+fn debug_output_of_the_config_shows_no_mcp_env_values() {
+    let config = parse(
+        "[[mcp.servers]]\nname = \"gh\"\ncommand = \"/usr/bin/github-mcp\"\nenv = { GITHUB_TOKEN = \"ghp_never_shown\" }\n",
+    )
+    .unwrap();
+    let shown = format!("{config:?}");
+    assert!(shown.contains("GITHUB_TOKEN"), "{shown}");
+    assert!(!shown.contains("ghp_never_shown"), "{shown}");
+}

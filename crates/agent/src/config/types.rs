@@ -312,7 +312,8 @@ pub struct McpSection {
 
 /// `[[mcp.servers]]`: one MCP server, started as a program (`command`) or
 /// reached over Streamable HTTP (`url`); give exactly one of the two.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+/// `Debug` shows the names of `env`, not the values (often keys).
+#[derive(Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct McpServerEntry {
     /// Prefix of the server's tools (`<name>__<tool>`); unique.
@@ -356,6 +357,23 @@ pub struct McpServerEntry {
 
 fn mcp_default_timeout() -> HumanDuration {
     HumanDuration::seconds(30)
+}
+
+impl std::fmt::Debug for McpServerEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpServerEntry")
+            .field("name", &self.name)
+            .field("command", &self.command)
+            .field("args", &self.args)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("url", &self.url)
+            .field("bearer_token", &self.bearer_token)
+            .field("trusted", &self.trusted)
+            .field("parallel_safe", &self.parallel_safe)
+            .field("serial", &self.serial)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
 }
 
 /// `[hooks]`
