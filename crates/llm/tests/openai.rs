@@ -4,11 +4,11 @@
 //! tests that feed real-looking SSE bodies through the codec *and* the
 //! kernel's assembler, one per quirk of the compatible servers.
 
-use homeagent_core::{AssembledTurn, StreamAssembler};
-use homeagent_llm::WireCodec;
+use homeagent_core::{AssembledTurn, Message, StreamAssembler};
 use homeagent_llm::codec::Flow;
 use homeagent_llm::codec::openai::OpenAiCodec;
 use homeagent_llm::framing::FrameReader;
+use homeagent_llm::{ChatRequest, Endpoint, WireCodec};
 use serde_json::Value;
 
 // Split by topic to keep files short; a test crate root finds its modules
@@ -23,6 +23,30 @@ mod request;
 mod stream;
 #[path = "openai/whole.rs"]
 mod whole;
+
+/// The JSON body the codec writes for `messages` to `base_url` (no key,
+/// no tools, 100 tokens).
+pub fn body_for(base_url: &str, model: &str, messages: Vec<Message>, stream: bool) -> Value {
+    let request = ChatRequest {
+        model: model.into(),
+        messages,
+        tools: vec![],
+        max_tokens: 100,
+        temperature: None,
+        stream,
+    };
+    OpenAiCodec
+        .build_request(
+            &Endpoint {
+                base_url: base_url.into(),
+                api_key: None,
+            },
+            &request,
+        )
+        .unwrap()
+        .body_json()
+        .unwrap()
+}
 
 /// One `chat.completion.chunk` as OpenAI writes it, around `choice`.
 pub fn chunk(choice: &str) -> String {

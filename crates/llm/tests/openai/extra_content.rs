@@ -5,11 +5,11 @@
 //! comes back on the same call.
 
 use homeagent_core::{AssistantMessage, Message, StreamAssembler, ToolCall, ToolMessage};
+use homeagent_llm::WireCodec;
 use homeagent_llm::codec::openai::OpenAiCodec;
-use homeagent_llm::{ChatRequest, Endpoint, WireCodec};
 use serde_json::{Value, json};
 
-use super::{run, sse};
+use super::{body_for, run, sse};
 
 const GEMINI: &str = "https://generativelanguage.googleapis.com/v1beta/openai";
 const OTHER: &str = "http://127.0.0.1:8000/v1";
@@ -28,25 +28,7 @@ fn signed(signature: &str) -> Value {
 
 /// The request of the current turn after `assistant` and its results.
 fn replay(base_url: &str, history: Vec<Message>) -> Value {
-    let request = ChatRequest {
-        model: "gemini-3-flash-preview".into(),
-        messages: history,
-        tools: vec![],
-        max_tokens: 100,
-        temperature: None,
-        stream: true,
-    };
-    OpenAiCodec
-        .build_request(
-            &Endpoint {
-                base_url: base_url.into(),
-                api_key: None,
-            },
-            &request,
-        )
-        .unwrap()
-        .body_json()
-        .unwrap()
+    body_for(base_url, "gemini-3-flash-preview", history, true)
 }
 
 fn results_for(message: &AssistantMessage) -> Vec<Message> {

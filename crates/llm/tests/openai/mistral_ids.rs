@@ -7,9 +7,9 @@
 use std::collections::HashSet;
 
 use homeagent_core::{AssistantMessage, Message, ToolCall, ToolMessage};
-use homeagent_llm::codec::openai::OpenAiCodec;
-use homeagent_llm::{ChatRequest, Endpoint, WireCodec};
 use serde_json::{Value, json};
+
+use super::body_for;
 
 const MISTRAL: &str = "https://api.mistral.ai/v1";
 const VLLM: &str = "http://127.0.0.1:8000/v1";
@@ -62,25 +62,7 @@ fn history() -> Vec<Message> {
 }
 
 fn body(base_url: &str, model: &str) -> Value {
-    let request = ChatRequest {
-        model: model.into(),
-        messages: history(),
-        tools: vec![],
-        max_tokens: 100,
-        temperature: None,
-        stream: false,
-    };
-    OpenAiCodec
-        .build_request(
-            &Endpoint {
-                base_url: base_url.into(),
-                api_key: None,
-            },
-            &request,
-        )
-        .unwrap()
-        .body_json()
-        .unwrap()
+    body_for(base_url, model, history(), false)
 }
 
 /// `(call ids of each assistant message, tool_call_id of each result)`.
@@ -161,25 +143,7 @@ fn a_mapped_id_never_takes_an_id_already_in_the_request() {
     if let Message::Tool(t) = &mut messages[4] {
         t.tool_call_id = mapped_first.clone();
     }
-    let request = ChatRequest {
-        model: "mistral-large-latest".into(),
-        messages,
-        tools: vec![],
-        max_tokens: 100,
-        temperature: None,
-        stream: false,
-    };
-    let sent = OpenAiCodec
-        .build_request(
-            &Endpoint {
-                base_url: MISTRAL.into(),
-                api_key: None,
-            },
-            &request,
-        )
-        .unwrap()
-        .body_json()
-        .unwrap();
+    let sent = body_for(MISTRAL, "mistral-large-latest", messages, false);
     let (calls, results) = ids_sent(&sent);
     assert_eq!(calls[0][2], mapped_first);
     assert_ne!(calls[0][0], mapped_first);
