@@ -295,6 +295,48 @@ async fn a_timed_out_call_sends_notifications_cancelled() {
     manager.shutdown().await;
 }
 
+/// A server that hangs (here: stopped with SIGSTOP) keeps its pipes open,
+/// so nothing closes. A call that times out makes the manager ping it; no
+/// answer, and the server is restarted instead of making every later call
+/// wait its whole timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_hangs_is_restarted_after_a_call_times_out() {
+    let options = McpOptions {
+        restart_backoff: Duration::from_millis(200),
+        ..McpOptions::default()
+    };
+    let mut spec = stdio_spec("fx");
+    spec.timeout = Duration::from_secs(2);
+    let manager = start_mcp_servers(vec![spec], None, options).await;
+    let source: Arc<dyn ToolSource> = Arc::new(manager.clone());
+    let pid = call(source.clone(), "fx__pid", json!({})).await.value["result"]
+        .as_i64()
+        .unwrap();
+    let stopped = std::process::Command::new("kill")
+        .args(["-STOP", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(stopped.success());
+    let outcome = call(source.clone(), "fx__echo", json!({"text": "x"})).await;
+    assert_eq!(outcome.error.unwrap().reason, ErrorReason::Timeout);
+    wait_for(|| async { manager.status()[0].restarts >= 1 }).await;
+    wait_for(|| async {
+        call(source.clone(), "fx__echo", json!({"text": "back"}))
+            .await
+            .success
+    })
+    .await;
+    let new_pid = call(source.clone(), "fx__pid", json!({})).await.value["result"]
+        .as_i64()
+        .unwrap();
+    assert_ne!(new_pid, pid);
+    // The hung process was killed, not left stopped.
+    let _ = std::process::Command::new("kill")
+        .args(["-CONT", &pid.to_string()])
+        .status();
+    manager.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_server_fails_its_calls_hides_its_tools_and_comes_back() {
     let options = McpOptions {

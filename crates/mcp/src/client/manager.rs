@@ -371,11 +371,16 @@ impl ToolSource for McpManager {
     fn invoke(&self, name: &str, ctx: ToolContext) -> ToolFuture {
         let found = {
             let tools = self.shared.tools();
-            tools
-                .get(name)
-                .map(|t| (t.server.clone(), t.remote.clone(), t.output.clone()))
+            tools.get(name).map(|t| {
+                (
+                    t.server.clone(),
+                    t.remote.clone(),
+                    t.output.clone(),
+                    t.def.timeout,
+                )
+            })
         };
-        let Some((server, remote, output)) = found else {
+        let Some((server, remote, output, timeout)) = found else {
             return self.miss(name, ctx);
         };
         let peer = match self.shared.running_peer(&server) {
@@ -398,6 +403,16 @@ impl ToolSource for McpManager {
                 }
             };
             let params = CallToolRequestParams::new(remote.clone()).with_arguments(arguments);
+            // A call that ends unanswered at its timeout makes the server
+            // suspect: it is asked whether it still answers at all (a hung
+            // one keeps its pipes open, so nothing else would notice).
+            let unanswered = SuspectUnlessAnswered {
+                shared: shared.clone(),
+                server: server.clone(),
+                started: std::time::Instant::now(),
+                timeout,
+                answered: false,
+            };
             // Dropping the call (a stop, a timeout) makes rmcp send
             // `notifications/cancelled` for it.
             let answer = tokio::select! {
@@ -409,6 +424,7 @@ impl ToolSource for McpManager {
                     ));
                 }
             };
+            unanswered.answered();
             let result = answer.map_err(|e| {
                 if matches!(
                     e,
@@ -468,6 +484,38 @@ impl McpManager {
 }
 
 /// The typed not-found of a tool whose server is not running.
+/// Marks a server suspect when a call to it ends unanswered at its
+/// timeout. The executor stops a call that ran out of time the way it stops
+/// one a person stopped (it cancels the call's token, then drops it), so
+/// the time taken tells them apart; a stop near the timeout costs one ping.
+struct SuspectUnlessAnswered {
+    shared: Arc<Shared>,
+    server: String,
+    started: std::time::Instant,
+    /// The call's timeout (`None`: the executor's default applies, and
+    /// nothing is concluded).
+    timeout: Option<std::time::Duration>,
+    answered: bool,
+}
+
+impl SuspectUnlessAnswered {
+    fn answered(mut self) {
+        self.answered = true;
+    }
+}
+
+impl Drop for SuspectUnlessAnswered {
+    fn drop(&mut self) {
+        let timed_out = self
+            .timeout
+            .is_some_and(|limit| self.started.elapsed() >= limit.mul_f64(0.9));
+        if !self.answered && timed_out {
+            self.shared
+                .with_server(&self.server, |s| s.suspect.notify_one());
+        }
+    }
+}
+
 fn server_down(name: &str, server: &str, phase: &ServerPhase) -> ToolError {
     let (detail, hint) = match phase {
         ServerPhase::GaveUp { reason } => (
