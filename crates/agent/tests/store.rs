@@ -1157,3 +1157,53 @@ fn the_config_store_sync_reaches_the_store_the_agent_opens() {
         );
     }
 }
+
+/// Two first requests naming the same new session, each with the earlier
+/// messages of its own client: one creates and seeds it, the other finds it
+/// and writes nothing; the history holds one seed, never both.
+#[test]
+fn a_session_is_created_and_seeded_once_however_many_race_for_it() {
+    let dir = TempDir::new("seed-race");
+    let store = Arc::new(Store::open(&dir.db()).unwrap());
+    let racers = 8;
+    let barrier = Arc::new(Barrier::new(racers));
+    let handles: Vec<_> = (0..racers)
+        .map(|i| {
+            let (store, barrier) = (Arc::clone(&store), Arc::clone(&barrier));
+            std::thread::spawn(move || {
+                barrier.wait();
+                let seed = [
+                    Message::user(format!("question {i}")),
+                    Message::Assistant(AssistantMessage {
+                        content: format!("answer {i}"),
+                        ..AssistantMessage::default()
+                    }),
+                ];
+                store
+                    .create_seeded_session("shared", "main", &seed)
+                    .unwrap()
+            })
+        })
+        .collect();
+    let created: usize = handles
+        .into_iter()
+        .map(|h| usize::from(h.join().unwrap()))
+        .sum();
+    assert_eq!(created, 1);
+    let history = store.history("shared").unwrap();
+    assert_eq!(history.len(), 2, "{history:#?}");
+    let Message::User { content } = &history[0] else {
+        panic!("{history:#?}")
+    };
+    let winner = content.strip_prefix("question ").unwrap();
+    assert!(
+        matches!(&history[1], Message::Assistant(a) if a.content == format!("answer {winner}")),
+        "{history:#?}"
+    );
+    // Another agent's name is refused, and nothing is written.
+    assert!(matches!(
+        store.create_seeded_session("shared", "other", &[Message::user("x")]),
+        Err(StoreError::AgentMismatch { .. })
+    ));
+    assert_eq!(store.history("shared").unwrap().len(), 2);
+}

@@ -46,7 +46,7 @@ use rusqlite::Connection;
 
 use super::events::{EventRow, insert_events};
 use super::messages::{MessageRow, insert_rows, max_seq};
-use super::sessions::{SessionInfo, create_or_get};
+use super::sessions::{SessionInfo, create_or_get, insert_if_new};
 use super::{Store, StoreError, end_open_transaction, now_ms, require_session};
 
 /// A write waiting for the connection.
@@ -54,6 +54,13 @@ use super::{Store, StoreError, end_open_transaction, now_ms, require_session};
 pub(super) enum WriteOp {
     /// Insert-or-keep a session (see `Store::ensure_session`).
     EnsureSession { id: String, agent: String },
+    /// Create a session seeded with messages, or leave an existing one
+    /// alone (see `Store::create_seeded_session`).
+    CreateSeeded {
+        id: String,
+        agent: String,
+        rows: Vec<MessageRow>,
+    },
     /// Append messages (and tool events) to an existing session.
     Append {
         session: String,
@@ -66,6 +73,8 @@ pub(super) enum WriteOp {
 #[derive(Debug)]
 pub(super) enum WriteDone {
     Session(SessionInfo),
+    /// Whether `CreateSeeded` created the session.
+    Created(bool),
     Appended(RangeInclusive<i64>),
 }
 
@@ -285,6 +294,17 @@ fn apply(conn: &Connection, op: &WriteOp) -> Result<WriteDone, StoreError> {
     match op {
         WriteOp::EnsureSession { id, agent } => {
             Ok(WriteDone::Session(create_or_get(conn, id, agent)?))
+        }
+        WriteOp::CreateSeeded { id, agent, rows } => {
+            let created = insert_if_new(conn, id, agent)?;
+            if created {
+                insert_rows(conn, id, 1, rows)?;
+            } else {
+                // An existing session keeps its history; it must be the
+                // same agent's.
+                create_or_get(conn, id, agent)?;
+            }
+            Ok(WriteDone::Created(created))
         }
         WriteOp::Append {
             session,

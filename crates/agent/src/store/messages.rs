@@ -48,7 +48,7 @@ impl Store {
         };
         match self.submit(op)? {
             WriteDone::Appended(range) => Ok(range),
-            WriteDone::Session(_) => Err(StoreError::WriteNotApplied),
+            WriteDone::Session(_) | WriteDone::Created(_) => Err(StoreError::WriteNotApplied),
         }
     }
 

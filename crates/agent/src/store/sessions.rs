@@ -1,9 +1,11 @@
 //! Sessions: one conversation each, owned by one agent.
 
+use homeagent_core::Message;
 use rusqlite::{Connection, OptionalExtension, Row};
 use serde::Serialize;
 
 use super::group::{WriteDone, WriteOp};
+use super::messages::encode_messages;
 use super::{Store, StoreError, now_ms, validate_session_id};
 
 /// A session as listed: who owns it, when it was used, how long it is.
@@ -42,16 +44,23 @@ fn info_from_row(row: &Row<'_>) -> rusqlite::Result<SessionInfo> {
 /// session of another agent is refused. The caller holds the (IMMEDIATE)
 /// transaction, so another process creating the same id at the same moment
 /// cannot slip between the insert-or-keep and the read.
+/// Inserts session `id` unless it exists; whether it was inserted.
+pub(super) fn insert_if_new(conn: &Connection, id: &str, agent: &str) -> Result<bool, StoreError> {
+    let inserted = conn
+        .prepare_cached(
+            "INSERT INTO sessions (id, agent, created_at, updated_at) VALUES (?1, ?2, ?3, ?3)
+             ON CONFLICT (id) DO NOTHING",
+        )?
+        .execute(rusqlite::params![id, agent, now_ms()])?;
+    Ok(inserted == 1)
+}
+
 pub(super) fn create_or_get(
     conn: &Connection,
     id: &str,
     agent: &str,
 ) -> Result<SessionInfo, StoreError> {
-    conn.prepare_cached(
-        "INSERT INTO sessions (id, agent, created_at, updated_at) VALUES (?1, ?2, ?3, ?3)
-         ON CONFLICT (id) DO NOTHING",
-    )?
-    .execute(rusqlite::params![id, agent, now_ms()])?;
+    insert_if_new(conn, id, agent)?;
     let info = conn
         .prepare_cached(SELECT_ONE)?
         .query_row([id], info_from_row)?;
@@ -99,7 +108,35 @@ impl Store {
         };
         match self.submit(op)? {
             WriteDone::Session(info) => Ok(info),
-            WriteDone::Appended(_) => Err(StoreError::WriteNotApplied),
+            WriteDone::Created(_) | WriteDone::Appended(_) => Err(StoreError::WriteNotApplied),
+        }
+    }
+
+    /// Creates session `id` for `agent` with `messages` as its history, in
+    /// one transaction, unless it exists already: then nothing is written
+    /// (it must belong to `agent`). Returns whether it was created. Two
+    /// callers racing to create one session (two first requests with the
+    /// same new id) cannot both seed it.
+    pub fn create_seeded_session(
+        &self,
+        id: &str,
+        agent: &str,
+        messages: &[Message],
+    ) -> Result<bool, StoreError> {
+        validate_session_id(id)?;
+        if agent.is_empty() || agent.len() > 128 {
+            return Err(StoreError::InvalidAgentName {
+                name: agent.chars().take(136).collect(),
+            });
+        }
+        let op = WriteOp::CreateSeeded {
+            id: id.to_owned(),
+            agent: agent.to_owned(),
+            rows: encode_messages(id, messages)?,
+        };
+        match self.submit(op)? {
+            WriteDone::Created(created) => Ok(created),
+            WriteDone::Session(_) | WriteDone::Appended(_) => Err(StoreError::WriteNotApplied),
         }
     }
 

@@ -152,19 +152,13 @@ async fn prepare_session(
         None => None,
     };
     let store = std::sync::Arc::clone(state.runtime().store());
-    let (session, named) = match requested {
-        Some(id) => (id, true),
-        None => (state.fresh_id("chat"), false),
-    };
+    let session = requested.unwrap_or_else(|| state.fresh_id("chat"));
     let agent = agent.to_owned();
+    // Created and seeded in one transaction: two first requests naming
+    // the same new session cannot both seed it. A session that exists
+    // keeps its history (the client's earlier messages are not added).
     let prepared = tokio::task::spawn_blocking(move || {
-        if named && store.session(&session)?.is_some() {
-            return Ok(session);
-        }
-        store.ensure_session(&session, &agent)?;
-        if !prior.is_empty() {
-            store.append_messages(&session, &prior)?;
-        }
+        store.create_seeded_session(&session, &agent, &prior)?;
         Ok(session)
     })
     .await;
