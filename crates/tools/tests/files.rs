@@ -629,3 +629,75 @@ async fn through_the_executor_reads_run_in_parallel_and_a_write_makes_the_batch_
     let error = result.outcomes[0].error.as_ref().unwrap();
     assert_eq!(error.reason, ErrorReason::InvalidArguments, "{error:?}");
 }
+
+/// A FIFO in the root would block a read forever (and one of the runtime's
+/// blocking threads with it); only regular files are read.
+#[tokio::test]
+async fn a_fifo_is_refused_not_waited_on() {
+    let sandbox = Sandbox::new("fifo");
+    let fifo = sandbox.root().join("pipe");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    // Were an open to wait for the other end, this opens it for a while,
+    // so a regression fails the test instead of hanging the test run.
+    let other_end = fifo.clone();
+    std::thread::spawn(move || {
+        use std::os::unix::fs::OpenOptionsExt;
+        for _ in 0..300 {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            for write in [false, true] {
+                let _ = std::fs::OpenOptions::new()
+                    .read(!write)
+                    .write(write)
+                    .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+                    .open(&other_end);
+            }
+        }
+    });
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        sandbox.call("files_read", json!({"path": "pipe"})),
+    )
+    .await
+    .expect("files_read blocked on a FIFO");
+    let error = read.unwrap_err();
+    assert!(
+        error.detail.contains("not a regular file"),
+        "{}",
+        error.detail
+    );
+    let append = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        sandbox.call(
+            "files_write",
+            json!({"path": "pipe", "content": "x", "append": true}),
+        ),
+    )
+    .await
+    .expect("files_write blocked on a FIFO");
+    assert!(append.is_err());
+}
+
+/// A hard link in the root to a file outside it is the outside file: an
+/// append through it would write there. Files with other links are not
+/// appended to.
+#[tokio::test]
+async fn appending_through_a_hard_link_is_refused() {
+    let sandbox = Sandbox::new("hardlink");
+    let outside = sandbox.outside().join("outside.txt");
+    std::fs::create_dir_all(sandbox.outside()).unwrap();
+    std::fs::write(&outside, "outside\n").unwrap();
+    std::fs::hard_link(&outside, sandbox.root().join("inside.txt")).unwrap();
+    let error = sandbox
+        .call(
+            "files_write",
+            json!({"path": "inside.txt", "content": "appended\n", "append": true}),
+        )
+        .await
+        .unwrap_err();
+    assert!(error.detail.contains("hard link"), "{}", error.detail);
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), "outside\n");
+}

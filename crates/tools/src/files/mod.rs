@@ -112,6 +112,82 @@ impl Shared {
         })
     }
 
+    /// Opens `resolved` for the files tools: never through a symlink at
+    /// its last component and never waiting (a FIFO), then checks what was
+    /// opened. `resolve` checked the path; between that check and the open
+    /// a component could have become a symlink leading out, so the file's
+    /// own path, read back from the open descriptor, must still be inside
+    /// the root. Only regular files are read or appended to, and a file
+    /// with other hard links (which may be outside the root) is not
+    /// appended to.
+    pub(crate) async fn open_checked(
+        &self,
+        action: &'static str,
+        resolved: &Path,
+        options: &mut tokio::fs::OpenOptions,
+    ) -> Result<tokio::fs::File, ToolError> {
+        use nix::fcntl::OFlag;
+        let file = options
+            .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK).bits())
+            .open(resolved)
+            .await
+            .map_err(|e| self.io_error(action, resolved, &e))?;
+        let shown = self.shown(resolved);
+        let meta = file
+            .metadata()
+            .await
+            .map_err(|e| self.io_error(action, resolved, &e))?;
+        if meta.is_dir() {
+            return Err(
+                ToolError::execution(format!("{shown} is a directory, not a file"))
+                    .with_field("path")
+                    .with_hint("use files_list to see what a directory holds"),
+            );
+        }
+        if !meta.is_file() {
+            return Err(ToolError::execution(format!(
+                "cannot {action} {shown}: it is not a regular file (a FIFO, socket or device)"
+            ))
+            .with_field("path"));
+        }
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::fd::AsRawFd;
+            let opened = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+                .map_err(|e| self.io_error(action, resolved, &e))?;
+            if !opened.starts_with(self.root.canonical()) {
+                return Err(ToolError::new(
+                    ErrorReason::Denied,
+                    format!(
+                        "cannot {action} {shown}: the file opened is {}, outside the files root \
+                         (the path changed while it was being opened)",
+                        opened.display()
+                    ),
+                )
+                .with_field("path")
+                .with_hint(self.root_hint()));
+            }
+        }
+        if action != "read" {
+            use std::os::unix::fs::MetadataExt;
+            if meta.nlink() > 1 {
+                return Err(ToolError::new(
+                    ErrorReason::Denied,
+                    format!(
+                        "cannot {action} {shown}: it has {} hard links, and another may be \
+                         outside the files root",
+                        meta.nlink()
+                    ),
+                )
+                .with_field("path")
+                .with_hint(
+                    "write a new file instead (files_write without append replaces the link)",
+                ));
+            }
+        }
+        Ok(file)
+    }
+
     pub(crate) fn root_hint(&self) -> String {
         format!(
             "paths are relative to the files root {}; call files_list to see what is there",

@@ -52,20 +52,13 @@ async fn read(shared: Arc<Shared>, ctx: ToolContext) -> Result<Value, ToolError>
     let path = shared.resolve(user_path)?;
     let shown = shared.shown(&path);
 
-    let mut file = tokio::fs::File::open(&path)
-        .await
-        .map_err(|e| shared.io_error("read", &path, &e))?;
+    let mut file = shared
+        .open_checked("read", &path, tokio::fs::OpenOptions::new().read(true))
+        .await?;
     let meta = file
         .metadata()
         .await
         .map_err(|e| shared.io_error("read", &path, &e))?;
-    if meta.is_dir() {
-        return Err(
-            ToolError::execution(format!("{shown} is a directory, not a file"))
-                .with_field("path")
-                .with_hint("use files_list to see what a directory holds"),
-        );
-    }
     let size = meta.len();
     if offset > size {
         return Err(ToolError::new(

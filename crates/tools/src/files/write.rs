@@ -110,7 +110,12 @@ async fn write(shared: Arc<Shared>, ctx: ToolContext) -> Result<Value, ToolError
 
     let existed = tokio::fs::symlink_metadata(&path).await.is_ok();
     if append {
-        append_to(&path, content.as_bytes())
+        let mut options = tokio::fs::OpenOptions::new();
+        options.append(true).create(true);
+        let mut file = shared
+            .open_checked("append to", &path, &mut options)
+            .await?;
+        append_to(&mut file, content.as_bytes())
             .await
             .map_err(|e| shared.io_error("append to", &path, &e))?;
     } else {
@@ -127,12 +132,7 @@ async fn write(shared: Arc<Shared>, ctx: ToolContext) -> Result<Value, ToolError
     }))
 }
 
-async fn append_to(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut file = tokio::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(path)
-        .await?;
+async fn append_to(file: &mut tokio::fs::File, bytes: &[u8]) -> std::io::Result<()> {
     file.write_all(bytes).await?;
     file.sync_all().await
 }
