@@ -25,7 +25,21 @@ pub fn start(
     text: String,
     interrupt: bool,
 ) -> Result<Started, ApiError> {
-    let mut guard = state.begin_turn(client, session)?;
+    let guard = state.begin_turn(client, session)?;
+    Ok(submit(state, guard, session, agent, text, interrupt))
+}
+
+/// Submits `text` under a turn already counted in (`guard`), for handlers
+/// that prepare the session between the two (and so store nothing for a
+/// request the client limit refuses).
+pub fn submit(
+    state: &ServerState,
+    mut guard: TurnGuard,
+    session: &str,
+    agent: &str,
+    text: String,
+    interrupt: bool,
+) -> Started {
     let (input, frames) = state.scheduler().submit_tracked(Submission {
         session: session.to_owned(),
         agent: agent.to_owned(),
@@ -33,7 +47,7 @@ pub fn start(
         interrupt,
     });
     guard.submitted(input);
-    Ok(Started { frames, guard })
+    Started { frames, guard }
 }
 
 /// The error a terminal frame that is not a `response` stands for.

@@ -517,3 +517,59 @@ async fn a_client_that_disconnects_stops_the_child_process_of_its_running_tool()
         "the child {left:?} outlived its stopped turn"
     );
 }
+
+/// A request refused because its client already runs as many turns as it
+/// may (429) stores nothing: not even the new session it named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_refused_for_the_client_limit_creates_no_session() {
+    let server = start(Setup {
+        tool_sleep_ms: 2_000,
+        options: homeagent_server::ServerOptions {
+            turns_per_client: 1,
+            ..homeagent_server::ServerOptions::default()
+        },
+        ..Setup::default()
+    })
+    .await;
+    let events = server.get("/api/v1/events").send().await.unwrap();
+    let mut events = SseReader::new(events);
+    let first = {
+        let send = server
+            .post_json(
+                "/v1/chat/completions",
+                &request(json!([{"role": "user", "content": "!slowbatch2"}]), false),
+            )
+            .header("x-session-id", "the-running-one");
+        tokio::spawn(async move { send.send().await.unwrap() })
+    };
+    loop {
+        let event = json(&events.next_within(30).await.unwrap().data);
+        if event["frame"]["type"] == "tool_call" {
+            break;
+        }
+    }
+    let refused = server
+        .post_json(
+            "/v1/chat/completions",
+            &request(
+                json!([
+                    {"role": "user", "content": "earlier"},
+                    {"role": "assistant", "content": "reply"},
+                    {"role": "user", "content": "!text now"}
+                ]),
+                false,
+            ),
+        )
+        .header("x-session-id", "never-made")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 429);
+    let missing = server
+        .get("/api/v1/sessions/never-made")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+    assert_eq!(first.await.unwrap().status(), 200);
+}

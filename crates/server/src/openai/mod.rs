@@ -82,15 +82,13 @@ async fn completions_inner(
     let mut request = request::parse(body)?;
     let agent = state.options().default_agent.clone();
     let prior = std::mem::take(&mut request.prior);
-    let session = prepare_session(state, headers, &agent, prior).await?;
-    let turn::Started { frames, guard } = turn::start(
-        state,
-        client.ip(),
-        &session,
-        &agent,
-        request.input.clone(),
-        false,
-    )?;
+    let session = session_id(state, headers)?;
+    // Counted in before the session is created or seeded: a request the
+    // client limit refuses stores nothing.
+    let guard = state.begin_turn(client.ip(), &session)?;
+    prepare_session(state, &session, &agent, prior).await?;
+    let turn::Started { frames, guard } =
+        turn::submit(state, guard, &session, &agent, request.input.clone(), false);
     let completion_id = state.fresh_id("chatcmpl");
     let created = unix_seconds();
     let mut response = if request.stream {
@@ -129,16 +127,9 @@ async fn completions_inner(
     Ok(response)
 }
 
-/// The session the request runs in, created and seeded with `prior` when
-/// new. The store calls run on the blocking pool: creating a session is a
-/// commit, and a commit waits for the disk.
-async fn prepare_session(
-    state: &ServerState,
-    headers: &HeaderMap,
-    agent: &str,
-    prior: Vec<homeagent_core::Message>,
-) -> Result<String, ApiError> {
-    let requested = match headers.get(SESSION_HEADER) {
+/// The session the request names (`X-Session-Id`, checked), or a fresh id.
+fn session_id(state: &ServerState, headers: &HeaderMap) -> Result<String, ApiError> {
+    match headers.get(SESSION_HEADER) {
         Some(value) => {
             let id = value.to_str().map_err(|_| {
                 ApiError::bad_request(
@@ -147,19 +138,30 @@ async fn prepare_session(
                 )
             })?;
             validate_session_id(id).map_err(store_error)?;
-            Some(id.to_owned())
+            Ok(id.to_owned())
         }
-        None => None,
-    };
+        None => Ok(state.fresh_id("chat")),
+    }
+}
+
+/// Creates `session` seeded with `prior` when it is new. Created and seeded
+/// in one transaction: two first requests naming the same new session
+/// cannot both seed it. A session that exists keeps its history (the
+/// client's earlier messages are not added). The store call runs on the
+/// blocking pool: creating a session is a commit, and a commit waits for
+/// the disk.
+async fn prepare_session(
+    state: &ServerState,
+    session: &str,
+    agent: &str,
+    prior: Vec<homeagent_core::Message>,
+) -> Result<(), ApiError> {
     let store = std::sync::Arc::clone(state.runtime().store());
-    let session = requested.unwrap_or_else(|| state.fresh_id("chat"));
-    let agent = agent.to_owned();
-    // Created and seeded in one transaction: two first requests naming
-    // the same new session cannot both seed it. A session that exists
-    // keeps its history (the client's earlier messages are not added).
+    let (session, agent) = (session.to_owned(), agent.to_owned());
     let prepared = tokio::task::spawn_blocking(move || {
-        store.create_seeded_session(&session, &agent, &prior)?;
-        Ok(session)
+        store
+            .create_seeded_session(&session, &agent, &prior)
+            .map(|_| ())
     })
     .await;
     match prepared {
