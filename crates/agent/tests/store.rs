@@ -1206,4 +1206,9 @@ fn a_session_is_created_and_seeded_once_however_many_race_for_it() {
         Err(StoreError::AgentMismatch { .. })
     ));
     assert_eq!(store.history("shared").unwrap().len(), 2);
+    // Naming a session that exists (every later request of a conversation)
+    // is answered by a read: no write transaction, no fsync.
+    let before = store.write_stats().writes;
+    assert!(!store.create_seeded_session("shared", "main", &[]).unwrap());
+    assert_eq!(store.write_stats().writes, before);
 }

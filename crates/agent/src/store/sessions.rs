@@ -129,6 +129,13 @@ impl Store {
                 name: agent.chars().take(136).collect(),
             });
         }
+        // Nearly every call names a session that exists (each request of a
+        // conversation names it again): a read answers those without a
+        // write transaction, as in `ensure_session`.
+        if let Some(info) = read_one(&self.lock(), id)? {
+            owned_by(info, agent)?;
+            return Ok(false);
+        }
         let op = WriteOp::CreateSeeded {
             id: id.to_owned(),
             agent: agent.to_owned(),
