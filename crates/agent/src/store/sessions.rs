@@ -67,6 +67,16 @@ pub(super) fn create_or_get(
     owned_by(info, agent)
 }
 
+/// An agent name the store keeps: 1 to 128 bytes.
+fn validate_agent_name(agent: &str) -> Result<(), StoreError> {
+    if agent.is_empty() || agent.len() > 128 {
+        return Err(StoreError::InvalidAgentName {
+            name: agent.chars().take(136).collect(),
+        });
+    }
+    Ok(())
+}
+
 /// `info`, if its session belongs to `agent`.
 fn owned_by(info: SessionInfo, agent: &str) -> Result<SessionInfo, StoreError> {
     if info.agent != agent {
@@ -92,11 +102,7 @@ impl Store {
     /// ([`StoreError::AgentMismatch`]).
     pub fn ensure_session(&self, id: &str, agent: &str) -> Result<SessionInfo, StoreError> {
         validate_session_id(id)?;
-        if agent.is_empty() || agent.len() > 128 {
-            return Err(StoreError::InvalidAgentName {
-                name: agent.chars().take(136).collect(),
-            });
-        }
+        validate_agent_name(agent)?;
         // Nearly every call finds the session there (each input makes sure
         // of its session): a read answers those without a write transaction.
         if let Some(info) = read_one(&self.lock(), id)? {
@@ -124,11 +130,7 @@ impl Store {
         messages: &[Message],
     ) -> Result<bool, StoreError> {
         validate_session_id(id)?;
-        if agent.is_empty() || agent.len() > 128 {
-            return Err(StoreError::InvalidAgentName {
-                name: agent.chars().take(136).collect(),
-            });
-        }
+        validate_agent_name(agent)?;
         // Nearly every call names a session that exists (each request of a
         // conversation names it again): a read answers those without a
         // write transaction, as in `ensure_session`.

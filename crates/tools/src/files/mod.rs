@@ -153,7 +153,8 @@ impl Shared {
         #[cfg(target_os = "linux")]
         {
             use std::os::fd::AsRawFd;
-            let opened = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+            let opened = tokio::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
+                .await
                 .map_err(|e| self.io_error(action, resolved, &e))?;
             if !opened.starts_with(self.root.canonical()) {
                 return Err(ToolError::new(

@@ -67,7 +67,7 @@ pub(crate) async fn run_hook(
         }),
         Ok(Err(e)) => Err(format!("could not run `sh -c {command}`: {e}")),
         Err(_) => {
-            kill_group(pid).await;
+            kill_group(pid);
             Err(format!(
                 "did not finish within {}ms and was killed",
                 timeout.as_millis()
@@ -78,7 +78,7 @@ pub(crate) async fn run_hook(
 
 /// Kills the hook's whole process group (the shell was dropped already,
 /// which killed it; what it started may still run).
-async fn kill_group(pid: Option<u32>) {
+fn kill_group(pid: Option<u32>) {
     drop(ProcessGroup::of(pid));
 }
 
