@@ -10,6 +10,18 @@ use std::time::Duration;
 use common::{Setup, SseReader, body_json, json, start};
 use serde_json::{Value, json};
 
+/// The session as the sessions API returns it (messages included).
+async fn stored(server: &common::TestServer, session: &str) -> Value {
+    body_json(
+        server
+            .get(&format!("/api/v1/sessions/{session}"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await
+}
+
 fn request(messages: Value, stream: bool) -> Value {
     json!({"model": "homeagent", "messages": messages, "stream": stream,
            "stream_options": if stream { json!({"include_usage": true}) } else { Value::Null }})
@@ -45,14 +57,7 @@ async fn a_whole_completion_runs_the_agents_tools_and_answers_the_final_message(
         usage["prompt_tokens"].as_u64().unwrap() + usage["completion_tokens"].as_u64().unwrap()
     );
     // The turn is stored: user, assistant with 4 calls, 4 results, answer.
-    let stored = body_json(
-        server
-            .get(&format!("/api/v1/sessions/{session}"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let stored = stored(&server, &session).await;
     let roles: Vec<&str> = stored["messages"]
         .as_array()
         .unwrap()
@@ -354,14 +359,7 @@ async fn a_client_that_disconnects_mid_stream_stops_its_turn_and_the_history_sta
         }
     }
     assert_eq!(ended, ["cancelled"; 4]);
-    let stored = body_json(
-        server
-            .get(&format!("/api/v1/sessions/{session}"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let stored = stored(&server, &session).await;
     let messages = stored["messages"].as_array().unwrap();
     let calls: Vec<&str> = messages[1]["tool_calls"]
         .as_array()
@@ -432,14 +430,7 @@ async fn a_client_that_hangs_up_cancels_only_its_own_input_on_a_shared_session()
     let body = first.text().await.unwrap();
     assert_eq!(status, 200, "{body}");
     assert_eq!(json(&body)["choices"][0]["finish_reason"], "stop", "{body}");
-    let stored = body_json(
-        server
-            .get(&format!("/api/v1/sessions/{session}"))
-            .send()
-            .await
-            .unwrap(),
-    )
-    .await;
+    let stored = stored(&server, session).await;
     let inputs: Vec<&str> = stored["messages"]
         .as_array()
         .unwrap()
