@@ -438,29 +438,20 @@ impl Runtime {
         })
     }
 
-    /// Runs store calls on tokio's blocking pool. A commit waits for the
-    /// disk (an fsync); on an async worker that wait would stall every
-    /// other session scheduled there (two workers on a 2-core machine),
-    /// while on the blocking pool the waiting writers queue up and share
-    /// one commit (the store's group commit).
+    /// Runs store calls off the async workers ([`Store::call`]): a commit
+    /// waits for the disk, and on a worker that wait would stall every
+    /// other session scheduled there.
     async fn with_store<T: Send + 'static>(
         &self,
         calls: impl FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, Frame> {
-        let store = Arc::clone(&self.store);
-        match tokio::task::spawn_blocking(move || calls(&store)).await {
-            Ok(result) => result.map_err(|e| {
-                let code = match e {
-                    StoreError::SessionBusy { .. } => "session_busy",
-                    _ => "store",
-                };
-                Frame::error(code, e.to_string())
-            }),
-            Err(join) => Err(Frame::error(
-                "store",
-                format!("a store call failed unexpectedly: {join}"),
-            )),
-        }
+        self.store.call(calls).await.map_err(|e| {
+            let code = match e {
+                StoreError::SessionBusy { .. } => "session_busy",
+                _ => "store",
+            };
+            Frame::error(code, e.to_string())
+        })
     }
 }
 

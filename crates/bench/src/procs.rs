@@ -279,20 +279,48 @@ async fn read_address(stdout: ChildStdout, prefix: &str) -> Option<String> {
 /// The resident set size of `pid` in kB, from `/proc/<pid>/status`.
 pub fn rss_kb(pid: u32) -> Result<u64, BenchError> {
     let path = format!("/proc/{pid}/status");
-    let text = std::fs::read_to_string(&path).map_err(|source| BenchError::Io {
-        what: format!("read {path} (RSS is read from /proc, so Linux only)"),
-        source,
-    })?;
-    parse_vm_rss(&text).ok_or_else(|| BenchError::Start {
+    let text = read_status(&path)?;
+    status_value(&text, "VmRSS").ok_or_else(|| BenchError::Start {
         what: format!("process {pid}"),
         detail: format!("{path} has no VmRSS line"),
     })
 }
 
-/// The `VmRSS:  1234 kB` line of a `/proc/<pid>/status` text.
-pub fn parse_vm_rss(status: &str) -> Option<u64> {
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let mut parts = line["VmRSS:".len()..].split_whitespace();
+/// The most memory and threads a process has held, as far as
+/// `/proc/<pid>/status` tells: `VmHWM` is the peak resident set, and
+/// tokio's idle blocking threads linger 10 s, so `Threads` read just after
+/// a burst is about its peak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessPeak {
+    pub peak_rss_kb: u64,
+    pub threads: u64,
+}
+
+/// [`ProcessPeak`] of `pid`, or `None` where `/proc` cannot tell.
+pub fn process_peak(pid: u32) -> Option<ProcessPeak> {
+    let text = read_status(&format!("/proc/{pid}/status")).ok()?;
+    Some(ProcessPeak {
+        peak_rss_kb: status_value(&text, "VmHWM")?,
+        threads: status_value(&text, "Threads")?,
+    })
+}
+
+fn read_status(path: &str) -> Result<String, BenchError> {
+    std::fs::read_to_string(path).map_err(|source| BenchError::Io {
+        what: format!("read {path} (memory is read from /proc, so Linux only)"),
+        source,
+    })
+}
+
+/// The number on the `<field>:  1234 kB` (or unitless `Threads:  4`) line
+/// of a `/proc/<pid>/status` text; `None` for a missing field or another
+/// unit.
+pub fn status_value(status: &str, field: &str) -> Option<u64> {
+    let line = status.lines().find(|l| {
+        l.strip_prefix(field)
+            .is_some_and(|rest| rest.starts_with(':'))
+    })?;
+    let mut parts = line[field.len() + 1..].split_whitespace();
     let value: u64 = parts.next()?.parse().ok()?;
     match parts.next() {
         Some("kB") | None => Some(value),
@@ -305,11 +333,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn vm_rss_is_read_in_kb() {
-        let status = "Name:\thomeagent\nVmPeak:\t  99999 kB\nVmRSS:\t   12345 kB\nThreads:\t4\n";
-        assert_eq!(parse_vm_rss(status), Some(12345));
-        assert_eq!(parse_vm_rss("Name:\tx\n"), None);
-        assert_eq!(parse_vm_rss("VmRSS:\t12 MB\n"), None);
+    fn status_fields_are_read_in_kb_or_as_plain_counts() {
+        let status = "Name:\thomeagent\nVmPeak:\t  99999 kB\nVmHWM:\t  20000 kB\nVmRSS:\t   12345 kB\nThreads:\t4\n";
+        assert_eq!(status_value(status, "VmRSS"), Some(12345));
+        assert_eq!(status_value(status, "VmHWM"), Some(20000));
+        assert_eq!(status_value(status, "Threads"), Some(4));
+        // A field whose name starts another's is not mistaken for it.
+        assert_eq!(status_value("VmRSSx:\t5 kB\n", "VmRSS"), None);
+        assert_eq!(status_value("Name:\tx\n", "VmRSS"), None);
+        assert_eq!(status_value("VmRSS:\t12 MB\n", "VmRSS"), None);
     }
 
     #[test]

@@ -178,6 +178,10 @@ pub struct BlastResult {
     /// fields sit beside the latencies.
     #[serde(flatten)]
     pub cpu: crate::cpu::CpuUse,
+    /// The agent's peak resident set (kB) and its threads just after the
+    /// blast (`procs::process_peak`); `None` where `/proc` cannot tell.
+    pub serve_peak_rss_kb: Option<u64>,
+    pub serve_threads: Option<u64>,
     pub before: Counters,
     pub after: Counters,
     pub status: Status,

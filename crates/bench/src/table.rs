@@ -187,8 +187,15 @@ fn blast_cpu_line(b: &BlastResult, cpus: usize) -> String {
         (Some(s), None) => format!("{name} {s:.2} s"),
         _ => format!("{name} n/a"),
     };
+    let peak = match (b.serve_peak_rss_kb, b.serve_threads) {
+        (Some(kb), Some(threads)) => format!(
+            "\n   serve after the blast: peak RSS {:.1} MB, {threads} threads",
+            kb as f64 / 1024.0
+        ),
+        _ => String::new(),
+    };
     format!(
-        "   CPU (user + system) over the blast: {}, {}, {}; {} cores busy of {cpus}",
+        "   CPU (user + system) over the blast: {}, {}, {}; {} cores busy of {cpus}{peak}",
         process("serve", c.cpu_s_serve, c.cpu_ms_per_input_serve),
         process("mock", c.cpu_s_mock, c.cpu_ms_per_input_mock),
         process("bench", c.cpu_s_bench, c.cpu_ms_per_input_bench),
@@ -353,6 +360,8 @@ mod tests {
                 cpu_ms_per_input_bench: Some(5.0),
                 cores_busy: Some(1.224),
             },
+            serve_peak_rss_kb: Some(107_520),
+            serve_threads: Some(15),
             before: Counters::default(),
             after: Counters::default(),
             status: Status::Ok,
@@ -365,7 +374,8 @@ mod tests {
         assert_eq!(
             blast_cpu_line(&blast(), 2),
             "   CPU (user + system) over the blast: serve 2.88 s (10.00 ms/input), \
-             mock 0.58 s (2.00 ms/input), bench 1.44 s (5.00 ms/input); 1.22 cores busy of 2"
+             mock 0.58 s (2.00 ms/input), bench 1.44 s (5.00 ms/input); 1.22 cores busy of 2\n   \
+             serve after the blast: peak RSS 105.0 MB, 15 threads"
         );
     }
 
@@ -383,6 +393,7 @@ mod tests {
     fn cpu_that_could_not_be_read_is_n_a() {
         let b = BlastResult {
             cpu: CpuUse::default(),
+            serve_peak_rss_kb: None,
             ..blast()
         };
         assert_eq!(

@@ -110,7 +110,12 @@ pub async fn stop(State(state): State<ServerState>, Path(id): Path<String>) -> R
 
 /// `GET /api/v1/sessions`.
 pub async fn list(State(state): State<ServerState>) -> Response {
-    match state.runtime().store().list_sessions() {
+    match state
+        .runtime()
+        .store()
+        .call(|store| store.list_sessions())
+        .await
+    {
         Ok(sessions) => json_ok(&json!({"sessions": sessions})),
         Err(e) => store_error(e).into_response(),
     }
@@ -119,20 +124,26 @@ pub async fn list(State(state): State<ServerState>) -> Response {
 /// `GET /api/v1/sessions/{id}`: the session, its messages (calls and
 /// results) and its tool events (timing and status of every call).
 pub async fn get(State(state): State<ServerState>, Path(id): Path<String>) -> Response {
-    let result = (|| {
-        checked(&id)?;
-        let store = state.runtime().store();
-        let info = store
-            .session(&id)
-            .map_err(store_error)?
-            .ok_or_else(|| ApiError::not_found(format!("session {id} does not exist")))?;
-        let messages = store.history(&id).map_err(store_error)?;
-        let events = store.tool_events(&id).map_err(store_error)?;
-        Ok::<_, ApiError>(json!({"session": info, "messages": messages, "tool_events": events}))
-    })();
-    match result {
-        Ok(body) => json_ok(&body),
-        Err(error) => error.into_response(),
+    if let Err(error) = checked(&id) {
+        return error.into_response();
+    }
+    let key = id.clone();
+    let found = state
+        .runtime()
+        .store()
+        .call(move |store| {
+            let Some(info) = store.session(&key)? else {
+                return Ok(None);
+            };
+            Ok(Some((info, store.history(&key)?, store.tool_events(&key)?)))
+        })
+        .await;
+    match found {
+        Ok(Some((info, messages, events))) => {
+            json_ok(&json!({"session": info, "messages": messages, "tool_events": events}))
+        }
+        Ok(None) => ApiError::not_found(format!("session {id} does not exist")).into_response(),
+        Err(e) => store_error(e).into_response(),
     }
 }
 
@@ -142,7 +153,13 @@ pub async fn delete(State(state): State<ServerState>, Path(id): Path<String>) ->
         return error.into_response();
     }
     state.scheduler().stop(&id);
-    match state.runtime().store().delete_session(&id) {
+    let key = id.clone();
+    let deleted = state
+        .runtime()
+        .store()
+        .call(move |store| store.delete_session(&key))
+        .await;
+    match deleted {
         Ok(true) => StatusCode::NO_CONTENT.into_response(),
         Ok(false) => ApiError::not_found(format!("session {id} does not exist")).into_response(),
         Err(e) => store_error(e).into_response(),

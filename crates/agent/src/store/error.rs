@@ -93,6 +93,13 @@ pub enum StoreError {
         "the write was not applied (the store call committing it failed unexpectedly); retry it"
     )]
     WriteNotApplied,
+    /// A store call made through `Store::call` ended without an answer
+    /// (it panicked, or the runtime was shutting down). A write it made may
+    /// or may not have committed; reload the session to see.
+    #[error(
+        "a store call failed unexpectedly ({detail}); reload the session to see what it stored"
+    )]
+    CallFailed { detail: String },
     /// Any other SQLite failure (disk full, I/O error, lock held longer than
     /// the busy timeout).
     #[error("store error: {0}")]

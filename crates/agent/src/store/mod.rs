@@ -47,9 +47,9 @@
 //! # Async callers and group commit
 //!
 //! The API is synchronous and `&self`: one connection behind a mutex. A
-//! commit waits for the disk, so async code should call the store from
-//! `tokio::task::spawn_blocking` (the runtime does), not from an async
-//! worker. Writers that wait for the connection at the same time are
+//! commit waits for the disk, so async code calls the store through
+//! [`Store::call`], which runs the call on tokio's blocking pool, a few at
+//! a time (`blocking.rs`), never on an async worker. Writers that wait for the connection at the same time are
 //! committed together, one fsync for the whole group (`group.rs`); each is
 //! answered only once its group is on disk. The [`Store`] is
 //! `Send + Sync`; share it with an `Arc`.
@@ -59,6 +59,7 @@
 //! The store holds exactly what it is given: messages and tool events. The
 //! caller never passes keys, and nothing here logs message bodies.
 
+mod blocking;
 mod claim;
 mod error;
 mod events;
@@ -71,12 +72,13 @@ mod sessions;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use rusqlite::Connection;
 use rusqlite::config::DbConfig;
 
+pub use blocking::CALLS_AT_ONCE;
 pub use claim::SessionClaim;
 pub use error::StoreError;
 pub use events::{EventPhase, EventRow, ToolEventRecord};
@@ -128,6 +130,8 @@ pub struct Store {
     histories: Mutex<history_cache::HistoryCache>,
     /// Messages parsed from stored rows, for [`Store::read_stats`].
     messages_parsed: AtomicU64,
+    /// Places for [`Store::call`]s on the blocking pool (`blocking.rs`).
+    calls_at_once: Arc<tokio::sync::Semaphore>,
     path: PathBuf,
 }
 
@@ -168,6 +172,7 @@ impl Store {
                 history_cache::DEFAULT_CAPACITY_BYTES,
             )),
             messages_parsed: AtomicU64::new(0),
+            calls_at_once: Arc::new(tokio::sync::Semaphore::new(blocking::CALLS_AT_ONCE)),
             path: path.to_owned(),
         })
     }

@@ -16,7 +16,7 @@ use crate::client::{AgentClient, MockClient, Reply};
 use crate::cpu::{CpuSample, CpuUse};
 use crate::error::BenchError;
 use crate::math;
-use crate::procs::Stack;
+use crate::procs::{Stack, process_peak};
 use crate::report::{BlastResult, Counters, status_of};
 
 use super::{Progress, outcome};
@@ -89,6 +89,7 @@ pub async fn blast(
     }
     let wall_s = started.elapsed().as_secs_f64();
     let cpu_after = CpuSample::take(stack.serve_pid, stack.mock_pid);
+    let peak = process_peak(stack.serve_pid);
 
     let log = mock.inputs().await?;
     let after = settled_counters(&control).await?;
@@ -127,6 +128,8 @@ pub async fn blast(
         p99_added_ms: math::percentile(&added_ms, 99.0).unwrap_or(0.0),
         wall_s,
         cpu: CpuUse::between(&cpu_before, &cpu_after, inputs, wall_s),
+        serve_peak_rss_kb: peak.map(|p| p.peak_rss_kb),
+        serve_threads: peak.map(|p| p.threads),
         before,
         after,
         status: status_of(&problems),

@@ -147,29 +147,25 @@ fn session_id(state: &ServerState, headers: &HeaderMap) -> Result<String, ApiErr
 /// Creates `session` seeded with `prior` when it is new. Created and seeded
 /// in one transaction: two first requests naming the same new session
 /// cannot both seed it. A session that exists keeps its history (the
-/// client's earlier messages are not added). The store call runs on the
-/// blocking pool: creating a session is a commit, and a commit waits for
-/// the disk.
+/// client's earlier messages are not added). Creating a session is a
+/// commit, which waits for the disk, so it runs through `Store::call`.
 async fn prepare_session(
     state: &ServerState,
     session: &str,
     agent: &str,
     prior: Vec<homeagent_core::Message>,
 ) -> Result<(), ApiError> {
-    let store = std::sync::Arc::clone(state.runtime().store());
     let (session, agent) = (session.to_owned(), agent.to_owned());
-    let prepared = tokio::task::spawn_blocking(move || {
-        store
-            .create_seeded_session(&session, &agent, &prior)
-            .map(|_| ())
-    })
-    .await;
-    match prepared {
-        Ok(result) => result.map_err(store_error),
-        Err(join) => Err(ApiError::internal(format!(
-            "preparing the session failed unexpectedly: {join}"
-        ))),
-    }
+    state
+        .runtime()
+        .store()
+        .call(move |store| {
+            store
+                .create_seeded_session(&session, &agent, &prior)
+                .map(|_| ())
+        })
+        .await
+        .map_err(store_error)
 }
 
 /// How a store refusal reads to the API client.
