@@ -4,11 +4,15 @@
 //! Replacing is atomic: the content goes to a temporary file in the target's
 //! own directory (same file system, so the rename cannot turn into a copy),
 //! is flushed to disk, and is renamed over the target. A failure removes the
-//! temporary file. Appending opens the existing file in append mode, which
+//! temporary file. All of it goes through one descriptor of that directory,
+//! checked to be inside the root once opened: a parent swapped for a symlink
+//! leading out after `resolve` checked the path is refused, and one swapped
+//! after the check cannot redirect the rename. Appending opens the existing file in append mode, which
 //! cannot be atomic for a partial failure but never loses what was there.
 //!
 //! The tool is `serial`: a batch that writes runs in call order.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -109,6 +113,7 @@ async fn write(shared: Arc<Shared>, ctx: ToolContext) -> Result<Value, ToolError
     }
 
     let existed = tokio::fs::symlink_metadata(&path).await.is_ok();
+    let length = content.len();
     if append {
         let mut options = tokio::fs::OpenOptions::new();
         options.append(true).create(true);
@@ -119,14 +124,41 @@ async fn write(shared: Arc<Shared>, ctx: ToolContext) -> Result<Value, ToolError
             .await
             .map_err(|e| shared.io_error("append to", &path, &e))?;
     } else {
-        replace_atomically(parent, &path, content.as_bytes())
-            .await
-            .map_err(|e| shared.io_error("write", &path, &e))?;
+        let Some(name) = path.file_name().map(OsStr::to_owned) else {
+            return Err(
+                ToolError::execution(format!("cannot write {shown}: it names no file"))
+                    .with_field("path"),
+            );
+        };
+        let (root, dir) = (shared.root.canonical().to_owned(), parent.to_owned());
+        let bytes = content.as_bytes().to_vec();
+        let written =
+            tokio::task::spawn_blocking(move || replace_in_dir(&root, &dir, &name, &bytes))
+                .await
+                .unwrap_or_else(|join| {
+                    Err(ReplaceError::Io(std::io::Error::other(join.to_string())))
+                });
+        match written {
+            Ok(()) => {}
+            Err(ReplaceError::Io(e)) => return Err(shared.io_error("write", &path, &e)),
+            Err(ReplaceError::Outside(opened)) => {
+                return Err(ToolError::new(
+                    ErrorReason::Denied,
+                    format!(
+                        "cannot write {shown}: its directory is {}, outside the files root \
+                         (the path changed while it was being written)",
+                        opened.display()
+                    ),
+                )
+                .with_field("path")
+                .with_hint(shared.root_hint()));
+            }
+        }
     }
-    tracing::debug!(path = %shown, bytes = content.len(), append, "files_write");
+    tracing::debug!(path = %shown, bytes = length, append, "files_write");
     Ok(json!({
         "path": shown,
-        "bytes_written": content.len(),
+        "bytes_written": length,
         "appended": append,
         "created": !existed,
     }))
@@ -137,34 +169,157 @@ async fn append_to(file: &mut tokio::fs::File, bytes: &[u8]) -> std::io::Result<
     file.sync_all().await
 }
 
-async fn replace_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let temp = temp_path(dir);
-    let result = async {
-        let mut file = tokio::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&temp)
-            .await?;
-        file.write_all(bytes).await?;
-        // Keep the permissions of the file being replaced (an executable
-        // script stays executable).
-        if let Ok(meta) = tokio::fs::metadata(path).await {
-            file.set_permissions(meta.permissions()).await?;
-        }
-        file.sync_all().await?;
-        drop(file);
-        tokio::fs::rename(&temp, path).await
-    }
-    .await;
-    if result.is_err() {
-        let _ = tokio::fs::remove_file(&temp).await;
-    }
-    result
+/// Why replacing a file failed.
+#[derive(Debug)]
+enum ReplaceError {
+    /// The directory opened is this one, outside the root: the path changed
+    /// after it was checked.
+    Outside(PathBuf),
+    Io(std::io::Error),
 }
 
-/// A name no other writer in this process or another one will pick.
-fn temp_path(dir: &Path) -> PathBuf {
+impl From<std::io::Error> for ReplaceError {
+    fn from(error: std::io::Error) -> Self {
+        ReplaceError::Io(error)
+    }
+}
+
+impl From<nix::Error> for ReplaceError {
+    fn from(errno: nix::Error) -> Self {
+        ReplaceError::Io(errno.into())
+    }
+}
+
+/// Replaces the file `name` in the directory `dir` with `bytes`, through a
+/// descriptor of `dir` whose real path must lie inside `root` (already
+/// canonical). Blocking: run it off the async workers.
+fn replace_in_dir(root: &Path, dir: &Path, name: &OsStr, bytes: &[u8]) -> Result<(), ReplaceError> {
+    use nix::fcntl::{AtFlags, OFlag, open, openat, renameat};
+    use nix::sys::stat::{Mode, SFlag, fchmod, fstatat};
+    use nix::unistd::{UnlinkatFlags, unlinkat};
+    use std::io::Write;
+
+    // No O_NOFOLLOW: a symlinked directory inside the root is fine; where
+    // the descriptor really points is checked next.
+    let dir_fd = open(
+        dir,
+        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )?;
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        let opened = std::fs::read_link(format!("/proc/self/fd/{}", dir_fd.as_raw_fd()))?;
+        if !opened.starts_with(root) {
+            return Err(ReplaceError::Outside(opened));
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = root;
+    // Keep the permissions of the file being replaced (an executable
+    // script stays executable); a symlink at `name` is replaced, not
+    // followed.
+    let kept_mode = match fstatat(&dir_fd, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(stat) if SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG => {
+            Some(Mode::from_bits_truncate(stat.st_mode))
+        }
+        _ => None,
+    };
+    let temp = temp_name();
+    let temp_fd = openat(
+        &dir_fd,
+        temp.as_str(),
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::from_bits_truncate(0o666),
+    )?;
+    let replaced = (|| -> Result<(), ReplaceError> {
+        let mut file = std::fs::File::from(temp_fd);
+        file.write_all(bytes)?;
+        if let Some(mode) = kept_mode {
+            fchmod(&file, mode)?;
+        }
+        file.sync_all()?;
+        renameat(&dir_fd, temp.as_str(), &dir_fd, name)?;
+        Ok(())
+    })();
+    if replaced.is_err() {
+        let _ = unlinkat(&dir_fd, temp.as_str(), UnlinkatFlags::NoRemoveDir);
+    }
+    replaced?;
+    // The rename is on disk once the directory is.
+    std::fs::File::from(dir_fd).sync_all()?;
+    Ok(())
+}
+
+/// A file name no other writer in this process or another one will pick.
+fn temp_name() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    dir.join(format!("{TEMP_PREFIX}{}-{n}.tmp", std::process::id()))
+    format!("{TEMP_PREFIX}{}-{n}.tmp", std::process::id())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    struct Dirs {
+        base: PathBuf,
+    }
+
+    impl Drop for Dirs {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.base);
+        }
+    }
+
+    /// `<base>/root` and `<base>/outside`, canonical.
+    fn dirs(label: &str) -> (Dirs, PathBuf, PathBuf) {
+        let base = std::env::temp_dir().join(format!(
+            "homeagent-replace-{label}-{}-{:?}",
+            std::process::id(),
+            std::time::SystemTime::now()
+        ));
+        std::fs::create_dir_all(base.join("root")).unwrap();
+        std::fs::create_dir_all(base.join("outside")).unwrap();
+        let base = base.canonicalize().unwrap();
+        let (root, outside) = (base.join("root"), base.join("outside"));
+        (Dirs { base }, root, outside)
+    }
+
+    #[test]
+    fn a_directory_that_leads_out_of_the_root_when_opened_is_refused() {
+        let (_dirs, root, outside) = dirs("out");
+        // What `resolve` checked was a directory inside the root; by the
+        // time the write runs it is a symlink to a directory outside.
+        std::os::unix::fs::symlink(&outside, root.join("docs")).unwrap();
+
+        let refused = replace_in_dir(&root, &root.join("docs"), OsStr::new("a.txt"), b"x");
+
+        match refused {
+            Err(ReplaceError::Outside(opened)) => assert_eq!(opened, outside),
+            other => panic!("expected Outside, got {other:?}"),
+        }
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_replace_writes_the_bytes_keeps_the_mode_and_leaves_no_temporary_file() {
+        use std::os::unix::fs::PermissionsExt;
+        let (_dirs, root, _) = dirs("keep");
+        let script = root.join("run.sh");
+        std::fs::write(&script, "old").unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o750)).unwrap();
+
+        replace_in_dir(&root, &root, OsStr::new("run.sh"), b"new").unwrap();
+
+        assert_eq!(std::fs::read_to_string(&script).unwrap(), "new");
+        let mode = std::fs::metadata(&script).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode, 0o750);
+        let names: Vec<_> = std::fs::read_dir(&root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("run.sh")]);
+    }
 }
