@@ -191,6 +191,12 @@ def main() -> None:
         asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))
     else:
         server.run("stdio")
+        # Reached only when the client closed stdin (a graceful shutdown);
+        # a kill or SIGTERM ends the process before this line.
+        marker = os.environ.get("FIXTURE_EXIT_MARKER")
+        if marker:
+            with open(marker, "w", encoding="utf-8") as f:
+                f.write("stdin closed")
 
 
 if __name__ == "__main__":

@@ -86,131 +86,138 @@ pub async fn run(args: ChatArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode
         },
     )?;
     setup::mcp_started(&agent).await;
-    let mut out = std::io::stdout();
-    for notice in &agent.notices {
-        writeln!(out, "note: {notice}")?;
-    }
-    let mut session = args
-        .session
-        .unwrap_or_else(|| setup::new_session_id("chat"));
-    writeln!(
-        out,
-        "HomeAgent chat (session {session}). /stop /tools /new /quit; Ctrl-C stops a turn."
-    )?;
-    let mut lines = stdin_lines();
-    let mut pending_question: Option<Question> = None;
-    loop {
-        write!(out, "> ")?;
-        out.flush()?;
-        let line = tokio::select! {
-            line = lines.recv() => line,
-            _ = tokio::signal::ctrl_c() => {
-                // Ctrl-C belongs to turns; at the prompt it only explains.
-                writeln!(out, "\n(nothing is running; /quit or Ctrl-D leaves)")?;
-                continue;
-            }
-        };
-        let Some(line) = line else {
-            return Ok(ExitCode::SUCCESS);
-        };
-        let input = line.trim();
-        match input {
-            "" => continue,
-            "/quit" | "/exit" => return Ok(ExitCode::SUCCESS),
-            "/stop" => {
-                let n = agent.scheduler.stop(&session);
-                writeln!(out, "(stopped {n} input(s))")?;
-                continue;
-            }
-            "/new" => {
-                session = setup::new_session_id("chat");
-                writeln!(out, "(new session {session})")?;
-                continue;
-            }
-            "/tools" => {
-                for def in agent.registry.definitions() {
-                    let how = if def.runs_in_parallel() {
-                        "parallel-safe"
-                    } else {
-                        "serial"
-                    };
-                    writeln!(
-                        out,
-                        "  {} ({how}): {}",
-                        def.name,
-                        first_line(&def.description)
-                    )?;
-                }
-                continue;
-            }
-            _ => {}
+    // Every way out of the conversation passes here, so the MCP servers
+    // are closed gracefully whichever it was.
+    let talked: anyhow::Result<ExitCode> = async {
+        let mut out = std::io::stdout();
+        for notice in &agent.notices {
+            writeln!(out, "note: {notice}")?;
         }
-        let mut frames = agent.scheduler.submit(Submission {
-            session: session.clone(),
-            agent: args.agent.clone(),
-            text: input.to_owned(),
-            interrupt: false,
-        });
-        let mut view = TextView::default();
-        let mut tools_running = 0usize;
-        let mut spin = 0usize;
-        let mut ticker = tokio::time::interval(Duration::from_millis(120));
-        let started = Instant::now();
+        let mut session = args
+            .session
+            .unwrap_or_else(|| setup::new_session_id("chat"));
+        writeln!(
+            out,
+            "HomeAgent chat (session {session}). /stop /tools /new /quit; Ctrl-C stops a turn."
+        )?;
+        let mut lines = stdin_lines();
+        let mut pending_question: Option<Question> = None;
         loop {
-            tokio::select! {
-                frame = frames.recv() => {
-                    let Some(frame) = frame else { break };
-                    if tools_running > 0 {
-                        // Clear the spinner before printing over it.
-                        write!(out, "\r   \r")?;
-                    }
-                    match &frame {
-                        Frame::ToolCall(ToolEvent::Start { .. }) => tools_running += 1,
-                        Frame::ToolCall(ToolEvent::End { .. }) => {
-                            tools_running = tools_running.saturating_sub(1);
-                        }
-                        _ => {}
-                    }
-                    view.show(&frame, &mut out)?;
-                    out.flush()?;
-                    if frame.is_terminal() {
-                        if let Frame::Response { turns, usage, .. } = &frame {
-                            writeln!(
-                                out,
-                                "({} model request(s), {} tokens, {:.1} s)",
-                                turns,
-                                usage.total_tokens,
-                                started.elapsed().as_secs_f64()
-                            )?;
-                        }
-                        break;
-                    }
-                }
-                question = questions.recv(), if pending_question.is_none() => {
-                    if let Some(question) = question {
-                        write!(out, "\r{}", question.prompt)?;
-                        out.flush()?;
-                        pending_question = Some(question);
-                    }
-                }
-                line = lines.recv(), if pending_question.is_some() => {
-                    let yes = line.as_deref().map(str::trim).is_some_and(|l| l.eq_ignore_ascii_case("y") || l.eq_ignore_ascii_case("yes"));
-                    if let Some(question) = pending_question.take() {
-                        let _ = question.answer.send(yes);
-                    }
-                }
+            write!(out, "> ")?;
+            out.flush()?;
+            let line = tokio::select! {
+                line = lines.recv() => line,
                 _ = tokio::signal::ctrl_c() => {
-                    let n = agent.scheduler.stop(&session);
-                    writeln!(out, "\n(Ctrl-C: stopping the turn; {n} input(s) cancelled)")?;
+                    // Ctrl-C belongs to turns; at the prompt it only explains.
+                    writeln!(out, "\n(nothing is running; /quit or Ctrl-D leaves)")?;
+                    continue;
                 }
-                _ = ticker.tick(), if tools_running > 0 => {
-                    spin = (spin + 1) % SPINNER.len();
-                    write!(out, "\r {} ", SPINNER[spin])?;
-                    out.flush()?;
+            };
+            let Some(line) = line else {
+                return Ok(ExitCode::SUCCESS);
+            };
+            let input = line.trim();
+            match input {
+                "" => continue,
+                "/quit" | "/exit" => return Ok(ExitCode::SUCCESS),
+                "/stop" => {
+                    let n = agent.scheduler.stop(&session);
+                    writeln!(out, "(stopped {n} input(s))")?;
+                    continue;
+                }
+                "/new" => {
+                    session = setup::new_session_id("chat");
+                    writeln!(out, "(new session {session})")?;
+                    continue;
+                }
+                "/tools" => {
+                    for def in agent.registry.definitions() {
+                        let how = if def.runs_in_parallel() {
+                            "parallel-safe"
+                        } else {
+                            "serial"
+                        };
+                        writeln!(
+                            out,
+                            "  {} ({how}): {}",
+                            def.name,
+                            first_line(&def.description)
+                        )?;
+                    }
+                    continue;
+                }
+                _ => {}
+            }
+            let mut frames = agent.scheduler.submit(Submission {
+                session: session.clone(),
+                agent: args.agent.clone(),
+                text: input.to_owned(),
+                interrupt: false,
+            });
+            let mut view = TextView::default();
+            let mut tools_running = 0usize;
+            let mut spin = 0usize;
+            let mut ticker = tokio::time::interval(Duration::from_millis(120));
+            let started = Instant::now();
+            loop {
+                tokio::select! {
+                    frame = frames.recv() => {
+                        let Some(frame) = frame else { break };
+                        if tools_running > 0 {
+                            // Clear the spinner before printing over it.
+                            write!(out, "\r   \r")?;
+                        }
+                        match &frame {
+                            Frame::ToolCall(ToolEvent::Start { .. }) => tools_running += 1,
+                            Frame::ToolCall(ToolEvent::End { .. }) => {
+                                tools_running = tools_running.saturating_sub(1);
+                            }
+                            _ => {}
+                        }
+                        view.show(&frame, &mut out)?;
+                        out.flush()?;
+                        if frame.is_terminal() {
+                            if let Frame::Response { turns, usage, .. } = &frame {
+                                writeln!(
+                                    out,
+                                    "({} model request(s), {} tokens, {:.1} s)",
+                                    turns,
+                                    usage.total_tokens,
+                                    started.elapsed().as_secs_f64()
+                                )?;
+                            }
+                            break;
+                        }
+                    }
+                    question = questions.recv(), if pending_question.is_none() => {
+                        if let Some(question) = question {
+                            write!(out, "\r{}", question.prompt)?;
+                            out.flush()?;
+                            pending_question = Some(question);
+                        }
+                    }
+                    line = lines.recv(), if pending_question.is_some() => {
+                        let yes = line.as_deref().map(str::trim).is_some_and(|l| l.eq_ignore_ascii_case("y") || l.eq_ignore_ascii_case("yes"));
+                        if let Some(question) = pending_question.take() {
+                            let _ = question.answer.send(yes);
+                        }
+                    }
+                    _ = tokio::signal::ctrl_c() => {
+                        let n = agent.scheduler.stop(&session);
+                        writeln!(out, "\n(Ctrl-C: stopping the turn; {n} input(s) cancelled)")?;
+                    }
+                    _ = ticker.tick(), if tools_running > 0 => {
+                        spin = (spin + 1) % SPINNER.len();
+                        write!(out, "\r {} ", SPINNER[spin])?;
+                        out.flush()?;
+                    }
                 }
             }
         }
     }
+    .await;
+    setup::mcp_stopped(&agent).await;
+    talked
 }
 
 fn first_line(text: &str) -> &str {

@@ -105,7 +105,8 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
             for notice in &agent.notices {
                 eprintln!("note: {notice}");
             }
-            mcp_serve::run(agent).await?;
+            mcp_serve::run(&agent).await?;
+            setup::mcp_stopped(&agent).await;
             return Ok(std::process::ExitCode::SUCCESS);
         }
         Command::Serve(args) => {
@@ -116,7 +117,9 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
                 ..homeagent_agent::BuildOptions::default()
             };
             let agent = setup::agent(&loaded, options)?;
-            serve::run(agent, &loaded, args.listen).await?;
+            let served = serve::run(&agent, &loaded, args.listen).await;
+            setup::mcp_stopped(&agent).await;
+            served?;
             return Ok(std::process::ExitCode::SUCCESS);
         }
         Command::Waiter(args) => return waiter_cmd::run(args, &global).await,
@@ -124,8 +127,12 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
             let loaded = setup::load(&global)?;
             let built = setup::agent(&loaded, homeagent_agent::BuildOptions::default())?;
             setup::mcp_started(&built).await;
-            let mut out = std::io::stdout().lock();
-            return seq_cmd::run(&built, &name, &args, &agent, &mut out).await;
+            let ran = {
+                let mut out = std::io::stdout().lock();
+                seq_cmd::run(&built, &name, &args, &agent, &mut out).await
+            };
+            setup::mcp_stopped(&built).await;
+            return ran;
         }
         _ => {}
     }

@@ -18,7 +18,7 @@ use homeagent_tools::{DEFAULT_AGENT, ToolApi};
 ///
 /// Build `agent` with an approval policy that does not read the terminal
 /// (stdin is the MCP stream): refused, or granted in advance by `--yes`.
-pub async fn run(agent: homeagent_agent::Agent) -> anyhow::Result<()> {
+pub async fn run(agent: &homeagent_agent::Agent) -> anyhow::Result<()> {
     let runtime = agent.runtime.clone();
     let tools: Arc<dyn ToolSource> = runtime.tools().clone();
     let gate = runtime.tools().gate().clone();

@@ -28,6 +28,13 @@ pub async fn run(args: RunArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode>
             eprintln!("note: {notice}");
         }
     }
+    let answered = answer(&agent, args).await;
+    setup::mcp_stopped(&agent).await;
+    answered
+}
+
+/// Submits the prompt and shows its frames until the terminal one.
+async fn answer(agent: &homeagent_agent::Agent, args: RunArgs) -> anyhow::Result<ExitCode> {
     let session = args.session.unwrap_or_else(|| setup::new_session_id("run"));
     let mut frames = agent.scheduler.submit(Submission {
         session: session.clone(),

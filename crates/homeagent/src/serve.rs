@@ -14,7 +14,7 @@ use homeagent_agent::config::LoadedConfig;
 use homeagent_server::{ServerOptions, ServerState, bind, serve};
 
 pub async fn run(
-    agent: Agent,
+    agent: &Agent,
     loaded: &LoadedConfig,
     listen: Option<String>,
 ) -> anyhow::Result<()> {
@@ -56,7 +56,7 @@ pub async fn run(
     // is the only way to learn the port.
     println!("HomeAgent listening on http://{addr}");
     let state = ServerState::new(
-        &agent,
+        agent,
         ServerOptions {
             api_key,
             device_token,

@@ -38,6 +38,16 @@ pub async fn mcp_started(agent: &Agent) {
     }
 }
 
+/// Closes the MCP servers the way the protocol says (stdin closed, then
+/// SIGTERM, then a kill, each after a wait), for a command that is ending;
+/// otherwise they would be killed outright when the process exits, and a
+/// server that saves its state on exit would lose it.
+pub async fn mcp_stopped(agent: &Agent) {
+    if let Some(mcp) = &agent.mcp {
+        mcp.shutdown().await;
+    }
+}
+
 /// A fresh session id for a command that was given none.
 pub fn new_session_id(prefix: &str) -> String {
     let millis = std::time::SystemTime::now()

@@ -516,3 +516,41 @@ fn a_run_sees_the_tools_of_its_mcp_servers_from_the_first_turn() {
     assert_eq!(ends[0]["tool"], "fx__echo");
     assert_eq!(ends[0]["status"], "ok", "{frames:#?}");
 }
+
+/// A run that ends closes its MCP servers the way the protocol says
+/// (stdin closed, then time to exit) instead of killing them: a server
+/// that saves its state on exit gets to.
+#[test]
+fn a_run_that_ends_closes_its_mcp_servers_gracefully() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let fixture = root.join("tests/mcp/fixture_server.py");
+    let marker = std::env::temp_dir().join(format!(
+        "homeagent-mcp-exit-{}-{:?}",
+        std::process::id(),
+        std::time::SystemTime::now()
+    ));
+    let mcp = format!(
+        "[[mcp.servers]]\nname = \"fx\"\ncommand = \"{}\"\nargs = [\"{}\"]\n\
+         env = {{ FIXTURE_EXIT_MARKER = \"{}\" }}\n",
+        sdk_python().display(),
+        fixture.display(),
+        marker.display()
+    );
+    let setup = setup(&mcp);
+    let (output, frames) = run(
+        &setup,
+        &[
+            "--json",
+            r#"!calls [{"name": "fx__echo", "arguments": {"text": "then exit"}}]"#,
+        ],
+    );
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(phase(&frames, "end")[0]["status"], "ok", "{frames:#?}");
+    let written = std::fs::read_to_string(&marker);
+    let _ = std::fs::remove_file(&marker);
+    assert_eq!(
+        written.ok().as_deref(),
+        Some("stdin closed"),
+        "the MCP server did not exit through a closed stdin"
+    );
+}
