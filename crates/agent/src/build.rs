@@ -339,6 +339,11 @@ fn start_mcp(
     }
     let mut specs = Vec::with_capacity(config.mcp.servers.len());
     for entry in &config.mcp.servers {
+        // Checked here, not only by the manager (which would just leave the
+        // server out): a name that cannot work is a config error.
+        if !homeagent_mcp::valid_server_name(&entry.name) {
+            return Err(homeagent_mcp::SpecError::BadName(entry.name.clone()).into());
+        }
         let transport = homeagent_mcp::McpTransport::from_fields(
             &entry.name,
             homeagent_mcp::TransportFields {

@@ -71,3 +71,19 @@ async fn an_mcp_tool_may_require_approval() {
     ))
     .unwrap();
 }
+
+/// A server's name prefixes its tools' names, which providers restrict
+/// (Gemini refuses a name that starts with a digit, and then the whole
+/// request): a name that cannot serve fails the start, naming the server.
+#[tokio::test]
+async fn an_mcp_server_name_that_cannot_prefix_tool_names_fails_the_start() {
+    for name in ["1password", "my server"] {
+        let toml = format!("[[mcp.servers]]\nname = \"{name}\"\ncommand = \"/nonexistent/srv\"\n");
+        match built(&toml) {
+            Err(BuildError::Mcp(homeagent_mcp::SpecError::BadName(named))) => {
+                assert_eq!(named, name);
+            }
+            other => panic!("{name}: expected BadName, got {other:?}"),
+        }
+    }
+}

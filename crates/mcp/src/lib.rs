@@ -32,4 +32,7 @@ pub use client::manager::{
 };
 pub use naming::{NameError, exposed_name};
 pub use serve::{ServeError, ToolServer, mcp_tool, outcome_result, serve_stdio};
-pub use spec::{McpOptions, McpServerSpec, McpTransport, SpecError, TransportFields};
+pub use spec::{
+    MAX_SERVER_NAME_LEN, McpOptions, McpServerSpec, McpTransport, SpecError, TransportFields,
+    valid_server_name,
+};

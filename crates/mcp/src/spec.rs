@@ -161,11 +161,29 @@ impl Default for McpOptions {
     }
 }
 
+/// The longest server name: its tools' names (`<server>__<tool>`, at most
+/// 64 characters) keep at least 30 characters for the tool's own name.
+pub const MAX_SERVER_NAME_LEN: usize = 32;
+
+/// Whether `name` can prefix tool names as it is: every provider accepts
+/// `[A-Za-z0-9_-]`, and Gemini also wants a letter (or `_`) first.
+pub fn valid_server_name(name: &str) -> bool {
+    name.len() <= MAX_SERVER_NAME_LEN
+        && name.starts_with(|c: char| c.is_ascii_alphabetic())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+}
+
 /// A server spec that cannot be started.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SpecError {
     #[error("an MCP server has an empty name; give every [[mcp.servers]] entry a name")]
     EmptyName,
+    #[error(
+        "MCP server name `{0}` cannot prefix tool names: use 1 to {MAX_SERVER_NAME_LEN} letters, digits, `_` or `-`, starting with a letter (the model sees `<server>__<tool>`, and providers refuse other tool names)"
+    )]
+    BadName(String),
     #[error("two MCP servers are named `{0}`; server names must be unique")]
     DuplicateName(String),
     #[error(
@@ -187,6 +205,32 @@ pub enum SpecError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn server_names_must_be_usable_as_tool_name_prefixes() {
+        for good in [
+            "git",
+            "fs-2",
+            "my_server",
+            "G",
+            &"a".repeat(MAX_SERVER_NAME_LEN),
+        ] {
+            assert!(valid_server_name(good), "{good}");
+        }
+        let too_long = "a".repeat(MAX_SERVER_NAME_LEN + 1);
+        for bad in [
+            "",
+            "1password",
+            "_x",
+            "-x",
+            "my server",
+            "a.b",
+            "é",
+            too_long.as_str(),
+        ] {
+            assert!(!valid_server_name(bad), "{bad}");
+        }
+    }
 
     #[test]
     fn exactly_one_transport() {

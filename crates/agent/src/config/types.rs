@@ -316,7 +316,8 @@ pub struct McpSection {
 #[derive(Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct McpServerEntry {
-    /// Prefix of the server's tools (`<name>__<tool>`); unique.
+    /// Prefix of the server's tools (`<name>__<tool>`); unique. 1 to 32 letters,
+    /// digits, `_` or `-`, starting with a letter (providers restrict tool names).
     pub name: String,
     /// The program to start; it speaks MCP on stdin/stdout.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::convert::{call_result_value, service_error};
 use super::supervise::supervise;
-use crate::spec::{McpOptions, McpServerSpec, McpTransport, SpecError};
+use crate::spec::{McpOptions, McpServerSpec, McpTransport, SpecError, valid_server_name};
 
 /// Where a server is in its life.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -245,6 +245,9 @@ fn check_spec(
 ) -> Result<(), SpecError> {
     if spec.name.is_empty() {
         return Err(SpecError::EmptyName);
+    }
+    if !valid_server_name(&spec.name) {
+        return Err(SpecError::BadName(spec.name.clone()));
     }
     if !seen.insert(spec.name.clone()) {
         return Err(SpecError::DuplicateName(spec.name.clone()));
