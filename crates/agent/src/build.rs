@@ -277,7 +277,7 @@ pub fn build(
     };
     let store = Arc::new(Store::open_with(&store_path, durability)?);
     // MCP tools sit in front of the built-in registry; both behind the gate.
-    let mcp = start_mcp(config, &registry)?;
+    let mcp = start_mcp(loaded, &registry)?;
     let inner: Arc<dyn homeagent_core::ToolSource> = match &mcp {
         Some(manager) => Arc::new(manager.clone()),
         None => Arc::clone(&registry) as _,
@@ -331,9 +331,10 @@ pub fn build(
 /// Starts the configured MCP servers (in the background: a server that is
 /// slow or down is reported in its status, and the agent starts anyway).
 fn start_mcp(
-    config: &crate::config::Config,
+    loaded: &LoadedConfig,
     registry: &Arc<Registry>,
 ) -> Result<Option<homeagent_mcp::McpManager>, BuildError> {
+    let config = &loaded.config;
     if config.mcp.servers.is_empty() {
         return Ok(None);
     }
@@ -350,6 +351,7 @@ fn start_mcp(
                 command: entry.command.clone(),
                 args: entry.args.clone(),
                 env: entry.env.clone(),
+                cwd: entry.cwd.as_deref().map(|dir| loaded.resolve_path(dir)),
                 url: entry.url.clone(),
                 bearer_token: entry.bearer_token.as_ref().map(|s| s.expose().to_owned()),
             },

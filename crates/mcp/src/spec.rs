@@ -2,6 +2,7 @@
 //! `[[mcp.servers]]` maps onto [`McpServerSpec`] one field to one field).
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// One MCP server to connect to.
@@ -31,6 +32,8 @@ pub enum McpTransport {
         command: String,
         args: Vec<String>,
         env: BTreeMap<String, String>,
+        /// The directory it starts in; `None`: HomeAgent's own.
+        cwd: Option<PathBuf>,
     },
     /// Streamable HTTP at `url`, with an optional bearer token.
     Http {
@@ -44,11 +47,17 @@ pub enum McpTransport {
 impl std::fmt::Debug for McpTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            McpTransport::Stdio { command, args, env } => f
+            McpTransport::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => f
                 .debug_struct("Stdio")
                 .field("command", command)
                 .field("args", args)
                 .field("env", &env.keys().collect::<Vec<_>>())
+                .field("cwd", cwd)
                 .finish(),
             McpTransport::Http { url, bearer_token } => f
                 .debug_struct("Http")
@@ -81,6 +90,7 @@ impl McpServerSpec {
                 command: command.into(),
                 args,
                 env: BTreeMap::new(),
+                cwd: None,
             },
             trusted: false,
             parallel_safe: Vec::new(),
@@ -107,6 +117,7 @@ pub struct TransportFields {
     pub command: Option<String>,
     pub args: Vec<String>,
     pub env: BTreeMap<String, String>,
+    pub cwd: Option<PathBuf>,
     pub url: Option<String>,
     pub bearer_token: Option<String>,
 }
@@ -120,7 +131,11 @@ impl McpTransport {
                 command,
                 args: fields.args,
                 env: fields.env,
+                cwd: fields.cwd,
             }),
+            (None, Some(_)) if fields.cwd.is_some() => {
+                Err(SpecError::CwdWithoutCommand(server.to_owned()))
+            }
             (None, Some(url)) => Ok(McpTransport::Http {
                 url,
                 bearer_token: fields.bearer_token,
@@ -194,6 +209,10 @@ pub enum SpecError {
         "MCP server `{0}` has neither `command` nor `url`; give `command` to start a program, or `url` for a Streamable HTTP server"
     )]
     NoTransport(String),
+    #[error(
+        "MCP server `{0}` has `cwd` but no `command`: a working directory is for a program HomeAgent starts; remove `cwd` for a `url` server"
+    )]
+    CwdWithoutCommand(String),
     #[error("MCP server `{0}` has an empty command; set `command` (stdio) or `url` (HTTP)")]
     EmptyCommand(String),
     #[error(
@@ -252,7 +271,15 @@ mod tests {
             bearer_token: Some("t".into()),
             ..TransportFields::default()
         };
-        let transport = McpTransport::from_fields("s", http).unwrap();
+        let transport = McpTransport::from_fields("s", http.clone()).unwrap();
+        let http_with_cwd = TransportFields {
+            cwd: Some(PathBuf::from("/srv")),
+            ..http
+        };
+        assert_eq!(
+            McpTransport::from_fields("s", http_with_cwd).unwrap_err(),
+            SpecError::CwdWithoutCommand("s".into())
+        );
         // The token is never printed.
         assert_eq!(
             format!("{transport:?}"),

@@ -597,3 +597,43 @@ fn spawning_outside_a_runtime_is_an_error_not_a_panic() {
         homeagent_mcp::spawn_mcp_servers(vec![stdio_spec("fx")], None, McpOptions::default());
     assert_eq!(spawned.err(), Some(homeagent_mcp::NoRuntime));
 }
+
+/// `cwd` starts a stdio server in that directory (its `/proc/<pid>/cwd`
+/// says so); a `cwd` that is not a directory is reported as such, not as a
+/// missing command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stdio_server_starts_in_its_cwd_and_a_missing_one_is_named() {
+    let dir = std::env::temp_dir()
+        .canonicalize()
+        .unwrap()
+        .join(format!("homeagent-mcp-cwd-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let with_cwd = |cwd_dir: std::path::PathBuf| {
+        let mut spec = stdio_spec("fx");
+        if let homeagent_mcp::McpTransport::Stdio { cwd, .. } = &mut spec.transport {
+            *cwd = Some(cwd_dir);
+        }
+        spec
+    };
+
+    let (manager, _source) = start(vec![with_cwd(dir.clone())]).await;
+    let status = manager.status();
+    assert_eq!(status[0].phase, ServerPhase::Running, "{status:?}");
+    let pid = status[0].pid.unwrap();
+    assert_eq!(std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap(), dir);
+    manager.shutdown().await;
+
+    let missing = dir.join("missing");
+    let (manager, _source) = start(vec![with_cwd(missing.clone())]).await;
+    let status = manager.status();
+    let reason = match &status[0].phase {
+        ServerPhase::Down { reason } | ServerPhase::GaveUp { reason } => reason.clone(),
+        other => panic!("expected the server down, got {other:?}"),
+    };
+    assert!(
+        reason.contains(&missing.display().to_string()) && reason.contains("cwd"),
+        "{reason}"
+    );
+    manager.shutdown().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -331,6 +331,11 @@ pub struct McpServerEntry {
     /// launchers such as npx, uvx and docker need), never its API keys.
     #[serde(default)]
     pub env: BTreeMap<String, String>,
+    /// The directory `command` starts in (relative: to this file's
+    /// directory); HomeAgent's own when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(example = &"/srv/repo")]
+    pub cwd: Option<PathBuf>,
     /// Streamable HTTP address of the server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(example = &"http://127.0.0.1:8931/mcp")]
@@ -367,6 +372,7 @@ impl std::fmt::Debug for McpServerEntry {
             .field("command", &self.command)
             .field("args", &self.args)
             .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("cwd", &self.cwd)
             .field("url", &self.url)
             .field("bearer_token", &self.bearer_token)
             .field("trusted", &self.trusted)

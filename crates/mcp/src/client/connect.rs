@@ -46,6 +46,8 @@ pub(crate) enum ConnectError {
         command: String,
         source: std::io::Error,
     },
+    #[error("its working directory {} is not a directory; fix `cwd`", .dir.display())]
+    Cwd { dir: std::path::PathBuf },
     #[error("did not answer `initialize` within {0:?}")]
     InitializeTimeout(std::time::Duration),
     #[error("the MCP handshake failed: {0}")]
@@ -61,8 +63,21 @@ pub(crate) async fn connect(
     let listener = Listener { tools_changed };
     let timeout = spec.timeout;
     match &spec.transport {
-        McpTransport::Stdio { command, args, env } => {
+        McpTransport::Stdio {
+            command,
+            args,
+            env,
+            cwd,
+        } => {
             let mut cmd = tokio::process::Command::new(command);
+            if let Some(dir) = cwd {
+                // Checked here: a missing directory would otherwise fail
+                // the spawn as if the command were missing.
+                if !dir.is_dir() {
+                    return Err(ConnectError::Cwd { dir: dir.clone() });
+                }
+                cmd.current_dir(dir);
+            }
             // A clean environment: the server must not inherit HomeAgent's
             // API keys. It gets the few names launchers need (`npx`,
             // `uvx` and `docker` find nothing without PATH and HOME), as
