@@ -607,6 +607,77 @@ fn secrets_come_from_the_environment_first_and_are_never_shown() {
     assert!(describe(&loaded).contains("device token: not set"));
 }
 
+/// `[[server.devices]]`: each device's own token comes from its variable
+/// or the file, is never shown, and a declaration that cannot work is an
+/// error naming its key.
+#[test]
+fn declared_devices_have_their_own_tokens_and_bad_declarations_fail() {
+    let dir = TempDir::new("devices");
+    let file = "[[server.devices]]\nid = \"nas\"\ntoken_env = \"NAS_TOKEN\"\n\
+                [[server.devices]]\nid = \"pi\"\ntoken = \"pi-file-token\"\n";
+    let loaded = load_text(&dir, file, &env_of(&[("NAS_TOKEN", "nas-env-token")]));
+    let tokens: Vec<(&str, Option<&str>)> = loaded
+        .secrets
+        .device_tokens
+        .iter()
+        .map(|d| (d.id.as_str(), d.token.as_ref().map(|t| t.expose())))
+        .collect();
+    assert_eq!(
+        tokens,
+        [
+            ("nas", Some("nas-env-token")),
+            ("pi", Some("pi-file-token"))
+        ]
+    );
+    for shown in [format!("{loaded:?}"), describe(&loaded)] {
+        for secret in ["nas-env-token", "pi-file-token"] {
+            assert!(!shown.contains(secret), "{secret} shown in {shown}");
+        }
+    }
+    // An unset variable is found at load; `serve` refuses to start on it.
+    let unset = load_text(&dir, file, &no_env());
+    assert_eq!(unset.secrets.device_tokens[0].token, None);
+    assert!(unset.secrets.device_tokens[0].from.contains("$NAS_TOKEN"));
+
+    // Ids are checked with the other rules; the token fields when the
+    // secrets are resolved (the commented example, all switched on, shows
+    // both token and token_env, and still parses).
+    let checked = [
+        ("id = \"no spaces\"\ntoken = \"t\"", "server.devices[0].id"),
+        (
+            "id = \"nas\"\ntoken = \"t\"\n[[server.devices]]\nid = \"nas\"\ntoken = \"u\"",
+            "server.devices[1].id",
+        ),
+    ];
+    for (entry, expected_key) in checked {
+        let (key, message) = invalid_key(&format!("[[server.devices]]\n{entry}\n"));
+        assert_eq!(key, expected_key, "{entry}: {message}");
+    }
+    let resolved = [
+        ("id = \"nas\"", "server.devices[0].token_env"),
+        (
+            "id = \"nas\"\ntoken = \"t\"\ntoken_env = \"V\"",
+            "server.devices[0].token",
+        ),
+        ("id = \"nas\"\ntoken = \"\"", "server.devices[0].token"),
+        (
+            "id = \"nas\"\ntoken_env = \" \"",
+            "server.devices[0].token_env",
+        ),
+    ];
+    for (entry, expected_key) in resolved {
+        std::fs::write(
+            dir.0.join("homeagent.toml"),
+            format!("[[server.devices]]\n{entry}\n"),
+        )
+        .unwrap();
+        match Config::load(&paths_in(&dir.0, PathOrigin::Flag), &no_env()) {
+            Err(ConfigError::Invalid { key, .. }) => assert_eq!(key, expected_key, "{entry}"),
+            other => panic!("{entry}: expected an invalid-config error, got {other:?}"),
+        }
+    }
+}
+
 // --------------------------------------------------------------- describe
 
 #[test]
@@ -757,6 +828,7 @@ fn the_example_parses_and_shows_every_key() {
             ..Default::default()
         },
         agents: vec![AgentEntry::main()],
+        server: example_server(),
         mcp: example_mcp(),
         hooks: example_hooks(),
         ..Config::default()
@@ -840,6 +912,17 @@ fn docs_config_md_is_the_generated_example() {
         "docs/CONFIG.md is out of date with the config types; regenerate it with \
          `HOMEAGENT_UPDATE_DOCS=1 cargo test -p homeagent-agent --test config`"
     );
+}
+
+/// The `[server]` the example shows: the defaults and one declared device.
+fn example_server() -> homeagent_agent::config::ServerSection {
+    homeagent_agent::config::ServerSection {
+        devices: vec![
+            toml::from_str("id = \"kitchen-pi\"\ntoken_env = \"HOMEAGENT_DEVICE_TOKEN_KITCHEN\"")
+                .unwrap(),
+        ],
+        ..Default::default()
+    }
 }
 
 /// The `[[mcp.servers]]` entry the example shows, written out by hand.

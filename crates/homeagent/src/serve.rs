@@ -25,6 +25,7 @@ pub async fn run(
         .as_ref()
         .map(|key| key.expose().to_owned())
         .filter(|key| !key.is_empty());
+    let device_tokens = declared_device_tokens(&loaded.secrets.device_tokens)?;
     let listener = bind(&listen, api_key.as_deref()).await?;
     let addr = listener
         .local_addr()
@@ -41,10 +42,11 @@ pub async fn run(
         .as_ref()
         .map(|token| token.expose().to_owned())
         .filter(|token| !token.is_empty());
-    if device_token.is_some() || api_key.is_some() {
+    if device_token.is_some() || api_key.is_some() || !device_tokens.is_empty() {
         eprintln!(
             "note: devices connect with `homeagent waiter --server ws://{addr} --token …` \
-             (the device token, else the API key)"
+             (a device declared in [[server.devices]] with its own token; any other with the \
+             device token, else the API key)"
         );
     } else {
         eprintln!(
@@ -60,12 +62,33 @@ pub async fn run(
         ServerOptions {
             api_key,
             device_token,
+            device_tokens,
             ..ServerOptions::default()
         },
     );
     serve(listener, state, shutdown_signal("the server")).await?;
     eprintln!("HomeAgent stopped");
     Ok(())
+}
+
+/// The tokens of the devices declared in `[[server.devices]]`, by id; an
+/// error naming the variable when one was not found (a device that could
+/// never bind is a config mistake, not something to find out later).
+fn declared_device_tokens(
+    declared: &[homeagent_agent::config::DeviceToken],
+) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
+    declared
+        .iter()
+        .map(|device| match &device.token {
+            Some(token) => Ok((device.id.clone(), token.expose().to_owned())),
+            None => Err(anyhow::anyhow!(
+                "device {:?} has no token: {} is not set (or empty) where `homeagent serve` \
+                 runs; set it to the device's token",
+                device.id,
+                device.from
+            )),
+        })
+        .collect()
 }
 
 /// Completes on SIGTERM or Ctrl-C (SIGINT). `what` names the program in
@@ -90,5 +113,32 @@ pub(crate) async fn shutdown_signal(what: &str) {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use homeagent_agent::config::{DeviceToken, Secret};
+
+    #[test]
+    fn a_declared_device_without_its_token_stops_the_start_naming_the_variable() {
+        let found = DeviceToken {
+            id: "nas".into(),
+            token: Some(Secret::new("nas-token")),
+            from: "server.devices[0].token".into(),
+        };
+        let missing = DeviceToken {
+            id: "pi".into(),
+            token: None,
+            from: "$PI_TOKEN (server.devices[1].token_env)".into(),
+        };
+        let tokens = declared_device_tokens(std::slice::from_ref(&found)).unwrap_or_default();
+        assert_eq!(tokens.get("nas").map(String::as_str), Some("nas-token"));
+        let error = declared_device_tokens(&[found, missing])
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(error.contains("\"pi\"") && error.contains("$PI_TOKEN"), "{error}");
     }
 }

@@ -3,6 +3,8 @@
 //! The route is outside the API-key middleware because devices prove
 //! themselves inside the protocol, with the device token (which may differ
 //! from the API key): hello, then bind, each within [`HANDSHAKE_TIMEOUT`].
+//! A device declared with a token of its own (`[[server.devices]]`) binds
+//! only with that token; the others bind with the shared device token.
 //! A wrong token, an id already connected or a malformed handshake gets a
 //! `refused` frame saying why (and whether retrying can help), then the
 //! link closes. Without a device token and without an API key, devices are
@@ -144,24 +146,51 @@ async fn handshake(state: &ServerState, socket: &mut WebSocket) -> Result<Hello,
         DeviceFrame::Bind { token } => token,
         _ => return Err(protocol("the second message must be bind".to_owned())),
     };
-    let (Some(expected), Some(_)) = (state.device_token(), state.devices()) else {
+    if state.devices().is_none() || !state.devices_enabled() {
         return Err(ServerFrame::Refused {
             code: RefusalCode::Disabled,
             reason: "this server accepts no devices: set HOMEAGENT_DEVICE_TOKEN (or \
-                     server.device_token, or an API key) where `homeagent serve` runs"
+                     server.device_token, or an API key), or declare devices with their own \
+                     tokens in [[server.devices]], where `homeagent serve` runs"
                 .to_owned(),
             retry: false,
         });
+    }
+    let bad_token = |reason: String| ServerFrame::Refused {
+        code: RefusalCode::BadToken,
+        reason,
+        retry: false,
     };
-    if !same_secret(&token, expected) {
-        return Err(ServerFrame::Refused {
-            code: RefusalCode::BadToken,
-            reason: "the device token is wrong: pass the server's device token \
+    let id = &hello.device_id;
+    match state.options().device_tokens.get(id) {
+        // A declared device: its own token and no other, or holding the
+        // shared token (or another device's) would let a waiter pose as it.
+        Some(own) => {
+            if !same_secret(&token, own) {
+                return Err(bad_token(format!(
+                    "the token is wrong for device {id:?}, which is declared in \
+                     [[server.devices]] with a token of its own: pass that token with --token \
+                     or $HOMEAGENT_DEVICE_TOKEN (the shared device token does not bind it)"
+                )));
+            }
+        }
+        None => match state.device_token() {
+            Some(shared) if same_secret(&token, shared) => {}
+            Some(_) => {
+                return Err(bad_token(
+                    "the device token is wrong: pass the server's device token \
                      (HOMEAGENT_DEVICE_TOKEN or server.device_token there; its API key \
                      when no device token is set) with --token or $HOMEAGENT_DEVICE_TOKEN"
-                .to_owned(),
-            retry: false,
-        });
+                        .to_owned(),
+                ));
+            }
+            None => {
+                return Err(bad_token(format!(
+                    "device {id:?} is not declared in [[server.devices]], and the server has \
+                     no shared device token: declare it there with its own token"
+                )));
+            }
+        },
     }
     Ok(hello)
 }

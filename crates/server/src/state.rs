@@ -16,8 +16,9 @@ use homeagent_device::DeviceHub;
 use crate::error::ApiError;
 use crate::events::{DEFAULT_RING_CAPACITY, EventHub};
 
-/// The server's knobs.
-#[derive(Debug, Clone)]
+/// The server's knobs. `Debug` shows whether each secret is set and the
+/// ids of the devices with their own tokens, never a secret.
+#[derive(Clone)]
 pub struct ServerOptions {
     /// The bearer token every API route requires; `None`: no auth (then
     /// only a loopback address may be used, see [`crate::bind`]).
@@ -37,8 +38,31 @@ pub struct ServerOptions {
     /// The agent completions and sessions run as unless told otherwise.
     pub default_agent: String,
     /// The token devices bind with; `None`: the API key is used, and with
-    /// neither, devices are refused.
+    /// neither, only the devices of `device_tokens` can bind.
     pub device_token: Option<String>,
+    /// Devices with a token of their own, by id: such a device binds only
+    /// with its own token, never the shared one.
+    pub device_tokens: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for ServerOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let set = |secret: &Option<String>| secret.as_ref().map(|_| "<redacted>");
+        f.debug_struct("ServerOptions")
+            .field("api_key", &set(&self.api_key))
+            .field("body_limit", &self.body_limit)
+            .field("body_timeout", &self.body_timeout)
+            .field("event_ring", &self.event_ring)
+            .field("turns_per_client", &self.turns_per_client)
+            .field("shutdown_grace", &self.shutdown_grace)
+            .field("default_agent", &self.default_agent)
+            .field("device_token", &set(&self.device_token))
+            .field(
+                "device_tokens",
+                &self.device_tokens.keys().collect::<Vec<_>>(),
+            )
+            .finish()
+    }
 }
 
 impl Default for ServerOptions {
@@ -52,6 +76,7 @@ impl Default for ServerOptions {
             shutdown_grace: Duration::from_secs(10),
             default_agent: "main".to_owned(),
             device_token: None,
+            device_tokens: BTreeMap::new(),
         }
     }
 }
@@ -136,8 +161,15 @@ impl ServerState {
         self.inner.devices.as_ref()
     }
 
-    /// The token devices must bind with: the device token, else the API
-    /// key; `None` (devices refused) when neither is set or it is empty.
+    /// Whether any device can bind: a shared token is set, or a device
+    /// has its own.
+    pub fn devices_enabled(&self) -> bool {
+        self.device_token().is_some() || !self.inner.options.device_tokens.is_empty()
+    }
+
+    /// The token a device that has none of its own must bind with: the
+    /// device token, else the API key; `None` when neither is set or it is
+    /// empty.
     pub fn device_token(&self) -> Option<&str> {
         let options = &self.inner.options;
         options

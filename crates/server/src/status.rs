@@ -58,7 +58,7 @@ pub async fn status(State(state): State<ServerState>) -> Response {
             "subscribers": events.subscribers(),
         },
         "devices": state.devices().map(|hub| json!({
-            "enabled": state.device_token().is_some(),
+            "enabled": state.devices_enabled(),
             "bound": hub.list(),
         })),
         "shutting_down": state.shutdown_token().is_cancelled(),

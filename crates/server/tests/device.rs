@@ -373,6 +373,66 @@ async fn wrong_tokens_duplicate_ids_and_disabled_devices_are_refused_with_reason
     assert_eq!(off.unwrap()["code"], "disabled");
 }
 
+/// A device declared with a token of its own binds with that token only:
+/// neither the shared device token nor the API key nor another device's
+/// token lets a waiter take its id. Undeclared ids still bind with the
+/// shared token, and without one they are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_declared_device_binds_only_with_its_own_token() {
+    let own = |pairs: &[(&str, &str)]| {
+        pairs
+            .iter()
+            .map(|(id, token)| ((*id).to_owned(), (*token).to_owned()))
+            .collect()
+    };
+    let server = start(Setup {
+        options: ServerOptions {
+            device_token: Some("shared-token".into()),
+            device_tokens: own(&[("nas", "nas-token"), ("pi", "pi-token")]),
+            ..ServerOptions::default()
+        },
+        ..setup()
+    })
+    .await;
+    for wrong in ["shared-token", KEY, "pi-token", ""] {
+        let (_ws, answer) = bind(&server.url, "nas", wrong).await;
+        let answer = answer.unwrap();
+        assert_eq!(answer["code"], "bad_token", "nas with {wrong:?}: {answer}");
+        assert!(
+            answer["reason"].as_str().unwrap().contains("its own"),
+            "{answer}"
+        );
+    }
+    let (_nas, bound) = bind(&server.url, "nas", "nas-token").await;
+    assert_eq!(bound.unwrap()["type"], "bound");
+    // A device's own token is no key to other ids.
+    let (_x, refused) = bind(&server.url, "garage", "nas-token").await;
+    assert_eq!(refused.unwrap()["code"], "bad_token");
+    let (_garage, bound) = bind(&server.url, "garage", "shared-token").await;
+    assert_eq!(bound.unwrap()["type"], "bound");
+
+    // Only declared devices, no shared token and no API key: devices are
+    // on, for the declared ones.
+    let declared_only = start(Setup {
+        api_key: None,
+        options: ServerOptions {
+            device_tokens: own(&[("nas", "nas-token")]),
+            ..ServerOptions::default()
+        },
+        ..setup()
+    })
+    .await;
+    let (_y, refused) = bind(&declared_only.url, "garage", "").await;
+    let refused = refused.unwrap();
+    assert_eq!(refused["code"], "bad_token");
+    assert!(
+        refused["reason"].as_str().unwrap().contains("not declared"),
+        "{refused}"
+    );
+    let (_nas2, bound) = bind(&declared_only.url, "nas", "nas-token").await;
+    assert_eq!(bound.unwrap()["type"], "bound");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pings_cannot_hold_an_unauthenticated_link_open() {
     let server = start(setup()).await;

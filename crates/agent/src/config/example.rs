@@ -55,6 +55,10 @@ fn example_entry(path: &str) -> Option<Vec<(&'static str, Value)>> {
             ("args", json!(["--repository", "/srv/repo"])),
             ("serial", json!(["git_commit"])),
         ]),
+        "server.devices" => Some(vec![
+            ("id", json!("kitchen-pi")),
+            ("token_env", json!("HOMEAGENT_DEVICE_TOKEN_KITCHEN")),
+        ]),
         "hooks.pre_tool_use" => Some(vec![
             ("matcher", json!("cmd_run|files_write")),
             ("command", json!("$HOME/.config/homeagent/hooks/check.sh")),

@@ -99,6 +99,19 @@ pub struct Secrets {
     pub api_key: Option<Secret>,
     /// `$HOMEAGENT_DEVICE_TOKEN`, else `server.device_token`.
     pub device_token: Option<Secret>,
+    /// The tokens of the devices declared in `[[server.devices]]`.
+    pub device_tokens: Vec<DeviceToken>,
+}
+
+/// A declared device's own token, as found at load time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceToken {
+    pub id: String,
+    /// `None` when its `token_env` variable is unset or empty (only
+    /// `homeagent serve` needs it, and refuses to start without it).
+    pub token: Option<Secret>,
+    /// Where the token comes from, for messages.
+    pub from: String,
 }
 
 /// A checked config with the paths it came from and its secrets resolved.
@@ -210,9 +223,11 @@ impl Config {
                 .map(Secret::new)
                 .or_else(|| from_file.clone())
         };
+        let device_tokens = device_tokens(&config, env, path)?;
         let secrets = Secrets {
             api_key: secret(ENV_API_KEY, &config.server.api_key),
             device_token: secret(ENV_DEVICE_TOKEN, &config.server.device_token),
+            device_tokens,
         };
         let key_vars_set = config
             .llm
@@ -321,8 +336,100 @@ impl Config {
                 ));
             }
         }
+        self.check_devices(&invalid)
+    }
+
+    fn check_devices(
+        &self,
+        invalid: &dyn Fn(String, String) -> ConfigError,
+    ) -> Result<(), ConfigError> {
+        for (index, device) in self.server.devices.iter().enumerate() {
+            let key = |field: &str| format!("server.devices[{index}].{field}");
+            if !homeagent_device::protocol::is_valid_device_id(&device.id) {
+                return Err(invalid(
+                    key("id"),
+                    format!(
+                        "{:?} is not a device id: use 1 to 64 letters, digits, `.`, `_` or `-`",
+                        device.id
+                    ),
+                ));
+            }
+            if let Some(first) = self.server.devices[..index]
+                .iter()
+                .position(|earlier| earlier.id == device.id)
+            {
+                return Err(invalid(
+                    key("id"),
+                    format!(
+                        "device {:?} is already declared by server.devices[{first}]; \
+                         declare each device once",
+                        device.id
+                    ),
+                ));
+            }
+        }
         Ok(())
     }
+}
+
+/// The declared devices' own tokens. Checked here rather than with the
+/// other rules: the commented example shows both `token` and `token_env`,
+/// and must still parse with every line switched on.
+fn device_tokens(
+    config: &Config,
+    env: &impl Fn(&str) -> Option<String>,
+    path: &Path,
+) -> Result<Vec<DeviceToken>, ConfigError> {
+    let mut tokens = Vec::with_capacity(config.server.devices.len());
+    for (index, device) in config.server.devices.iter().enumerate() {
+        let invalid = |field: &str, message: String| ConfigError::Invalid {
+            path: path.to_owned(),
+            key: format!("server.devices[{index}].{field}"),
+            message,
+        };
+        let id = &device.id;
+        let token = match (&device.token, &device.token_env) {
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    "token",
+                    format!(
+                        "device {id:?} has both token and token_env; keep one (token_env keeps \
+                         the token out of this file)"
+                    ),
+                ));
+            }
+            (None, None) => {
+                return Err(invalid(
+                    "token_env",
+                    format!("device {id:?} has no token: add token_env = \"VARIABLE\" (or token)"),
+                ));
+            }
+            (Some(token), None) if token.expose().is_empty() => {
+                return Err(invalid(
+                    "token",
+                    format!("device {id:?} has an empty token"),
+                ));
+            }
+            (Some(token), None) => DeviceToken {
+                id: id.clone(),
+                token: Some(token.clone()),
+                from: format!("server.devices[{index}].token"),
+            },
+            (None, Some(var)) if var.trim().is_empty() => {
+                return Err(invalid(
+                    "token_env",
+                    format!("device {id:?} has an empty token_env"),
+                ));
+            }
+            (None, Some(var)) => DeviceToken {
+                id: id.clone(),
+                token: non_empty(env, var).map(Secret::new),
+                from: format!("${var} (server.devices[{index}].token_env)"),
+            },
+        };
+        tokens.push(token);
+    }
+    Ok(tokens)
 }
 
 impl LoadedConfig {

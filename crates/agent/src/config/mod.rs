@@ -21,12 +21,12 @@ pub use describe::describe;
 pub use duration::{DurationError, DurationUnit, HumanDuration};
 pub use example::{config_schema, example_toml};
 pub use load::{
-    CONFIG_FILE_NAME, ConfigError, ConfigPaths, ENV_API_KEY, ENV_CONFIG, ENV_DATA_DIR,
+    CONFIG_FILE_NAME, ConfigError, ConfigPaths, DeviceToken, ENV_API_KEY, ENV_CONFIG, ENV_DATA_DIR,
     ENV_DEVICE_TOKEN, LoadedConfig, PathOrigin, Secrets,
 };
 pub use secret::Secret;
 pub use types::{
-    AgentEntry, AgentSection, CmdRunSection, Config, DEFAULT_AGENT, FilesSection, HookEntry,
-    HooksSection, LlmSection, McpSection, McpServerEntry, SchedulerSection, ServerSection,
-    StoreSection, StoreSync, ToolsSection,
+    AgentEntry, AgentSection, CmdRunSection, Config, DEFAULT_AGENT, DeviceEntry, FilesSection,
+    HookEntry, HooksSection, LlmSection, McpSection, McpServerEntry, SchedulerSection,
+    ServerSection, StoreSection, StoreSync, ToolsSection,
 };

@@ -277,6 +277,12 @@ pub struct ServerSection {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schemars(example = &"change-me-too")]
     pub device_token: Option<Secret>,
+    /// Devices with a token of their own. A device declared here binds only
+    /// with its own token, never with the shared device token, so whoever
+    /// holds the shared token (or another device's) cannot pose as it.
+    /// Devices not declared here bind with the shared token, if one is set.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<DeviceEntry>,
 }
 
 impl Default for ServerSection {
@@ -285,8 +291,26 @@ impl Default for ServerSection {
             listen: "127.0.0.1:8080".to_owned(),
             api_key: None,
             device_token: None,
+            devices: Vec::new(),
         }
     }
+}
+
+/// `[[server.devices]]`: a device and its own token.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceEntry {
+    /// The id its waiter announces (`homeagent waiter --device-id`): 1 to 64
+    /// letters, digits, `.`, `_` or `-`.
+    pub id: String,
+    /// The environment variable holding its token (where `homeagent serve`
+    /// runs). Give this or `token`, not both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_env: Option<String>,
+    /// Its token, in this file. Prefer `token_env`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(example = &"change-me-kitchen")]
+    pub token: Option<Secret>,
 }
 
 impl Config {
