@@ -230,6 +230,14 @@ def run(driver, base, key, screenshot, check):
           driver.execute_script("return sessionStorage.getItem('homeagent_token')") == key)
     # The batch's events must not start before the live stream is connected.
     wait_for(driver, "the event stream to connect", lambda d: d.find_element(By.ID, "conn").text == "live")
+    # A stream still open has no resource-timing entry: ask the page for
+    # its EventSource's URL.
+    urls = driver.execute_script(
+        "return performance.getEntriesByType('resource').map(e => e.name)"
+        ".concat([location.href, events ? events.url : 'no EventSource'])")
+    leaked = [u for u in urls if key in u or "token=" in u]
+    check("the key never appears in a URL the page loaded (the stream gets it by cookie)",
+          not leaked and urls[-1].endswith("/api/v1/events"), json.dumps(urls, indent=1))
     wait_for(driver, "the sources list", lambda d: d.find_elements(By.CSS_SELECTOR, '#sources li[data-source="demo"]'))
     check("the sources list shows the demo source as healthy",
           driver.find_element(By.CSS_SELECTOR, '#sources li[data-source="demo"]').get_attribute("data-healthy") == "true")

@@ -139,6 +139,9 @@ mod tests {
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
-        assert!(error.contains("\"pi\"") && error.contains("$PI_TOKEN"), "{error}");
+        assert!(
+            error.contains("\"pi\"") && error.contains("$PI_TOKEN"),
+            "{error}"
+        );
     }
 }

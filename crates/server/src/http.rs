@@ -18,8 +18,9 @@ use crate::state::ServerState;
 /// holds no data and asks the person for the key.
 pub const PUBLIC_PATH: &str = "/";
 
-/// The one route that also takes the key as `?token=` or the
-/// `homeagent_token` cookie: `EventSource` cannot send headers.
+/// The one route that also takes the key as the `homeagent_token` cookie:
+/// `EventSource` cannot send headers. No route takes it in the URL, where
+/// proxy and server logs would keep it.
 pub const EVENTS_PATH: &str = "/api/v1/events";
 
 /// The cookie the event stream accepts the key in.
@@ -39,9 +40,20 @@ pub async fn require_key(State(state): State<ServerState>, req: Request, next: N
     if path == PUBLIC_PATH || path == DEVICE_WS_PATH {
         return next.run(req).await;
     }
+    if query_param(req.uri().query(), "token").is_some() {
+        // Refused even when right: the key is already in some log, and
+        // saying so is better than letting the habit stick.
+        return ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "the API key is not accepted in the URL (`?token=`), where logs keep it: send \
+             `Authorization: Bearer <key>` (the event stream also takes the `homeagent_token` \
+             cookie), and replace a key that was sent in a URL",
+        )
+        .into_response();
+    }
     let mut presented: Vec<String> = bearer(req.headers()).into_iter().collect();
     if path == EVENTS_PATH {
-        presented.extend(query_param(req.uri().query(), "token"));
         presented.extend(cookie(req.headers(), TOKEN_COOKIE));
     }
     if presented.iter().any(|p| same_secret(p, key)) {
@@ -149,7 +161,7 @@ pub(crate) fn same_secret(presented: &str, key: &str) -> bool {
 pub fn query_param(query: Option<&str>, name: &str) -> Option<String> {
     query?.split('&').find_map(|pair| {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        (percent_decode(k) == name).then(|| percent_decode(v))
+        (percent_decode(k, true) == name).then(|| percent_decode(v, true))
     })
 }
 
@@ -161,17 +173,20 @@ pub fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
         .flat_map(|v| v.split(';'))
         .find_map(|pair| {
             let (k, v) = pair.trim().split_once('=')?;
-            (k == name).then(|| percent_decode(v))
+            // Cookie values are not form-encoded: `+` stays `+` (base64).
+            (k == name).then(|| percent_decode(v, false))
         })
 }
 
-fn percent_decode(text: &str) -> String {
+/// `%XX` decoded; `+` becomes a space only where `plus_is_space` (query
+/// strings).
+fn percent_decode(text: &str, plus_is_space: bool) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
         match bytes[i] {
-            b'+' => out.push(b' '),
+            b'+' if plus_is_space => out.push(b' '),
             b'%' if i + 2 < bytes.len() => {
                 let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
                 match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {

@@ -22,8 +22,9 @@
 //!
 //! With an API key every route but `/` and the device WebSocket (devices
 //! bind with the device token inside the protocol) needs `Authorization: Bearer <key>`
-//! (the event stream also takes `?token=` or the `homeagent_token` cookie,
-//! because browsers' `EventSource` cannot send headers). [`bind`] refuses a
+//! (the event stream also takes the `homeagent_token` cookie, because
+//! browsers' `EventSource` cannot send headers; a key in the URL is refused,
+//! since logs keep URLs). [`bind`] refuses a
 //! non-loopback address without a key. Bodies are capped
 //! ([`ServerOptions::body_limit`]) and each client address may run a
 //! bounded number of turns at once.

@@ -53,15 +53,30 @@ async fn every_api_route_needs_the_key_and_answers_401_json_without_it() {
                 "{body}"
             );
         }
-        // `?token=` is not a way in, except on the event stream.
+        // `?token=` is not a way in anywhere (URLs end up in proxy and
+        // server logs), and the cookie only on the event stream.
+        let response = client
+            .request(method.clone(), format!("{url}?token={KEY}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 401, "{method} {path} with ?token");
+        let body = body_json(response).await;
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("not accepted in the URL"),
+            "{body}"
+        );
         if path != "/api/v1/events" {
             let response = client
-                .request(method.clone(), format!("{url}?token={KEY}"))
+                .request(method.clone(), &url)
                 .header("cookie", format!("homeagent_token={KEY}"))
                 .send()
                 .await
                 .unwrap();
-            assert_eq!(response.status(), 401, "{method} {path} with ?token");
+            assert_eq!(response.status(), 401, "{method} {path} with the cookie");
         }
     }
     // With the key, the read-only routes answer.
@@ -80,30 +95,57 @@ async fn every_api_route_needs_the_key_and_answers_401_json_without_it() {
     assert!(page.text().await.unwrap().contains("<html"));
 }
 
+/// `EventSource` cannot send headers, so the event stream also takes the
+/// key as the `homeagent_token` cookie (what the dashboard sets), decoded
+/// as `encodeURIComponent` wrote it; never in the URL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_event_stream_takes_the_key_as_a_query_parameter_or_a_cookie() {
-    let server = start(Setup::default()).await;
+async fn the_event_stream_takes_the_key_as_a_cookie_never_in_the_url() {
+    // A key with the characters base64 and percent-encoding care about.
+    let key = "k+y/=%;x";
+    let server = start(Setup {
+        api_key: Some(key),
+        ..Setup::default()
+    })
+    .await;
     let client = server.client();
-    let by_query = client
-        .get(format!("{}/api/v1/events?token={KEY}", server.url))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(by_query.status(), 200);
-    assert_eq!(by_query.headers()["content-type"], "text/event-stream");
+    let encoded = "k%2By%2F%3D%25%3Bx";
     let by_cookie = client
         .get(format!("{}/api/v1/events", server.url))
-        .header("cookie", format!("other=1; homeagent_token={KEY}"))
+        .header("cookie", format!("other=1; homeagent_token={encoded}"))
         .send()
         .await
         .unwrap();
     assert_eq!(by_cookie.status(), 200);
+    assert_eq!(by_cookie.headers()["content-type"], "text/event-stream");
+    let by_query = client
+        .get(format!("{}/api/v1/events?token={encoded}", server.url))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(by_query.status(), 401);
     let wrong = client
-        .get(format!("{}/api/v1/events?token=nope", server.url))
+        .get(format!("{}/api/v1/events", server.url))
+        .header("cookie", "homeagent_token=nope")
         .send()
         .await
         .unwrap();
     assert_eq!(wrong.status(), 401);
+
+    // A base64 key set raw by a script: `+` in a cookie is a plus.
+    let base64_key = "ab+c/d==";
+    let server = start(Setup {
+        api_key: Some(base64_key),
+        ..Setup::default()
+    })
+    .await;
+    let raw = server
+        .client()
+        .get(format!("{}/api/v1/events", server.url))
+        .header("cookie", format!("homeagent_token={base64_key}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(raw.status(), 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

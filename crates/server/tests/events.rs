@@ -178,7 +178,8 @@ async fn a_thousand_subscribers_each_receive_an_event_published_after_all_connec
     for _ in 0..SUBSCRIBERS {
         let client = reqwest::Client::builder().no_proxy().build().unwrap();
         let response = client
-            .get(format!("{}/api/v1/events?token={KEY}", server.url))
+            .get(format!("{}/api/v1/events", server.url))
+            .header("cookie", format!("homeagent_token={KEY}"))
             .send()
             .await
             .unwrap();
