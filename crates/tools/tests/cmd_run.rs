@@ -729,3 +729,28 @@ fn policy_validation_names_the_problem() {
         );
     }
 }
+
+/// A sed script that neither writes nor reads files runs under GNU sed's
+/// `--sandbox`, so sed itself refuses `e`, `r` and `w` should the guard's
+/// parser ever miss one; scripts that read or (allowed) write run without.
+#[test]
+fn sed_runs_sandboxed_unless_its_script_reads_or_writes_files() {
+    let checked = |policy: &CmdRunPolicy, command: &str| {
+        check_command(policy, command)
+            .unwrap_or_else(|r| panic!("`{command}` was refused: {r}"))
+            .sed_sandbox
+    };
+    let writes = writes_policy(&["sed"]);
+    for command in [
+        "sed -n 1p f",
+        "sed -e 's/a/b/g' -e p f",
+        "sed ':x; n; b x' f",
+    ] {
+        assert!(checked(&default_policy(), command), "{command}");
+    }
+    for command in ["sed 'r /etc/hostname' f", "sed -n '1R other' f"] {
+        assert!(!checked(&default_policy(), command), "{command}");
+    }
+    assert!(!checked(&writes, "sed 'w out' f"));
+    assert!(!checked(&default_policy(), "cat f"));
+}

@@ -19,7 +19,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use super::guard::guard_arguments;
+use super::guard::{Hardening, guard_arguments};
 use super::policy::{
     CHILD_PATH, CmdRunPolicy, PROGRAM_RUNNERS, WRITE_ONLY_PROGRAMS, is_dangerous_env_name,
     is_valid_env_name,
@@ -38,6 +38,8 @@ pub struct CheckedCommand {
     pub args: Vec<String>,
     /// Leading `NAME=value` assignments, in order.
     pub env: Vec<(String, String)>,
+    /// Run as `sed --sandbox …` where the sed has it (see `sed::has_sandbox`).
+    pub sed_sandbox: bool,
 }
 
 /// Why a command may not run. Match on the variant, never on the text.
@@ -197,7 +199,7 @@ pub fn check_command(policy: &CmdRunPolicy, command: &str) -> Result<CheckedComm
         // may have an option that runs another program.
         return Err(CmdRefusal::WriteOnlyProgram { program });
     }
-    guard_arguments(&program, args, policy.allow_writes)?;
+    let hardening = guard_arguments(&program, args, policy.allow_writes)?;
 
     Ok(CheckedCommand {
         executable: found.unwrap_or_else(|| PathBuf::from(&program)),
@@ -205,6 +207,7 @@ pub fn check_command(policy: &CmdRunPolicy, command: &str) -> Result<CheckedComm
         argv0: argv0.clone(),
         args: args.to_vec(),
         env,
+        sed_sandbox: hardening == Hardening::SedSandbox,
     })
 }
 

@@ -16,6 +16,7 @@ use tokio::process::Command;
 
 use super::check::CheckedCommand;
 use super::policy::{CHILD_PATH, CmdRunPolicy, INHERITED_ENV, is_dangerous_env_name};
+use super::sed::has_sandbox;
 use crate::process_group::ProcessGroup;
 
 /// How one run ended when it did not produce a result value.
@@ -49,8 +50,11 @@ pub(crate) async fn run(
     cancelled: impl std::future::Future<Output = ()>,
 ) -> Result<Value, ToolError> {
     let mut command = Command::new(&checked.executable);
+    command.arg0(&checked.argv0);
+    if checked.sed_sandbox && has_sandbox(&checked.executable).await {
+        command.arg("--sandbox");
+    }
     command
-        .arg0(&checked.argv0)
         .args(&checked.args)
         .env_clear()
         .envs(child_environment(policy))
@@ -226,6 +230,7 @@ mod tests {
                 format!("sleep 30 & echo $! > {}; wait", pid_file.display()),
             ],
             env: vec![],
+            sed_sandbox: false,
         };
         let policy = CmdRunPolicy::default();
         let outcome = run(
@@ -249,6 +254,74 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         assert!(!running(grandchild), "grandchild {grandchild} still runs");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    fn sed_command(script: &str, sandbox: bool) -> CheckedCommand {
+        CheckedCommand {
+            program: "sed".into(),
+            executable: "/usr/bin/sed".into(),
+            argv0: "sed".into(),
+            args: vec!["-n".into(), script.into()],
+            env: vec![],
+            sed_sandbox: sandbox,
+        }
+    }
+
+    /// Plays a guard that missed an `e` command (one did before: GNU sed
+    /// ends labels at a blank): with the sandbox, sed itself refuses the
+    /// script and nothing runs; without it, the command runs. Needs GNU
+    /// sed at /usr/bin/sed (Debian's, which CI installs).
+    #[tokio::test]
+    async fn the_sandbox_stops_a_sed_script_the_guard_let_through() {
+        let version = std::process::Command::new("/usr/bin/sed")
+            .arg("--version")
+            .output()
+            .unwrap();
+        assert!(
+            String::from_utf8_lossy(&version.stdout).contains("GNU sed"),
+            "this test needs GNU sed at /usr/bin/sed"
+        );
+        assert!(has_sandbox(std::path::Path::new("/usr/bin/sed")).await);
+        // `true` exits 0 whatever it is given: not taken for a GNU sed.
+        assert!(!has_sandbox(std::path::Path::new("/bin/true")).await);
+
+        let dir = std::env::temp_dir().join(format!("homeagent-sandbox-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let marker = dir.join("ran");
+        let script = format!("1e touch {}", marker.display());
+        let policy = CmdRunPolicy::default();
+        let sandboxed = run(
+            &sed_command(&script, true),
+            &policy,
+            Duration::from_secs(10),
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+        assert_ne!(sandboxed["exit_code"], 0, "{sandboxed}");
+        assert!(
+            sandboxed["stderr"]
+                .as_str()
+                .unwrap_or("")
+                .contains("sandbox"),
+            "{sandboxed}"
+        );
+        assert!(!marker.exists(), "the e command ran inside the sandbox");
+
+        // The same script without the sandbox does run its command (with
+        // no input line 1 never comes, so give it /etc/hostname).
+        let mut unsandboxed = sed_command(&script, false);
+        unsandboxed.args.push("/etc/hostname".into());
+        run(
+            &unsandboxed,
+            &policy,
+            Duration::from_secs(10),
+            std::future::pending(),
+        )
+        .await
+        .unwrap();
+        assert!(marker.exists(), "the control run did not run its command");
         let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -148,19 +148,28 @@ const HOSTNAME: OptionSpec = OptionSpec {
     ],
 };
 
+/// What an allowed command should run with beyond its own arguments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Hardening {
+    None,
+    /// `sed --sandbox`, where the sed has it: the script neither writes
+    /// nor reads files, so sed itself can refuse any that would.
+    SedSandbox,
+}
+
 /// Refuses the arguments of `program` that write (unless `allow_writes`)
-/// or run another program (always).
+/// or run another program (always); says how to harden what it allows.
 pub(crate) fn guard_arguments(
     program: &str,
     args: &[String],
     allow_writes: bool,
-) -> Result<(), CmdRefusal> {
+) -> Result<Hardening, CmdRefusal> {
     let g = Guard {
         program,
         allow_writes,
     };
-    match program {
-        "sed" => g.sed(args),
+    let allowed = match program {
+        "sed" => return g.sed(args),
         "find" => g.find(args),
         "sort" => g.sort(args),
         "uniq" => g.uniq(args),
@@ -169,7 +178,8 @@ pub(crate) fn guard_arguments(
         "install" => g.long_prefix_runs(args, "strip-program", "strip-", "runs the given program"),
         "split" => g.long_prefix_runs(args, "filter", "f", "runs a shell command per chunk"),
         _ => Ok(()),
-    }
+    };
+    allowed.map(|()| Hardening::None)
 }
 
 struct Guard<'a> {
@@ -212,7 +222,7 @@ impl Guard<'_> {
         })
     }
 
-    fn sed(&self, args: &[String]) -> Result<(), CmdRefusal> {
+    fn sed(&self, args: &[String]) -> Result<Hardening, CmdRefusal> {
         let mut scripts = Vec::new();
         let mut operands = Vec::new();
         for parsed in self.parse(&SED, args)? {
@@ -259,6 +269,7 @@ impl Guard<'_> {
                 ),
             )
         })?;
+        let mut touches_files = false;
         for effect in effects {
             match effect {
                 SedEffect::Runs(command) => {
@@ -269,10 +280,16 @@ impl Guard<'_> {
                 }
                 SedEffect::Writes(command) => {
                     self.write(format!("script command `{command}`"), "writes a file")?;
+                    touches_files = true;
                 }
+                SedEffect::Reads(_) => touches_files = true,
             }
         }
-        Ok(())
+        Ok(if touches_files {
+            Hardening::None
+        } else {
+            Hardening::SedSandbox
+        })
     }
 
     /// find's primaries are whole words. Every argument is checked, even one

@@ -9,6 +9,12 @@
 //! ends, ends it *early* so the rest is still inspected as commands. Anything
 //! it does not understand is an error, and the guard refuses the command.
 
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{LazyLock, Mutex, PoisonError};
+use std::time::Duration;
+
 /// A command in the script with an effect beyond printing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SedEffect {
@@ -16,6 +22,46 @@ pub enum SedEffect {
     Writes(&'static str),
     /// Runs a program: `e` or the `s` command's `e` flag.
     Runs(&'static str),
+    /// Reads a file into the output: `r` or `R`. Allowed (reading is), but
+    /// GNU sed's `--sandbox` refuses it, so such a script runs without.
+    Reads(&'static str),
+}
+
+/// Whether the `sed` at `executable` is GNU sed with `--sandbox` (which
+/// refuses `e`, `r` and `w` in the script). A script the parser judged free
+/// of writes and reads runs with it, so a mistake in the parser (one let a
+/// shell through before: labels end at a blank in GNU sed) is caught by
+/// sed itself. Busybox sed has no such option; there the parser alone
+/// guards. Asked once per executable and remembered.
+pub(crate) async fn has_sandbox(executable: &Path) -> bool {
+    static KNOWN: LazyLock<Mutex<HashMap<PathBuf, bool>>> = LazyLock::new(Mutex::default);
+    let known = |map: &Mutex<HashMap<PathBuf, bool>>| {
+        map.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(executable)
+            .copied()
+    };
+    if let Some(answer) = known(&KNOWN) {
+        return answer;
+    }
+    let probe = tokio::process::Command::new(executable)
+        .args(["--sandbox", "--version"])
+        .env_clear()
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let answer = match tokio::time::timeout(Duration::from_secs(5), probe).await {
+        Ok(Ok(output)) => {
+            output.status.success() && String::from_utf8_lossy(&output.stdout).contains("GNU sed")
+        }
+        _ => false,
+    };
+    KNOWN
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(executable.to_owned(), answer);
+    answer
 }
 
 /// Where and why the parser gave up.
@@ -286,7 +332,14 @@ impl Parser {
                 self.digits();
             }
             ':' | 'b' | 't' | 'T' | 'v' => self.label_argument(),
-            'r' | 'R' => self.word_argument(),
+            'r' => {
+                self.effects.push(SedEffect::Reads("r"));
+                self.word_argument();
+            }
+            'R' => {
+                self.effects.push(SedEffect::Reads("R"));
+                self.word_argument();
+            }
             'a' | 'i' | 'c' => self.text_argument(),
             'w' => {
                 self.effects.push(SedEffect::Writes("w"));
