@@ -239,6 +239,13 @@ def run(driver, base, key, screenshot, check):
     check("the key never appears in a URL the page loaded (the stream gets it by cookie)",
           not leaked and urls[-1].endswith("/api/v1/events"), json.dumps(urls, indent=1))
     wait_for(driver, "the sources list", lambda d: d.find_elements(By.CSS_SELECTOR, '#sources li[data-source="demo"]'))
+    # The script started a waiter bound as `kitchen`; the status refresh
+    # (every 5 s) shows it.
+    device = wait_for(driver, "the kitchen device in the Devices panel",
+                      lambda d: d.find_elements(By.CSS_SELECTOR, '#devices li[data-device="kitchen"]'))[0]
+    check("the Devices panel lists the bound waiter with its capabilities",
+          device.text.startswith("kitchen (") and "cmd" in device.text and "connected" in device.text,
+          device.text)
     check("the sources list shows the demo source as healthy",
           driver.find_element(By.CSS_SELECTOR, '#sources li[data-source="demo"]').get_attribute("data-healthy") == "true")
 
