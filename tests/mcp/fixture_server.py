@@ -98,6 +98,24 @@ async def hang(ms: int) -> str:
 
 
 @server.tool()
+async def progress_sleep(ms: int, every_ms: int, ctx: Context) -> str:
+    """Sleeps `ms` milliseconds, reporting progress every `every_ms`."""
+    global cancelled
+    count("progress_sleep")
+    done = 0
+    try:
+        while done < ms:
+            step = min(every_ms, ms - done)
+            await asyncio.sleep(step / 1000)
+            done += step
+            await ctx.report_progress(done, ms)
+    except asyncio.CancelledError:
+        cancelled += 1
+        raise
+    return f"slept {ms} ms"
+
+
+@server.tool()
 def pid() -> int:
     """The server's process id."""
     count("pid")

@@ -345,6 +345,14 @@ fn start_mcp(
         if !homeagent_mcp::valid_server_name(&entry.name) {
             return Err(homeagent_mcp::SpecError::BadName(entry.name.clone()).into());
         }
+        if entry
+            .max_timeout
+            .is_some_and(|max| max.as_duration() < entry.timeout.as_duration())
+        {
+            return Err(
+                homeagent_mcp::SpecError::MaxTimeoutBelowTimeout(entry.name.clone()).into(),
+            );
+        }
         let transport = homeagent_mcp::McpTransport::from_fields(
             &entry.name,
             homeagent_mcp::TransportFields {
@@ -363,6 +371,7 @@ fn start_mcp(
             parallel_safe: entry.parallel_safe.clone(),
             serial: entry.serial.clone(),
             timeout: entry.timeout.as_duration(),
+            max_timeout: entry.max_timeout.map(|limit| limit.as_duration()),
         });
     }
     let parent: Arc<dyn homeagent_core::ToolSource> = Arc::clone(registry) as _;

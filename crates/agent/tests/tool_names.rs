@@ -87,3 +87,20 @@ async fn an_mcp_server_name_that_cannot_prefix_tool_names_fails_the_start() {
         }
     }
 }
+
+/// `max_timeout` below `timeout` is a mistake, not a request for less.
+#[tokio::test]
+async fn an_mcp_max_timeout_below_the_timeout_fails_the_start() {
+    let toml = "[[mcp.servers]]\nname = \"git\"\ncommand = \"/nonexistent/srv\"\n\
+                timeout = \"30s\"\nmax_timeout = \"10s\"\n";
+    match built(toml) {
+        Err(BuildError::Mcp(homeagent_mcp::SpecError::MaxTimeoutBelowTimeout(name))) => {
+            assert_eq!(name, "git");
+        }
+        other => panic!("expected MaxTimeoutBelowTimeout, got {other:?}"),
+    }
+    built(
+        "[[mcp.servers]]\nname = \"git\"\ncommand = \"/nonexistent/srv\"\nmax_timeout = \"30s\"\n",
+    )
+    .unwrap();
+}

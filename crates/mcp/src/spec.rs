@@ -18,8 +18,13 @@ pub struct McpServerSpec {
     pub parallel_safe: Vec<String>,
     /// Tools that never run beside another call; wins over everything.
     pub serial: Vec<String>,
-    /// Time allowed for `initialize` and for each tool call.
+    /// Time allowed for `initialize`, and for each tool call to answer or
+    /// report progress: every progress notification gives the call this
+    /// long again, up to [`McpServerSpec::max_timeout`].
     pub timeout: Duration,
+    /// The most a call may take however much progress it reports; `None`:
+    /// ten times `timeout`.
+    pub max_timeout: Option<Duration>,
 }
 
 /// How to reach a server.
@@ -77,11 +82,20 @@ impl std::fmt::Debug for McpServerSpec {
             .field("parallel_safe", &self.parallel_safe)
             .field("serial", &self.serial)
             .field("timeout", &self.timeout)
+            .field("max_timeout", &self.max_timeout)
             .finish()
     }
 }
 
 impl McpServerSpec {
+    /// The longest a call may run while it reports progress: `max_timeout`,
+    /// else ten times `timeout`, and never less than `timeout`.
+    pub fn max_call_time(&self) -> Duration {
+        self.max_timeout
+            .unwrap_or_else(|| self.timeout.saturating_mul(10))
+            .max(self.timeout)
+    }
+
     /// A stdio server with the defaults: untrusted, every tool serial, 30 s.
     pub fn stdio(name: impl Into<String>, command: impl Into<String>, args: Vec<String>) -> Self {
         McpServerSpec {
@@ -96,6 +110,7 @@ impl McpServerSpec {
             parallel_safe: Vec::new(),
             serial: Vec::new(),
             timeout: Duration::from_secs(30),
+            max_timeout: None,
         }
     }
 
@@ -213,6 +228,10 @@ pub enum SpecError {
         "MCP server `{0}` has `cwd` but no `command`: a working directory is for a program HomeAgent starts; remove `cwd` for a `url` server"
     )]
     CwdWithoutCommand(String),
+    #[error(
+        "MCP server `{0}` has max_timeout below its timeout; max_timeout is the most a call may take while it reports progress, so make it at least timeout (or leave it out: ten times timeout)"
+    )]
+    MaxTimeoutBelowTimeout(String),
     #[error("MCP server `{0}` has an empty command; set `command` (stdio) or `url` (HTTP)")]
     EmptyCommand(String),
     #[error(

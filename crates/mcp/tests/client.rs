@@ -43,6 +43,7 @@ async fn stdio_tools_are_listed_and_called_with_a_clean_environment() {
             "fx__fail",
             "fx__hang",
             "fx__pid",
+            "fx__progress_sleep",
             "fx__read_slow",
             "fx__stats",
             "fx__stderr_write",
@@ -636,4 +637,39 @@ async fn a_stdio_server_starts_in_its_cwd_and_a_missing_one_is_named() {
     );
     manager.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A call that reports progress may run past its server's timeout (each
+/// notification gives it the timeout again) up to `max_timeout`; one that
+/// goes quiet for a whole timeout, or reaches the maximum, is cancelled at
+/// the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_extends_a_call_up_to_its_max_timeout() {
+    let mut spec = stdio_spec("fx");
+    spec.timeout = Duration::from_secs(1);
+    spec.max_timeout = Some(Duration::from_secs(4));
+    let (manager, source) = start(vec![spec]).await;
+    let sleep = |ms: u64, every_ms: u64| json!({"ms": ms, "every_ms": every_ms});
+
+    let started = std::time::Instant::now();
+    let outcome = call(source.clone(), "fx__progress_sleep", sleep(2500, 250)).await;
+    assert!(outcome.success, "{}", outcome.text);
+    assert!(started.elapsed() >= Duration::from_millis(2500));
+
+    // Quiet for longer than the timeout: cancelled after it.
+    let started = std::time::Instant::now();
+    let quiet = call(source.clone(), "fx__progress_sleep", sleep(2500, 2500)).await;
+    assert_eq!(quiet.error.unwrap().reason, ErrorReason::Timeout);
+    assert!(started.elapsed() >= Duration::from_secs(1));
+
+    // Progress all along, but past the maximum: cancelled at it.
+    let started = std::time::Instant::now();
+    let endless = call(source.clone(), "fx__progress_sleep", sleep(30_000, 250)).await;
+    let error = endless.error.unwrap();
+    assert_eq!(error.reason, ErrorReason::Timeout);
+    assert!(started.elapsed() >= Duration::from_secs(4), "{error:?}");
+    // Stopped by the maximum (4 s), not by the executor's backstop past it.
+    assert!(error.detail.contains("within 4s"), "{error:?}");
+    wait_for(|| async { stats(source.clone(), "fx").await["cancelled"] == json!(2) }).await;
+    manager.shutdown().await;
 }

@@ -380,9 +380,16 @@ pub struct McpServerEntry {
     /// Tools that always run alone (wins over everything else).
     #[serde(default)]
     pub serial: Vec<String>,
-    /// Time allowed to start (`initialize`) and for each call.
+    /// Time allowed to start (`initialize`), and for each call to answer or
+    /// report progress: each progress notification gives a call this long
+    /// again, up to `max_timeout`.
     #[serde(default = "mcp_default_timeout")]
     pub timeout: HumanDuration,
+    /// The most a call may take however much progress it reports; at least
+    /// `timeout` (less is an error), ten times `timeout` when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(example = &"10m")]
+    pub max_timeout: Option<HumanDuration>,
 }
 
 fn mcp_default_timeout() -> HumanDuration {
@@ -403,6 +410,7 @@ impl std::fmt::Debug for McpServerEntry {
             .field("parallel_safe", &self.parallel_safe)
             .field("serial", &self.serial)
             .field("timeout", &self.timeout)
+            .field("max_timeout", &self.max_timeout)
             .finish()
     }
 }

@@ -11,6 +11,10 @@ use serde_json::Value;
 
 use crate::spec::McpServerSpec;
 
+/// How far past a call's longest allowed time the executor stops it, when
+/// the client's own timeout (which cancels the call at the server) has not.
+pub const EXECUTOR_BACKSTOP: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The kernel's definition of one MCP tool, exposed as `exposed`.
 ///
 /// Scheduling: serial unless the config lists the tool in `parallel_safe`,
@@ -29,7 +33,11 @@ pub fn tool_def(spec: &McpServerSpec, exposed: &str, tool: &Tool) -> ToolDef {
     let description = tool.description.as_deref().unwrap_or("").to_owned();
     let mut def = ToolDef::new(exposed, description)
         .with_parameters(Value::Object((*tool.input_schema).clone()))
-        .with_timeout(spec.timeout);
+        // The server's own limits (an answer or progress every `timeout`,
+        // at most `max_call_time` in all) are kept by the client, which
+        // then tells the server to cancel; the executor's limit is the
+        // backstop just past them.
+        .with_timeout(spec.max_call_time() + EXECUTOR_BACKSTOP);
     if spec.parallel_safe.iter().any(|t| t == remote) || annotated_read_only {
         def = def.parallel_safe();
     }
@@ -165,7 +173,14 @@ pub fn service_error(server: &str, tool: &str, error: ServiceError) -> ToolError
         ),
         ServiceError::Timeout { timeout } => ToolError::new(
             ErrorReason::Timeout,
-            format!("MCP server `{server}` did not answer tool {tool} within {timeout:?}"),
+            format!(
+                "MCP server `{server}` did not answer tool {tool} within {timeout:?}; the call \
+                 was cancelled at the server"
+            ),
+        )
+        .with_hint(
+            "a call may run longer while its server reports progress, up to the server's \
+             max_timeout; do less per call, or raise timeout / max_timeout in [[mcp.servers]]",
         ),
         ServiceError::Cancelled { reason } => ToolError::new(
             ErrorReason::Cancelled,

@@ -15,6 +15,7 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use super::call::{CallLimits, call_tool};
 use super::convert::{call_result_value, service_error};
 use super::supervise::supervise;
 use crate::spec::{McpOptions, McpServerSpec, McpTransport, SpecError, valid_server_name};
@@ -71,6 +72,7 @@ pub(crate) struct ExposedTool {
     pub(crate) server: String,
     pub(crate) remote: String,
     pub(crate) output: Option<Arc<jsonschema::Validator>>,
+    pub(crate) limits: CallLimits,
 }
 
 pub(crate) struct ServerState {
@@ -249,6 +251,9 @@ fn check_spec(
     if !valid_server_name(&spec.name) {
         return Err(SpecError::BadName(spec.name.clone()));
     }
+    if spec.max_timeout.is_some_and(|max| max < spec.timeout) {
+        return Err(SpecError::MaxTimeoutBelowTimeout(spec.name.clone()));
+    }
     if !seen.insert(spec.name.clone()) {
         return Err(SpecError::DuplicateName(spec.name.clone()));
     }
@@ -379,11 +384,11 @@ impl ToolSource for McpManager {
                     t.server.clone(),
                     t.remote.clone(),
                     t.output.clone(),
-                    t.def.timeout,
+                    t.limits,
                 )
             })
         };
-        let Some((server, remote, output, timeout)) = found else {
+        let Some((server, remote, output, limits)) = found else {
             return self.miss(name, ctx);
         };
         let peer = match self.shared.running_peer(&server) {
@@ -413,13 +418,13 @@ impl ToolSource for McpManager {
                 shared: shared.clone(),
                 server: server.clone(),
                 started: std::time::Instant::now(),
-                timeout,
+                timeout: Some(limits.idle),
                 answered: false,
             };
-            // Dropping the call (a stop, a timeout) makes rmcp send
-            // `notifications/cancelled` for it.
+            // The server is told to cancel a call that runs out of time
+            // and one that is dropped (a stop).
             let answer = tokio::select! {
-                answer = peer.call_tool(params) => answer,
+                answer = call_tool(&peer, params, limits) => answer,
                 () = ctx.cancel.cancelled() => {
                     return Err(ToolError::new(
                         ErrorReason::Cancelled,
@@ -427,7 +432,11 @@ impl ToolSource for McpManager {
                     ));
                 }
             };
-            unanswered.answered();
+            // A call that ran out of time leaves the server suspect (the
+            // guard's drop); any other answer clears it.
+            if !matches!(answer, Err(rmcp::ServiceError::Timeout { .. })) {
+                unanswered.answered();
+            }
             let result = answer.map_err(|e| {
                 if matches!(
                     e,
@@ -487,10 +496,10 @@ impl McpManager {
 }
 
 /// The typed not-found of a tool whose server is not running.
-/// Marks a server suspect when a call to it ends unanswered at its
-/// timeout. The executor stops a call that ran out of time the way it stops
-/// one a person stopped (it cancels the call's token, then drops it), so
-/// the time taken tells them apart; a stop near the timeout costs one ping.
+/// Marks a server suspect when a call to it ends unanswered after at least
+/// its idle timeout: it timed out (the client's limit), or was dropped that
+/// late (the executor's backstop, or a person's stop, which the time taken
+/// cannot tell apart; a stop that late costs one ping).
 struct SuspectUnlessAnswered {
     shared: Arc<Shared>,
     server: String,

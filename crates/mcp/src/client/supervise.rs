@@ -11,6 +11,7 @@ use rmcp::model::{ClientRequest, PingRequest};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::call::CallLimits;
 use super::connect::{Connection, connect};
 use super::convert::{output_validator, tool_def};
 use super::manager::{Collision, ExposedTool, ServerPhase, Shared};
@@ -253,6 +254,10 @@ async fn list_and_publish(
                     server: spec.name.clone(),
                     remote: tool.name.to_string(),
                     output: output_validator(tool.output_schema.as_deref()).map(Arc::new),
+                    limits: CallLimits {
+                        idle: spec.timeout,
+                        total: spec.max_call_time(),
+                    },
                 },
             );
             exposed_names.push(name);
