@@ -91,9 +91,30 @@ async fn write(shared: Arc<Shared>, ctx: ToolContext) -> Result<Value, ToolError
             .with_field("path"));
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && create_dirs => {
-            tokio::fs::create_dir_all(parent)
+            let (root, dir) = (shared.root.canonical().to_owned(), parent.to_owned());
+            let made = tokio::task::spawn_blocking(move || create_dirs_in_root(&root, &dir))
                 .await
-                .map_err(|e| shared.io_error("create the directories of", &path, &e))?;
+                .unwrap_or_else(|join| {
+                    Err(ReplaceError::Io(std::io::Error::other(join.to_string())))
+                });
+            match made {
+                Ok(()) => {}
+                Err(ReplaceError::Io(e)) => {
+                    return Err(shared.io_error("create the directories of", &path, &e));
+                }
+                Err(ReplaceError::Outside(opened)) => {
+                    return Err(ToolError::new(
+                        ErrorReason::Denied,
+                        format!(
+                            "cannot create the directories of {shown}: {} is not a directory \
+                             inside the files root (the path changed while it was being written)",
+                            opened.display()
+                        ),
+                    )
+                    .with_field("path")
+                    .with_hint(shared.root_hint()));
+                }
+            }
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(ToolError::execution(format!(
@@ -188,6 +209,42 @@ impl From<nix::Error> for ReplaceError {
     fn from(errno: nix::Error) -> Self {
         ReplaceError::Io(errno.into())
     }
+}
+
+/// Makes the missing directories of `dir` (under `root`, both as
+/// `resolve` left them: canonical, no symlinks), one at a time, each made
+/// and opened relative to its parent's descriptor, never following a
+/// symlink: a component swapped for a symlink leading out after the check
+/// is refused instead of followed, and nothing is made outside the root.
+fn create_dirs_in_root(root: &Path, dir: &Path) -> Result<(), ReplaceError> {
+    use nix::errno::Errno;
+    use nix::fcntl::{OFlag, open, openat};
+    use nix::sys::stat::{Mode, mkdirat};
+    use std::path::Component;
+
+    let Ok(relative) = dir.strip_prefix(root) else {
+        return Err(ReplaceError::Outside(dir.to_owned()));
+    };
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let mut current = open(root, flags, Mode::empty())?;
+    let mut walked = root.to_owned();
+    for component in relative.components() {
+        let Component::Normal(name) = component else {
+            return Err(ReplaceError::Outside(dir.to_owned()));
+        };
+        walked.push(name);
+        match mkdirat(&current, name, Mode::from_bits_truncate(0o777)) {
+            Ok(()) | Err(Errno::EEXIST) => {}
+            Err(errno) => return Err(errno.into()),
+        }
+        current = match openat(&current, name, flags, Mode::empty()) {
+            Ok(fd) => fd,
+            // A symlink (ELOOP) or a file (ENOTDIR) where a directory was.
+            Err(Errno::ELOOP | Errno::ENOTDIR) => return Err(ReplaceError::Outside(walked)),
+            Err(errno) => return Err(errno.into()),
+        };
+    }
+    Ok(())
 }
 
 /// Replaces the file `name` in the directory `dir` with `bytes`, through a
@@ -321,5 +378,31 @@ mod tests {
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("run.sh")]);
+    }
+
+    #[test]
+    fn missing_directories_are_made_inside_the_root_and_never_through_a_swapped_one() {
+        let (_dirs, root, outside) = dirs("mkdirs");
+        create_dirs_in_root(&root, &root.join("a/b/c")).unwrap();
+        assert!(root.join("a/b/c").is_dir());
+        // Again: what exists is fine.
+        create_dirs_in_root(&root, &root.join("a/b/c")).unwrap();
+
+        // `resolve` saw `x` missing; by now it is a symlink leading out.
+        std::os::unix::fs::symlink(&outside, root.join("x")).unwrap();
+        let refused = create_dirs_in_root(&root, &root.join("x/made"));
+        assert!(
+            matches!(refused, Err(ReplaceError::Outside(_))),
+            "{refused:?}"
+        );
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+
+        // A directory outside the root is never a starting point.
+        let refused = create_dirs_in_root(&root, &outside.join("y"));
+        assert!(
+            matches!(refused, Err(ReplaceError::Outside(_))),
+            "{refused:?}"
+        );
+        assert!(!outside.join("y").exists());
     }
 }
