@@ -489,20 +489,23 @@ fn sdk_python() -> PathBuf {
     python
 }
 
+/// `[[mcp.servers]]` for the SDK fixture server as `fx`, with `extra` lines.
+fn fixture_mcp(extra: &str) -> String {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    format!(
+        "[[mcp.servers]]\nname = \"fx\"\ncommand = \"{}\"\nargs = [\"{}\"]\n{extra}",
+        sdk_python().display(),
+        root.join("tests/mcp/fixture_server.py").display()
+    )
+}
+
 /// A one-shot run waits for its MCP servers to start (each bounded by its
 /// own timeout) before the first model request: a server that takes a
 /// second to start used to be missing from that request, and a call to its
 /// tool was an unknown tool.
 #[test]
 fn a_run_sees_the_tools_of_its_mcp_servers_from_the_first_turn() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let fixture = root.join("tests/mcp/fixture_server.py");
-    let mcp = format!(
-        "[[mcp.servers]]\nname = \"fx\"\ncommand = \"{}\"\nargs = [\"{}\"]\n",
-        sdk_python().display(),
-        fixture.display()
-    );
-    let setup = setup(&mcp);
+    let setup = setup(&fixture_mcp(""));
     let (output, frames) = run(
         &setup,
         &[
@@ -522,21 +525,15 @@ fn a_run_sees_the_tools_of_its_mcp_servers_from_the_first_turn() {
 /// that saves its state on exit gets to.
 #[test]
 fn a_run_that_ends_closes_its_mcp_servers_gracefully() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let fixture = root.join("tests/mcp/fixture_server.py");
     let marker = std::env::temp_dir().join(format!(
         "homeagent-mcp-exit-{}-{:?}",
         std::process::id(),
         std::time::SystemTime::now()
     ));
-    let mcp = format!(
-        "[[mcp.servers]]\nname = \"fx\"\ncommand = \"{}\"\nargs = [\"{}\"]\n\
-         env = {{ FIXTURE_EXIT_MARKER = \"{}\" }}\n",
-        sdk_python().display(),
-        fixture.display(),
+    let setup = setup(&fixture_mcp(&format!(
+        "env = {{ FIXTURE_EXIT_MARKER = \"{}\" }}\n",
         marker.display()
-    );
-    let setup = setup(&mcp);
+    )));
     let (output, frames) = run(
         &setup,
         &[

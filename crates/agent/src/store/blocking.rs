@@ -69,26 +69,7 @@ mod tests {
 
     use super::*;
 
-    struct TempStore {
-        dir: std::path::PathBuf,
-        store: Arc<Store>,
-    }
-
-    impl Drop for TempStore {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
-    }
-
-    fn temp_store(label: &str) -> TempStore {
-        let dir = std::env::temp_dir().join(format!(
-            "homeagent-calls-{label}-{}-{:?}",
-            std::process::id(),
-            std::time::SystemTime::now()
-        ));
-        let store = Arc::new(Store::open(&dir.join("store.db")).unwrap());
-        TempStore { dir, store }
-    }
+    use crate::store::testing::temp_store;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn at_most_calls_at_once_run_together_and_every_call_is_answered() {

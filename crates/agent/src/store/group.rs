@@ -327,33 +327,13 @@ fn apply(conn: &Connection, op: &WriteOp) -> Result<WriteDone, StoreError> {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a test failure
 
-    use std::path::PathBuf;
     use std::time::Duration;
 
     use homeagent_core::Message;
 
     use super::*;
 
-    struct TempStore {
-        dir: PathBuf,
-        store: Arc<Store>,
-    }
-
-    impl Drop for TempStore {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
-    }
-
-    fn temp_store(label: &str) -> TempStore {
-        let dir = std::env::temp_dir().join(format!(
-            "homeagent-group-{label}-{}-{:?}",
-            std::process::id(),
-            std::time::SystemTime::now()
-        ));
-        let store = Arc::new(Store::open(&dir.join("store.db")).unwrap());
-        TempStore { dir, store }
-    }
+    use crate::store::testing::temp_store;
 
     /// rusqlite clears a statement's bindings when it returns to the cache.
     /// Unless the query planner is held stable (QPSG), SQLite then marks

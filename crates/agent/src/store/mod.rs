@@ -69,6 +69,8 @@ mod messages;
 mod repair;
 mod schema;
 mod sessions;
+#[cfg(test)]
+mod testing;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
