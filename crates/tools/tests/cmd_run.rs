@@ -307,12 +307,12 @@ fn sed_scripts_that_write_or_run_programs() {
         ("sed 's/a/b/w /tmp/out' f", "script command `s///w`"),
         ("sed -e p -e 's/a/b/gw out' f", "script command `s///w`"),
     ] {
-        assert_eq!(
-            refusal(&p, command),
-            write_guard("sed", option, "writes a file"),
-            "{command}"
-        );
-        passes(&writes_policy(&["sed"]), command);
+        for policy in [&p, &writes_policy(&["sed"])] {
+            assert!(
+                matches!(refusal(policy, command), CmdRefusal::NeverAllowed { option: o, .. } if o == option),
+                "{command}"
+            );
+        }
     }
     let writes = writes_policy(&["sed"]);
     for (command, option) in [
@@ -730,27 +730,46 @@ fn policy_validation_names_the_problem() {
     }
 }
 
-/// A sed script that neither writes nor reads files runs under GNU sed's
-/// `--sandbox`, so sed itself refuses `e`, `r` and `w` should the guard's
-/// parser ever miss one; scripts that read or (allowed) write run without.
+/// Every sed command runs under GNU sed's `--sandbox` where sed has it, so
+/// the script commands the sandbox refuses (`e`, `r`, `w`) are refused by
+/// the guard too, under every policy: the script parser never decides
+/// whether the sandbox applies.
 #[test]
-fn sed_runs_sandboxed_unless_its_script_reads_or_writes_files() {
-    let checked = |policy: &CmdRunPolicy, command: &str| {
-        check_command(policy, command)
-            .unwrap_or_else(|r| panic!("`{command}` was refused: {r}"))
-            .sed_sandbox
-    };
+fn sed_always_runs_sandboxed_and_its_file_commands_are_refused() {
     let writes = writes_policy(&["sed"]);
     for command in [
         "sed -n 1p f",
         "sed -e 's/a/b/g' -e p f",
         "sed ':x; n; b x' f",
     ] {
-        assert!(checked(&default_policy(), command), "{command}");
+        for policy in [&default_policy(), &writes] {
+            let checked = check_command(policy, command)
+                .unwrap_or_else(|r| panic!("`{command}` was refused: {r}"));
+            assert!(checked.sed_sandbox, "{command}");
+        }
     }
-    for command in ["sed 'r /etc/hostname' f", "sed -n '1R other' f"] {
-        assert!(!checked(&default_policy(), command), "{command}");
+    // In place is the way to write with sed, when writes are allowed.
+    assert!(
+        check_command(&writes, "sed -i s/a/b/ f")
+            .unwrap()
+            .sed_sandbox
+    );
+    for (command, option) in [
+        ("sed 'r /etc/hostname' f", "script command `r`"),
+        ("sed -n '1R other' f", "script command `R`"),
+        ("sed -n -e p -e '$r /dev/null' f", "script command `r`"),
+    ] {
+        for policy in [&default_policy(), &writes] {
+            let refused = refusal(policy, command);
+            assert!(
+                matches!(&refused, CmdRefusal::NeverAllowed { option: o, .. } if o == option),
+                "{command}: {refused:?}"
+            );
+        }
     }
-    assert!(!checked(&writes, "sed 'w out' f"));
-    assert!(!checked(&default_policy(), "cat f"));
+    assert!(
+        !check_command(&default_policy(), "cat f")
+            .unwrap()
+            .sed_sandbox
+    );
 }

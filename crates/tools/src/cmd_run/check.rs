@@ -38,7 +38,8 @@ pub struct CheckedCommand {
     pub args: Vec<String>,
     /// Leading `NAME=value` assignments, in order.
     pub env: Vec<(String, String)>,
-    /// Run as `sed --sandbox …` where the sed has it (see `sed::has_sandbox`).
+    /// Run as `sed --sandbox …` where the sed has it (every sed command;
+    /// see `sed::has_sandbox`).
     pub sed_sandbox: bool,
 }
 

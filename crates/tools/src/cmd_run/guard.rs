@@ -152,8 +152,8 @@ const HOSTNAME: OptionSpec = OptionSpec {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Hardening {
     None,
-    /// `sed --sandbox`, where the sed has it: the script neither writes
-    /// nor reads files, so sed itself can refuse any that would.
+    /// `sed --sandbox`, where the sed has it: sed itself then refuses
+    /// `e`, `r` and `w`, whatever the script parser made of the script.
     SedSandbox,
 }
 
@@ -269,27 +269,26 @@ impl Guard<'_> {
                 ),
             )
         })?;
-        let mut touches_files = false;
-        for effect in effects {
-            match effect {
-                SedEffect::Runs(command) => {
-                    return Err(self.never(
-                        format!("script command `{command}`"),
-                        "runs a program through the shell",
-                    ));
-                }
-                SedEffect::Writes(command) => {
-                    self.write(format!("script command `{command}`"), "writes a file")?;
-                    touches_files = true;
-                }
-                SedEffect::Reads(_) => touches_files = true,
-            }
+        // The script runs under GNU sed's --sandbox wherever sed has it
+        // (see `sed::has_sandbox`), which refuses e, r and w; so they are
+        // refused here too, everywhere, and the parser never decides
+        // whether the sandbox applies. Writes stay possible through -i.
+        if let Some(effect) = effects.into_iter().next() {
+            let (command, why) = match effect {
+                SedEffect::Runs(command) => (command, "runs a program through the shell"),
+                SedEffect::Writes(command) => (
+                    command,
+                    "writes a file named in the script; with writes allowed, edit in place \
+                     with -i, or use files_write",
+                ),
+                SedEffect::Reads(command) => (
+                    command,
+                    "reads a file named in the script; read files with cat or files_read",
+                ),
+            };
+            return Err(self.never(format!("script command `{command}`"), why));
         }
-        Ok(if touches_files {
-            Hardening::None
-        } else {
-            Hardening::SedSandbox
-        })
+        Ok(Hardening::SedSandbox)
     }
 
     /// find's primaries are whole words. Every argument is checked, even one

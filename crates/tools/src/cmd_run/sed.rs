@@ -22,26 +22,29 @@ pub enum SedEffect {
     Writes(&'static str),
     /// Runs a program: `e` or the `s` command's `e` flag.
     Runs(&'static str),
-    /// Reads a file into the output: `r` or `R`. Allowed (reading is), but
-    /// GNU sed's `--sandbox` refuses it, so such a script runs without.
+    /// Reads a file into the output: `r` or `R` (refused: GNU sed's
+    /// `--sandbox`, which every sed script runs under where it exists,
+    /// refuses them, and `cat` reads files).
     Reads(&'static str),
 }
 
 /// Whether the `sed` at `executable` is GNU sed with `--sandbox` (which
-/// refuses `e`, `r` and `w` in the script). A script the parser judged free
-/// of writes and reads runs with it, so a mistake in the parser (one let a
-/// shell through before: labels end at a blank in GNU sed) is caught by
-/// sed itself. Busybox sed has no such option; there the parser alone
-/// guards. Asked once per executable and remembered.
+/// refuses `e`, `r` and `w` in the script). Every sed command runs with it
+/// where it exists, so a mistake in the script parser (one let a shell
+/// through before: labels end at a blank in GNU sed) is caught by sed
+/// itself. Busybox sed has no such option; there the parser alone guards.
+///
+/// Asked once per executable (`--sandbox --version` must succeed and name
+/// GNU sed). Only a clear answer is remembered: a probe that could not run
+/// or timed out is logged and asked again next time.
 pub(crate) async fn has_sandbox(executable: &Path) -> bool {
     static KNOWN: LazyLock<Mutex<HashMap<PathBuf, bool>>> = LazyLock::new(Mutex::default);
-    let known = |map: &Mutex<HashMap<PathBuf, bool>>| {
-        map.lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(executable)
-            .copied()
-    };
-    if let Some(answer) = known(&KNOWN) {
+    let remembered = KNOWN
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(executable)
+        .copied();
+    if let Some(answer) = remembered {
         return answer;
     }
     let probe = tokio::process::Command::new(executable)
@@ -51,11 +54,18 @@ pub(crate) async fn has_sandbox(executable: &Path) -> bool {
         .stderr(Stdio::null())
         .kill_on_drop(true)
         .output();
-    let answer = match tokio::time::timeout(Duration::from_secs(5), probe).await {
+    let answer = match tokio::time::timeout(Duration::from_secs(2), probe).await {
         Ok(Ok(output)) => {
             output.status.success() && String::from_utf8_lossy(&output.stdout).contains("GNU sed")
         }
-        _ => false,
+        Ok(Err(error)) => {
+            tracing::warn!(sed = %executable.display(), %error, "could not ask sed whether it has --sandbox; running this command without it");
+            return false;
+        }
+        Err(_) => {
+            tracing::warn!(sed = %executable.display(), "sed did not say within 2 s whether it has --sandbox; running this command without it");
+            return false;
+        }
     };
     KNOWN
         .lock()
@@ -441,7 +451,10 @@ mod tests {
         assert_eq!(effects("s/[/]/x/;w f"), Ok(vec![SedEffect::Writes("w")]));
         assert_eq!(effects("/x/!e"), Ok(vec![SedEffect::Runs("e")]));
         // A file name ends early at `;`, so what follows is still checked.
-        assert_eq!(effects("r /dev/null; e id"), Ok(vec![SedEffect::Runs("e")]));
+        assert_eq!(
+            effects("r /dev/null; e id"),
+            Ok(vec![SedEffect::Reads("r"), SedEffect::Runs("e")])
+        );
     }
 
     /// A label ends at a blank (GNU sed 4.9), so a command hidden after it
