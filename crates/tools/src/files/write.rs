@@ -251,7 +251,7 @@ fn create_dirs_in_root(root: &Path, dir: &Path) -> Result<(), ReplaceError> {
 /// descriptor of `dir` whose real path must lie inside `root` (already
 /// canonical). Blocking: run it off the async workers.
 fn replace_in_dir(root: &Path, dir: &Path, name: &OsStr, bytes: &[u8]) -> Result<(), ReplaceError> {
-    use nix::fcntl::{AtFlags, OFlag, open, openat, renameat};
+    use nix::fcntl::{AtFlags, OFlag, open, renameat};
     use nix::sys::stat::{Mode, SFlag, fchmod, fstatat};
     use nix::unistd::{UnlinkatFlags, unlinkat};
     use std::io::Write;
@@ -267,34 +267,29 @@ fn replace_in_dir(root: &Path, dir: &Path, name: &OsStr, bytes: &[u8]) -> Result
     {
         use std::os::fd::AsRawFd;
         let opened = std::fs::read_link(format!("/proc/self/fd/{}", dir_fd.as_raw_fd()))?;
-        if !opened.starts_with(root) {
+        // A directory removed since shows as "<path> (deleted)": a write
+        // there would report success for a file nobody can reach.
+        let removed = opened.to_string_lossy().ends_with(" (deleted)");
+        if !opened.starts_with(root) || removed {
             return Err(ReplaceError::Outside(opened));
         }
     }
     #[cfg(not(target_os = "linux"))]
     let _ = root;
     // Keep the permissions of the file being replaced (an executable
-    // script stays executable); a symlink at `name` is replaced, not
-    // followed.
-    let kept_mode = match fstatat(&dir_fd, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+    // script stays executable), but never setuid, setgid or sticky: the
+    // content is new. A symlink at `name` is replaced, not followed.
+    let final_mode = match fstatat(&dir_fd, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
         Ok(stat) if SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG => {
-            Some(Mode::from_bits_truncate(stat.st_mode))
+            Mode::from_bits_truncate(stat.st_mode & 0o777)
         }
-        _ => None,
+        _ => Mode::from_bits_truncate(0o666 & !process_umask()),
     };
-    let temp = temp_name();
-    let temp_fd = openat(
-        &dir_fd,
-        temp.as_str(),
-        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::from_bits_truncate(0o666),
-    )?;
+    let (temp_fd, temp) = create_temp(&dir_fd, (0..8).map(|_| temp_name()))?;
     let replaced = (|| -> Result<(), ReplaceError> {
         let mut file = std::fs::File::from(temp_fd);
         file.write_all(bytes)?;
-        if let Some(mode) = kept_mode {
-            fchmod(&file, mode)?;
-        }
+        fchmod(&file, final_mode)?;
         file.sync_all()?;
         renameat(&dir_fd, temp.as_str(), &dir_fd, name)?;
         Ok(())
@@ -303,16 +298,69 @@ fn replace_in_dir(root: &Path, dir: &Path, name: &OsStr, bytes: &[u8]) -> Result
         let _ = unlinkat(&dir_fd, temp.as_str(), UnlinkatFlags::NoRemoveDir);
     }
     replaced?;
-    // The rename is on disk once the directory is.
-    std::fs::File::from(dir_fd).sync_all()?;
+    // The rename is on disk once the directory is. The file is replaced
+    // either way, so a failure here is logged, not reported as a failed
+    // write.
+    if let Err(error) = std::fs::File::from(dir_fd).sync_all() {
+        tracing::warn!(dir = %dir.display(), %error, "files_write: syncing the directory after the rename failed");
+    }
     Ok(())
 }
 
-/// A file name no other writer in this process or another one will pick.
+/// Mode a temporary file is created with: private from its first byte (it
+/// holds the new content before it is renamed into place); its final mode
+/// is set just before the rename.
+const TEMP_CREATE_MODE: u32 = 0o600;
+
+/// Creates the first of `names` that does not exist yet in `dir` (one left
+/// by a crash is skipped, not an error).
+fn create_temp(
+    dir: &std::os::fd::OwnedFd,
+    names: impl IntoIterator<Item = String>,
+) -> Result<(std::os::fd::OwnedFd, String), ReplaceError> {
+    use nix::errno::Errno;
+    use nix::fcntl::{OFlag, openat};
+    use nix::sys::stat::Mode;
+    let flags =
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+    let mut last = Errno::EEXIST;
+    for name in names {
+        match openat(
+            dir,
+            name.as_str(),
+            flags,
+            Mode::from_bits_truncate(TEMP_CREATE_MODE),
+        ) {
+            Ok(fd) => return Ok((fd, name)),
+            Err(Errno::EEXIST) => last = Errno::EEXIST,
+            Err(errno) => return Err(errno.into()),
+        }
+    }
+    Err(last.into())
+}
+
+/// The process's umask, read without changing it (`/proc/self/status`);
+/// 022 where that cannot be read.
+fn process_umask() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let line = status.lines().find(|l| l.starts_with("Umask:"))?;
+            u32::from_str_radix(line["Umask:".len()..].trim(), 8).ok()
+        })
+        .unwrap_or(0o022)
+}
+
+/// A file name no other writer will pick: the pid and a counter tell this
+/// process's writes apart, the clock's nanoseconds a restarted process
+/// with the same pid (PID 1 in a container) from its crashed predecessor.
 fn temp_name() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!("{TEMP_PREFIX}{}-{n}.tmp", std::process::id())
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!("{TEMP_PREFIX}{}-{nanos:08x}-{n}.tmp", std::process::id())
 }
 
 #[cfg(test)]
@@ -404,5 +452,57 @@ mod tests {
             "{refused:?}"
         );
         assert!(!outside.join("y").exists());
+    }
+
+    /// The temporary file is private from its first byte (it holds the new
+    /// content before the rename), the replaced file's mode is kept without
+    /// setuid/setgid, and a new file gets the usual 0666 less the umask.
+    #[test]
+    fn the_temporary_file_is_private_and_modes_never_gain_setuid() {
+        use std::os::unix::fs::PermissionsExt;
+        let (_dirs, root, _) = dirs("modes");
+        let umask = process_umask();
+        // A new file: 0666 less the umask, as any program would create it.
+        replace_in_dir(&root, &root, OsStr::new("new.txt"), b"x").unwrap();
+        let mode = std::fs::metadata(root.join("new.txt"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o7777, 0o666 & !umask);
+        // A setuid file replaced by the model keeps 0755, not 4755.
+        let tool = root.join("tool");
+        std::fs::write(&tool, "old").unwrap();
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o4755)).unwrap();
+        replace_in_dir(&root, &root, OsStr::new("tool"), b"new").unwrap();
+        let mode = std::fs::metadata(&tool).unwrap().permissions().mode();
+        assert_eq!(mode & 0o7777, 0o755);
+        // The temporary file's mode at creation, before anything is written.
+        use nix::fcntl::{OFlag, open};
+        use nix::sys::stat::Mode;
+        let dir = open(&root, OFlag::O_RDONLY | OFlag::O_DIRECTORY, Mode::empty()).unwrap();
+        let (_file, name) = create_temp(&dir, ["probe.tmp".to_owned()]).unwrap();
+        let mode = std::fs::metadata(root.join(name)).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    /// A temporary file left by a crash under the same name (same pid after
+    /// a restart, as PID 1 in a container always is) does not block the
+    /// write: the next name is tried.
+    #[test]
+    fn a_leftover_temporary_file_does_not_block_a_write() {
+        use nix::fcntl::{OFlag, open};
+        use nix::sys::stat::Mode;
+        let (_dirs, root, _) = dirs("leftover");
+        std::fs::write(root.join("taken.tmp"), "crash").unwrap();
+        let dir = open(&root, OFlag::O_RDONLY | OFlag::O_DIRECTORY, Mode::empty()).unwrap();
+        let names = ["taken.tmp".to_owned(), "free.tmp".to_owned()];
+        let (_file, name) = create_temp(&dir, names).unwrap();
+        assert_eq!(name, "free.tmp");
+        assert_eq!(
+            std::fs::read_to_string(root.join("taken.tmp")).unwrap(),
+            "crash"
+        );
+        // Names differ from call to call even in one process and one instant.
+        assert_ne!(temp_name(), temp_name());
     }
 }
