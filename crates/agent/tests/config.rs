@@ -664,6 +664,18 @@ fn declared_devices_have_their_own_tokens_and_bad_declarations_fail() {
             "id = \"nas\"\ntoken_env = \" \"",
             "server.devices[0].token_env",
         ),
+        ("id = \"nas\"\ntoken = \"  \"", "server.devices[0].token"),
+        // One token for two devices: each could bind as the other.
+        (
+            "id = \"nas\"\ntoken = \"same\"\n[[server.devices]]\nid = \"pi\"\ntoken = \"same\"",
+            "server.devices[1].token",
+        ),
+        // A device's own token that is also the API key (or the shared
+        // device token) would bind as any device the other binds as.
+        (
+            "id = \"nas\"\ntoken = \"file-key-123\"\n[server]\napi_key = \"file-key-123\"",
+            "server.devices[0].token",
+        ),
     ];
     for (entry, expected_key) in resolved {
         std::fs::write(

@@ -156,43 +156,29 @@ async fn handshake(state: &ServerState, socket: &mut WebSocket) -> Result<Hello,
             retry: false,
         });
     }
-    let bad_token = |reason: String| ServerFrame::Refused {
+    // One refusal for every wrong token, so it does not tell which ids are
+    // declared.
+    let id = &hello.device_id;
+    let refused = || ServerFrame::Refused {
         code: RefusalCode::BadToken,
-        reason,
+        reason: format!(
+            "the token does not bind device {id:?}: a device declared in [[server.devices]] \
+             binds only with its own token, any other with the server's device token \
+             (HOMEAGENT_DEVICE_TOKEN or server.device_token; the API key when neither that \
+             nor [[server.devices]] is set); pass it with --token or $HOMEAGENT_DEVICE_TOKEN"
+        ),
         retry: false,
     };
-    let id = &hello.device_id;
-    match state.options().device_tokens.get(id) {
+    let expected = match state.options().device_tokens.get(id) {
         // A declared device: its own token and no other, or holding the
         // shared token (or another device's) would let a waiter pose as it.
-        Some(own) => {
-            if !same_secret(&token, own) {
-                return Err(bad_token(format!(
-                    "the token is wrong for device {id:?}, which is declared in \
-                     [[server.devices]] with a token of its own: pass that token with --token \
-                     or $HOMEAGENT_DEVICE_TOKEN (the shared device token does not bind it)"
-                )));
-            }
-        }
-        None => match state.device_token() {
-            Some(shared) if same_secret(&token, shared) => {}
-            Some(_) => {
-                return Err(bad_token(
-                    "the device token is wrong: pass the server's device token \
-                     (HOMEAGENT_DEVICE_TOKEN or server.device_token there; its API key \
-                     when no device token is set) with --token or $HOMEAGENT_DEVICE_TOKEN"
-                        .to_owned(),
-                ));
-            }
-            None => {
-                return Err(bad_token(format!(
-                    "device {id:?} is not declared in [[server.devices]], and the server has \
-                     no shared device token: declare it there with its own token"
-                )));
-            }
-        },
+        Some(own) => Some(own.as_str()).filter(|own| !own.is_empty()),
+        None => state.device_token(),
+    };
+    match expected {
+        Some(expected) if same_secret(&token, expected) => Ok(hello),
+        _ => Err(refused()),
     }
-    Ok(hello)
 }
 
 async fn next_frame(socket: &mut WebSocket, deadline: Instant) -> Result<DeviceFrame, ServerFrame> {

@@ -54,7 +54,10 @@ pub async fn require_key(State(state): State<ServerState>, req: Request, next: N
     }
     let mut presented: Vec<String> = bearer(req.headers()).into_iter().collect();
     if path == EVENTS_PATH {
-        presented.extend(cookie(req.headers(), TOKEN_COOKIE));
+        // Every cookie of that name counts: another app on the same host
+        // can set one too (cookies ignore the port), and its stale value
+        // must not hide the right one.
+        presented.extend(cookies(req.headers(), TOKEN_COOKIE));
     }
     if presented.iter().any(|p| same_secret(p, key)) {
         next.run(req).await
@@ -165,17 +168,19 @@ pub fn query_param(query: Option<&str>, name: &str) -> Option<String> {
     })
 }
 
-pub fn cookie(headers: &HeaderMap, name: &str) -> Option<String> {
+/// Every value of the cookie `name`, percent-decoded.
+pub fn cookies(headers: &HeaderMap, name: &str) -> Vec<String> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
-        .find_map(|pair| {
+        .filter_map(|pair| {
             let (k, v) = pair.trim().split_once('=')?;
             // Cookie values are not form-encoded: `+` stays `+` (base64).
             (k == name).then(|| percent_decode(v, false))
         })
+        .collect()
 }
 
 /// `%XX` decoded; `+` becomes a space only where `plus_is_space` (query

@@ -168,14 +168,20 @@ impl ServerState {
     }
 
     /// The token a device that has none of its own must bind with: the
-    /// device token, else the API key; `None` when neither is set or it is
-    /// empty.
+    /// device token, else the API key, but the API key only while no device
+    /// is declared with a token of its own (declaring devices is how a
+    /// server that has an API key, as any reachable from other machines
+    /// must, limits binding to them). `None` when unset or empty.
     pub fn device_token(&self) -> Option<&str> {
         let options = &self.inner.options;
+        let api_key = options
+            .api_key
+            .as_deref()
+            .filter(|_| options.device_tokens.is_empty());
         options
             .device_token
             .as_deref()
-            .or(options.api_key.as_deref())
+            .or(api_key)
             .filter(|token| !token.is_empty())
     }
 

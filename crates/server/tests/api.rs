@@ -111,7 +111,11 @@ async fn the_event_stream_takes_the_key_as_a_cookie_never_in_the_url() {
     let encoded = "k%2By%2F%3D%25%3Bx";
     let by_cookie = client
         .get(format!("{}/api/v1/events", server.url))
-        .header("cookie", format!("other=1; homeagent_token={encoded}"))
+        // A stale cookie of the same name (another app on this host) first.
+        .header(
+            "cookie",
+            format!("homeagent_token=stale; other=1; homeagent_token={encoded}"),
+        )
         .send()
         .await
         .unwrap();

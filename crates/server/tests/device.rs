@@ -423,14 +423,46 @@ async fn a_declared_device_binds_only_with_its_own_token() {
     })
     .await;
     let (_y, refused) = bind(&declared_only.url, "garage", "").await;
-    let refused = refused.unwrap();
-    assert_eq!(refused["code"], "bad_token");
-    assert!(
-        refused["reason"].as_str().unwrap().contains("not declared"),
-        "{refused}"
-    );
+    assert_eq!(refused.unwrap()["code"], "bad_token");
     let (_nas2, bound) = bind(&declared_only.url, "nas", "nas-token").await;
     assert_eq!(bound.unwrap()["type"], "bound");
+
+    // With devices declared, the API key is no device token: a server
+    // reachable from other machines has one, and undeclared ids would
+    // otherwise bind with it.
+    let with_key = start(Setup {
+        options: ServerOptions {
+            device_tokens: own(&[("nas", "nas-token")]),
+            ..ServerOptions::default()
+        },
+        ..setup()
+    })
+    .await;
+    let (_z, refused) = bind(&with_key.url, "garage", KEY).await;
+    assert_eq!(refused.unwrap()["code"], "bad_token");
+    // The refusal does not tell a declared id from an undeclared one.
+    let declared = refused_reason(&with_key.url, "nas").await;
+    let undeclared = refused_reason(&with_key.url, "garage").await;
+    assert_eq!(
+        declared.replace("nas", "ID"),
+        undeclared.replace("garage", "ID")
+    );
+    // An empty token of its own never binds, even with an empty bind.
+    let empty_own = start(Setup {
+        options: ServerOptions {
+            device_tokens: own(&[("nas", "")]),
+            ..ServerOptions::default()
+        },
+        ..setup()
+    })
+    .await;
+    let (_e, refused) = bind(&empty_own.url, "nas", "").await;
+    assert_eq!(refused.unwrap()["code"], "bad_token");
+}
+
+async fn refused_reason(url: &str, id: &str) -> String {
+    let (_ws, answer) = bind(url, id, "wrong").await;
+    answer.unwrap()["reason"].as_str().unwrap().to_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

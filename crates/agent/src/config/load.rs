@@ -103,6 +103,48 @@ pub struct Secrets {
     pub device_tokens: Vec<DeviceToken>,
 }
 
+impl Secrets {
+    /// Each declared device's token must be its own: shared with another
+    /// device, either could bind as the other; equal to the shared device
+    /// token or the API key, it would bind every undeclared id too.
+    fn check_device_tokens(&self, path: &Path) -> Result<(), ConfigError> {
+        let shared = [
+            ("the device token", &self.device_token),
+            ("the API key", &self.api_key),
+        ];
+        for (index, device) in self.device_tokens.iter().enumerate() {
+            let Some(token) = &device.token else { continue };
+            let clash = self.device_tokens[..index]
+                .iter()
+                .find(|earlier| earlier.token.as_ref() == Some(token))
+                .map(|earlier| format!("device {:?}'s", earlier.id))
+                .or_else(|| {
+                    shared
+                        .iter()
+                        .find(|(_, secret)| secret.as_ref() == Some(token))
+                        .map(|(name, _)| (*name).to_owned())
+                });
+            if let Some(clash) = clash {
+                let field = if device.from.contains("token_env") {
+                    "token_env"
+                } else {
+                    "token"
+                };
+                return Err(ConfigError::Invalid {
+                    path: path.to_owned(),
+                    key: format!("server.devices[{index}].{field}"),
+                    message: format!(
+                        "device {:?} has the same token as {clash}; give every device a token \
+                         of its own",
+                        device.id
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A declared device's own token, as found at load time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceToken {
@@ -229,6 +271,7 @@ impl Config {
             device_token: secret(ENV_DEVICE_TOKEN, &config.server.device_token),
             device_tokens,
         };
+        secrets.check_device_tokens(path)?;
         let key_vars_set = config
             .llm
             .sources
@@ -404,7 +447,7 @@ fn device_tokens(
                     format!("device {id:?} has no token: add token_env = \"VARIABLE\" (or token)"),
                 ));
             }
-            (Some(token), None) if token.expose().is_empty() => {
+            (Some(token), None) if token.expose().trim().is_empty() => {
                 return Err(invalid(
                     "token",
                     format!("device {id:?} has an empty token"),

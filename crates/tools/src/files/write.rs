@@ -481,7 +481,10 @@ mod tests {
         use nix::sys::stat::Mode;
         let dir = open(&root, OFlag::O_RDONLY | OFlag::O_DIRECTORY, Mode::empty()).unwrap();
         let (_file, name) = create_temp(&dir, ["probe.tmp".to_owned()]).unwrap();
-        let mode = std::fs::metadata(root.join(name)).unwrap().permissions().mode();
+        let mode = std::fs::metadata(root.join(name))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o600);
     }
 
