@@ -212,6 +212,20 @@ def main() -> None:
         # Reached only when the client closed stdin (a graceful shutdown);
         # a kill or SIGTERM ends the process before this line.
         marker = os.environ.get("FIXTURE_EXIT_MARKER")
+        # A server that takes a while to save its state on the way out, and
+        # saves what it has when told to stop (SIGTERM) meanwhile.
+        delay_ms = int(os.environ.get("FIXTURE_EXIT_DELAY_MS", "0"))
+        if marker and delay_ms:
+            import signal
+            import time
+
+            def on_sigterm(_signum, _frame):
+                with open(marker, "w", encoding="utf-8") as f:
+                    f.write("SIGTERM")
+                os._exit(0)
+
+            signal.signal(signal.SIGTERM, on_sigterm)
+            time.sleep(delay_ms / 1000)
         if marker:
             with open(marker, "w", encoding="utf-8") as f:
                 f.write("stdin closed")

@@ -342,6 +342,9 @@ fn start_mcp(
     for entry in &config.mcp.servers {
         // Checked here, not only by the manager (which would just leave the
         // server out): a name that cannot work is a config error.
+        if entry.name.is_empty() {
+            return Err(homeagent_mcp::SpecError::EmptyName.into());
+        }
         if !homeagent_mcp::valid_server_name(&entry.name) {
             return Err(homeagent_mcp::SpecError::BadName(entry.name.clone()).into());
         }
@@ -356,7 +359,19 @@ fn start_mcp(
         let transport = homeagent_mcp::McpTransport::from_fields(
             &entry.name,
             homeagent_mcp::TransportFields {
-                command: entry.command.clone(),
+                // A relative path to the program is taken from the config
+                // file's directory, like `cwd` and every other path in the
+                // file (a bare name is looked up on PATH).
+                command: entry.command.as_deref().map(|command| {
+                    if command.contains('/') {
+                        loaded
+                            .resolve_path(std::path::Path::new(command))
+                            .display()
+                            .to_string()
+                    } else {
+                        command.to_owned()
+                    }
+                }),
                 args: entry.args.clone(),
                 env: entry.env.clone(),
                 cwd: entry.cwd.as_deref().map(|dir| loaded.resolve_path(dir)),

@@ -66,6 +66,16 @@ pub async fn print_tools(
     // List the MCP servers' tools too, once they have answered (or failed
     // to; their status says which).
     crate::setup::mcp_started(&agent).await;
+    let printed = print_agent_tools(&agent, json, out);
+    crate::setup::mcp_stopped(&agent).await;
+    printed
+}
+
+fn print_agent_tools(
+    agent: &homeagent_agent::Agent,
+    json: bool,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
     let entries: Vec<(Arc<ToolDef>, &'static str)> = agent
         .runtime
         .tools()

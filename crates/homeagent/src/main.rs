@@ -105,8 +105,9 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
             for notice in &agent.notices {
                 eprintln!("note: {notice}");
             }
-            mcp_serve::run(&agent).await?;
+            let served = mcp_serve::run(&agent).await;
             setup::mcp_stopped(&agent).await;
+            served?;
             return Ok(std::process::ExitCode::SUCCESS);
         }
         Command::Serve(args) => {

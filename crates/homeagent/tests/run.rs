@@ -520,34 +520,76 @@ fn a_run_sees_the_tools_of_its_mcp_servers_from_the_first_turn() {
     assert_eq!(ends[0]["status"], "ok", "{frames:#?}");
 }
 
-/// A run that ends closes its MCP servers the way the protocol says
-/// (stdin closed, then time to exit) instead of killing them: a server
-/// that saves its state on exit gets to.
+/// A relative `command` is taken from the config file's directory (as
+/// `cwd` and every other path in the config are), not from wherever
+/// homeagent was started; `cwd` is where the server then runs.
 #[test]
-fn a_run_that_ends_closes_its_mcp_servers_gracefully() {
-    let marker = std::env::temp_dir().join(format!(
-        "homeagent-mcp-exit-{}-{:?}",
-        std::process::id(),
-        std::time::SystemTime::now()
-    ));
-    let setup = setup(&fixture_mcp(&format!(
-        "env = {{ FIXTURE_EXIT_MARKER = \"{}\" }}\n",
-        marker.display()
-    )));
+fn a_relative_mcp_command_is_found_beside_the_config() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let setup = setup("");
+    let launcher = setup.dir.join("bin/fx.sh");
+    std::fs::create_dir_all(setup.dir.join("bin")).unwrap();
+    std::fs::create_dir_all(setup.dir.join("work")).unwrap();
+    std::fs::write(
+        &launcher,
+        format!(
+            "#!/bin/sh\nexec \"{}\" \"{}\"\n",
+            sdk_python().display(),
+            root.join("tests/mcp/fixture_server.py").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&launcher, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .unwrap();
+    let config = std::fs::read_to_string(&setup.config).unwrap();
+    std::fs::write(
+        &setup.config,
+        format!("{config}[[mcp.servers]]\nname = \"fx\"\ncommand = \"bin/fx.sh\"\ncwd = \"work\"\n"),
+    )
+    .unwrap();
+    // The test runs homeagent from the crate's directory, not the config's.
     let (output, frames) = run(
         &setup,
         &[
             "--json",
-            r#"!calls [{"name": "fx__echo", "arguments": {"text": "then exit"}}]"#,
+            r#"!calls [{"name": "fx__echo", "arguments": {"text": "found"}}]"#,
         ],
     );
     assert!(output.status.success(), "{output:?}");
     assert_eq!(phase(&frames, "end")[0]["status"], "ok", "{frames:#?}");
-    let written = std::fs::read_to_string(&marker);
-    let _ = std::fs::remove_file(&marker);
-    assert_eq!(
-        written.ok().as_deref(),
-        Some("stdin closed"),
-        "the MCP server did not exit through a closed stdin"
-    );
+}
+
+/// A run that ends closes its MCP servers the way the protocol says
+/// (stdin closed, time to exit, then SIGTERM, then a kill) instead of
+/// killing them: a server that saves its state on exit gets to.
+#[test]
+fn a_run_that_ends_closes_its_mcp_servers_gracefully() {
+    // (exit delay after stdin closes, what the server then records)
+    for (delay_ms, expected) in [(0, "stdin closed"), (6000, "SIGTERM")] {
+        let marker = std::env::temp_dir().join(format!(
+            "homeagent-mcp-exit-{}-{delay_ms}-{:?}",
+            std::process::id(),
+            std::time::SystemTime::now()
+        ));
+        let setup = setup(&fixture_mcp(&format!(
+            "env = {{ FIXTURE_EXIT_MARKER = \"{}\", FIXTURE_EXIT_DELAY_MS = \"{delay_ms}\" }}\n",
+            marker.display()
+        )));
+        let (output, frames) = run(
+            &setup,
+            &[
+                "--json",
+                r#"!calls [{"name": "fx__echo", "arguments": {"text": "then exit"}}]"#,
+            ],
+        );
+        assert!(output.status.success(), "{output:?}");
+        assert_eq!(phase(&frames, "end")[0]["status"], "ok", "{frames:#?}");
+        let written = std::fs::read_to_string(&marker);
+        let _ = std::fs::remove_file(&marker);
+        assert_eq!(
+            written.ok().as_deref(),
+            Some(expected),
+            "a server taking {delay_ms} ms to exit was not closed gracefully"
+        );
+    }
 }

@@ -343,7 +343,9 @@ pub struct McpServerEntry {
     /// Prefix of the server's tools (`<name>__<tool>`); unique. 1 to 32 letters,
     /// digits, `_` or `-`, starting with a letter (providers restrict tool names).
     pub name: String,
-    /// The program to start; it speaks MCP on stdin/stdout.
+    /// The program to start; it speaks MCP on stdin/stdout. A bare name is
+    /// looked up on PATH; a relative path is taken from this file's
+    /// directory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(example = &"/usr/local/bin/mcp-server-git")]
     pub command: Option<String>,
@@ -356,7 +358,8 @@ pub struct McpServerEntry {
     #[serde(default)]
     pub env: BTreeMap<String, String>,
     /// The directory `command` starts in (relative: to this file's
-    /// directory); HomeAgent's own when unset.
+    /// directory); HomeAgent's own when unset. Relative paths in `args` are
+    /// the program's business, so they are taken from here.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(example = &"/srv/repo")]
     pub cwd: Option<PathBuf>,

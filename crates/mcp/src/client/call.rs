@@ -10,7 +10,9 @@
 //! A call dropped before its answer (the person stopped it, the executor's
 //! backstop) also tells the server to cancel it: rmcp's plain `call_tool`
 //! does that, the request handle used here does not, so [`CancelOnDrop`]
-//! does.
+//! does. (rmcp then keeps the call's progress watcher, a small map entry,
+//! until that token's next progress message or the connection's end: its
+//! handle offers no way to drop it without awaiting the answer.)
 
 use std::time::Duration;
 
@@ -50,11 +52,35 @@ pub(crate) async fn call_tool(
     unanswered.id = None;
     match answer? {
         ServerResult::CallToolResult(result) => Ok(result),
-        // A reply without `content` decodes as another variant; it is
-        // still an (empty) answer.
-        ServerResult::EmptyResult(_) => Ok(CallToolResult::default()),
-        _ => Err(ServiceError::UnexpectedResponse),
+        other => contentless_result(other).ok_or(ServiceError::UnexpectedResponse),
     }
+}
+
+/// A `tools/call` reply without `content` (which the untagged
+/// `ServerResult` decodes as another variant) is still an answer, empty:
+/// `{}`, `{"resultType": "complete"}`, or `_meta` alone (what rmcp's own
+/// `call_tool` accepts).
+fn contentless_result(result: ServerResult) -> Option<CallToolResult> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct MetaOnly {
+        #[serde(rename = "_meta")]
+        meta: rmcp::model::MetaObject,
+    }
+    let mut empty = CallToolResult::default();
+    match result {
+        ServerResult::EmptyResult(_) => {}
+        ServerResult::TaskAckResult(ack) => {
+            empty.result_type = Some(ack.result_type);
+            empty.meta = ack.meta;
+        }
+        ServerResult::CustomResult(custom) => {
+            let MetaOnly { meta } = serde_json::from_value(custom.0).ok()?;
+            empty.meta = Some(meta);
+        }
+        _ => return None,
+    }
+    Some(empty)
 }
 
 /// Tells the server to cancel request `id` if dropped while still set.
@@ -79,5 +105,33 @@ impl Drop for CancelOnDrop {
                 let _ = peer.send_notification(notification).await;
             });
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn decoded(reply: serde_json::Value) -> ServerResult {
+        serde_json::from_value(reply).unwrap()
+    }
+
+    #[test]
+    fn replies_without_content_are_empty_answers_and_others_are_not() {
+        for reply in [
+            json!({}),
+            json!({"resultType": "complete"}),
+            json!({"_meta": {"k": 1}}),
+        ] {
+            let answer = contentless_result(decoded(reply.clone()));
+            let answer = answer.unwrap_or_else(|| panic!("{reply} was not taken as an answer"));
+            assert!(answer.content.is_empty(), "{reply}");
+        }
+        let meta_only = contentless_result(decoded(json!({"_meta": {"k": 1}}))).unwrap();
+        assert_eq!(meta_only.meta.unwrap().get("k"), Some(&json!(1)));
+        assert!(contentless_result(decoded(json!({"tools": []}))).is_none());
     }
 }

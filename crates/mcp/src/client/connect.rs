@@ -41,9 +41,10 @@ pub(crate) type Connection = RunningService<RoleClient, Listener>;
 /// Why a connection could not be opened.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ConnectError {
-    #[error("could not start `{command}`: {source}")]
+    #[error("could not start `{command}`{}: {source}", .cwd.as_ref().map(|dir| format!(" in {}", dir.display())).unwrap_or_default())]
     Spawn {
         command: String,
+        cwd: Option<std::path::PathBuf>,
         source: std::io::Error,
     },
     #[error("its working directory {} is not a directory; fix `cwd`", .dir.display())]
@@ -92,6 +93,7 @@ pub(crate) async fn connect(
                 .spawn()
                 .map_err(|source| ConnectError::Spawn {
                     command: command.clone(),
+                    cwd: cwd.clone(),
                     source,
                 })?;
             let pid = transport.id();

@@ -173,6 +173,10 @@ pub async fn start_mcp_servers(
     manager
 }
 
+/// How long [`McpManager::shutdown`] waits for the servers to close: past
+/// rmcp's whole sequence (replies in flight, stdin closed, SIGTERM, kill).
+pub const CLOSE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// [`spawn_mcp_servers`] was called outside a tokio runtime.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("MCP servers can only be started inside a tokio runtime")]
@@ -328,11 +332,16 @@ impl McpManager {
         }
     }
 
-    /// Stops every server (children are killed) and their supervisors.
+    /// Closes every server and stops their supervisors: rmcp closes a
+    /// stdio server's stdin, waits for it to exit, then sends SIGTERM and
+    /// at last SIGKILL (some seconds each), so this waits up to
+    /// [`CLOSE_WAIT`] for all of them, side by side, before returning;
+    /// whatever is left then dies with the process.
     pub async fn shutdown(&self) {
         self.shared.shutdown.cancel();
         // Supervisors mark their server stopped once the connection closed.
-        for _ in 0..100 {
+        let polls = CLOSE_WAIT.as_millis() / 20;
+        for _ in 0..polls {
             let all_stopped = self
                 .status()
                 .iter()
@@ -418,7 +427,7 @@ impl ToolSource for McpManager {
                 shared: shared.clone(),
                 server: server.clone(),
                 started: std::time::Instant::now(),
-                timeout: Some(limits.idle),
+                timeout: Some(limits.total),
                 answered: false,
             };
             // The server is told to cancel a call that runs out of time
@@ -426,17 +435,24 @@ impl ToolSource for McpManager {
             let answer = tokio::select! {
                 answer = call_tool(&peer, params, limits) => answer,
                 () = ctx.cancel.cancelled() => {
+                    // A stop says nothing about the server's health (a
+                    // long call may have been reporting progress all along).
+                    unanswered.answered();
                     return Err(ToolError::new(
                         ErrorReason::Cancelled,
                         format!("the call to MCP tool {remote} was stopped; the server was told to cancel it"),
                     ));
                 }
             };
-            // A call that ran out of time leaves the server suspect (the
-            // guard's drop); any other answer clears it.
-            if !matches!(answer, Err(rmcp::ServiceError::Timeout { .. })) {
-                unanswered.answered();
+            // Quiet for a whole idle timeout: the server may be hung, so it
+            // is asked whether it still answers (and restarted if not). A
+            // call stopped at the total limit was reporting progress: the
+            // server is alive.
+            if matches!(answer, Err(rmcp::ServiceError::Timeout { timeout }) if timeout == limits.idle)
+            {
+                shared.with_server(&server, |s| s.suspect.notify_one());
             }
+            unanswered.answered();
             let result = answer.map_err(|e| {
                 if matches!(
                     e,
@@ -496,10 +512,10 @@ impl McpManager {
 }
 
 /// The typed not-found of a tool whose server is not running.
-/// Marks a server suspect when a call to it ends unanswered after at least
-/// its idle timeout: it timed out (the client's limit), or was dropped that
-/// late (the executor's backstop, or a person's stop, which the time taken
-/// cannot tell apart; a stop that late costs one ping).
+/// Marks a server suspect when a call to it is dropped unanswered after
+/// (nearly) its total limit: the executor's backstop, when even the
+/// client's own limits did not end it. Stops and answers disarm it; the
+/// idle timeout is handled where the call's answer is read.
 struct SuspectUnlessAnswered {
     shared: Arc<Shared>,
     server: String,
