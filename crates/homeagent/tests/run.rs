@@ -539,12 +539,17 @@ fn a_relative_mcp_command_is_found_beside_the_config() {
         ),
     )
     .unwrap();
-    std::fs::set_permissions(&launcher, std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .unwrap();
+    std::fs::set_permissions(
+        &launcher,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     let config = std::fs::read_to_string(&setup.config).unwrap();
     std::fs::write(
         &setup.config,
-        format!("{config}[[mcp.servers]]\nname = \"fx\"\ncommand = \"bin/fx.sh\"\ncwd = \"work\"\n"),
+        format!(
+            "{config}[[mcp.servers]]\nname = \"fx\"\ncommand = \"bin/fx.sh\"\ncwd = \"work\"\n"
+        ),
     )
     .unwrap();
     // The test runs homeagent from the crate's directory, not the config's.
