@@ -646,30 +646,39 @@ async fn a_stdio_server_starts_in_its_cwd_and_a_missing_one_is_named() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn progress_extends_a_call_up_to_its_max_timeout() {
     let mut spec = stdio_spec("fx");
-    spec.timeout = Duration::from_secs(1);
-    spec.max_timeout = Some(Duration::from_secs(4));
+    // The timeout also bounds `initialize`: 3 s leaves a loaded machine
+    // time to start Python, and a first attempt that still misses it is
+    // retried (wait_running below).
+    spec.timeout = Duration::from_secs(3);
+    spec.max_timeout = Some(Duration::from_secs(8));
     let (manager, source) = start(vec![spec]).await;
+    assert!(
+        manager.wait_running("fx", Duration::from_secs(60)).await,
+        "{:?}",
+        manager.status()
+    );
     let sleep = |ms: u64, every_ms: u64| json!({"ms": ms, "every_ms": every_ms});
 
+    // Past the 3 s timeout, with progress every half second: answered.
     let started = std::time::Instant::now();
-    let outcome = call(source.clone(), "fx__progress_sleep", sleep(2500, 250)).await;
+    let outcome = call(source.clone(), "fx__progress_sleep", sleep(5000, 500)).await;
     assert!(outcome.success, "{}", outcome.text);
-    assert!(started.elapsed() >= Duration::from_millis(2500));
+    assert!(started.elapsed() >= Duration::from_millis(5000));
 
     // Quiet for longer than the timeout: cancelled after it.
     let started = std::time::Instant::now();
-    let quiet = call(source.clone(), "fx__progress_sleep", sleep(2500, 2500)).await;
+    let quiet = call(source.clone(), "fx__progress_sleep", sleep(6000, 6000)).await;
     assert_eq!(quiet.error.unwrap().reason, ErrorReason::Timeout);
-    assert!(started.elapsed() >= Duration::from_secs(1));
+    assert!(started.elapsed() >= Duration::from_secs(3));
 
     // Progress all along, but past the maximum: cancelled at it.
     let started = std::time::Instant::now();
-    let endless = call(source.clone(), "fx__progress_sleep", sleep(30_000, 250)).await;
+    let endless = call(source.clone(), "fx__progress_sleep", sleep(60_000, 500)).await;
     let error = endless.error.unwrap();
     assert_eq!(error.reason, ErrorReason::Timeout);
-    assert!(started.elapsed() >= Duration::from_secs(4), "{error:?}");
-    // Stopped by the maximum (4 s), not by the executor's backstop past it.
-    assert!(error.detail.contains("within 4s"), "{error:?}");
+    assert!(started.elapsed() >= Duration::from_secs(8), "{error:?}");
+    // Stopped by the maximum (8 s), not by the executor's backstop past it.
+    assert!(error.detail.contains("within 8s"), "{error:?}");
     wait_for(|| async { stats(source.clone(), "fx").await["cancelled"] == json!(2) }).await;
     manager.shutdown().await;
 }
