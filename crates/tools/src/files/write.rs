@@ -445,6 +445,14 @@ mod tests {
         );
         assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
 
+        // A file where a directory should be is a path that changed too.
+        std::fs::write(root.join("f"), "file").unwrap();
+        let refused = create_dirs_in_root(&root, &root.join("f/sub"));
+        assert!(
+            matches!(refused, Err(ReplaceError::Outside(_))),
+            "{refused:?}"
+        );
+
         // A directory outside the root is never a starting point.
         let refused = create_dirs_in_root(&root, &outside.join("y"));
         assert!(
@@ -461,14 +469,27 @@ mod tests {
     fn the_temporary_file_is_private_and_modes_never_gain_setuid() {
         use std::os::unix::fs::PermissionsExt;
         let (_dirs, root, _) = dirs("modes");
-        let umask = process_umask();
-        // A new file: 0666 less the umask, as any program would create it.
+        // A new file gets the mode any program's new file gets here (the
+        // kernel applies the umask to this one).
+        std::fs::write(root.join("by-std"), "x").unwrap();
+        let usual = std::fs::metadata(root.join("by-std"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777;
         replace_in_dir(&root, &root, OsStr::new("new.txt"), b"x").unwrap();
         let mode = std::fs::metadata(root.join("new.txt"))
             .unwrap()
             .permissions()
             .mode();
-        assert_eq!(mode & 0o7777, 0o666 & !umask);
+        assert_eq!(mode & 0o7777, usual);
+        // A symlink at the name is replaced by a new file, which does not
+        // take the link's own mode (0777).
+        std::os::unix::fs::symlink(root.join("by-std"), root.join("link")).unwrap();
+        replace_in_dir(&root, &root, OsStr::new("link"), b"y").unwrap();
+        let meta = std::fs::symlink_metadata(root.join("link")).unwrap();
+        assert!(meta.file_type().is_file());
+        assert_eq!(meta.permissions().mode() & 0o7777, usual);
         // A setuid file replaced by the model keeps 0755, not 4755.
         let tool = root.join("tool");
         std::fs::write(&tool, "old").unwrap();
