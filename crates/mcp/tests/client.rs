@@ -310,6 +310,13 @@ async fn a_server_that_hangs_is_restarted_after_a_call_times_out() {
     spec.timeout = Duration::from_secs(2);
     let manager = start_mcp_servers(vec![spec], None, options).await;
     let source: Arc<dyn ToolSource> = Arc::new(manager.clone());
+    // The 2 s timeout also bounds initialize: on a loaded machine the
+    // first start may miss it and be retried.
+    assert!(
+        manager.wait_running("fx", Duration::from_secs(60)).await,
+        "{:?}",
+        manager.status()
+    );
     let pid = call(source.clone(), "fx__pid", json!({})).await.value["result"]
         .as_i64()
         .unwrap();
@@ -626,11 +633,19 @@ async fn a_stdio_server_starts_in_its_cwd_and_a_missing_one_is_named() {
 
     let missing = dir.join("missing");
     let (manager, _source) = start(vec![with_cwd(missing.clone())]).await;
-    let status = manager.status();
-    let reason = match &status[0].phase {
-        ServerPhase::Down { reason } | ServerPhase::GaveUp { reason } => reason.clone(),
-        other => panic!("expected the server down, got {other:?}"),
-    };
+    // Between attempts the phase is Down (then Connecting again while the
+    // next attempt starts): read it while it is Down.
+    let mut reason = None;
+    for _ in 0..1500 {
+        if let ServerPhase::Down { reason: r } | ServerPhase::GaveUp { reason: r } =
+            &manager.status()[0].phase
+        {
+            reason = Some(r.clone());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let reason = reason.expect("the server was never down");
     assert!(
         reason.contains(&missing.display().to_string()) && reason.contains("cwd"),
         "{reason}"
