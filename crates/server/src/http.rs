@@ -164,7 +164,7 @@ pub(crate) fn same_secret(presented: &str, key: &str) -> bool {
 pub fn query_param(query: Option<&str>, name: &str) -> Option<String> {
     query?.split('&').find_map(|pair| {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        (percent_decode(k, true) == name).then(|| percent_decode(v, true))
+        (percent_decode(k) == name).then(|| percent_decode(v))
     })
 }
 
@@ -177,21 +177,20 @@ pub fn cookies(headers: &HeaderMap, name: &str) -> Vec<String> {
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| {
             let (k, v) = pair.trim().split_once('=')?;
-            // Cookie values are not form-encoded: `+` stays `+` (base64).
-            (k == name).then(|| percent_decode(v, false))
+            (k == name).then(|| percent_decode(v))
         })
         .collect()
 }
 
-/// `%XX` decoded; `+` becomes a space only where `plus_is_space` (query
-/// strings).
-fn percent_decode(text: &str, plus_is_space: bool) -> String {
+/// `%XX` decoded. `+` stays `+`: cookie values are not form-encoded (a
+/// base64 key holds `+`), and the one query parameter read, `token`, is
+/// only looked for, never used.
+fn percent_decode(text: &str) -> String {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
         match bytes[i] {
-            b'+' if plus_is_space => out.push(b' '),
             b'%' if i + 2 < bytes.len() => {
                 let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
                 match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {

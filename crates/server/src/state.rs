@@ -318,3 +318,25 @@ impl Drop for TurnGuard {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_shows_which_secrets_are_set_and_never_one_of_them() {
+        let options = ServerOptions {
+            api_key: Some("api-secret-1".into()),
+            device_token: Some("device-secret-2".into()),
+            device_tokens: [("nas".to_owned(), "nas-secret-3".to_owned())].into(),
+            ..ServerOptions::default()
+        };
+        let shown = format!("{options:?}");
+        for secret in ["api-secret-1", "device-secret-2", "nas-secret-3"] {
+            assert!(!shown.contains(secret), "{shown}");
+        }
+        assert!(shown.starts_with("ServerOptions {"), "{shown}");
+        assert!(shown.contains(r#"api_key: Some("<redacted>")"#), "{shown}");
+        assert!(shown.contains(r#"device_tokens: ["nas"]"#), "{shown}");
+    }
+}
