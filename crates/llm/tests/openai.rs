@@ -35,13 +35,18 @@ pub fn body_for(base_url: &str, model: &str, messages: Vec<Message>, stream: boo
         temperature: None,
         stream,
     };
+    encoded(base_url, &request)
+}
+
+/// The JSON body the OpenAI codec writes for `request` to `base_url`.
+pub fn encoded(base_url: &str, request: &ChatRequest) -> Value {
     OpenAiCodec
         .build_request(
             &Endpoint {
                 base_url: base_url.into(),
                 api_key: None,
             },
-            &request,
+            request,
         )
         .unwrap()
         .body_json()

@@ -322,8 +322,7 @@ async fn a_client_that_disconnects_mid_stream_stops_its_turn_and_the_history_sta
         ..Setup::default()
     })
     .await;
-    let events = server.get("/api/v1/events").send().await.unwrap();
-    let mut events = SseReader::new(events);
+    let mut events = server.events().await;
     let response = server
         .post_json(
             "/v1/chat/completions",
@@ -390,8 +389,7 @@ async fn a_client_that_hangs_up_cancels_only_its_own_input_on_a_shared_session()
     })
     .await;
     let session = "shared-by-two-clients";
-    let events = server.get("/api/v1/events").send().await.unwrap();
-    let mut events = SseReader::new(events);
+    let mut events = server.events().await;
     let first = {
         let send = server
             .post_json(
@@ -460,8 +458,7 @@ async fn a_client_that_disconnects_stops_the_child_process_of_its_running_tool()
     let argv = ["sleep", "41.731"];
     let input =
         r#"!calls [{"name":"cmd_run","arguments":{"command":"sleep 41.731","timeout":"60s"}}]"#;
-    let events = server.get("/api/v1/events").send().await.unwrap();
-    let mut events = SseReader::new(events);
+    let mut events = server.events().await;
     let response = server
         .post_json(
             "/v1/chat/completions",
@@ -522,8 +519,7 @@ async fn a_request_refused_for_the_client_limit_creates_no_session() {
         ..Setup::default()
     })
     .await;
-    let events = server.get("/api/v1/events").send().await.unwrap();
-    let mut events = SseReader::new(events);
+    let mut events = server.events().await;
     let first = {
         let send = server
             .post_json(

@@ -284,17 +284,7 @@ fn openai_itself_gets_max_completion_tokens_other_servers_max_tokens() {
         stream: false,
     };
     let limits = |base_url: &str| {
-        let body = OpenAiCodec
-            .build_request(
-                &Endpoint {
-                    base_url: base_url.into(),
-                    api_key: None,
-                },
-                &request,
-            )
-            .unwrap()
-            .body_json()
-            .unwrap();
+        let body = super::encoded(base_url, &request);
         (
             body.get("max_tokens").cloned(),
             body.get("max_completion_tokens").cloned(),

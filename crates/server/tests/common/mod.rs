@@ -49,6 +49,12 @@ impl TestServer {
             .bearer_auth(KEY)
     }
 
+    /// A reader of `/api/v1/events`, subscribed when this returns.
+    pub async fn events(&self) -> SseReader {
+        let response = self.get("/api/v1/events").send().await.unwrap();
+        SseReader::new(response)
+    }
+
     pub fn post_json(&self, path: &str, body: &Value) -> reqwest::RequestBuilder {
         self.client()
             .post(format!("{}{path}", self.url))
