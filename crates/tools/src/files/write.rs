@@ -340,15 +340,19 @@ fn create_temp(
 }
 
 /// The process's umask, read without changing it (`/proc/self/status`);
-/// 022 where that cannot be read.
+/// 022 where that cannot be read. Read once: HomeAgent never changes it,
+/// and a status file per new file written is work for nothing.
 fn process_umask() -> u32 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            let line = status.lines().find(|l| l.starts_with("Umask:"))?;
-            u32::from_str_radix(line["Umask:".len()..].trim(), 8).ok()
-        })
-        .unwrap_or(0o022)
+    static UMASK: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *UMASK.get_or_init(|| {
+        std::fs::read_to_string("/proc/self/status")
+            .ok()
+            .and_then(|status| {
+                let line = status.lines().find(|l| l.starts_with("Umask:"))?;
+                u32::from_str_radix(line["Umask:".len()..].trim(), 8).ok()
+            })
+            .unwrap_or(0o022)
+    })
 }
 
 /// A file name no other writer will pick: the pid and a counter tell this
