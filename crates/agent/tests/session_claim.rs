@@ -42,12 +42,14 @@ fn a_claimed_session_is_refused_until_its_claim_is_dropped() {
     drop(claim);
     let again = other.claim_session("s").unwrap();
     drop((again, t));
-    // Released claims leave no files behind.
-    let left: Vec<_> = std::fs::read_dir(store.claims_dir())
+    // A released claim keeps its file, so the session's next input opens
+    // it instead of creating (and the release deleting) an inode each time.
+    let mut left: Vec<_> = std::fs::read_dir(store.claims_dir())
         .unwrap()
-        .map(|e| e.unwrap().file_name())
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
-    assert!(left.is_empty(), "{left:?}");
+    left.sort();
+    assert_eq!(left, ["s.lock", "t.lock"]);
     // The session id rule applies, so no id can name a path elsewhere.
     assert!(matches!(
         store.claim_session("../x"),
@@ -144,4 +146,37 @@ async fn an_input_for_a_session_running_elsewhere_is_refused_and_stores_nothing(
     let history = store.history("shared").unwrap();
     assert_eq!(history.len(), before.len() + 2);
     assert_eq!(history[before.len()], Message::user("free again"));
+}
+
+/// Deleting a session removes its claim file, under the claim, so a
+/// claimant holding the old file notices and claims afresh.
+#[test]
+fn deleting_a_session_removes_its_claim_file() {
+    let dir = TempDir::new("delete");
+    let store = Store::open(&dir.db()).unwrap();
+    let file = store.claims_dir().join("gone.lock");
+    store.ensure_session("gone", "main").unwrap();
+    drop(store.claim_session("gone").unwrap());
+    assert!(file.exists());
+    assert!(store.delete_session("gone").unwrap());
+    assert!(!file.exists(), "{} is left", file.display());
+    // The id can be used again.
+    drop(store.claim_session("gone").unwrap());
+    assert!(file.exists());
+}
+
+/// A session deleted while an input holds it keeps its claim file: the
+/// input's claim stays in force (another claimant is refused) until it
+/// ends, instead of a second claimant locking a new file beside it.
+#[test]
+fn deleting_a_claimed_session_leaves_the_claim_in_force() {
+    let dir = TempDir::new("delete-held");
+    let store = Store::open(&dir.db()).unwrap();
+    let other = Store::open(&dir.db()).unwrap();
+    store.ensure_session("held", "main").unwrap();
+    let claim = store.claim_session("held").unwrap();
+    assert!(other.delete_session("held").unwrap());
+    busy(other.claim_session("held"), "held");
+    drop(claim);
+    drop(other.claim_session("held").unwrap());
 }
