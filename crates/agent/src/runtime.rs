@@ -200,17 +200,19 @@ impl Runtime {
         let user = Message::user(input.text.clone());
         // Held until this input ends: no other process runs the session
         // meanwhile (see `store::claim`).
-        let (_claim, mut history) = self
+        let (_claim, history) = self
             .with_store(move |store| {
                 let claim = store.claim_session(&session)?;
                 store.ensure_session(&session, &agent)?;
-                let history = store.load_session(&session)?;
-                store.append_messages(&session, std::slice::from_ref(&user))?;
-                let mut history = CountedHistory::new(history);
-                history.push(user);
-                Ok((claim, history))
+                Ok((claim, store.load_session(&session)?))
             })
             .await?;
+        self.store
+            .append_async(&input.session, std::slice::from_ref(&user), Vec::new())
+            .await
+            .map_err(store_frame)?;
+        let mut history = CountedHistory::new(history);
+        history.push(user);
 
         let recorded = EventBuffer::default();
         let executor = self.executor(Some(self.event_sink(&recorded, sink)));
@@ -281,11 +283,10 @@ impl Runtime {
                 .await?;
             if turn.calls.is_empty() {
                 let message = Message::Assistant(turn.message());
-                let session = input.session.clone();
-                self.with_store(move |store| {
-                    store.append_messages(&session, std::slice::from_ref(&message))
-                })
-                .await?;
+                self.store
+                    .append_async(&input.session, std::slice::from_ref(&message), Vec::new())
+                    .await
+                    .map_err(store_frame)?;
                 return Ok(Frame::Response {
                     content: turn.text,
                     turns: requests,
@@ -307,13 +308,10 @@ impl Runtime {
             // them `cancelled` on the next load) instead of forgetting
             // tools that may have had effects.
             let assistant = Message::Assistant(turn.message());
-            let session = input.session.clone();
-            let assistant = self
-                .with_store(move |store| {
-                    store.append_messages(&session, std::slice::from_ref(&assistant))?;
-                    Ok(assistant)
-                })
-                .await?;
+            self.store
+                .append_async(&input.session, std::slice::from_ref(&assistant), Vec::new())
+                .await
+                .map_err(store_frame)?;
             history.push(assistant);
             let result = executor.run(&turn, &batch).await;
             let results: Vec<Message> = result
@@ -322,14 +320,9 @@ impl Runtime {
                 .map(Message::Tool)
                 .collect();
             // Committed even when stopped: every call has its outcome.
-            let session = input.session.clone();
-            let events = recorded.take();
-            let results = self
-                .with_store(move |store| {
-                    commit_results(store, &session, &results, events)?;
-                    Ok(results)
-                })
-                .await?;
+            commit_results(&self.store, &input.session, &results, recorded.take())
+                .await
+                .map_err(store_frame)?;
             history.extend(results);
         }
     }
@@ -424,7 +417,7 @@ impl Runtime {
     }
 
     /// Forwards kernel events as frames at once and keeps their records
-    /// (stamped now) in `recorded` for [`Runtime::commit_results`].
+    /// (stamped now) in `recorded` for [`commit_results`].
     fn event_sink(
         &self,
         recorded: &EventBuffer,
@@ -445,14 +438,17 @@ impl Runtime {
         &self,
         calls: impl FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, Frame> {
-        self.store.call(calls).await.map_err(|e| {
-            let code = match e {
-                StoreError::SessionBusy { .. } => "session_busy",
-                _ => "store",
-            };
-            Frame::error(code, e.to_string())
-        })
+        self.store.call(calls).await.map_err(store_frame)
     }
+}
+
+/// A store failure as the input's error frame.
+fn store_frame(error: StoreError) -> Frame {
+    let code = match error {
+        StoreError::SessionBusy { .. } => "session_busy",
+        _ => "store",
+    };
+    Frame::error(code, error.to_string())
 }
 
 /// The tokens the tool definitions take in a request, roughly (4 bytes a
@@ -467,23 +463,27 @@ fn tool_tokens(tools: &[ToolSpec]) -> usize {
 /// Commits a batch's results together with its tool events: one
 /// transaction, one fsync. The events are diagnostics, so if they cannot
 /// be stored the results are committed without them rather than lost.
-fn commit_results(
-    store: &Store,
+async fn commit_results(
+    store: &Arc<Store>,
     session: &str,
     results: &[Message],
     events: Vec<EventRow>,
 ) -> Result<(), StoreError> {
-    match store.append_messages_with_events(session, results, &events) {
+    let had_events = events.len();
+    match store.append_async(session, results, events).await {
         Ok(_) => Ok(()),
-        Err(error) if events.is_empty() => Err(error),
+        Err(error) if had_events == 0 => Err(error),
         Err(error) => {
             tracing::warn!(
                 %session,
                 %error,
-                events = events.len(),
+                events = had_events,
                 "could not record a batch's tool events; committing its results without them"
             );
-            store.append_messages(session, results).map(|_| ())
+            store
+                .append_async(session, results, Vec::new())
+                .await
+                .map(|_| ())
         }
     }
 }

@@ -23,6 +23,13 @@
 //! - otherwise this caller is the leader: it drains the queue (its own op
 //!   and everything queued behind it) and commits the group.
 //!
+//! Async callers (`Store::append_async`) queue their op the same way but
+//! never take the lock themselves: they wait for the answer, and whoever
+//! queues when no *leader task* runs starts one ([`Store::lead`]), which
+//! commits group after group on the blocking pool until the queue is
+//! empty. Threads that submit and the leader task share the one queue, so
+//! either may carry the other's writes.
+//!
 //! Inside the group each op runs under its own `SAVEPOINT`, so an op that
 //! fails (a missing session, a constraint) is rolled back alone and the
 //! others commit. If the group cannot *start* because SQLite refuses the
@@ -39,7 +46,7 @@
 //! committed (or failed): "written" always means "on disk".
 
 use std::ops::RangeInclusive;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use rusqlite::Connection;
@@ -80,14 +87,34 @@ pub(super) enum WriteDone {
 
 /// One queued op and, once its group has committed, its answer.
 #[derive(Debug)]
-struct Job {
+pub(super) struct Job {
     op: WriteOp,
     answer: Mutex<Option<Result<WriteDone, StoreError>>>,
+    /// Fired with the answer, for a caller waiting in async code.
+    answered: tokio::sync::Notify,
 }
 
 impl Job {
     fn answer(&self, result: Result<WriteDone, StoreError>) {
         *self.answer.lock().unwrap_or_else(PoisonError::into_inner) = Some(result);
+        self.answered.notify_one();
+    }
+
+    fn is_answered(&self) -> bool {
+        self.answer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
+    }
+
+    /// Waits until the job has its answer, and takes it.
+    pub(super) async fn answered(&self) -> Result<WriteDone, StoreError> {
+        loop {
+            if let Some(answer) = self.take_answer() {
+                return answer;
+            }
+            self.answered.notified().await;
+        }
     }
 
     fn take_answer(&self) -> Option<Result<WriteDone, StoreError>> {
@@ -102,6 +129,13 @@ impl Job {
 #[derive(Debug, Default)]
 pub(super) struct WriteQueue {
     pending: Mutex<Vec<Arc<Job>>>,
+    /// Whether a leader task is committing for async callers (see
+    /// [`Store::lead`]).
+    leading: AtomicBool,
+    /// Runs once where a leader found the queue empty, before it gives up
+    /// its role: where a writer can slip in (tests only).
+    #[cfg(test)]
+    pub(super) before_giving_up: Mutex<Option<fn(&Store)>>,
     commits: AtomicU64,
     writes: AtomicU64,
     /// Transactions attempted (groups and lone retries), for the tests.
@@ -121,8 +155,20 @@ impl WriteQueue {
         std::mem::take(&mut *self.pending.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
+    pub(super) fn is_empty(&self) -> bool {
+        self.pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
+    }
+
+    /// Claims the leader's role; false when a leader is already running.
+    pub(super) fn take_lead(&self) -> bool {
+        !self.leading.swap(true, Ordering::SeqCst)
+    }
+
     #[cfg(test)]
-    fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.pending
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -144,11 +190,31 @@ impl Store {
     /// Queues `op`, then commits it — with every other write queued by then
     /// — or collects the answer a leader already committed for it.
     pub(super) fn submit(&self, op: WriteOp) -> Result<WriteDone, StoreError> {
+        let job = self.queue(op);
+        self.finish(&job)
+    }
+
+    /// Puts `op` in the queue for the next group; [`Store::finish`] then
+    /// waits for its answer. Queueing first, from async code too, lets a
+    /// write join a group before its caller has a thread to wait on.
+    pub(super) fn queue(&self, op: WriteOp) -> Arc<Job> {
         let job = Arc::new(Job {
             op,
             answer: Mutex::new(None),
+            answered: tokio::sync::Notify::new(),
         });
         self.writes.push(Arc::clone(&job));
+        job
+    }
+
+    /// The answer to a queued `job`: the one a leader already committed, or
+    /// this caller leads and commits everything queued.
+    pub(super) fn finish(&self, job: &Job) -> Result<WriteDone, StoreError> {
+        // Most jobs queued from async code were carried by an earlier
+        // group: no need to wait for the connection to learn that.
+        if let Some(answer) = job.take_answer() {
+            return answer;
+        }
         let mut conn = self.lock();
         if let Some(answer) = job.take_answer() {
             return answer;
@@ -157,9 +223,54 @@ impl Store {
         self.commit_group(&mut conn, &group);
         drop(conn);
         // The drained group holds this job (it was queued before the lock
-        // was taken and no one else drained since), so it has its answer.
+        // was taken, and a leader that drained it answered it before
+        // letting the lock go), so it has its answer.
         job.take_answer()
             .unwrap_or(Err(StoreError::WriteNotApplied))
+    }
+
+    /// Commits group after group until the queue is empty, letting the
+    /// connection go between groups so reads get in. Run by one task at a
+    /// time, for writes queued from async code (see
+    /// `Store::append_async`); whoever queues a write when no leader runs
+    /// starts one. The role is given up only after the queue was seen
+    /// empty, and taken back if a write arrived meanwhile, so a queued
+    /// write always has a leader.
+    pub(super) fn lead(&self) {
+        loop {
+            let group = {
+                let mut conn = self.lock();
+                let group = self.writes.drain();
+                self.commit_group(&mut conn, &group);
+                group
+            };
+            if !group.is_empty() {
+                continue;
+            }
+            #[cfg(test)]
+            if let Some(hook) = self
+                .writes
+                .before_giving_up
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take()
+            {
+                hook(self);
+            }
+            self.writes.leading.store(false, Ordering::SeqCst);
+            if self.writes.is_empty() || !self.writes.take_lead() {
+                return;
+            }
+        }
+    }
+
+    /// Answers every queued write with `error` and gives up the leader's
+    /// role: the leader task could not run (see `Store::append_async`).
+    pub(super) fn fail_queued(&self, error: impl Fn() -> StoreError) {
+        for job in self.writes.drain() {
+            job.answer(Err(error()));
+        }
+        self.writes.leading.store(false, Ordering::SeqCst);
     }
 
     /// Counters of the group-commit path since the store was opened.
@@ -171,6 +282,12 @@ impl Store {
     }
 
     fn commit_group(&self, conn: &mut Connection, group: &[Arc<Job>]) {
+        if group.is_empty() {
+            return;
+        }
+        // A panic below must not leave an async caller waiting forever for
+        // an answer no one will give.
+        let _unanswered = AnswerLeft(group);
         #[cfg(test)]
         self.writes.attempts.fetch_add(1, Ordering::Relaxed);
         match run_group(conn, group) {
@@ -219,6 +336,20 @@ impl Store {
             self.writes
                 .writes
                 .fetch_add(writes as u64, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Answers every job of a group that has no answer when it is dropped
+/// (only if committing the group panicked).
+struct AnswerLeft<'a>(&'a [Arc<Job>]);
+
+impl Drop for AnswerLeft<'_> {
+    fn drop(&mut self) {
+        for job in self.0 {
+            if !job.is_answered() {
+                job.answer(Err(StoreError::WriteNotApplied));
+            }
         }
     }
 }
@@ -595,5 +726,33 @@ mod tests {
                 writes: 3
             }
         );
+    }
+
+    /// A write queued just as the leader finds the queue empty (its
+    /// writer saw a leader running, so it started none) is still
+    /// committed: the leader looks again after giving up its role.
+    #[test]
+    fn a_write_queued_as_the_leader_gives_up_is_still_committed() {
+        let temp = temp_store("handoff");
+        temp.store.ensure_session("s", "main").unwrap();
+        static LATE: Mutex<Option<Arc<Job>>> = Mutex::new(None);
+        *temp.store.writes.before_giving_up.lock().unwrap() = Some(|store: &Store| {
+            let op = super::super::messages::append_op("s", &[Message::user("late")], Vec::new())
+                .unwrap();
+            let job = store.queue(op);
+            // What `append_async` does next: a leader runs, so start none.
+            assert!(!store.writes.take_lead());
+            *LATE.lock().unwrap() = Some(job);
+        });
+        assert!(temp.store.writes.take_lead());
+        temp.store.lead();
+        let job = LATE.lock().unwrap().take().unwrap();
+        assert!(job.is_answered(), "the late write was left in the queue");
+        assert_eq!(
+            temp.store.history("s").unwrap(),
+            vec![Message::user("late")]
+        );
+        // And the role was given up at the end.
+        assert!(temp.store.writes.take_lead());
     }
 }

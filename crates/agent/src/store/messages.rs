@@ -39,17 +39,7 @@ impl Store {
         messages: &[Message],
         events: &[EventRow],
     ) -> Result<RangeInclusive<i64>, StoreError> {
-        validate_session_id(session)?;
-        let rows = encode_messages(session, messages)?;
-        let op = WriteOp::Append {
-            session: session.to_owned(),
-            rows,
-            events: events.to_vec(),
-        };
-        match self.submit(op)? {
-            WriteDone::Appended(range) => Ok(range),
-            WriteDone::Session(_) | WriteDone::Created(_) => Err(StoreError::WriteNotApplied),
-        }
+        appended(self.submit(append_op(session, messages, events.to_vec())?)?)
     }
 
     /// The session's messages in order, exactly as stored (no repair; see
@@ -148,6 +138,28 @@ pub(super) struct MessageRow {
 }
 
 /// Renders `messages` as rows.
+/// The write that appends `messages` and `events` to `session`.
+pub(super) fn append_op(
+    session: &str,
+    messages: &[Message],
+    events: Vec<EventRow>,
+) -> Result<WriteOp, StoreError> {
+    validate_session_id(session)?;
+    Ok(WriteOp::Append {
+        session: session.to_owned(),
+        rows: encode_messages(session, messages)?,
+        events,
+    })
+}
+
+/// The range an append's answer carries.
+pub(super) fn appended(done: WriteDone) -> Result<RangeInclusive<i64>, StoreError> {
+    match done {
+        WriteDone::Appended(range) => Ok(range),
+        WriteDone::Session(_) | WriteDone::Created(_) => Err(StoreError::WriteNotApplied),
+    }
+}
+
 pub(super) fn encode_messages(
     session: &str,
     messages: &[Message],
