@@ -56,6 +56,11 @@ pub struct BuildOptions {
     /// Register the device bridge's tools over a fresh hub (`serve` does:
     /// only a server can have devices bound).
     pub devices: bool,
+    /// Start the configured MCP servers (on by default). Commands that
+    /// build the agent only to check it (`config check`, `seq create`)
+    /// turn it off: the servers' settings are still checked, but no server
+    /// is started only to be killed when the command exits.
+    pub start_mcp_servers: bool,
 }
 
 impl Default for BuildOptions {
@@ -65,6 +70,7 @@ impl Default for BuildOptions {
             approval: Approval::Refused,
             demo: DemoModel::default(),
             devices: false,
+            start_mcp_servers: true,
         }
     }
 }
@@ -277,7 +283,12 @@ pub fn build(
     };
     let store = Arc::new(Store::open_with(&store_path, durability)?);
     // MCP tools sit in front of the built-in registry; both behind the gate.
-    let mcp = start_mcp(loaded, &registry)?;
+    let mcp_specs = mcp_specs(loaded)?;
+    let mcp = if options.start_mcp_servers {
+        start_mcp(mcp_specs, &registry)?
+    } else {
+        None
+    };
     let inner: Arc<dyn homeagent_core::ToolSource> = match &mcp {
         Some(manager) => Arc::new(manager.clone()),
         None => Arc::clone(&registry) as _,
@@ -328,16 +339,26 @@ pub fn build(
     })
 }
 
-/// Starts the configured MCP servers (in the background: a server that is
-/// slow or down is reported in its status, and the agent starts anyway).
+/// Starts the MCP servers (in the background: a server that is slow or
+/// down is reported in its status, and the agent starts anyway).
 fn start_mcp(
-    loaded: &LoadedConfig,
+    specs: Vec<homeagent_mcp::McpServerSpec>,
     registry: &Arc<Registry>,
 ) -> Result<Option<homeagent_mcp::McpManager>, BuildError> {
-    let config = &loaded.config;
-    if config.mcp.servers.is_empty() {
+    if specs.is_empty() {
         return Ok(None);
     }
+    let parent: Arc<dyn homeagent_core::ToolSource> = Arc::clone(registry) as _;
+    homeagent_mcp::spawn_mcp_servers(specs, Some(parent), homeagent_mcp::McpOptions::default())
+        .map(Some)
+        .map_err(|_| BuildError::NoRuntime)
+}
+
+/// The configured MCP servers, checked: a name that cannot prefix tool
+/// names, limits that contradict each other or transport fields that do
+/// not fit are config errors.
+fn mcp_specs(loaded: &LoadedConfig) -> Result<Vec<homeagent_mcp::McpServerSpec>, BuildError> {
+    let config = &loaded.config;
     let mut specs = Vec::with_capacity(config.mcp.servers.len());
     for entry in &config.mcp.servers {
         // Checked here, not only by the manager (which would just leave the
@@ -389,10 +410,7 @@ fn start_mcp(
             max_timeout: entry.max_timeout.map(|limit| limit.as_duration()),
         });
     }
-    let parent: Arc<dyn homeagent_core::ToolSource> = Arc::clone(registry) as _;
-    homeagent_mcp::spawn_mcp_servers(specs, Some(parent), homeagent_mcp::McpOptions::default())
-        .map(Some)
-        .map_err(|_| BuildError::NoRuntime)
+    Ok(specs)
 }
 
 /// Credits every tool not yet attributed to `source`.

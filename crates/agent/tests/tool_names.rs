@@ -15,13 +15,17 @@ use homeagent_agent::{BuildError, BuildOptions, build};
 const MCP: &str = "[[mcp.servers]]\nname = \"git\"\ncommand = \"/nonexistent/mcp-server-git\"\n";
 
 fn built(toml: &str) -> Result<(), BuildError> {
+    built_with(toml, BuildOptions::default()).map(|_| ())
+}
+
+fn built_with(toml: &str, options: BuildOptions) -> Result<homeagent_agent::Agent, BuildError> {
     let dir = TempDir::new("tool-names");
     let config = dir.path().join("homeagent.toml");
     std::fs::write(&config, format!("[tools]\ndemo = true\n{toml}")).unwrap();
     let env = |_: &str| None;
     let paths = ConfigPaths::resolve(Some(config), Some(dir.path().join("data")), &env).unwrap();
     let loaded = Config::load(&paths, &env).unwrap();
-    build(&loaded, &env, BuildOptions::default()).map(|_| ())
+    build(&loaded, &env, options)
 }
 
 fn unknown(toml: &str) -> (String, String) {
@@ -103,4 +107,34 @@ async fn an_mcp_max_timeout_below_the_timeout_fails_the_start() {
         "[[mcp.servers]]\nname = \"git\"\ncommand = \"/nonexistent/srv\"\nmax_timeout = \"30s\"\n",
     )
     .unwrap();
+}
+
+/// `config check` and `seq create` build the agent only to check it: with
+/// `start_mcp_servers` off the servers' settings are still checked, but
+/// none is started (they would be left running, or killed, at exit).
+#[tokio::test]
+async fn mcp_servers_are_checked_but_not_started_when_asked() {
+    let checking = || BuildOptions {
+        start_mcp_servers: false,
+        ..BuildOptions::default()
+    };
+    let agent = built_with(MCP, checking()).unwrap();
+    assert!(agent.mcp.is_none(), "an MCP server was started");
+    let agent = built_with(MCP, BuildOptions::default()).unwrap();
+    assert!(agent.mcp.is_some(), "the servers were not started");
+    let bad = "[[mcp.servers]]\nname = \"git\"\ncommand = \"/nonexistent/srv\"\n\
+               timeout = \"30s\"\nmax_timeout = \"10s\"\n";
+    assert!(matches!(
+        built_with(bad, checking()),
+        Err(BuildError::Mcp(
+            homeagent_mcp::SpecError::MaxTimeoutBelowTimeout(_)
+        ))
+    ));
+    assert!(matches!(
+        built_with(
+            "[[mcp.servers]]\nname = \"1x\"\ncommand = \"/nonexistent/srv\"\n",
+            checking()
+        ),
+        Err(BuildError::Mcp(homeagent_mcp::SpecError::BadName(_)))
+    ));
 }

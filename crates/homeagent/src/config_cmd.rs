@@ -9,11 +9,17 @@ use homeagent_core::ToolSource;
 use crate::cli::GlobalArgs;
 use crate::setup;
 
-/// Loads the config, builds the agent from it (so adapters, tool settings
-/// and tool names are checked too) and prints what it resolved to.
+/// Loads the config, builds the agent from it (so adapters, tool settings,
+/// tool names and MCP server settings are checked too) and prints what it
+/// resolved to. MCP servers are not started: their tools are listed by
+/// `homeagent tools`, which runs them.
 pub fn check(global: &GlobalArgs, out: &mut dyn Write) -> anyhow::Result<()> {
     let loaded = setup::load(global)?;
-    let agent = setup::agent(&loaded, BuildOptions::default())?;
+    let options = BuildOptions {
+        start_mcp_servers: false,
+        ..BuildOptions::default()
+    };
+    let agent = setup::agent(&loaded, options)?;
     write!(out, "{}", describe(&loaded))?;
     for notice in &agent.notices {
         writeln!(out, "note: {notice}")?;
@@ -37,6 +43,16 @@ pub fn check(global: &GlobalArgs, out: &mut dyn Write) -> anyhow::Result<()> {
             "serial"
         };
         writeln!(out, "  {} ({how})", def.name)?;
+    }
+    let servers = &loaded.config.mcp.servers;
+    if !servers.is_empty() {
+        writeln!(
+            out,
+            "MCP servers (settings checked, not started; `homeagent tools` lists their tools):"
+        )?;
+        for server in servers {
+            writeln!(out, "  {}", server.name)?;
+        }
     }
     writeln!(out, "config OK")?;
     Ok(())

@@ -170,7 +170,12 @@ fn seq(
     let data_dir = loaded.paths.data_dir.clone();
     match command {
         cli::SeqCommand::Create { file } => {
-            let built = setup::agent(&loaded, homeagent_agent::BuildOptions::default())?;
+            // Checked against the built-in tools only: no MCP server needed.
+            let options = homeagent_agent::BuildOptions {
+                start_mcp_servers: false,
+                ..homeagent_agent::BuildOptions::default()
+            };
+            let built = setup::agent(&loaded, options)?;
             seq_cmd::create(&built, &file, out)
         }
         cli::SeqCommand::List => seq_cmd::list(&data_dir, out),

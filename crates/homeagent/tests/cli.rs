@@ -220,6 +220,51 @@ fn config_example_and_check_work_and_a_typo_is_named() {
     );
     assert_eq!(err.lines().count(), 1, "{err}");
 
+    // MCP servers are checked and listed, not started: the server below
+    // would make its marker file the moment it ran.
+    let marker = dir.join("started");
+    std::fs::write(
+        &config,
+        format!(
+            "[[mcp.servers]]\nname = \"files\"\ncommand = \"touch\"\nargs = [\"{}\"]\n",
+            marker.display()
+        ),
+    )
+    .unwrap();
+    let checked = Command::new(env!("CARGO_BIN_EXE_homeagent"))
+        .arg("--config")
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(&dir)
+        .args(["config", "check"])
+        .output()
+        .unwrap();
+    assert!(checked.status.success(), "{checked:?}");
+    let text = stdout(&checked);
+    assert!(
+        text.contains("not started") && text.contains("  files\n"),
+        "{text}"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(!marker.exists(), "config check started the MCP server");
+    // Their settings are still checked.
+    std::fs::write(
+        &config,
+        "[[mcp.servers]]\nname = \"1files\"\ncommand = \"touch\"\n",
+    )
+    .unwrap();
+    let bad = Command::new(env!("CARGO_BIN_EXE_homeagent"))
+        .arg("--config")
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(&dir)
+        .args(["config", "check"])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    let err = String::from_utf8(bad.stderr).unwrap();
+    assert!(err.contains("1files"), "{err}");
+
     // A shell in the cmd_run allowlist is refused at start, not ignored.
     std::fs::write(&config, "[tools.cmd_run]\nallowlist = [\"ls\", \"bash\"]\n").unwrap();
     let bad = Command::new(env!("CARGO_BIN_EXE_homeagent"))
