@@ -60,6 +60,7 @@ fn end(call: &str) -> ToolEventRecord {
         success: true,
         duration_ms: 0,
         error: None,
+        warnings: Vec::new(),
     })
 }
 

@@ -372,6 +372,7 @@ fn tool_events_round_trip_in_order() {
         success: false,
         duration_ms: 1500,
         error: Some(ToolError::new(ErrorReason::Timeout, "too slow")),
+        warnings: vec!["argument `ms`: coerced \"20\" to 20".into()],
     };
     store
         .record_tool_event("ev", &ToolEventRecord::from_event(&start))
@@ -426,6 +427,10 @@ fn tool_events_round_trip_in_order() {
     assert_eq!(
         events[1].body["error"],
         json!({"reason": "timeout", "detail": "too slow"})
+    );
+    assert_eq!(
+        events[1].body["warnings"],
+        json!(["argument `ms`: coerced \"20\" to 20"])
     );
     // Stored as the same words the JSON events use.
     let status: String = raw(&dir.db())

@@ -288,6 +288,7 @@ impl Executor {
             success: outcome.success,
             duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
             error: outcome.error.clone(),
+            warnings: outcome.warnings.clone(),
         });
         outcome
     }

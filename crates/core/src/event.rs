@@ -30,6 +30,10 @@ pub enum ToolEvent {
         duration_ms: u64,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<ToolError>,
+        /// The outcome's warnings (arguments coerced, a post-hook that
+        /// failed open, a result off its output schema), first to last.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        warnings: Vec<String>,
     },
 }
 

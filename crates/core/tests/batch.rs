@@ -890,13 +890,26 @@ async fn failing_or_panicking_hooks_are_recorded_and_never_abort_the_batch() {
             result.outcomes[0].text
         );
         assert_eq!(gauge.invoked(), 0);
-        // Post-hooks fail open: the result stands, with a warning.
-        let post = Executor::new(reg).with_post_hook(Arc::new(Broken { panics }));
+        // Post-hooks fail open: the result stands, with a warning, which
+        // the call's end event carries too (a dashboard shows it there).
+        let events = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&events);
+        let post = Executor::new(reg)
+            .with_post_hook(Arc::new(Broken { panics }))
+            .with_events(Arc::new(move |e: ToolEvent| sink.lock().unwrap().push(e)));
         let result = post.run(&turn("", calls), &BatchContext::default()).await;
+        let events = events.lock().unwrap().clone();
         for outcome in &result.outcomes {
             assert!(outcome.success);
             assert_eq!(outcome.warnings.len(), 1, "{:?}", outcome.warnings);
             assert!(outcome.warnings[0].contains("broken-post"));
+            let end = events
+                .iter()
+                .find(|e| e.call_id() == outcome.call_id && matches!(e, ToolEvent::End { .. }));
+            match end {
+                Some(ToolEvent::End { warnings, .. }) => assert_eq!(warnings, &outcome.warnings),
+                other => panic!("no end event for {}: {other:?}", outcome.call_id),
+            }
         }
     }
 }

@@ -46,6 +46,7 @@ impl TextView {
                 status,
                 duration_ms,
                 error,
+                warnings,
                 ..
             }) => {
                 let detail = error
@@ -60,6 +61,9 @@ impl TextView {
                         .and_then(|v| v.as_str().map(str::to_owned))
                         .unwrap_or_default()
                 )?;
+                for warning in warnings {
+                    writeln!(out, "    warning: {warning}")?;
+                }
             }
             Frame::Response { content, .. } => {
                 // The content streamed already; only end the line.
@@ -98,5 +102,39 @@ fn compact(args: &serde_json::Value) -> String {
         format!("{cut}...")
     } else {
         text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // a panic in a test is a test failure
+
+    use homeagent_core::CallStatus;
+
+    use super::*;
+
+    /// A call's warnings are shown under its end line, one per line.
+    #[test]
+    fn warnings_follow_the_end_line() {
+        let end = ToolEvent::End {
+            call_id: "c1".into(),
+            tool: "files_read".into(),
+            batch_id: "b1".into(),
+            batch_size: 1,
+            parallel: false,
+            status: CallStatus::Ok,
+            success: true,
+            duration_ms: 3,
+            error: None,
+            warnings: vec!["first".into(), "second".into()],
+        };
+        let mut out = Vec::new();
+        TextView::default()
+            .show(&Frame::ToolCall(end), &mut out)
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "  ◂ files_read ok in 3 ms\n    warning: first\n    warning: second\n"
+        );
     }
 }
