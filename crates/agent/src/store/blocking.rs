@@ -358,4 +358,27 @@ mod tests {
             assert_eq!(history, expected);
         }
     }
+
+    /// When the leader task cannot run (its store call fails), the writes
+    /// it would have carried get that failure instead of waiting forever,
+    /// and the next write may start a leader again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn writes_get_an_error_when_no_leader_can_run() {
+        let temp = temp_store("no-leader");
+        temp.store.ensure_session("s", "main").unwrap();
+        temp.store.calls_at_once.close();
+        let answer = tokio::time::timeout(
+            Duration::from_secs(20),
+            temp.store
+                .append_async("s", &[Message::user("lost")], Vec::new()),
+        )
+        .await
+        .expect("the write was never answered");
+        assert!(
+            matches!(answer, Err(StoreError::CallFailed { .. })),
+            "{answer:?}"
+        );
+        assert!(temp.store.writes.is_empty());
+        assert!(temp.store.writes.take_lead(), "the leader role was kept");
+    }
 }

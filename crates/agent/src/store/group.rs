@@ -755,4 +755,23 @@ mod tests {
         // And the role was given up at the end.
         assert!(temp.store.writes.take_lead());
     }
+
+    /// If committing a group panics, its callers still get an answer
+    /// (async ones would otherwise wait forever); answers already given
+    /// stand.
+    #[test]
+    fn a_group_dropped_unanswered_answers_every_caller() {
+        let temp = temp_store("answer-left");
+        let op =
+            || super::super::messages::append_op("s", &[Message::user("x")], Vec::new()).unwrap();
+        let (answered, left) = (temp.store.queue(op()), temp.store.queue(op()));
+        answered.answer(Ok(WriteDone::Appended(1..=1)));
+        let group = temp.store.writes.drain();
+        drop(AnswerLeft(&group));
+        assert!(matches!(answered.take_answer(), Some(Ok(WriteDone::Appended(r))) if r == (1..=1)));
+        assert!(matches!(
+            left.take_answer(),
+            Some(Err(StoreError::WriteNotApplied))
+        ));
+    }
 }
