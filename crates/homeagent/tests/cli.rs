@@ -186,6 +186,18 @@ fn version_and_help_work_everywhere() {
     assert!(String::from_utf8_lossy(&bare.stderr).contains("Usage: homeagent"));
 }
 
+/// `homeagent --config CONFIG --data-dir DIR config check`.
+fn config_check(config: &std::path::Path, dir: &std::path::Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_homeagent"))
+        .arg("--config")
+        .arg(config)
+        .arg("--data-dir")
+        .arg(dir)
+        .args(["config", "check"])
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn config_example_and_check_work_and_a_typo_is_named() {
     let example = homeagent(&["config", "example"]);
@@ -204,14 +216,7 @@ fn config_example_and_check_work_and_a_typo_is_named() {
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("bad.toml");
     std::fs::write(&config, "[tools]\nparalell = true\n").unwrap();
-    let bad = Command::new(env!("CARGO_BIN_EXE_homeagent"))
-        .arg("--config")
-        .arg(&config)
-        .arg("--data-dir")
-        .arg(&dir)
-        .args(["config", "check"])
-        .output()
-        .unwrap();
+    let bad = config_check(&config, &dir);
     assert!(!bad.status.success());
     let err = String::from_utf8(bad.stderr).unwrap();
     assert!(
@@ -231,14 +236,7 @@ fn config_example_and_check_work_and_a_typo_is_named() {
         ),
     )
     .unwrap();
-    let checked = Command::new(env!("CARGO_BIN_EXE_homeagent"))
-        .arg("--config")
-        .arg(&config)
-        .arg("--data-dir")
-        .arg(&dir)
-        .args(["config", "check"])
-        .output()
-        .unwrap();
+    let checked = config_check(&config, &dir);
     assert!(checked.status.success(), "{checked:?}");
     let text = stdout(&checked);
     assert!(
@@ -253,28 +251,14 @@ fn config_example_and_check_work_and_a_typo_is_named() {
         "[[mcp.servers]]\nname = \"1files\"\ncommand = \"touch\"\n",
     )
     .unwrap();
-    let bad = Command::new(env!("CARGO_BIN_EXE_homeagent"))
-        .arg("--config")
-        .arg(&config)
-        .arg("--data-dir")
-        .arg(&dir)
-        .args(["config", "check"])
-        .output()
-        .unwrap();
+    let bad = config_check(&config, &dir);
     assert!(!bad.status.success());
     let err = String::from_utf8(bad.stderr).unwrap();
     assert!(err.contains("1files"), "{err}");
 
     // A shell in the cmd_run allowlist is refused at start, not ignored.
     std::fs::write(&config, "[tools.cmd_run]\nallowlist = [\"ls\", \"bash\"]\n").unwrap();
-    let bad = Command::new(env!("CARGO_BIN_EXE_homeagent"))
-        .arg("--config")
-        .arg(&config)
-        .arg("--data-dir")
-        .arg(&dir)
-        .args(["config", "check"])
-        .output()
-        .unwrap();
+    let bad = config_check(&config, &dir);
     assert!(!bad.status.success());
     let err = String::from_utf8(bad.stderr).unwrap();
     assert!(err.contains("bash") && err.contains("cmd_run"), "{err}");

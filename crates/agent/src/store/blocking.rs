@@ -154,19 +154,24 @@ mod tests {
         assert_eq!(peak.load(Ordering::SeqCst), CALLS_AT_ONCE);
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_caller_that_stops_waiting_keeps_its_place_until_its_call_ends() {
-        let temp = temp_store("abandon");
+    /// Fills every place with a call that runs (writing nothing) until the
+    /// returned flag is set; returns once all of them are running.
+    async fn take_every_place(
+        store: &Arc<Store>,
+    ) -> (
+        Arc<AtomicBool>,
+        Vec<tokio::task::JoinHandle<Result<(), StoreError>>>,
+    ) {
         let released = Arc::new(AtomicBool::new(false));
         let started = Arc::new(AtomicUsize::new(0));
-        let mut waiting = Vec::new();
+        let mut calls = Vec::new();
         for _ in 0..CALLS_AT_ONCE {
             let (store, released, started) = (
-                Arc::clone(&temp.store),
+                Arc::clone(store),
                 Arc::clone(&released),
                 Arc::clone(&started),
             );
-            waiting.push(tokio::spawn(async move {
+            calls.push(tokio::spawn(async move {
                 store
                     .call(move |_| {
                         started.fetch_add(1, Ordering::SeqCst);
@@ -181,6 +186,13 @@ mod tests {
         while started.load(Ordering::SeqCst) < CALLS_AT_ONCE {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
+        (released, calls)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_caller_that_stops_waiting_keeps_its_place_until_its_call_ends() {
+        let temp = temp_store("abandon");
+        let (released, waiting) = take_every_place(&temp.store).await;
         // Every caller gives up; their calls still run.
         for task in &waiting {
             task.abort();
@@ -264,30 +276,7 @@ mod tests {
         let temp = temp_store("queued-abandon");
         temp.store.ensure_session("s", "main").unwrap();
         // Every place taken by a call that writes nothing.
-        let released = Arc::new(AtomicBool::new(false));
-        let started = Arc::new(AtomicUsize::new(0));
-        let mut places = Vec::new();
-        for _ in 0..CALLS_AT_ONCE {
-            let (store, released, started) = (
-                Arc::clone(&temp.store),
-                Arc::clone(&released),
-                Arc::clone(&started),
-            );
-            places.push(tokio::spawn(async move {
-                store
-                    .call(move |_| {
-                        started.fetch_add(1, Ordering::SeqCst);
-                        while !released.load(Ordering::SeqCst) {
-                            std::thread::sleep(Duration::from_millis(1));
-                        }
-                        Ok(())
-                    })
-                    .await
-            }));
-        }
-        while started.load(Ordering::SeqCst) < CALLS_AT_ONCE {
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        }
+        let (released, places) = take_every_place(&temp.store).await;
         let store = Arc::clone(&temp.store);
         let caller = tokio::spawn(async move {
             store
