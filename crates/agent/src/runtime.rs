@@ -279,7 +279,7 @@ impl Runtime {
             })?;
             requests += 1;
             let turn = self
-                .stream_turn(&request, control, sink, &mut usage)
+                .stream_turn(&mut request, control, sink, &mut usage)
                 .await?;
             if turn.calls.is_empty() {
                 let message = Message::Assistant(turn.message());
@@ -342,7 +342,7 @@ impl Runtime {
     /// One model request, streamed: text is forwarded as it comes.
     async fn stream_turn(
         &self,
-        request: &ChatRequest,
+        request: &mut ChatRequest,
         control: &TurnControl,
         sink: &FrameSink,
         usage: &mut UsageFrame,
@@ -392,7 +392,7 @@ impl Runtime {
 
     async fn stream_with(
         &self,
-        request: &ChatRequest,
+        request: &mut ChatRequest,
         cancel: CancellationToken,
         sink: &FrameSink,
     ) -> Result<homeagent_core::AssembledTurn, String> {

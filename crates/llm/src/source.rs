@@ -527,11 +527,13 @@ impl Sources {
             .collect()
     }
 
-    /// Streams `request` from the first source that answers (with the
-    /// source's model filled in); returns that source's name and the stream.
+    /// Streams `request` from the first source that answers; returns that
+    /// source's name and the stream. Each source tried fills in its own
+    /// model, in place: cloning the request for it cost a copy of the whole
+    /// history and tool list per request.
     pub async fn stream(
         &self,
-        request: &ChatRequest,
+        request: &mut ChatRequest,
         cancel: CancellationToken,
     ) -> Result<(String, SourceStream), FallbackError> {
         if self.sources.is_empty() {
@@ -550,7 +552,7 @@ impl Sources {
         let mut attempts = Vec::new();
         let mut unauthorized = BTreeSet::new();
         for source in ready.into_iter().chain(cooling) {
-            match self.try_source(source, request, &cancel).await {
+            match self.try_source(source, &mut *request, &cancel).await {
                 Outcome::Stream(stream) => return Ok((source.name.clone(), stream)),
                 Outcome::Failed(error) => {
                     source.failed(&self.options);
@@ -587,7 +589,7 @@ impl Sources {
     async fn try_source(
         &self,
         source: &Source,
-        request: &ChatRequest,
+        request: &mut ChatRequest,
         cancel: &CancellationToken,
     ) -> Outcome {
         let permit = match &source.permits {
@@ -606,8 +608,8 @@ impl Sources {
             _permit: permit,
             in_flight: InFlight::new(&source.in_flight),
         };
-        let mut request = request.clone();
         request.model.clone_from(&source.model);
+        let request = &*request;
         let tries = self.options.attempts_per_source.max(1);
         let mut last = None;
         for attempt in 0..tries {
@@ -626,7 +628,7 @@ impl Sources {
                     () = tokio::time::sleep(wait) => {}
                 }
             }
-            let error = match source.backend.stream(&request, cancel.clone()).await {
+            let error = match source.backend.stream(request, cancel.clone()).await {
                 Ok(mut stream) => match stream.next().await {
                     Some(Ok(first)) => {
                         source.succeeded();

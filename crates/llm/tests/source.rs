@@ -56,19 +56,32 @@ fn error(status: u16) -> Canned {
 struct TinyServer {
     url: String,
     hits: Arc<AtomicUsize>,
+    /// The `model` of each request, in order.
+    models: Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl TinyServer {
     fn hits(&self) -> usize {
         self.hits.load(Ordering::SeqCst)
     }
+
+    fn models(&self) -> Vec<String> {
+        self.models.lock().unwrap().clone()
+    }
 }
 
 async fn tiny(script: Vec<Canned>) -> TinyServer {
     let hits = Arc::new(AtomicUsize::new(0));
+    let models = Arc::new(std::sync::Mutex::new(Vec::new()));
     let counter = Arc::clone(&hits);
+    let seen = Arc::clone(&models);
     let script = Arc::new(script);
-    let app = Router::new().fallback(move || {
+    let app = Router::new().fallback(move |body: String| {
+        let model = serde_json::from_str::<Value>(&body)
+            .ok()
+            .and_then(|v| v["model"].as_str().map(str::to_owned))
+            .unwrap_or_default();
+        seen.lock().unwrap().push(model);
         let n = counter.fetch_add(1, Ordering::SeqCst);
         let canned = script[n.min(script.len() - 1)].clone();
         async move {
@@ -88,7 +101,7 @@ async fn tiny(script: Vec<Canned>) -> TinyServer {
     tokio::spawn(async move {
         axum::serve(listener, app).await.unwrap();
     });
-    TinyServer { url, hits }
+    TinyServer { url, hits, models }
 }
 
 async fn start_mock(config: ServerConfig) -> MockServer {
@@ -168,7 +181,10 @@ async fn a_500_source_falls_back_to_the_next_one() {
         ],
         fast(),
     );
-    let (name, stream) = set.stream(&chat(), CancellationToken::new()).await.unwrap();
+    let (name, stream) = set
+        .stream(&mut chat(), CancellationToken::new())
+        .await
+        .unwrap();
     assert_eq!(name, "second");
     let events = stream.collect().await.unwrap();
     assert!(!text(&events).is_empty(), "{events:?}");
@@ -182,16 +198,47 @@ async fn a_500_source_falls_back_to_the_next_one() {
     assert_eq!(health[1].failures, 0);
 
     // While it cools down, the first source is skipped.
-    let (name, _) = set.stream(&chat(), CancellationToken::new()).await.unwrap();
+    let (name, _) = set
+        .stream(&mut chat(), CancellationToken::new())
+        .await
+        .unwrap();
     assert_eq!(name, "second");
     assert_eq!(failing.hits(), 2);
+}
+
+/// Each source tried gets its own model, and the request ends with the
+/// model of the source that answered.
+#[tokio::test]
+async fn each_source_is_sent_its_own_model() {
+    let failing = tiny(vec![error(500)]).await;
+    let answering = tiny(vec![ok()]).await;
+    let set = sources(
+        vec![
+            source("first", &failing.url, 10),
+            source("second", &answering.url, 0),
+        ],
+        fast(),
+    );
+    let mut request = chat();
+    let (name, stream) = set
+        .stream(&mut request, CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(name, "second");
+    stream.collect().await.unwrap();
+    assert_eq!(failing.models(), ["first-model", "first-model"]);
+    assert_eq!(answering.models(), ["second-model"]);
+    assert_eq!(request.model, "second-model");
 }
 
 #[tokio::test]
 async fn a_500_then_ok_source_answers_on_retry() {
     let flaky = tiny(vec![error(500), ok()]).await;
     let set = sources(vec![source("only", &flaky.url, 0)], fast());
-    let (name, stream) = set.stream(&chat(), CancellationToken::new()).await.unwrap();
+    let (name, stream) = set
+        .stream(&mut chat(), CancellationToken::new())
+        .await
+        .unwrap();
     assert_eq!(name, "only");
     assert_eq!(text(&stream.collect().await.unwrap()), "from tiny");
     assert_eq!(flaky.hits(), 2);
@@ -209,7 +256,10 @@ async fn a_401_source_is_disabled_named_and_not_touched_again() {
         ],
         fast(),
     );
-    let (name, _) = set.stream(&chat(), CancellationToken::new()).await.unwrap();
+    let (name, _) = set
+        .stream(&mut chat(), CancellationToken::new())
+        .await
+        .unwrap();
     assert_eq!(name, "backup");
     assert_eq!(refusing.hits(), 1, "a 401 is never retried");
     let reason = set.health()[0].disabled.clone().unwrap();
@@ -218,7 +268,10 @@ async fn a_401_source_is_disabled_named_and_not_touched_again() {
         "{reason}"
     );
 
-    let (name, _) = set.stream(&chat(), CancellationToken::new()).await.unwrap();
+    let (name, _) = set
+        .stream(&mut chat(), CancellationToken::new())
+        .await
+        .unwrap();
     assert_eq!(name, "backup");
     assert_eq!(refusing.hits(), 1, "a disabled source is not tried again");
     assert_eq!(stat(&mock, "requests").await, json!(2));
@@ -230,7 +283,7 @@ async fn a_lone_401_source_is_a_disabled_error_naming_its_variable() {
     let set = sources(vec![source("main", &refusing.url, 0)], fast());
     for _ in 0..2 {
         let err = set
-            .stream(&chat(), CancellationToken::new())
+            .stream(&mut chat(), CancellationToken::new())
             .await
             .unwrap_err();
         assert_eq!(
@@ -255,7 +308,7 @@ async fn a_missing_key_variable_disables_the_source() {
     )
     .unwrap();
     let err = set
-        .stream(&chat(), CancellationToken::new())
+        .stream(&mut chat(), CancellationToken::new())
         .await
         .unwrap_err();
     assert!(
@@ -273,7 +326,10 @@ async fn retry_after_is_honoured() {
     let server = tiny(vec![limited, ok()]).await;
     let set = sources(vec![source("only", &server.url, 0)], fast());
     let started = Instant::now();
-    let (_, stream) = set.stream(&chat(), CancellationToken::new()).await.unwrap();
+    let (_, stream) = set
+        .stream(&mut chat(), CancellationToken::new())
+        .await
+        .unwrap();
     let waited = started.elapsed();
     assert_eq!(text(&stream.collect().await.unwrap()), "from tiny");
     assert_eq!(server.hits(), 2);
@@ -292,7 +348,7 @@ async fn other_4xx_is_rejected_without_fallback() {
         fast(),
     );
     let err = set
-        .stream(&chat(), CancellationToken::new())
+        .stream(&mut chat(), CancellationToken::new())
         .await
         .unwrap_err();
     assert!(
@@ -312,7 +368,10 @@ async fn an_empty_stream_is_retried_but_a_cut_after_content_is_not() {
     };
     let server = tiny(vec![empty, ok()]).await;
     let set = sources(vec![source("only", &server.url, 0)], fast());
-    let (_, stream) = set.stream(&chat(), CancellationToken::new()).await.unwrap();
+    let (_, stream) = set
+        .stream(&mut chat(), CancellationToken::new())
+        .await
+        .unwrap();
     assert_eq!(text(&stream.collect().await.unwrap()), "from tiny");
     assert_eq!(server.hits(), 2, "an empty body is retried");
 
@@ -329,7 +388,10 @@ async fn an_empty_stream_is_retried_but_a_cut_after_content_is_not() {
         vec![source("a", &server.url, 1), source("b", &mock.url(), 0)],
         fast(),
     );
-    let (name, mut stream) = set.stream(&chat(), CancellationToken::new()).await.unwrap();
+    let (name, mut stream) = set
+        .stream(&mut chat(), CancellationToken::new())
+        .await
+        .unwrap();
     assert_eq!(name, "a");
     let mut items = Vec::new();
     while let Some(item) = stream.next().await {
@@ -359,7 +421,10 @@ async fn max_concurrent_holds_under_a_burst() {
         .map(|_| {
             let set = Arc::clone(&set);
             tokio::spawn(async move {
-                let (_, stream) = set.stream(&chat(), CancellationToken::new()).await.unwrap();
+                let (_, stream) = set
+                    .stream(&mut chat(), CancellationToken::new())
+                    .await
+                    .unwrap();
                 stream.collect().await.unwrap()
             })
         })
@@ -381,7 +446,7 @@ async fn a_single_source_in_cooldown_is_still_tried() {
     let server = tiny(vec![error(503), error(503), ok()]).await;
     let set = sources(vec![source("only", &server.url, 0)], fast());
     let err = set
-        .stream(&chat(), CancellationToken::new())
+        .stream(&mut chat(), CancellationToken::new())
         .await
         .unwrap_err();
     assert!(
@@ -391,7 +456,10 @@ async fn a_single_source_in_cooldown_is_still_tried() {
     let health = set.health();
     assert!(health[0].cooling_down_for.is_some(), "{health:?}");
 
-    let (name, stream) = set.stream(&chat(), CancellationToken::new()).await.unwrap();
+    let (name, stream) = set
+        .stream(&mut chat(), CancellationToken::new())
+        .await
+        .unwrap();
     assert_eq!(name, "only");
     assert_eq!(text(&stream.collect().await.unwrap()), "from tiny");
     assert_eq!(server.hits(), 3);
@@ -417,7 +485,7 @@ async fn order_is_priority_then_name() {
 async fn no_sources_is_an_error() {
     let set = sources(Vec::new(), fast());
     assert_eq!(
-        set.stream(&chat(), CancellationToken::new())
+        set.stream(&mut chat(), CancellationToken::new())
             .await
             .unwrap_err(),
         FallbackError::NoSources
@@ -436,7 +504,7 @@ async fn cancellation_stops_the_backoff() {
         tokio::time::sleep(Duration::from_millis(100)).await;
         trigger.cancel();
     });
-    let err = set.stream(&chat(), cancel).await.unwrap_err();
+    let err = set.stream(&mut chat(), cancel).await.unwrap_err();
     assert_eq!(err, FallbackError::Cancelled);
 }
 
@@ -554,7 +622,7 @@ async fn a_silent_source_is_cut_by_the_idle_timeout_and_the_next_one_answers() {
     request.messages = vec![Message::user("!hang")];
     let started = Instant::now();
     let (name, stream) = set
-        .stream(&request, CancellationToken::new())
+        .stream(&mut request, CancellationToken::new())
         .await
         .unwrap();
     assert_eq!(name, "backup");

@@ -81,7 +81,7 @@ impl LocalModel for Scripted {
 
 async fn collect(set: &Sources, text: &str) -> (String, homeagent_core::AssembledTurn) {
     let (name, stream) = set
-        .stream(&chat(text), CancellationToken::new())
+        .stream(&mut chat(text), CancellationToken::new())
         .await
         .unwrap();
     let mut assembler = StreamAssembler::new();
