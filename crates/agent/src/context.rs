@@ -66,6 +66,27 @@ impl CountedHistory {
         CountedHistory { messages, tokens }
     }
 
+    /// `messages` with estimates counted earlier (`tokens[i]` must be
+    /// `approx_tokens(&messages[i])`; the store keeps them with a
+    /// remembered history). A length mismatch counts again rather than
+    /// trust them.
+    pub(crate) fn from_counted(messages: Vec<Message>, tokens: Vec<usize>) -> CountedHistory {
+        if tokens.len() == messages.len() {
+            CountedHistory { messages, tokens }
+        } else {
+            CountedHistory::new(messages)
+        }
+    }
+
+    /// The token estimate of each message, in order.
+    pub fn tokens(&self) -> &[usize] {
+        &self.tokens
+    }
+
+    pub fn into_messages(self) -> Vec<Message> {
+        self.messages
+    }
+
     pub fn push(&mut self, message: Message) {
         self.tokens.push(approx_tokens(&message));
         self.messages.push(message);

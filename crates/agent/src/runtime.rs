@@ -39,7 +39,7 @@ use homeagent_tools::hooks::CommandHooks;
 use homeagent_tools::{AGENT_EXTRA, Approval, GatedSource};
 use serde_json::{Map, Value};
 
-use crate::context::{CountedHistory, RequestMessages, approx_tokens};
+use crate::context::{RequestMessages, approx_tokens};
 use crate::frames::{Frame, UsageFrame};
 use crate::store::{EventRow, Store, StoreError};
 
@@ -200,18 +200,17 @@ impl Runtime {
         let user = Message::user(input.text.clone());
         // Held until this input ends: no other process runs the session
         // meanwhile (see `store::claim`).
-        let (_claim, history) = self
+        let (_claim, mut history) = self
             .with_store(move |store| {
                 let claim = store.claim_session(&session)?;
                 store.ensure_session(&session, &agent)?;
-                Ok((claim, store.load_session(&session)?))
+                Ok((claim, store.load_counted(&session)?))
             })
             .await?;
         self.store
             .append_async(&input.session, std::slice::from_ref(&user), Vec::new())
             .await
             .map_err(store_frame)?;
-        let mut history = CountedHistory::new(history);
         history.push(user);
 
         let recorded = EventBuffer::default();

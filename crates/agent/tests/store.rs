@@ -566,6 +566,44 @@ fn loading_a_session_again_parses_only_its_new_messages() {
     assert_eq!(store.history("c").unwrap(), history);
 }
 
+/// The agent's load carries each message's token estimate too, counted
+/// once per message while the session stays remembered: counting the
+/// whole history again for every input made an input's cost grow with the
+/// session's length.
+#[test]
+fn a_counted_load_counts_only_the_new_messages() {
+    use homeagent_agent::context::approx_tokens;
+
+    let dir = TempDir::new("cache-counted");
+    let store = Store::open(&dir.db()).unwrap();
+    store.ensure_session("c", "main").unwrap();
+    let mut history: Vec<Message> = (0..10)
+        .map(|i| Message::user(format!("message {i}")))
+        .collect();
+    store.append_messages("c", &history).unwrap();
+    let counted = |store: &Store| store.read_stats().messages_counted;
+    let estimates = |history: &[Message]| history.iter().map(approx_tokens).collect::<Vec<_>>();
+
+    let loaded = store.load_counted("c").unwrap();
+    assert_eq!(loaded.messages(), history);
+    assert_eq!(loaded.tokens(), estimates(&history));
+    assert_eq!(counted(&store), 10);
+
+    let more = vec![
+        assistant_calling("", vec![call("k1", "demo_echo", json!({"text": "x"}))]),
+        answer("k1", "demo_echo", "a longer answer than the others"),
+    ];
+    store.append_messages("c", &more).unwrap();
+    history.extend(more);
+    let loaded = store.load_counted("c").unwrap();
+    assert_eq!(loaded.messages(), history);
+    assert_eq!(loaded.tokens(), estimates(&history));
+    assert_eq!(counted(&store), 12, "only the 2 new messages are counted");
+    // The plain load shares the cache and its counts.
+    assert_eq!(store.load_session("c").unwrap(), history);
+    assert_eq!(counted(&store), 12);
+}
+
 /// Another handle on the file (another process, or a second `Store` in
 /// this one) may rewrite a session the cache holds: the next load must see
 /// the file as it is, not the remembered history.

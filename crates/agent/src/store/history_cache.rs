@@ -48,11 +48,14 @@ pub(super) const DEFAULT_CAPACITY_BYTES: usize = 32 << 20;
 /// A history with the `seq` of each message, as `read_history` returns it.
 pub(super) type SeqHistory = Vec<(i64, Message)>;
 
-/// A remembered history: its messages, and the bytes they were stored as.
+/// A remembered history: its messages, the bytes they were stored as, and
+/// the token estimates of those counted so far (`tokens[i]` is
+/// `context::approx_tokens` of `messages[i]`; the load counts the rest).
 #[derive(Debug, Default)]
 pub(super) struct Remembered {
     pub messages: SeqHistory,
     pub bytes: usize,
+    pub tokens: Vec<usize>,
 }
 
 #[derive(Debug)]
@@ -178,6 +181,7 @@ mod tests {
         Remembered {
             messages: vec![(1, Message::user("x"))],
             bytes,
+            tokens: Vec::new(),
         }
     }
 

@@ -59,7 +59,13 @@ impl Store {
     pub fn read_stats(&self) -> ReadStats {
         ReadStats {
             messages_parsed: self.messages_parsed.load(Ordering::Relaxed),
+            messages_counted: self.messages_counted.load(Ordering::Relaxed),
         }
+    }
+
+    /// Records `n` token estimates made by a load.
+    pub(super) fn count_tokens(&self, n: usize) {
+        self.messages_counted.fetch_add(n as u64, Ordering::Relaxed);
     }
 
     /// Every message of the session with its `seq`, in order.
@@ -117,6 +123,9 @@ impl Store {
 pub struct ReadStats {
     /// Stored messages parsed since the handle was opened.
     pub messages_parsed: u64,
+    /// Token estimates made by [`Store::load_counted`] (and
+    /// [`Store::load_session`]) since the handle was opened.
+    pub messages_counted: u64,
 }
 
 /// The highest `seq` of the session, 0 when it has no messages.

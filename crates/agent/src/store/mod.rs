@@ -132,6 +132,7 @@ pub struct Store {
     histories: Mutex<history_cache::HistoryCache>,
     /// Messages parsed from stored rows, for [`Store::read_stats`].
     messages_parsed: AtomicU64,
+    messages_counted: AtomicU64,
     /// Places for [`Store::call`]s on the blocking pool (`blocking.rs`).
     calls_at_once: Arc<tokio::sync::Semaphore>,
     path: PathBuf,
@@ -174,6 +175,7 @@ impl Store {
                 history_cache::DEFAULT_CAPACITY_BYTES,
             )),
             messages_parsed: AtomicU64::new(0),
+            messages_counted: AtomicU64::new(0),
             calls_at_once: Arc::new(tokio::sync::Semaphore::new(blocking::CALLS_AT_ONCE)),
             path: path.to_owned(),
         })

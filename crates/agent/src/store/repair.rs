@@ -25,6 +25,7 @@ use rusqlite::{Connection, TransactionBehavior};
 
 use super::messages::insert_messages;
 use super::{Store, StoreError, require_session, validate_session_id};
+use crate::context::{CountedHistory, approx_tokens};
 
 /// What a call cut off by a crash is told, as the detail of its
 /// `cancelled` error.
@@ -134,6 +135,15 @@ impl Store {
     /// [`StoreError::Unrepairable`] (and changes nothing) when the history
     /// is broken in another way.
     pub fn load_session(&self, session: &str) -> Result<Vec<Message>, StoreError> {
+        self.load_counted(session)
+            .map(CountedHistory::into_messages)
+    }
+
+    /// [`Store::load_session`] with each message's token estimate
+    /// ([`approx_tokens`]), as the agent fits histories with. A remembered
+    /// session's estimates are kept with it, so each message is counted
+    /// once, not once per input.
+    pub fn load_counted(&self, session: &str) -> Result<CountedHistory, StoreError> {
         validate_session_id(session)?;
         let mut conn = self.lock();
         // The common case, a paired history, needs no write lock: a plain
@@ -149,8 +159,18 @@ impl Store {
                 self.read_history_after(&conn, session, after, &mut history.messages)?;
             if find_gaps(&history.messages).is_empty() {
                 let messages = paired(session, &history.messages)?;
+                let counted = history.tokens.len();
+                history.tokens.extend(
+                    messages
+                        .get(counted..)
+                        .unwrap_or_default()
+                        .iter()
+                        .map(approx_tokens),
+                );
+                self.count_tokens(messages.len().saturating_sub(counted));
+                let loaded = CountedHistory::from_counted(messages, history.tokens.clone());
                 histories.keep(session, history);
-                return Ok(messages);
+                return Ok(loaded);
             }
             // Not kept: the repair below renumbers the messages.
         }
@@ -160,7 +180,7 @@ impl Store {
         let history = self.read_history(&tx, session)?;
         let gaps = find_gaps(&history);
         if gaps.is_empty() {
-            return paired(session, &history);
+            return Ok(self.counted(paired(session, &history)?));
         }
         // From the last gap backwards, so earlier positions stay valid.
         for gap in gaps.iter().rev() {
@@ -184,7 +204,13 @@ impl Store {
             calls,
             "answered tool calls left without results by an earlier crash with `cancelled`"
         );
-        Ok(repaired)
+        Ok(self.counted(repaired))
+    }
+
+    /// `messages` with their token estimates, counted now.
+    fn counted(&self, messages: Vec<Message>) -> CountedHistory {
+        self.count_tokens(messages.len());
+        CountedHistory::new(messages)
     }
 }
 
