@@ -78,7 +78,8 @@ impl Store {
     /// time ([`Store::lead`]) commits group after group on the blocking
     /// pool. While one group commits every session's write waits for the
     /// next, and that group carries them all with one fsync. Once queued,
-    /// the write is committed even if the caller stops waiting.
+    /// the write is committed even if the caller stops waiting (unless the
+    /// runtime shuts down first: then it is answered with an error).
     pub async fn append_async(
         self: &Arc<Self>,
         session: &str,
@@ -89,6 +90,7 @@ impl Store {
         if self.writes.take_lead() {
             let store = Arc::clone(self);
             tokio::spawn(async move {
+                let stopped = LeaderStopped(Some(Arc::clone(&store)));
                 let led = store
                     .call(|store| {
                         store.lead();
@@ -101,9 +103,31 @@ impl Store {
                         detail: detail.clone(),
                     });
                 }
+                stopped.disarm();
             });
         }
         appended(job.answered().await?)
+    }
+}
+
+/// Held by the leader task: dropped before the task ends (the runtime is
+/// shutting down), it answers the queued writes and frees the leader's
+/// role, so no later write waits on a leader that will never run.
+struct LeaderStopped(Option<Arc<Store>>);
+
+impl LeaderStopped {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for LeaderStopped {
+    fn drop(&mut self) {
+        if let Some(store) = self.0.take() {
+            store.fail_queued(|| StoreError::CallFailed {
+                detail: "the store's writer task was stopped (the runtime is shutting down)".into(),
+            });
+        }
     }
 }
 
@@ -369,5 +393,57 @@ mod tests {
         );
         assert!(temp.store.writes.is_empty());
         assert!(temp.store.writes.take_lead(), "the leader role was kept");
+    }
+
+    /// A leader task dropped before it ran (its runtime shut down while it
+    /// waited for a place) answers the queue and frees the role: a later
+    /// write on another runtime starts a leader of its own.
+    #[test]
+    fn a_leader_stopped_by_its_runtime_frees_the_role() {
+        let temp = temp_store("leader-shutdown");
+        temp.store.ensure_session("s", "main").unwrap();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let released = runtime.block_on(async {
+            let (released, _places) = take_every_place(&temp.store).await;
+            let store = Arc::clone(&temp.store);
+            tokio::spawn(async move {
+                store
+                    .append_async("s", &[Message::user("never")], Vec::new())
+                    .await
+            });
+            while temp.store.writes.is_empty() {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            released
+        });
+        // The workers drop their tasks as they stop, after this returns.
+        runtime.shutdown_background();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !temp.store.writes.is_empty() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the queued write was left"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        released.store(true, Ordering::SeqCst);
+        // With the role kept, this write would start no leader and hang.
+        let again = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let appended = again.block_on(async {
+            tokio::time::timeout(
+                Duration::from_secs(20),
+                temp.store
+                    .append_async("s", &[Message::user("later")], Vec::new()),
+            )
+            .await
+        });
+        assert_eq!(appended.unwrap().unwrap(), 1..=1);
     }
 }

@@ -107,17 +107,34 @@ impl Store {
                 return;
             }
         };
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(TryLockError::WouldBlock) => return,
-            Err(TryLockError::Error(error)) => {
-                tracing::debug!(path = %path.display(), %error, "could not lock a session claim file to remove it");
-                return;
-            }
+        remove_if_still_named(&file, &path);
+    }
+}
+
+/// Removes `path` if `file` (opened from it) can be locked and the path
+/// still names it. Another delete may have removed that file after it was
+/// opened here, and a claimant made and locked a new one since: its lock
+/// is the session's claim, and removing the path would let a third
+/// claimant make another file beside it.
+fn remove_if_still_named(file: &File, path: &Path) {
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(TryLockError::WouldBlock) => return,
+        Err(TryLockError::Error(error)) => {
+            tracing::debug!(path = %path.display(), %error, "could not lock a session claim file to remove it");
+            return;
         }
-        if let Err(error) = std::fs::remove_file(&path) {
-            tracing::debug!(path = %path.display(), %error, "could not remove a session claim file");
+    }
+    match still_named(file, path) {
+        Ok(true) => {}
+        Ok(false) => return,
+        Err(error) => {
+            tracing::debug!(path = %path.display(), %error, "could not check a session claim file before removing it");
+            return;
         }
+    }
+    if let Err(error) = std::fs::remove_file(path) {
+        tracing::debug!(path = %path.display(), %error, "could not remove a session claim file");
     }
 }
 
@@ -146,4 +163,34 @@ fn still_named(file: &File, path: &Path) -> std::io::Result<bool> {
 #[cfg(not(unix))]
 fn still_named(_file: &File, _path: &Path) -> std::io::Result<bool> {
     Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // a panic in a test is a test failure
+
+    use super::*;
+    use crate::store::testing::temp_store;
+
+    /// Two deletes race: the second opened the old file, the first removed
+    /// it, and a claimant then made and locked a new one. The second delete
+    /// must leave the claimant's file alone, or a third claimant would
+    /// hold the session beside it.
+    #[test]
+    fn a_late_delete_leaves_a_newer_claim_file_alone() {
+        let temp = temp_store("claim-race");
+        let path = temp.store.claims_dir().join("s.lock");
+        drop(temp.store.claim_session("s").unwrap());
+        let opened_before = open(&path).unwrap();
+        temp.store.remove_claim_file("s");
+        assert!(!path.exists());
+        let holder = temp.store.claim_session("s").unwrap();
+        remove_if_still_named(&opened_before, &path);
+        assert!(path.exists(), "the claimant's file was removed");
+        assert!(matches!(
+            temp.store.claim_session("s"),
+            Err(StoreError::SessionBusy { .. })
+        ));
+        drop(holder);
+    }
 }

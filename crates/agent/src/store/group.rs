@@ -224,7 +224,9 @@ impl Store {
         drop(conn);
         // The drained group holds this job (it was queued before the lock
         // was taken, and a leader that drained it answered it before
-        // letting the lock go), so it has its answer.
+        // letting the lock go), so it has its answer. One exception: a
+        // failed leader task's `fail_queued` drains without the lock, and
+        // may not have answered yet; the write was not applied either way.
         job.take_answer()
             .unwrap_or(Err(StoreError::WriteNotApplied))
     }
@@ -247,30 +249,43 @@ impl Store {
             if !group.is_empty() {
                 continue;
             }
-            #[cfg(test)]
-            if let Some(hook) = self
-                .writes
-                .before_giving_up
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take()
-            {
-                hook(self);
-            }
-            self.writes.leading.store(false, Ordering::SeqCst);
-            if self.writes.is_empty() || !self.writes.take_lead() {
+            if !self.give_up_lead() {
                 return;
             }
         }
     }
 
-    /// Answers every queued write with `error` and gives up the leader's
-    /// role: the leader task could not run (see `Store::append_async`).
-    pub(super) fn fail_queued(&self, error: impl Fn() -> StoreError) {
-        for job in self.writes.drain() {
-            job.answer(Err(error()));
+    /// Gives up the leader's role after the queue was seen empty. A write
+    /// queued meanwhile saw a leader and started none, so look again: true
+    /// when one did arrive and the role was taken back (go on leading).
+    fn give_up_lead(&self) -> bool {
+        #[cfg(test)]
+        if let Some(hook) = self
+            .writes
+            .before_giving_up
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            hook(self);
         }
         self.writes.leading.store(false, Ordering::SeqCst);
+        !self.writes.is_empty() && self.writes.take_lead()
+    }
+
+    /// Answers every queued write with `error` and gives up the leader's
+    /// role: the leader task could not run, or was stopped (see
+    /// `Store::append_async`). Writes that arrive while it gives up get
+    /// the same answer, as [`Store::lead`] would carry them.
+    pub(super) fn fail_queued(&self, error: impl Fn() -> StoreError) {
+        loop {
+            for job in self.writes.drain() {
+                job.answer(Err(error()));
+            }
+            if !self.give_up_lead() {
+                return;
+            }
+        }
     }
 
     /// Counters of the group-commit path since the store was opened.
@@ -773,5 +788,28 @@ mod tests {
             left.take_answer(),
             Some(Err(StoreError::WriteNotApplied))
         ));
+    }
+
+    /// The same look-again when the leader task failed: a write queued
+    /// while its queue is failed is answered too, not stranded.
+    #[test]
+    fn a_write_queued_as_a_failed_leader_gives_up_is_answered() {
+        let temp = temp_store("handoff-failed");
+        static LATE: Mutex<Option<Arc<Job>>> = Mutex::new(None);
+        *temp.store.writes.before_giving_up.lock().unwrap() = Some(|store: &Store| {
+            let op = super::super::messages::append_op("s", &[Message::user("late")], Vec::new())
+                .unwrap();
+            let job = store.queue(op);
+            assert!(!store.writes.take_lead());
+            *LATE.lock().unwrap() = Some(job);
+        });
+        assert!(temp.store.writes.take_lead());
+        temp.store.fail_queued(|| StoreError::WriteNotApplied);
+        let job = LATE.lock().unwrap().take().unwrap();
+        assert!(
+            matches!(job.take_answer(), Some(Err(StoreError::WriteNotApplied))),
+            "the late write was left in the queue"
+        );
+        assert!(temp.store.writes.take_lead(), "the leader role was kept");
     }
 }
