@@ -534,17 +534,23 @@ fn a_history_broken_otherwise_is_refused_and_left_alone() {
 
 // ---------------------------------------------------------------- history cache
 
+/// A store in `dir` with session "c" holding ten user messages, and them.
+fn session_of_ten_messages(dir: &TempDir) -> (Store, Vec<Message>) {
+    let store = Store::open(&dir.db()).unwrap();
+    store.ensure_session("c", "main").unwrap();
+    let history: Vec<Message> = (0..10)
+        .map(|i| Message::user(format!("message {i}")))
+        .collect();
+    store.append_messages("c", &history).unwrap();
+    (store, history)
+}
+
 /// A session's next load parses only the messages added since its last
 /// one, and still returns the whole history.
 #[test]
 fn loading_a_session_again_parses_only_its_new_messages() {
     let dir = TempDir::new("cache");
-    let store = Store::open(&dir.db()).unwrap();
-    store.ensure_session("c", "main").unwrap();
-    let mut history: Vec<Message> = (0..10)
-        .map(|i| Message::user(format!("message {i}")))
-        .collect();
-    store.append_messages("c", &history).unwrap();
+    let (store, mut history) = session_of_ten_messages(&dir);
     let parsed = |store: &Store| store.read_stats().messages_parsed;
 
     assert_eq!(store.load_session("c").unwrap(), history);
@@ -575,12 +581,7 @@ fn a_counted_load_counts_only_the_new_messages() {
     use homeagent_agent::context::approx_tokens;
 
     let dir = TempDir::new("cache-counted");
-    let store = Store::open(&dir.db()).unwrap();
-    store.ensure_session("c", "main").unwrap();
-    let mut history: Vec<Message> = (0..10)
-        .map(|i| Message::user(format!("message {i}")))
-        .collect();
-    store.append_messages("c", &history).unwrap();
+    let (store, mut history) = session_of_ten_messages(&dir);
     let counted = |store: &Store| store.read_stats().messages_counted;
     let estimates = |history: &[Message]| history.iter().map(approx_tokens).collect::<Vec<_>>();
 

@@ -125,6 +125,17 @@ impl Job {
     }
 }
 
+/// What [`WriteQueue::before_giving_up`] runs (tests only).
+#[cfg(test)]
+pub(super) struct GiveUpHook(pub Box<dyn FnOnce(&Store) + Send>);
+
+#[cfg(test)]
+impl std::fmt::Debug for GiveUpHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("GiveUpHook")
+    }
+}
+
 /// The queue of writes waiting for the connection, and counters.
 #[derive(Debug, Default)]
 pub(super) struct WriteQueue {
@@ -135,7 +146,7 @@ pub(super) struct WriteQueue {
     /// Runs once where a leader found the queue empty, before it gives up
     /// its role: where a writer can slip in (tests only).
     #[cfg(test)]
-    pub(super) before_giving_up: Mutex<Option<fn(&Store)>>,
+    pub(super) before_giving_up: Mutex<Option<GiveUpHook>>,
     commits: AtomicU64,
     writes: AtomicU64,
     /// Transactions attempted (groups and lone retries), for the tests.
@@ -191,30 +202,6 @@ impl Store {
     /// — or collects the answer a leader already committed for it.
     pub(super) fn submit(&self, op: WriteOp) -> Result<WriteDone, StoreError> {
         let job = self.queue(op);
-        self.finish(&job)
-    }
-
-    /// Puts `op` in the queue for the next group; [`Store::finish`] then
-    /// waits for its answer. Queueing first, from async code too, lets a
-    /// write join a group before its caller has a thread to wait on.
-    pub(super) fn queue(&self, op: WriteOp) -> Arc<Job> {
-        let job = Arc::new(Job {
-            op,
-            answer: Mutex::new(None),
-            answered: tokio::sync::Notify::new(),
-        });
-        self.writes.push(Arc::clone(&job));
-        job
-    }
-
-    /// The answer to a queued `job`: the one a leader already committed, or
-    /// this caller leads and commits everything queued.
-    pub(super) fn finish(&self, job: &Job) -> Result<WriteDone, StoreError> {
-        // Most jobs queued from async code were carried by an earlier
-        // group: no need to wait for the connection to learn that.
-        if let Some(answer) = job.take_answer() {
-            return answer;
-        }
         let mut conn = self.lock();
         if let Some(answer) = job.take_answer() {
             return answer;
@@ -229,6 +216,20 @@ impl Store {
         // may not have answered yet; the write was not applied either way.
         job.take_answer()
             .unwrap_or(Err(StoreError::WriteNotApplied))
+    }
+
+    /// Puts `op` in the queue for the next group, where the caller that
+    /// leads next ([`Store::submit`]) or the leader task ([`Store::lead`])
+    /// takes it. Queueing first, from async code too, lets a write join a
+    /// group before its caller has a thread to wait on.
+    pub(super) fn queue(&self, op: WriteOp) -> Arc<Job> {
+        let job = Arc::new(Job {
+            op,
+            answer: Mutex::new(None),
+            answered: tokio::sync::Notify::new(),
+        });
+        self.writes.push(Arc::clone(&job));
+        job
     }
 
     /// Commits group after group until the queue is empty, letting the
@@ -267,7 +268,7 @@ impl Store {
             .unwrap_or_else(PoisonError::into_inner)
             .take()
         {
-            hook(self);
+            (hook.0)(self);
         }
         self.writes.leading.store(false, Ordering::SeqCst);
         !self.writes.is_empty() && self.writes.take_lead()
@@ -743,6 +744,24 @@ mod tests {
         );
     }
 
+    /// Arms the hook where a leader gives up its role: a write for "s" is
+    /// queued there, and its writer, seeing a leader, starts none (what
+    /// `append_async` does). Returns where the write's job is put.
+    fn queue_a_write_as_the_leader_gives_up(store: &Store) -> Arc<Mutex<Option<Arc<Job>>>> {
+        let late = Arc::new(Mutex::new(None));
+        let slot = Arc::clone(&late);
+        *store.writes.before_giving_up.lock().unwrap() =
+            Some(GiveUpHook(Box::new(move |store: &Store| {
+                let op =
+                    super::super::messages::append_op("s", &[Message::user("late")], Vec::new())
+                        .unwrap();
+                let job = store.queue(op);
+                assert!(!store.writes.take_lead());
+                *slot.lock().unwrap() = Some(job);
+            })));
+        late
+    }
+
     /// A write queued just as the leader finds the queue empty (its
     /// writer saw a leader running, so it started none) is still
     /// committed: the leader looks again after giving up its role.
@@ -750,18 +769,10 @@ mod tests {
     fn a_write_queued_as_the_leader_gives_up_is_still_committed() {
         let temp = temp_store("handoff");
         temp.store.ensure_session("s", "main").unwrap();
-        static LATE: Mutex<Option<Arc<Job>>> = Mutex::new(None);
-        *temp.store.writes.before_giving_up.lock().unwrap() = Some(|store: &Store| {
-            let op = super::super::messages::append_op("s", &[Message::user("late")], Vec::new())
-                .unwrap();
-            let job = store.queue(op);
-            // What `append_async` does next: a leader runs, so start none.
-            assert!(!store.writes.take_lead());
-            *LATE.lock().unwrap() = Some(job);
-        });
+        let late = queue_a_write_as_the_leader_gives_up(&temp.store);
         assert!(temp.store.writes.take_lead());
         temp.store.lead();
-        let job = LATE.lock().unwrap().take().unwrap();
+        let job = late.lock().unwrap().take().unwrap();
         assert!(job.is_answered(), "the late write was left in the queue");
         assert_eq!(
             temp.store.history("s").unwrap(),
@@ -795,17 +806,10 @@ mod tests {
     #[test]
     fn a_write_queued_as_a_failed_leader_gives_up_is_answered() {
         let temp = temp_store("handoff-failed");
-        static LATE: Mutex<Option<Arc<Job>>> = Mutex::new(None);
-        *temp.store.writes.before_giving_up.lock().unwrap() = Some(|store: &Store| {
-            let op = super::super::messages::append_op("s", &[Message::user("late")], Vec::new())
-                .unwrap();
-            let job = store.queue(op);
-            assert!(!store.writes.take_lead());
-            *LATE.lock().unwrap() = Some(job);
-        });
+        let late = queue_a_write_as_the_leader_gives_up(&temp.store);
         assert!(temp.store.writes.take_lead());
         temp.store.fail_queued(|| StoreError::WriteNotApplied);
-        let job = LATE.lock().unwrap().take().unwrap();
+        let job = late.lock().unwrap().take().unwrap();
         assert!(
             matches!(job.take_answer(), Some(Err(StoreError::WriteNotApplied))),
             "the late write was left in the queue"
