@@ -455,7 +455,7 @@ fn store_frame(error: StoreError) -> Frame {
 fn tool_tokens(tools: &[ToolSpec]) -> usize {
     tools
         .iter()
-        .map(|t| (t.name.len() + t.description.len() + t.parameters().get().len()) / 4)
+        .map(|t| (t.name().len() + t.description().len() + t.parameters().get().len()) / 4)
         .sum()
 }
 

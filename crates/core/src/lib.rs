@@ -42,4 +42,4 @@ pub use registry::{Registry, RegistryError, ToolContext, ToolFuture, ToolHandler
 pub use stream::{FinishReason, StreamEvent, ToolCallFragment, Usage};
 /// Re-exported so tool authors need not depend on tokio-util for the stop switch.
 pub use tokio_util::sync::CancellationToken;
-pub use tool::{OrderKey, ToolDef, ToolNameError, check_tool_name};
+pub use tool::{OrderKey, Renderings, ToolDef, ToolNameError, check_tool_name};

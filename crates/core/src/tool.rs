@@ -1,7 +1,7 @@
 //! Tool definitions: what a tool is called, what it accepts, and how its calls
 //! may be scheduled.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -96,6 +96,67 @@ pub struct ToolDef {
     /// `parameters` as JSON text, rendered on first use and shared by clones.
     #[serde(skip)]
     parameters_text: Arc<OnceLock<Arc<RawValue>>>,
+    /// The definition in each provider's wire shape (see [`Renderings`]).
+    #[serde(skip)]
+    renderings: Arc<Renderings>,
+}
+
+/// Forms of a tool definition that a consumer derives once and reuses for
+/// as long as the definition lives: a provider codec's JSON for the tool,
+/// which every request of every turn carries. Keyed by a name the deriving
+/// code picks.
+///
+/// Shared by clones of the definition, like its compiled schema. A
+/// definition is not changed in place once in use: the builder methods
+/// that change what a rendering shows ([`ToolDef::with_parameters`]) start
+/// a new, empty set.
+#[derive(Debug, Default)]
+pub struct Renderings {
+    forms: Mutex<Vec<(&'static str, Arc<RawValue>)>>,
+}
+
+impl Renderings {
+    /// The form stored under `key`, rendered by `render` the first time.
+    ///
+    /// `render` runs without the lock held; were two callers to race on a
+    /// new key, both render and the first stored form wins, so every
+    /// caller gets the same text.
+    pub fn get_or_render(
+        &self,
+        key: &'static str,
+        render: impl FnOnce() -> Arc<RawValue>,
+    ) -> Arc<RawValue> {
+        if let Some(form) = self.get(key) {
+            return form;
+        }
+        let rendered = render();
+        let mut forms = self.forms.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((_, form)) = forms.iter().find(|(k, _)| *k == key) {
+            return Arc::clone(form);
+        }
+        forms.push((key, Arc::clone(&rendered)));
+        rendered
+    }
+
+    fn get(&self, key: &str) -> Option<Arc<RawValue>> {
+        let forms = self.forms.lock().unwrap_or_else(PoisonError::into_inner);
+        forms
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, form)| Arc::clone(form))
+    }
+
+    /// How many forms are stored.
+    pub fn len(&self) -> usize {
+        self.forms
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 impl ToolDef {
@@ -112,6 +173,7 @@ impl ToolDef {
             timeout: None,
             compiled: Arc::default(),
             parameters_text: Arc::default(),
+            renderings: Arc::default(),
         }
     }
 
@@ -119,6 +181,7 @@ impl ToolDef {
         self.parameters = schema;
         self.compiled = Arc::default();
         self.parameters_text = Arc::default();
+        self.renderings = Arc::default();
         self
     }
 
@@ -180,6 +243,11 @@ impl ToolDef {
         }))
     }
 
+    /// The definition's shared [`Renderings`].
+    pub fn renderings(&self) -> Arc<Renderings> {
+        Arc::clone(&self.renderings)
+    }
+
     pub(crate) fn compiled_schema(&self) -> &CompiledSchema {
         self.compiled
             .get_or_init(|| CompiledSchema::compile(&self.parameters))
@@ -233,6 +301,40 @@ mod duration_ms {
 mod tests {
     use super::*;
     use serde_json::json;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn raw(text: &str) -> Arc<RawValue> {
+        Arc::from(
+            RawValue::from_string(text.to_owned()).unwrap_or_else(|_| RawValue::NULL.to_owned()),
+        )
+    }
+
+    #[test]
+    fn a_rendering_is_made_once_per_key_and_shared_by_clones() {
+        let def = ToolDef::new("t", "d");
+        let renders = AtomicUsize::new(0);
+        let render = |text: &'static str| {
+            renders.fetch_add(1, Ordering::SeqCst);
+            raw(text)
+        };
+        let first = def.renderings().get_or_render("wire-a", || render("1"));
+        let clone = def.clone();
+        let again = clone.renderings().get_or_render("wire-a", || render("2"));
+        let other = def.renderings().get_or_render("wire-b", || render("3"));
+        assert_eq!((first.get(), again.get(), other.get()), ("1", "1", "3"));
+        assert_eq!(renders.load(Ordering::SeqCst), 2, "wire-a rendered once");
+        assert_eq!(def.renderings().len(), 2);
+    }
+
+    #[test]
+    fn a_new_schema_drops_the_renderings() {
+        let def = ToolDef::new("t", "d");
+        def.renderings().get_or_render("wire-a", || raw("1"));
+        let changed = def.with_parameters(json!({"type": "object"}));
+        assert_eq!(changed.renderings().len(), 0);
+        let again = changed.renderings().get_or_render("wire-a", || raw("2"));
+        assert_eq!(again.get(), "2");
+    }
 
     #[test]
     fn tool_names_follow_the_provider_rule() {

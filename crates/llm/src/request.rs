@@ -2,21 +2,31 @@
 
 use std::sync::{Arc, LazyLock};
 
-use homeagent_core::{Message, ToolDef};
+use homeagent_core::{Message, Renderings, ToolDef};
+use serde::Serialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
 /// A tool as the model sees it: name, description, argument schema. The
 /// scheduling declarations of [`ToolDef`] stay in the kernel.
 ///
-/// The schema is held as JSON text: every request of every turn carries the
-/// whole tool list, and copying, writing and dropping each schema as a
-/// `Value` tree was a third of the agent's work per input.
+/// Every request of every turn carries the whole tool list, so nothing of
+/// it is written per request that can be written once. The schema is held
+/// as JSON text: copying, writing and dropping each schema as a `Value`
+/// tree was a third of the agent's work per input. And each codec writes
+/// the whole tool in its wire's shape once per definition ([`rendered`]),
+/// shared with the [`ToolDef`] the spec came from: escaping the
+/// descriptions again for every request was a fifth of the rest.
+///
+/// The parts are read-only, so a rendering can never disagree with them.
+///
+/// [`rendered`]: ToolSpec::rendered
 #[derive(Debug, Clone)]
 pub struct ToolSpec {
-    pub name: String,
-    pub description: String,
+    name: String,
+    description: String,
     parameters: Arc<RawValue>,
+    renderings: Arc<Renderings>,
 }
 
 /// What providers get for a tool that declares no argument schema: they
@@ -44,7 +54,16 @@ impl ToolSpec {
             name: name.into(),
             description: description.into(),
             parameters,
+            renderings: Arc::default(),
         }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn description(&self) -> &str {
+        &self.description
     }
 
     /// JSON Schema of the arguments, as the JSON text requests embed;
@@ -57,6 +76,23 @@ impl ToolSpec {
     /// their body as a `Value`.
     pub fn parameters_value(&self) -> Value {
         serde_json::from_str(self.parameters.get()).unwrap_or(Value::Null)
+    }
+
+    /// The tool in the wire shape `key` names, as `shape` writes it: made
+    /// once per definition and reused by every later request. `shape` must
+    /// be the same for every call with the same `key`.
+    pub(crate) fn rendered<T: Serialize>(
+        &self,
+        key: &'static str,
+        shape: impl FnOnce() -> T,
+    ) -> Arc<RawValue> {
+        self.renderings.get_or_render(key, || {
+            // Strings and JSON text always serialize; the fallback is
+            // unreachable.
+            serde_json::value::to_raw_value(&shape())
+                .map(Arc::from)
+                .unwrap_or_else(|_| Arc::from(RawValue::NULL.to_owned()))
+        })
     }
 }
 
@@ -84,6 +120,7 @@ impl From<&ToolDef> for ToolSpec {
             name: def.name.clone(),
             description: def.description.clone(),
             parameters,
+            renderings: def.renderings(),
         }
     }
 }
@@ -134,6 +171,61 @@ mod tests {
         assert!(std::ptr::eq(first.parameters(), again.parameters()));
         assert_eq!(first.parameters_value(), schema);
         assert_eq!(first, ToolSpec::new("sleep", "Sleeps.", &schema));
+    }
+
+    /// The `tools` member of the body `codec` writes for `tools`.
+    fn tools_sent(codec: &dyn crate::WireCodec, tools: Vec<ToolSpec>) -> Value {
+        let endpoint = crate::Endpoint {
+            base_url: "http://127.0.0.1:9/v1".into(),
+            api_key: None,
+        };
+        let request = ChatRequest {
+            model: "m".into(),
+            messages: vec![homeagent_core::Message::user("hi")],
+            tools,
+            max_tokens: 64,
+            temperature: None,
+            stream: true,
+        };
+        let wire = codec.build_request(&endpoint, &request).unwrap();
+        serde_json::from_str::<Value>(wire.body.get()).unwrap()["tools"].take()
+    }
+
+    #[test]
+    fn a_definition_is_rendered_once_per_wire_shape_and_reused_by_later_requests() {
+        use crate::codec::{anthropic::AnthropicCodec, ollama::OllamaCodec, openai::OpenAiCodec};
+        let description = "Adds a note: \"quoted\", tab\there,\nnew line, \\ é ✓ \u{1}.";
+        let schema = json!({"type": "object", "properties": {"text": {"type": "string"}}});
+        let def = ToolDef::new("note_add", description).with_parameters(schema.clone());
+        let function =
+            json!({"name": "note_add", "description": description, "parameters": schema});
+        let openai_shape = json!([{"type": "function", "function": function}]);
+        // Each input builds its specs from the registry's definitions anew.
+        for _ in 0..2 {
+            assert_eq!(
+                tools_sent(&OpenAiCodec, vec![ToolSpec::from(&def)]),
+                openai_shape
+            );
+        }
+        assert_eq!(def.renderings().len(), 1, "one form for two requests");
+        assert_eq!(
+            tools_sent(&OllamaCodec, vec![ToolSpec::from(&def)]),
+            openai_shape
+        );
+        assert_eq!(def.renderings().len(), 1, "Ollama takes OpenAI's shape");
+        let anthropic_shape =
+            json!([{"name": "note_add", "description": description, "input_schema": schema}]);
+        for _ in 0..2 {
+            assert_eq!(
+                tools_sent(&AnthropicCodec, vec![ToolSpec::from(&def)]),
+                anthropic_shape
+            );
+        }
+        assert_eq!(def.renderings().len(), 2);
+        // A spec made without a definition renders the same text.
+        let alone = ToolSpec::new("note_add", description, &schema);
+        assert_eq!(tools_sent(&OpenAiCodec, vec![alone.clone()]), openai_shape);
+        assert_eq!(tools_sent(&AnthropicCodec, vec![alone]), anthropic_shape);
     }
 
     #[test]

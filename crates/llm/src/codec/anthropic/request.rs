@@ -1,6 +1,8 @@
 //! Building the Anthropic request body.
 
 use homeagent_core::{AssistantMessage, Message, ToolMessage};
+use std::sync::Arc;
+
 use serde::Serialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
@@ -54,21 +56,25 @@ pub(super) fn build(endpoint: &Endpoint, request: &ChatRequest) -> Result<WireRe
         });
     }
 
+    // Each tool is written once per definition, never re-parsed.
+    let tools: Vec<Arc<RawValue>> = request
+        .tools
+        .iter()
+        .map(|tool| {
+            tool.rendered(TOOL_SHAPE, || Tool {
+                name: tool.name(),
+                description: tool.description(),
+                input_schema: tool.parameters(),
+            })
+        })
+        .collect();
     let body = Body {
         model: &request.model,
         max_tokens: request.max_tokens,
         system: (!system.is_empty()).then(|| system.join("\n\n")),
         messages,
         // The schemas are written from their text, never re-parsed.
-        tools: request
-            .tools
-            .iter()
-            .map(|tool| Tool {
-                name: &tool.name,
-                description: &tool.description,
-                input_schema: tool.parameters(),
-            })
-            .collect(),
+        tools: tools.iter().map(|tool| &**tool).collect(),
         stream: request.stream,
         temperature: temperature_json(PROTOCOL, request.temperature)?,
     };
@@ -87,7 +93,7 @@ struct Body<'a> {
     system: Option<String>,
     messages: Vec<Value>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    tools: Vec<Tool<'a>>,
+    tools: Vec<&'a RawValue>,
     stream: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<Value>,
@@ -99,6 +105,11 @@ struct Tool<'a> {
     description: &'a str,
     input_schema: &'a RawValue,
 }
+
+/// The [`ToolSpec::rendered`] key of a tool in Anthropic's shape.
+///
+/// [`ToolSpec::rendered`]: crate::ToolSpec::rendered
+const TOOL_SHAPE: &str = "anthropic.tool";
 
 /// Appends a block to the trailing user message, or opens one.
 ///

@@ -85,8 +85,8 @@ pub(super) fn build(endpoint: &Endpoint, request: &ChatRequest) -> Result<WireRe
             .iter()
             .map(|tool| {
                 let mut declaration = json!({
-                    "name": tool.name,
-                    "description": tool.description,
+                    "name": tool.name(),
+                    "description": tool.description(),
                 });
                 let parameters = schema::sanitize(&tool.parameters_value());
                 if !schema::declares_nothing(&parameters)

@@ -396,15 +396,19 @@ impl Serialize for Tools<'_> {
         }
         let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
         for tool in self.0 {
-            seq.serialize_element(&Tool {
+            let rendered = tool.rendered(TOOL_SHAPE, || Tool {
                 kind: "function",
                 function: Function {
-                    name: &tool.name,
-                    description: &tool.description,
+                    name: tool.name(),
+                    description: tool.description(),
                     parameters: tool.parameters(),
                 },
-            })?;
+            });
+            seq.serialize_element(&*rendered)?;
         }
         seq.end()
     }
 }
+
+/// The [`ToolSpec::rendered`] key of a tool in OpenAI's shape.
+const TOOL_SHAPE: &str = "openai.tool";
