@@ -370,13 +370,17 @@ fn request_json(body: &[u8]) -> Result<Value, serde_json::Error> {
     Ok(Value::Object(object))
 }
 
-fn parse(wire: Wire, body: &Value) -> Result<ParsedRequest, String> {
-    match wire {
-        Wire::OpenAi => wire::openai::parse(body),
-        Wire::Anthropic => wire::anthropic::parse(body),
-        Wire::Gemini => wire::gemini::parse(body),
-        Wire::Ollama => wire::ollama::parse(body),
-    }
+/// Reads a request body in `wire`'s shape. OpenAI's, the one the bench
+/// and most clients use, has a typed reading of its own.
+fn parse(wire: Wire, body: &[u8]) -> Result<ParsedRequest, String> {
+    let read = match wire {
+        Wire::OpenAi => return wire::openai::parse_body(body),
+        Wire::Anthropic => wire::anthropic::parse,
+        Wire::Gemini => wire::gemini::parse,
+        Wire::Ollama => wire::ollama::parse,
+    };
+    let value = request_json(body).map_err(|err| format!("the request body is not JSON: {err}"))?;
+    read(&value)
 }
 
 /// A response about to be sent: streamed chunks or one whole body.
@@ -428,10 +432,7 @@ async fn chat(
 ) -> Response {
     let guard = state.enter();
     let started = Instant::now();
-    let parsed = request_json(&body)
-        .map_err(|err| format!("the request body is not JSON: {err}"))
-        .and_then(|value| parse(wire, &value));
-    let mut request = match parsed {
+    let mut request = match parse(wire, &body) {
         Ok(request) => request,
         Err(problem) => {
             state.with_stats(|s| s.bad_requests += 1);

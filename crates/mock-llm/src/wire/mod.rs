@@ -138,6 +138,10 @@ pub(crate) fn text_of(value: Option<&Value>) -> String {
 /// Whether a tool result's text is the `{"error": ...}` object that wires
 /// without an error flag (OpenAI, Ollama) use for failures.
 pub(crate) fn is_error_payload(content: &str) -> bool {
+    // Most results are plain text: only an object can be the payload.
+    if !content.trim_start().starts_with('{') {
+        return false;
+    }
     matches!(
         serde_json::from_str::<Value>(content),
         Ok(Value::Object(map)) if map.len() == 1 && map.contains_key("error")
@@ -168,6 +172,20 @@ mod tests {
     use homeagent_core::ToolCallFragment;
 
     use super::*;
+
+    #[test]
+    fn only_an_object_with_one_error_member_is_an_error_payload() {
+        for (content, expected) in [
+            (r#"{"error":{"reason":"denied"}}"#, true),
+            (" \n\t{\"error\": \"x\"}", true),
+            (r#"{"error":1,"more":2}"#, false),
+            (r#"[{"error":1}]"#, false),
+            ("error: denied", false),
+            ("", false),
+        ] {
+            assert_eq!(is_error_payload(content), expected, "{content:?}");
+        }
+    }
 
     #[test]
     fn collect_joins_interleaved_fragments_in_index_order() {

@@ -12,6 +12,18 @@ use serde_json::{Value, json};
 
 use super::{Collected, Ctx, ParsedRequest, collect, is_error_payload, sse, str_field, text_of};
 
+/// Reads a request body: typed when it has the usual shape (the hot path:
+/// every request of a blast re-sends its session's whole history), else
+/// as a `Value`, whose reading is the reference for every odd case.
+pub(crate) fn parse_body(body: &[u8]) -> Result<ParsedRequest, String> {
+    if let Some(parsed) = parse_typed(body) {
+        return Ok(parsed);
+    }
+    let value = serde_json::from_slice::<Value>(body)
+        .map_err(|err| format!("the request body is not JSON: {err}"))?;
+    parse(&value)
+}
+
 pub(crate) fn parse(body: &Value) -> Result<ParsedRequest, String> {
     let items = body
         .get("messages")
@@ -19,32 +31,31 @@ pub(crate) fn parse(body: &Value) -> Result<ParsedRequest, String> {
         .ok_or("the body has no \"messages\" array")?;
     let mut messages = Vec::with_capacity(items.len());
     for item in items {
-        let content = text_of(item.get("content"));
-        match str_field(item, "role") {
-            "system" | "developer" => messages.push(Message::System { content }),
-            "user" => messages.push(Message::User { content }),
-            "assistant" => {
-                let tool_calls = item
-                    .get("tool_calls")
-                    .and_then(Value::as_array)
-                    .map(|calls| calls.iter().map(parse_call).collect())
-                    .unwrap_or_default();
-                messages.push(Message::Assistant(AssistantMessage {
-                    content,
-                    reasoning: Vec::new(),
-                    tool_calls,
-                }));
-            }
-            "tool" => {
-                let tool_call_id = str_field(item, "tool_call_id").to_owned();
-                messages.push(Message::Tool(ToolMessage {
-                    name: name_of_call(&messages, &tool_call_id),
-                    tool_call_id,
-                    success: !is_error_payload(&content),
-                    content,
-                }));
-            }
-            other => return Err(format!("unknown message role {other:?}")),
+        let calls = item
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .map(|calls| {
+                calls
+                    .iter()
+                    .map(|call| {
+                        let function = call.get("function").unwrap_or(&Value::Null);
+                        WireCall {
+                            id: str_field(call, "id"),
+                            name: str_field(function, "name"),
+                            arguments: str_field(function, "arguments"),
+                        }
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let item = WireMessage {
+            role: str_field(item, "role"),
+            content: text_of(item.get("content")),
+            calls,
+            tool_call_id: str_field(item, "tool_call_id"),
+        };
+        if let Err(role) = item.push_to(&mut messages) {
+            return Err(format!("unknown message role {role:?}"));
         }
     }
     Ok(ParsedRequest {
@@ -58,14 +69,165 @@ pub(crate) fn parse(body: &Value) -> Result<ParsedRequest, String> {
     })
 }
 
-fn parse_call(call: &Value) -> ToolCall {
-    let function = call.get("function").unwrap_or(&Value::Null);
-    let raw = str_field(function, "arguments").to_owned();
-    ToolCall {
-        id: str_field(call, "id").to_owned(),
-        name: str_field(function, "name").to_owned(),
-        arguments: object_or_empty(&raw),
-        raw_arguments: raw,
+/// One message as either reading finds it, before it becomes a [`Message`].
+struct WireMessage<'a> {
+    role: &'a str,
+    content: String,
+    calls: Vec<WireCall<'a>>,
+    tool_call_id: &'a str,
+}
+
+struct WireCall<'a> {
+    id: &'a str,
+    name: &'a str,
+    arguments: &'a str,
+}
+
+impl WireMessage<'_> {
+    /// Appends the message; an unknown role is handed back.
+    fn push_to(self, messages: &mut Vec<Message>) -> Result<(), String> {
+        let content = self.content;
+        match self.role {
+            "system" | "developer" => messages.push(Message::System { content }),
+            "user" => messages.push(Message::User { content }),
+            "assistant" => messages.push(Message::Assistant(AssistantMessage {
+                content,
+                reasoning: Vec::new(),
+                tool_calls: self.calls.iter().map(WireCall::to_call).collect(),
+            })),
+            "tool" => messages.push(Message::Tool(ToolMessage {
+                name: name_of_call(messages, self.tool_call_id),
+                tool_call_id: self.tool_call_id.to_owned(),
+                success: !is_error_payload(&content),
+                content,
+            })),
+            other => return Err(other.to_owned()),
+        }
+        Ok(())
+    }
+}
+
+impl WireCall<'_> {
+    fn to_call(&self) -> ToolCall {
+        ToolCall {
+            id: self.id.to_owned(),
+            name: self.name.to_owned(),
+            arguments: object_or_empty(self.arguments),
+            raw_arguments: self.arguments.to_owned(),
+        }
+    }
+}
+
+/// The typed reading: `None` for any body it cannot read exactly as
+/// [`parse`] would (a member of another type, a repeated key, an unknown
+/// role), which then goes the `Value` way. Unknown members (`tools`, ...)
+/// are skipped without being built.
+fn parse_typed(body: &[u8]) -> Option<ParsedRequest> {
+    let body: typed::Body<'_> = serde_json::from_slice(body).ok()?;
+    let mut messages = Vec::with_capacity(body.messages.len());
+    for item in &body.messages {
+        let calls = item.tool_calls.as_deref().unwrap_or_default();
+        let item = WireMessage {
+            role: typed::text(&item.role),
+            content: typed::content(item.content),
+            calls: calls.iter().map(typed::Call::fields).collect(),
+            tool_call_id: typed::text(&item.tool_call_id),
+        };
+        item.push_to(&mut messages).ok()?;
+    }
+    Some(ParsedRequest {
+        model: typed::text(&body.model).to_owned(),
+        messages,
+        stream: body.stream.unwrap_or(false),
+        include_usage: body
+            .stream_options
+            .and_then(|options| options.include_usage)
+            .unwrap_or(false),
+    })
+}
+
+/// The request's members [`parse_typed`] reads. Strings borrow from the
+/// body unless they hold escapes.
+mod typed {
+    use std::borrow::Cow;
+
+    use serde::Deserialize;
+    use serde_json::Value;
+    use serde_json::value::RawValue;
+
+    use super::WireCall;
+    use crate::wire::text_of;
+
+    #[derive(Deserialize)]
+    pub(super) struct Body<'a> {
+        #[serde(borrow)]
+        pub model: Option<Cow<'a, str>>,
+        #[serde(borrow)]
+        pub messages: Vec<Item<'a>>,
+        pub stream: Option<bool>,
+        pub stream_options: Option<StreamOptions>,
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct StreamOptions {
+        pub include_usage: Option<bool>,
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct Item<'a> {
+        #[serde(borrow)]
+        pub role: Option<Cow<'a, str>>,
+        #[serde(borrow)]
+        pub content: Option<&'a RawValue>,
+        #[serde(borrow)]
+        pub tool_calls: Option<Vec<Call<'a>>>,
+        #[serde(borrow)]
+        pub tool_call_id: Option<Cow<'a, str>>,
+    }
+
+    #[derive(Deserialize)]
+    pub(super) struct Call<'a> {
+        #[serde(borrow)]
+        id: Option<Cow<'a, str>>,
+        #[serde(borrow)]
+        function: Option<Function<'a>>,
+    }
+
+    #[derive(Deserialize)]
+    struct Function<'a> {
+        #[serde(borrow)]
+        name: Option<Cow<'a, str>>,
+        #[serde(borrow)]
+        arguments: Option<Cow<'a, str>>,
+    }
+
+    impl Call<'_> {
+        pub(super) fn fields(&self) -> WireCall<'_> {
+            let function = self.function.as_ref();
+            WireCall {
+                id: text(&self.id),
+                name: function.map_or("", |f| text(&f.name)),
+                arguments: function.map_or("", |f| text(&f.arguments)),
+            }
+        }
+    }
+
+    /// A string member, "" when absent (as `str_field` reads it).
+    pub(super) fn text<'s>(member: &'s Option<Cow<'_, str>>) -> &'s str {
+        member.as_deref().unwrap_or("")
+    }
+
+    /// `content` as `text_of` reads it: a string whole, a list of parts
+    /// joined, anything else empty.
+    pub(super) fn content(raw: Option<&RawValue>) -> String {
+        let Some(raw) = raw else {
+            return String::new();
+        };
+        match raw.get().as_bytes().first() {
+            Some(b'"') => serde_json::from_str::<String>(raw.get()).unwrap_or_default(),
+            Some(b'[') => text_of(serde_json::from_str::<Value>(raw.get()).ok().as_ref()),
+            _ => String::new(),
+        }
     }
 }
 
@@ -188,4 +350,62 @@ pub(crate) fn error_body(status: u16, message: &str) -> Value {
         "invalid_request_error"
     };
     json!({"error": {"message": message, "type": kind, "param": null, "code": null}})
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // a panic in a test is a test failure
+
+    use super::*;
+
+    /// The `Value` path: the reference the typed path must agree with.
+    fn by_value(body: &str) -> Result<ParsedRequest, String> {
+        parse(&serde_json::from_str::<Value>(body).unwrap())
+    }
+
+    /// Bodies the typed path reads, each with something its rules must get
+    /// right; the `Value` path's reading of each is the expected one.
+    const TYPED: &[&str] = &[
+        r#"{"model":"gpt-x","stream":true,"stream_options":{"include_usage":true},"tools":[{"type":"function","function":{"name":"t","parameters":{"type":"object"}}}],
+            "messages":[{"role":"system","content":"You are \"here\".\n"},{"role":"user","content":"!batch2 \u00e9"},
+            {"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"demo_echo","arguments":"{\"tag\":\"done-1\"}"}},
+                                                             {"id":"c2","type":"function","function":{"name":"demo_note","arguments":"not json"}}]},
+            {"role":"tool","tool_call_id":"c1","content":"done-1"},
+            {"role":"tool","tool_call_id":"c2","content":"{\"error\":{\"reason\":\"denied\"}}"},
+            {"role":"tool","tool_call_id":"c9","content":" {\"error\": 1, \"more\": 2}"},
+            {"role":"developer","content":[{"type":"text","text":"a"},"b",{"type":"image_url"}]},
+            {"role":"assistant","content":"done","tool_calls":null}]}"#,
+        r#"{"messages":[{"role":"user","content":"hi"}],"stream":null,"stream_options":null,"model":"m","max_tokens":64}"#,
+        r#"{"messages":[{"role":"user","content":"x","name":"me"},{"role":"assistant","tool_calls":[{"function":{"arguments":"{}"}},{}]},{"role":"tool","content":"[]"}],"stream":false,"stream_options":{}}"#,
+    ];
+
+    #[test]
+    fn the_typed_path_reads_a_body_as_the_value_path_does() {
+        for body in TYPED {
+            let typed = parse_typed(body.as_bytes());
+            assert!(typed.is_some(), "not read typed: {body}");
+            assert_eq!(typed, Some(by_value(body).unwrap()), "{body}");
+            assert_eq!(parse_body(body.as_bytes()), by_value(body));
+        }
+    }
+
+    #[test]
+    fn an_unusual_body_goes_the_value_path() {
+        for body in [
+            r#"{"messages":[{"role":5,"content":"x"}]}"#,
+            r#"{"messages":[{"role":"user","content":"x"}],"model":7}"#,
+            r#"{"messages":[{"role":"user","content":"x"}],"stream":"yes"}"#,
+            r#"{"messages":[{"role":"assistant","tool_calls":{"id":"c"}}]}"#,
+            r#"{"messages":[{"role":"assistant","tool_calls":[{"function":{"name":1}}]}]}"#,
+            r#"{"messages":[{"role":"user","content":"x"}],"stream_options":{"include_usage":"yes"}}"#,
+            r#"{"model":"a","model":"b","messages":[{"role":"user","content":"x"}]}"#,
+            r#"{"messages":[{"role":"robot","content":"x"}]}"#,
+            r#"{"model":"m"}"#,
+        ] {
+            assert_eq!(parse_typed(body.as_bytes()), None, "{body}");
+            assert_eq!(parse_body(body.as_bytes()), by_value(body), "{body}");
+        }
+        assert!(parse_body(b"[1]").is_err());
+        assert!(parse_body(br#"{"model": "m","#).is_err());
+    }
 }
