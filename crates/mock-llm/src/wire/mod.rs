@@ -154,16 +154,21 @@ pub(crate) fn str_field<'a>(value: &'a Value, key: &str) -> &'a str {
 }
 
 /// One SSE event: `event:` line when named, one `data:` line, blank line.
-pub(crate) fn sse(event: Option<&str>, data: &Value) -> axum::body::Bytes {
-    let mut out = String::new();
+pub(crate) fn sse<T: serde::Serialize + ?Sized>(
+    event: Option<&str>,
+    data: &T,
+) -> axum::body::Bytes {
+    let mut out = Vec::with_capacity(256);
     if let Some(event) = event {
-        out.push_str("event: ");
-        out.push_str(event);
-        out.push('\n');
+        out.extend_from_slice(b"event: ");
+        out.extend_from_slice(event.as_bytes());
+        out.push(b'\n');
     }
-    out.push_str("data: ");
-    out.push_str(&data.to_string());
-    out.push_str("\n\n");
+    out.extend_from_slice(b"data: ");
+    // Plain data (strings, numbers, JSON values) always serializes; were it
+    // ever not to, the event goes out with an empty `data:` line.
+    let _ = serde_json::to_writer(&mut out, data);
+    out.extend_from_slice(b"\n\n");
     axum::body::Bytes::from(out)
 }
 

@@ -8,6 +8,7 @@
 
 use axum::body::Bytes;
 use homeagent_core::{AssistantMessage, Message, StreamEvent, ToolCall, ToolMessage};
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::{Collected, Ctx, ParsedRequest, collect, is_error_payload, sse, str_field, text_of};
@@ -253,43 +254,112 @@ pub(crate) fn name_of_call(messages: &[Message], id: &str) -> String {
         .unwrap_or_default()
 }
 
-fn chunk(ctx: &Ctx, delta: Value, finish: Option<&str>) -> Value {
-    json!({
-        "id": ctx.response_id,
-        "object": "chat.completion.chunk",
-        "created": ctx.created,
-        "model": ctx.model,
-        "system_fingerprint": "fp_homeagent_mock",
-        "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
-    })
+/// One `chat.completion.chunk`, written from borrowed parts (a blast
+/// streams thousands). Members are declared in the order a `Value` writes
+/// them, so the bytes are what the `Value` encoding sent.
+#[derive(Serialize)]
+struct Chunk<'a, D> {
+    choices: [ChunkChoice<'a, D>; 1],
+    created: u64,
+    id: &'a str,
+    model: &'a str,
+    object: &'static str,
+    system_fingerprint: &'static str,
+}
+
+#[derive(Serialize)]
+struct ChunkChoice<'a, D> {
+    delta: D,
+    finish_reason: Option<&'a str>,
+    index: u32,
+    /// Always `null`.
+    logprobs: Option<()>,
+}
+
+#[derive(Serialize)]
+struct OpeningDelta {
+    content: &'static str,
+    role: &'static str,
+}
+
+#[derive(Serialize)]
+struct TextDelta<'a> {
+    content: &'a str,
+}
+
+#[derive(Serialize)]
+struct CallsDelta<'a> {
+    tool_calls: [CallDelta<'a>; 1],
+}
+
+/// A call's fragment: `id`, `type` and `function.name` on its first only.
+#[derive(Serialize)]
+struct CallDelta<'a> {
+    function: FunctionDelta<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    id: Option<&'a str>,
+    index: u32,
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+    kind: Option<&'static str>,
+}
+
+#[derive(Serialize)]
+struct FunctionDelta<'a> {
+    arguments: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    name: Option<&'a str>,
+}
+
+/// The finishing chunk's delta: `{}`.
+#[derive(Serialize)]
+struct EmptyDelta {}
+
+fn chunk<D: Serialize>(ctx: &Ctx, delta: D, finish: Option<&str>) -> Bytes {
+    sse(
+        None,
+        &Chunk {
+            choices: [ChunkChoice {
+                delta,
+                finish_reason: finish,
+                index: 0,
+                logprobs: None,
+            }],
+            created: ctx.created,
+            id: &ctx.response_id,
+            model: &ctx.model,
+            object: "chat.completion.chunk",
+            system_fingerprint: "fp_homeagent_mock",
+        },
+    )
 }
 
 pub(crate) fn stream(events: &[StreamEvent], ctx: &Ctx) -> Vec<Bytes> {
-    let mut out = vec![sse(
-        None,
-        &chunk(ctx, json!({"role": "assistant", "content": ""}), None),
-    )];
+    let opening = OpeningDelta {
+        content: "",
+        role: "assistant",
+    };
+    let mut out = vec![chunk(ctx, opening, None)];
     let mut usage = None;
     for event in events {
         match event {
             StreamEvent::TextDelta { text } => {
-                out.push(sse(None, &chunk(ctx, json!({"content": text}), None)));
+                out.push(chunk(ctx, TextDelta { content: text }, None));
             }
             StreamEvent::ToolCall(fragment) => {
-                let mut call = json!({"index": fragment.stream_index.unwrap_or(0)});
-                let mut function = json!({"arguments": fragment.raw_arguments});
-                if let Some(id) = &fragment.id {
-                    call["id"] = json!(id);
-                    call["type"] = json!("function");
-                }
-                if let Some(name) = &fragment.name {
-                    function["name"] = json!(name);
-                }
-                call["function"] = function;
-                out.push(sse(None, &chunk(ctx, json!({"tool_calls": [call]}), None)));
+                let call = CallDelta {
+                    function: FunctionDelta {
+                        arguments: &fragment.raw_arguments,
+                        name: fragment.name.as_deref(),
+                    },
+                    id: fragment.id.as_deref(),
+                    index: fragment.stream_index.unwrap_or(0),
+                    kind: fragment.id.as_ref().map(|_| "function"),
+                };
+                let delta = CallsDelta { tool_calls: [call] };
+                out.push(chunk(ctx, delta, None));
             }
             StreamEvent::Finish { reason } => {
-                out.push(sse(None, &chunk(ctx, json!({}), Some(reason))));
+                out.push(chunk(ctx, EmptyDelta {}, Some(reason)));
             }
             StreamEvent::Usage(u) => usage = Some(*u),
             StreamEvent::ReasoningDelta { .. } | StreamEvent::ReasoningMetadata { .. } => {}
@@ -387,6 +457,73 @@ mod tests {
             assert_eq!(typed, Some(by_value(body).unwrap()), "{body}");
             assert_eq!(parse_body(body.as_bytes()), by_value(body));
         }
+    }
+
+    #[test]
+    fn a_streamed_turn_is_written_chunk_by_chunk_in_openais_shape() {
+        use homeagent_core::{ToolCallFragment, Usage};
+        let fragment = |id: Option<&str>, name: Option<&str>, raw: &str| {
+            StreamEvent::ToolCall(ToolCallFragment {
+                stream_index: Some(1),
+                id: id.map(str::to_owned),
+                name: name.map(str::to_owned),
+                raw_arguments: raw.to_owned(),
+            })
+        };
+        let events = [
+            StreamEvent::TextDelta {
+                text: "Say \"hi\"\n".into(),
+            },
+            fragment(Some("call_1"), Some("demo_echo"), "{\"tag\":\""),
+            fragment(None, None, "x\"}"),
+            StreamEvent::Finish {
+                reason: "tool_calls".into(),
+            },
+            StreamEvent::Usage(Usage {
+                prompt_tokens: 7,
+                completion_tokens: 3,
+                total_tokens: 10,
+            }),
+        ];
+        let ctx = Ctx {
+            model: "gpt-m".into(),
+            response_id: "chatcmpl-9".into(),
+            created: 1_700_000_000,
+            include_usage: true,
+        };
+        let chunk = |delta: Value, finish: Value| {
+            json!({"id": "chatcmpl-9", "object": "chat.completion.chunk", "created": 1_700_000_000,
+                   "model": "gpt-m", "system_fingerprint": "fp_homeagent_mock",
+                   "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]})
+        };
+        let expected = [
+            chunk(json!({"role": "assistant", "content": ""}), Value::Null),
+            chunk(json!({"content": "Say \"hi\"\n"}), Value::Null),
+            chunk(
+                json!({"tool_calls": [{"index": 1, "id": "call_1", "type": "function",
+                                       "function": {"name": "demo_echo", "arguments": "{\"tag\":\""}}]}),
+                Value::Null,
+            ),
+            chunk(
+                json!({"tool_calls": [{"index": 1, "function": {"arguments": "x\"}"}}]}),
+                Value::Null,
+            ),
+            chunk(json!({}), json!("tool_calls")),
+            json!({"id": "chatcmpl-9", "object": "chat.completion.chunk", "created": 1_700_000_000,
+                   "model": "gpt-m", "choices": [],
+                   "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}}),
+        ];
+        // Byte for byte: members in the order a `Value` writes them.
+        let mut expected: Vec<String> = expected
+            .iter()
+            .map(|chunk| format!("data: {chunk}\n\n"))
+            .collect();
+        expected.push("data: [DONE]\n\n".into());
+        let written: Vec<String> = stream(&events, &ctx)
+            .iter()
+            .map(|bytes| String::from_utf8(bytes.to_vec()).unwrap())
+            .collect();
+        assert_eq!(written, expected);
     }
 
     #[test]
