@@ -527,6 +527,27 @@ mod tests {
     }
 
     #[test]
+    fn a_tool_result_failed_only_when_it_is_an_error_payload() {
+        let parsed = parse_body(TYPED[0].as_bytes()).unwrap();
+        let results: Vec<(&str, &str, bool)> = parsed
+            .messages
+            .iter()
+            .filter_map(|m| match m {
+                Message::Tool(t) => Some((t.tool_call_id.as_str(), t.name.as_str(), t.success)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            results,
+            [
+                ("c1", "demo_echo", true),
+                ("c2", "demo_note", false),
+                ("c9", "", true)
+            ]
+        );
+    }
+
+    #[test]
     fn an_unusual_body_goes_the_value_path() {
         for body in [
             r#"{"messages":[{"role":5,"content":"x"}]}"#,
