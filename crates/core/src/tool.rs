@@ -330,8 +330,9 @@ mod tests {
     fn a_new_schema_drops_the_renderings() {
         let def = ToolDef::new("t", "d");
         def.renderings().get_or_render("wire-a", || raw("1"));
+        assert!(!def.renderings().is_empty());
         let changed = def.with_parameters(json!({"type": "object"}));
-        assert_eq!(changed.renderings().len(), 0);
+        assert!(changed.renderings().is_empty());
         let again = changed.renderings().get_or_render("wire-a", || raw("2"));
         assert_eq!(again.get(), "2");
     }
