@@ -1,14 +1,17 @@
 //! Building the Gemini `generateContent` request.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use homeagent_core::{AssistantMessage, Message, ToolCall, ToolMessage};
+use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use super::{PROTOCOL, SignatureTarget, schema, signature_of};
 use crate::codec::{Endpoint, WireRequest, encoded_body, temperature_json};
 use crate::error::CodecError;
-use crate::request::ChatRequest;
+use crate::request::{ChatRequest, ToolSpec};
 
 /// The `POST .../models/{model}:streamGenerateContent?alt=sse` (or
 /// `:generateContent`) request for `request`. The key travels only in the
@@ -71,48 +74,70 @@ pub(super) fn build(endpoint: &Endpoint, request: &ChatRequest) -> Result<WireRe
         i += 1;
     }
 
-    let mut body = Map::new();
-    if !system.is_empty() {
-        body.insert(
-            "systemInstruction".into(),
-            json!({"parts": [{"text": system.join("\n\n")}]}),
-        );
-    }
-    body.insert("contents".into(), Value::Array(contents));
-    if !request.tools.is_empty() {
-        let declarations: Vec<Value> = request
-            .tools
-            .iter()
-            .map(|tool| {
-                let mut declaration = json!({
-                    "name": tool.name(),
-                    "description": tool.description(),
-                });
-                let parameters = schema::sanitize(&tool.parameters_value());
-                if !schema::declares_nothing(&parameters)
-                    && let Value::Object(map) = &mut declaration
-                {
-                    map.insert("parameters".into(), parameters);
-                }
-                declaration
-            })
-            .collect();
-        body.insert(
-            "tools".into(),
-            json!([{"functionDeclarations": declarations}]),
-        );
-    }
+    // Each declaration, its schema fitted to Gemini's subset, is written
+    // once per definition: fitting a schema walks all of it.
+    let declarations: Vec<Arc<RawValue>> = request
+        .tools
+        .iter()
+        .map(|tool| tool.rendered(TOOL_SHAPE, || declaration(tool)))
+        .collect();
     let mut generation = Map::new();
     generation.insert("maxOutputTokens".into(), json!(request.max_tokens));
     if let Some(temperature) = temperature_json(PROTOCOL, request.temperature)? {
         generation.insert("temperature".into(), temperature);
     }
-    body.insert("generationConfig".into(), Value::Object(generation));
+    let body = Body {
+        contents,
+        generation_config: generation,
+        system_instruction: (!system.is_empty())
+            .then(|| json!({"parts": [{"text": system.join("\n\n")}]})),
+        tools: (!declarations.is_empty()).then(|| {
+            [Declarations {
+                function_declarations: declarations.iter().map(|d| &**d).collect(),
+            }]
+        }),
+    };
     Ok(WireRequest {
         url,
         headers,
         body: encoded_body(PROTOCOL, &body)?,
     })
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Body<'a> {
+    contents: Vec<Value>,
+    generation_config: Map<String, Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system_instruction: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tools: Option<[Declarations<'a>; 1]>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Declarations<'a> {
+    function_declarations: Vec<&'a RawValue>,
+}
+
+/// The [`ToolSpec::rendered`] key of a tool's `functionDeclarations` entry.
+const TOOL_SHAPE: &str = "gemini.declaration";
+
+/// A tool's `functionDeclarations` entry; no `parameters` for a tool
+/// without arguments.
+fn declaration(tool: &ToolSpec) -> Value {
+    let mut declaration = json!({
+        "name": tool.name(),
+        "description": tool.description(),
+    });
+    let parameters = schema::sanitize(&tool.parameters_value());
+    if !schema::declares_nothing(&parameters)
+        && let Value::Object(map) = &mut declaration
+    {
+        map.insert("parameters".into(), parameters);
+    }
+    declaration
 }
 
 /// The model name as a URL path segment (`models/` prefix allowed).
