@@ -278,3 +278,37 @@ fn call_ids_are_sent_in_a_form_anthropic_accepts() {
     );
     assert_eq!(ids("user", "tool_result", "tool_use_id"), calls);
 }
+
+/// `input` must be an object. The kernel only ever stores object
+/// arguments, but a history built by hand (or by an older store) may hold
+/// something else; it is sent as an empty object rather than refused.
+#[test]
+fn a_call_whose_arguments_are_not_an_object_is_sent_with_an_empty_input() {
+    let request = ChatRequest {
+        model: "claude-x".into(),
+        messages: vec![
+            Message::user("go"),
+            Message::Assistant(AssistantMessage {
+                content: String::new(),
+                reasoning: vec![],
+                tool_calls: vec![ToolCall {
+                    id: "toolu_1".into(),
+                    name: "light_set".into(),
+                    arguments: json!("on"),
+                    raw_arguments: "\"on\"".into(),
+                }],
+            }),
+        ],
+        tools: vec![],
+        max_tokens: 64,
+        temperature: None,
+        stream: false,
+    };
+    let wire = AnthropicCodec
+        .build_request(&endpoint(None), &request)
+        .unwrap();
+    assert_eq!(
+        wire.body_json().unwrap()["messages"][1]["content"],
+        json!([{"type": "tool_use", "id": "toolu_1", "name": "light_set", "input": {}}])
+    );
+}

@@ -1,11 +1,11 @@
 //! Building the Anthropic request body.
 
-use homeagent_core::{AssistantMessage, Message, ToolMessage};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
+use homeagent_core::{AssistantMessage, Message, ToolMessage};
 use serde::Serialize;
 use serde_json::value::RawValue;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use super::{API_VERSION, PROTOCOL};
 use crate::codec::wire_ids::{AnthropicIds, WireIds};
@@ -27,14 +27,17 @@ pub(super) fn build(endpoint: &Endpoint, request: &ChatRequest) -> Result<WireRe
     // (Kimi writes `functions.ls:0`).
     let ids = WireIds::of(&request.messages, &AnthropicIds);
     let mut system: Vec<&str> = Vec::new();
-    let mut messages: Vec<Value> = Vec::with_capacity(request.messages.len());
+    // Borrowed from the request: the history is written as it is, never
+    // copied into `Value` trees first (a long session's requests were
+    // mostly that copy).
+    let mut messages: Vec<WireMessage<'_>> = Vec::with_capacity(request.messages.len());
     for message in &request.messages {
         match message {
             Message::System { content } => system.push(content),
             Message::User { content } => {
                 // Anthropic rejects text blocks without non-whitespace text.
                 if has_text(content) {
-                    push_user_block(&mut messages, json!({"type": "text", "text": content}));
+                    push_user_block(&mut messages, Block::Text { text: content });
                 }
             }
             Message::Assistant(assistant) => {
@@ -43,7 +46,10 @@ pub(super) fn build(endpoint: &Endpoint, request: &ChatRequest) -> Result<WireRe
                 // only another provider's reasoning) is left out rather than
                 // sent empty, which the API rejects.
                 if !blocks.is_empty() {
-                    messages.push(json!({"role": "assistant", "content": blocks}));
+                    messages.push(WireMessage {
+                        role: "assistant",
+                        content: blocks,
+                    });
                 }
             }
             Message::Tool(tool) => push_user_block(&mut messages, tool_result(tool, &ids)),
@@ -91,13 +97,54 @@ struct Body<'a> {
     max_tokens: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     system: Option<String>,
-    messages: Vec<Value>,
+    messages: Vec<WireMessage<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<&'a RawValue>,
     stream: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<Value>,
 }
+
+#[derive(Serialize)]
+struct WireMessage<'a> {
+    role: &'static str,
+    content: Vec<Block<'a>>,
+}
+
+/// A content block, `type` first.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Block<'a> {
+    Text {
+        text: &'a str,
+    },
+    Thinking {
+        thinking: &'a str,
+        signature: &'a str,
+    },
+    RedactedThinking {
+        data: &'a str,
+    },
+    ToolUse {
+        id: &'a str,
+        name: &'a str,
+        input: &'a Value,
+    },
+    /// Failures use the wire's native `is_error` flag.
+    ToolResult {
+        tool_use_id: &'a str,
+        content: &'a str,
+        #[serde(skip_serializing_if = "is_false")]
+        is_error: bool,
+    },
+}
+
+fn is_false(flag: &bool) -> bool {
+    !flag
+}
+
+/// The `input` of a call whose arguments are not an object.
+static NO_INPUT: LazyLock<Value> = LazyLock::new(|| Value::Object(Map::new()));
 
 #[derive(Serialize)]
 struct Tool<'a> {
@@ -116,51 +163,53 @@ const TOOL_SHAPE: &str = "anthropic.tool";
 /// Anthropic wants user and assistant turns to alternate, so the results of
 /// one batch of calls travel as a single user message of `tool_result`
 /// blocks, and a user message that follows them joins that same message.
-fn push_user_block(messages: &mut Vec<Value>, block: Value) {
+fn push_user_block<'a>(messages: &mut Vec<WireMessage<'a>>, block: Block<'a>) {
     if let Some(last) = messages.last_mut()
-        && last.get("role").and_then(Value::as_str) == Some("user")
-        && let Some(Value::Array(content)) = last.get_mut("content")
+        && last.role == "user"
     {
-        content.push(block);
+        last.content.push(block);
         return;
     }
-    messages.push(json!({"role": "user", "content": [block]}));
+    messages.push(WireMessage {
+        role: "user",
+        content: vec![block],
+    });
 }
 
 /// Thinking blocks first (the API requires it), then the text, then every
 /// call of the turn.
-fn assistant_blocks(message: &AssistantMessage, ids: &WireIds<'_>) -> Vec<Value> {
+fn assistant_blocks<'a>(message: &'a AssistantMessage, ids: &'a WireIds<'_>) -> Vec<Block<'a>> {
     let mut blocks = Vec::with_capacity(message.reasoning.len() + 1 + message.tool_calls.len());
     for part in &message.reasoning {
         let Some(ours) = part.metadata.as_ref().and_then(|m| m.get(PROTOCOL)) else {
             continue;
         };
         if let Some(signature) = ours.get("signature").and_then(Value::as_str) {
-            blocks.push(json!({
-                "type": "thinking",
-                "thinking": part.text,
-                "signature": signature,
-            }));
+            blocks.push(Block::Thinking {
+                thinking: &part.text,
+                signature,
+            });
         } else if let Some(data) = ours.get("redacted_data").and_then(Value::as_str) {
-            blocks.push(json!({"type": "redacted_thinking", "data": data}));
+            blocks.push(Block::RedactedThinking { data });
         }
     }
     if has_text(&message.content) {
-        blocks.push(json!({"type": "text", "text": message.content}));
+        blocks.push(Block::Text {
+            text: &message.content,
+        });
     }
     for call in &message.tool_calls {
         // `input` must be an object; the kernel guarantees it, but a
         // hand-built history might not.
         let input = match &call.arguments {
-            Value::Object(_) => call.arguments.clone(),
-            _ => Value::Object(Map::new()),
+            Value::Object(_) => &call.arguments,
+            _ => &NO_INPUT,
         };
-        blocks.push(json!({
-            "type": "tool_use",
-            "id": ids.get(&call.id),
-            "name": call.name,
-            "input": input,
-        }));
+        blocks.push(Block::ToolUse {
+            id: ids.get(&call.id),
+            name: &call.name,
+            input,
+        });
     }
     blocks
 }
@@ -174,16 +223,10 @@ fn has_text(text: &str) -> bool {
 }
 
 /// A tool result; failures use the wire's native `is_error` flag.
-fn tool_result(tool: &ToolMessage, ids: &WireIds<'_>) -> Value {
-    let mut block = json!({
-        "type": "tool_result",
-        "tool_use_id": ids.get(&tool.tool_call_id),
-        "content": tool.content,
-    });
-    if !tool.success
-        && let Value::Object(map) = &mut block
-    {
-        map.insert("is_error".into(), Value::Bool(true));
+fn tool_result<'a>(tool: &'a ToolMessage, ids: &'a WireIds<'_>) -> Block<'a> {
+    Block::ToolResult {
+        tool_use_id: ids.get(&tool.tool_call_id),
+        content: &tool.content,
+        is_error: !tool.success,
     }
-    block
 }
