@@ -159,34 +159,11 @@ fn http_error_bodies_become_status_type_and_message() {
     assert!(message.len() < 300, "{message}");
 }
 
-/// Anthropic refuses a text block without non-whitespace text ("text
-/// content blocks must contain non-whitespace text"), and the turn stays in
-/// the history: sent as is, every later request of the session would fail.
-/// Models often put "\n\n" before their calls.
-#[test]
-fn whitespace_only_text_is_not_sent_as_a_block() {
+/// The `messages` Anthropic is sent for `messages` (no tools, not streamed).
+fn messages_sent(messages: Vec<Message>) -> serde_json::Value {
     let request = ChatRequest {
         model: "claude-haiku-4-5".into(),
-        messages: vec![
-            Message::user("turn the light on"),
-            Message::Assistant(AssistantMessage {
-                content: "\n\n".into(),
-                reasoning: vec![],
-                tool_calls: vec![call("toolu_1", "light_set", json!({"on": true}), "")],
-            }),
-            Message::Tool(ToolMessage {
-                tool_call_id: "toolu_1".into(),
-                name: "light_set".into(),
-                content: "on".into(),
-                success: true,
-            }),
-            Message::user(" \t"),
-            Message::Assistant(AssistantMessage {
-                content: " ".into(),
-                ..AssistantMessage::default()
-            }),
-            Message::user("thanks"),
-        ],
+        messages,
         tools: vec![],
         max_tokens: 64,
         temperature: None,
@@ -195,8 +172,37 @@ fn whitespace_only_text_is_not_sent_as_a_block() {
     let wire = AnthropicCodec
         .build_request(&endpoint(None), &request)
         .unwrap();
+    wire.body_json().unwrap()["messages"].take()
+}
+
+/// Anthropic refuses a text block without non-whitespace text ("text
+/// content blocks must contain non-whitespace text"), and the turn stays in
+/// the history: sent as is, every later request of the session would fail.
+/// Models often put "\n\n" before their calls.
+#[test]
+fn whitespace_only_text_is_not_sent_as_a_block() {
+    let messages = vec![
+        Message::user("turn the light on"),
+        Message::Assistant(AssistantMessage {
+            content: "\n\n".into(),
+            reasoning: vec![],
+            tool_calls: vec![call("toolu_1", "light_set", json!({"on": true}), "")],
+        }),
+        Message::Tool(ToolMessage {
+            tool_call_id: "toolu_1".into(),
+            name: "light_set".into(),
+            content: "on".into(),
+            success: true,
+        }),
+        Message::user(" \t"),
+        Message::Assistant(AssistantMessage {
+            content: " ".into(),
+            ..AssistantMessage::default()
+        }),
+        Message::user("thanks"),
+    ];
     assert_eq!(
-        wire.body_json().unwrap()["messages"],
+        messages_sent(messages),
         json!([
             {"role": "user", "content": [{"type": "text", "text": "turn the light on"}]},
             {"role": "assistant", "content": [
@@ -284,31 +290,16 @@ fn call_ids_are_sent_in_a_form_anthropic_accepts() {
 /// something else; it is sent as an empty object rather than refused.
 #[test]
 fn a_call_whose_arguments_are_not_an_object_is_sent_with_an_empty_input() {
-    let request = ChatRequest {
-        model: "claude-x".into(),
-        messages: vec![
-            Message::user("go"),
-            Message::Assistant(AssistantMessage {
-                content: String::new(),
-                reasoning: vec![],
-                tool_calls: vec![ToolCall {
-                    id: "toolu_1".into(),
-                    name: "light_set".into(),
-                    arguments: json!("on"),
-                    raw_arguments: "\"on\"".into(),
-                }],
-            }),
-        ],
-        tools: vec![],
-        max_tokens: 64,
-        temperature: None,
-        stream: false,
-    };
-    let wire = AnthropicCodec
-        .build_request(&endpoint(None), &request)
-        .unwrap();
+    let messages = vec![
+        Message::user("go"),
+        Message::Assistant(AssistantMessage {
+            content: String::new(),
+            reasoning: vec![],
+            tool_calls: vec![call("toolu_1", "light_set", json!("on"), "\"on\"")],
+        }),
+    ];
     assert_eq!(
-        wire.body_json().unwrap()["messages"][1]["content"],
+        messages_sent(messages)[1]["content"],
         json!([{"type": "tool_use", "id": "toolu_1", "name": "light_set", "input": {}}])
     );
 }
