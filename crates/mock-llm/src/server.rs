@@ -452,7 +452,7 @@ async fn chat(
     let trigger = http_trigger(&request.messages);
     if trigger == Some(HttpTrigger::Err) {
         state.with_stats(|s| s.errors_injected += 1);
-        tokio::time::sleep(delay).await;
+        model_delay(delay).await;
         return json_response(
             StatusCode::INTERNAL_SERVER_ERROR,
             &error_body(wire, 500, "the mock model failed on purpose (!err)"),
@@ -507,7 +507,7 @@ async fn chat(
         };
         state.with_inputs(|log| log.request(input, kind, own_us));
     }
-    tokio::time::sleep(delay).await;
+    model_delay(delay).await;
 
     if trigger == Some(HttpTrigger::Hang) {
         state.with_stats(|s| s.hangs += 1);
@@ -548,6 +548,16 @@ async fn chat(
         false,
         input.map(|input| (input, started)),
     )
+}
+
+/// The model's thinking time. A zero delay answers at once: tokio's timer
+/// rounds a deadline up to its next millisecond tick, so even a zero sleep
+/// parks the request for up to a millisecond, which the bench's zero-delay
+/// scenarios would then count as the mock's time.
+async fn model_delay(delay: Duration) {
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
+    }
 }
 
 fn micros(elapsed: Duration) -> u64 {
