@@ -94,6 +94,7 @@ fn an_empty_file_gives_the_documented_defaults() {
     assert_eq!(config.scheduler.max_concurrent_sessions, 16);
     assert_eq!(config.scheduler.queue_capacity, 256);
     assert_eq!(config.scheduler.dedup_window, None);
+    assert_eq!(config.runtime.worker_threads, 1);
     assert_eq!(
         config.llm.stream_idle_timeout.as_duration(),
         Duration::from_secs(60)
@@ -155,6 +156,9 @@ max_concurrent_sessions = 2
 queue_capacity = 5
 dedup_window = "1500ms"
 
+[runtime]
+worker_threads = 3
+
 [llm]
 stream_idle_timeout = "2m"
 connect_timeout = "5s"
@@ -213,6 +217,7 @@ fn every_section_is_read() {
     assert_eq!(config.agent.system_prompt.as_deref(), Some("Be brief."));
     assert_eq!(config.scheduler.max_concurrent_sessions, 2);
     assert_eq!(config.scheduler.queue_capacity, 5);
+    assert_eq!(config.runtime.worker_threads, 3);
     assert_eq!(
         config
             .scheduler
@@ -422,6 +427,21 @@ fn semantic_errors_name_the_key() {
     assert_eq!(key, "scheduler.queue_capacity");
     let (key, _) = invalid_key("[scheduler]\nmax_concurrent_sessions = 0\n");
     assert_eq!(key, "scheduler.max_concurrent_sessions");
+}
+
+#[test]
+fn worker_threads_outside_1_to_256_is_refused_by_name() {
+    for bad in ["0", "257", "1000"] {
+        let (key, message) = invalid_key(&format!("[runtime]\nworker_threads = {bad}\n"));
+        assert_eq!(key, "runtime.worker_threads", "{bad}");
+        assert!(message.contains("between 1 and 256"), "{bad}: {message}");
+    }
+    for good in [1_u16, 2, 256] {
+        let config = parse(&format!("[runtime]\nworker_threads = {good}\n")).unwrap();
+        assert_eq!(config.runtime.worker_threads, good);
+    }
+    let (_, _, message) = parse_error("[runtime]\nworker_thread = 2\n");
+    assert!(message.contains("worker_threads"), "{message}");
 }
 
 #[test]
@@ -728,6 +748,7 @@ fn describe_reports_sources_agents_and_tools_without_keys() {
             dir.0.join("data").join("files").display()
         ),
         "scheduler: 2 concurrent sessions, queue 5 per session, dedup 1500ms".to_owned(),
+        "runtime: 3 worker thread(s)".to_owned(),
         "server: listen 0.0.0.0:9000".to_owned(),
         "  api key: set ($HOMEAGENT_API_KEY or server.api_key)".to_owned(),
     ];

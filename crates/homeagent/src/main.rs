@@ -19,6 +19,8 @@ mod waiter_cmd;
 
 use clap::Parser;
 
+use homeagent_agent::config::RuntimeSection;
+
 use crate::cli::{Cli, Command};
 
 // The kernel is allocation-bound (fragments, JSON values); mimalloc halves
@@ -26,8 +28,7 @@ use crate::cli::{Cli, Command};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
     let hardened = keep_secrets_from_children();
     let cli = Cli::parse();
     // Logs go to stderr only when RUST_LOG asks for them (stdout carries
@@ -45,7 +46,18 @@ async fn main() -> std::process::ExitCode {
              same user can read its environment, API keys included"
         );
     }
-    match run(cli).await {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(worker_threads(&cli))
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("error: cannot start the async runtime: {error}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(error) => {
             // One line with the whole cause chain ("cannot load the adapter
@@ -55,6 +67,29 @@ async fn main() -> std::process::ExitCode {
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// The runtime's worker threads: `[runtime] worker_threads` for a command
+/// that runs the agent from the config, one for the others (see
+/// `RuntimeSection` for why one). The config is read here, before the
+/// runtime exists, and again by the command; a config that does not load
+/// gets the default here and its error from the command, which reports it
+/// with the command's own context.
+fn worker_threads(cli: &Cli) -> usize {
+    let runs_agent = matches!(
+        cli.command,
+        Command::Serve(_)
+            | Command::Chat(_)
+            | Command::Run(_)
+            | Command::McpServe(_)
+            | Command::Seq(cli::SeqCommand::Run { .. })
+    );
+    let section = if runs_agent {
+        setup::load(&cli.global).map_or_else(|_| RuntimeSection::default(), |l| l.config.runtime)
+    } else {
+        RuntimeSection::default()
+    };
+    usize::from(section.worker_threads)
 }
 
 /// Makes the process non-dumpable. Programs it runs (`cmd_run`, hooks,

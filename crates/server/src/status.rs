@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use crate::state::ServerState;
 
 /// Scheduler and store counters, every model source's health, tool counts, the event
-/// stream and uptime.
+/// stream, the runtime's threads and uptime.
 pub async fn status(State(state): State<ServerState>) -> Response {
     let sources: Vec<Value> = state
         .runtime()
@@ -44,6 +44,9 @@ pub async fn status(State(state): State<ServerState>) -> Response {
     let store_writes = state.runtime().store().write_stats();
     json_ok(&json!({
         "uptime_ms": u64::try_from(state.uptime().as_millis()).unwrap_or(u64::MAX),
+        // The threads the async runtime really runs on (`[runtime]
+        // worker_threads` for `homeagent serve`), read from the runtime.
+        "runtime": {"worker_threads": tokio::runtime::Handle::current().metrics().num_workers()},
         "scheduler": state.scheduler().counters(),
         // Average group size = writes / commits (see the store's group commit).
         "store": {

@@ -125,6 +125,11 @@ pub fn describe(loaded: &LoadedConfig) -> String {
             .dedup_window
             .map_or_else(|| "off".to_owned(), |window| window.to_string()),
     );
+    let _ = writeln!(
+        out,
+        "runtime: {} worker thread(s)",
+        config.runtime.worker_threads
+    );
 
     let secret_state = |secret: &Option<_>| if secret.is_some() { "set" } else { "not set" };
     let _ = writeln!(

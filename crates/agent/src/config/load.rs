@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use homeagent_llm::SourceProtocol;
 
 use super::secret::Secret;
-use super::types::Config;
+use super::types::{Config, MAX_WORKER_THREADS};
 
 /// Names the config file (overridden by `--config`).
 pub const ENV_CONFIG: &str = "HOMEAGENT_CONFIG";
@@ -313,6 +313,15 @@ impl Config {
             return Err(invalid(
                 "scheduler.max_concurrent_sessions".into(),
                 "must be at least 1 (the default is 16)".into(),
+            ));
+        }
+        if !(1..=MAX_WORKER_THREADS).contains(&self.runtime.worker_threads) {
+            return Err(invalid(
+                "runtime.worker_threads".into(),
+                format!(
+                    "must be between 1 and {MAX_WORKER_THREADS} (the default is 1), not {}",
+                    self.runtime.worker_threads
+                ),
             ));
         }
         for (index, source) in self.llm.sources.iter().enumerate() {

@@ -27,6 +27,6 @@ pub use load::{
 pub use secret::Secret;
 pub use types::{
     AgentEntry, AgentSection, CmdRunSection, Config, DEFAULT_AGENT, DeviceEntry, FilesSection,
-    HookEntry, HooksSection, LlmSection, McpSection, McpServerEntry, SchedulerSection,
-    ServerSection, StoreSection, StoreSync, ToolsSection,
+    HookEntry, HooksSection, LlmSection, MAX_WORKER_THREADS, McpSection, McpServerEntry,
+    RuntimeSection, SchedulerSection, ServerSection, StoreSection, StoreSync, ToolsSection,
 };

@@ -28,6 +28,8 @@ pub struct Config {
     pub agent: AgentSection,
     /// How inputs are queued and run.
     pub scheduler: SchedulerSection,
+    /// The threads the program runs on.
+    pub runtime: RuntimeSection,
     /// Model sources and how HomeAgent talks to them.
     pub llm: LlmSection,
     /// Built-in tools.
@@ -120,6 +122,28 @@ impl Default for SchedulerSection {
             queue_capacity: 256,
             dedup_window: None,
         }
+    }
+}
+
+/// `[runtime]`
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct RuntimeSection {
+    /// Threads that run the agent's async work: sessions, model streams,
+    /// tools, the HTTP server (1 to 256). The store and blocking work have
+    /// a pool of their own. An agent waits on models and tools far more
+    /// than it computes, and one thread needs no wake-ups between threads:
+    /// on a 2-core machine it cut the agent's own time per turn by a third
+    /// (docs/BENCHMARKS.md). Raise it for many busy sessions on many cores.
+    pub worker_threads: u16,
+}
+
+/// Above this, a typo (an extra digit) is more likely than a machine.
+pub const MAX_WORKER_THREADS: u16 = 256;
+
+impl Default for RuntimeSection {
+    fn default() -> Self {
+        RuntimeSection { worker_threads: 1 }
     }
 }
 

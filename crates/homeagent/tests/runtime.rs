@@ -1,0 +1,131 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a test failure
+
+//! `[runtime] worker_threads` end to end: the built binary's `serve` runs
+//! on as many worker threads as the config says (one without a
+//! `[runtime]`), as its runtime reports them in `/api/v1/status`, and a
+//! count out of range stops it with the key named.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use serde_json::Value;
+
+struct Dir(PathBuf);
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn temp_dir() -> Dir {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "homeagent-runtime-e2e-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::SeqCst)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    Dir(dir)
+}
+
+/// A child process killed when the test ends, however it ends.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `homeagent serve` on the offline demo model with `config` as its
+/// config file; `tokio_env` sets tokio's own `TOKIO_WORKER_THREADS`.
+fn serve(dir: &Path, config: &str, tokio_env: Option<&str>) -> Command {
+    let file = dir.join("homeagent.toml");
+    std::fs::write(&file, config).unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_homeagent"));
+    command
+        .arg("--data-dir")
+        .arg(dir)
+        .arg("--config")
+        .arg(&file)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env_remove("HOMEAGENT_CONFIG")
+        .env_remove("HOMEAGENT_API_KEY")
+        .env_remove("RUST_LOG")
+        .env_remove("TOKIO_WORKER_THREADS")
+        .stdin(Stdio::null());
+    if let Some(threads) = tokio_env {
+        command.env("TOKIO_WORKER_THREADS", threads);
+    }
+    command
+}
+
+/// The worker threads a running `serve` reports.
+async fn reported_workers(config: &str, tokio_env: Option<&str>) -> u64 {
+    let dir = temp_dir();
+    let mut child = serve(&dir.0, config, tokio_env)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let child = Proc(child);
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).unwrap();
+    let url = line
+        .trim()
+        .strip_prefix("HomeAgent listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
+        .to_owned();
+    homeagent_llm::transport::install_crypto_provider();
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let status: Value = http
+        .get(format!("{url}/api/v1/status"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    drop(child);
+    status["runtime"]["worker_threads"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no runtime.worker_threads in {status}"))
+}
+
+#[tokio::test]
+async fn serve_runs_on_the_configured_worker_threads() {
+    assert_eq!(reported_workers("", None).await, 1);
+    assert_eq!(
+        reported_workers("[runtime]\nworker_threads = 3\n", None).await,
+        3
+    );
+    // The config decides, not tokio's own environment variable.
+    assert_eq!(reported_workers("", Some("4")).await, 1);
+}
+
+#[test]
+fn serve_refuses_a_worker_count_out_of_range_by_its_key() {
+    let dir = temp_dir();
+    let mut child = serve(&dir.0, "[runtime]\nworker_threads = 0\n", None)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert!(!status.success(), "serve started with 0 worker threads");
+    assert!(stderr.contains("runtime.worker_threads"), "{stderr}");
+    assert!(stderr.contains("between 1 and 256"), "{stderr}");
+}
