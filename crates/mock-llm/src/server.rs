@@ -577,7 +577,16 @@ fn body_response(
     hang: bool,
     served: Option<(String, Instant)>,
 ) -> Response {
-    let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(1);
+    // Without a delay between them every chunk is ready at once, so the
+    // channel holds them all: the connection then writes them together, as
+    // a server with nothing to wait for would, not one write and one
+    // reader wake-up per chunk.
+    let capacity = if chunk_delay.is_zero() {
+        chunks.len().max(1)
+    } else {
+        1
+    };
+    let (tx, rx) = mpsc::channel::<Result<Bytes, Infallible>>(capacity);
     let stop = guard.0.stop.clone();
     tokio::spawn(async move {
         let guard = guard;
