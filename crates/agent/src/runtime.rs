@@ -39,7 +39,7 @@ use homeagent_tools::hooks::CommandHooks;
 use homeagent_tools::{AGENT_EXTRA, Approval, GatedSource};
 use serde_json::{Map, Value};
 
-use crate::context::{RequestMessages, approx_tokens};
+use crate::context::{CountedHistory, RequestMessages, approx_tokens};
 use crate::frames::{Frame, UsageFrame};
 use crate::store::{EventRow, Store, StoreError};
 
@@ -200,15 +200,21 @@ impl Runtime {
         let user = Message::user(input.text.clone());
         // Held until this input ends: no other process runs the session
         // meanwhile (see `store::claim`).
+        // A new session is created with the user message, in one commit
+        // (`append_async_creating`); a read refuses another agent's first.
         let (_claim, mut history) = self
             .with_store(move |store| {
                 let claim = store.claim_session(&session)?;
-                store.ensure_session(&session, &agent)?;
-                Ok((claim, store.load_counted(&session)?))
+                let history = if store.check_session_agent(&session, &agent)? {
+                    store.load_counted(&session)?
+                } else {
+                    CountedHistory::default()
+                };
+                Ok((claim, history))
             })
             .await?;
         self.store
-            .append_async(&input.session, std::slice::from_ref(&user), Vec::new())
+            .append_async_creating(&input.session, &input.agent, std::slice::from_ref(&user))
             .await
             .map_err(store_frame)?;
         history.push(user);

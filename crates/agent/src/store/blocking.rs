@@ -31,7 +31,8 @@ use std::sync::Arc;
 
 use homeagent_core::Message;
 
-use super::messages::{append_op, appended};
+use super::group::WriteOp;
+use super::messages::{append_creating_op, append_op, appended};
 use super::{EventRow, Store, StoreError};
 
 /// Store calls running on the blocking pool at once, per store. All of
@@ -86,7 +87,33 @@ impl Store {
         messages: &[Message],
         events: Vec<EventRow>,
     ) -> Result<RangeInclusive<i64>, StoreError> {
-        let job = self.queue(append_op(session, messages, events)?);
+        self.commit_queued(append_op(session, messages, events)?)
+            .await
+    }
+
+    /// [`Store::append_async`] for the first write of an input, whose
+    /// session may not exist yet: it is created for `agent` in the same
+    /// transaction as `messages`, so an input that opens a session (every
+    /// request of a client that names none) waits for one commit there,
+    /// not two. A session of another agent is refused
+    /// ([`StoreError::AgentMismatch`]) and nothing is written.
+    pub async fn append_async_creating(
+        self: &Arc<Self>,
+        session: &str,
+        agent: &str,
+        messages: &[Message],
+    ) -> Result<RangeInclusive<i64>, StoreError> {
+        self.commit_queued(append_creating_op(session, agent, messages)?)
+            .await
+    }
+
+    /// Queues `op` for the group commit, makes sure a leader task commits
+    /// it, and waits for its answer.
+    async fn commit_queued(
+        self: &Arc<Self>,
+        op: WriteOp,
+    ) -> Result<RangeInclusive<i64>, StoreError> {
+        let job = self.queue(op);
         if self.writes.take_lead() {
             let store = Arc::clone(self);
             tokio::spawn(async move {

@@ -68,9 +68,13 @@ pub(super) enum WriteOp {
         agent: String,
         rows: Vec<MessageRow>,
     },
-    /// Append messages (and tool events) to an existing session.
+    /// Append messages (and tool events) to a session: an existing one, or
+    /// with `create_for`, one created for that agent in the same
+    /// transaction if it does not exist yet (an input opening a session
+    /// then costs one commit, not two).
     Append {
         session: String,
+        create_for: Option<String>,
         rows: Vec<MessageRow>,
         events: Vec<EventRow>,
     },
@@ -455,10 +459,15 @@ fn apply(conn: &Connection, op: &WriteOp) -> Result<WriteDone, StoreError> {
         }
         WriteOp::Append {
             session,
+            create_for,
             rows,
             events,
         } => {
-            require_session(conn, session)?;
+            if let Some(agent) = create_for {
+                create_or_get(conn, session, agent)?;
+            } else {
+                require_session(conn, session)?;
+            }
             let first = max_seq(conn, session)? + 1;
             insert_rows(conn, session, first, rows)?;
             insert_events(conn, session, events)?;

@@ -9,6 +9,7 @@ use rusqlite::Connection;
 use super::events::EventRow;
 use super::group::{WriteDone, WriteOp};
 use super::history_cache::SeqHistory;
+use super::sessions::validate_agent_name;
 use super::{Store, StoreError, now_ms, require_session, validate_session_id};
 
 impl Store {
@@ -156,9 +157,25 @@ pub(super) fn append_op(
     validate_session_id(session)?;
     Ok(WriteOp::Append {
         session: session.to_owned(),
+        create_for: None,
         rows: encode_messages(session, messages)?,
         events,
     })
+}
+
+/// The write that appends `messages` to `session`, creating the session
+/// for `agent` first if it does not exist.
+pub(super) fn append_creating_op(
+    session: &str,
+    agent: &str,
+    messages: &[Message],
+) -> Result<WriteOp, StoreError> {
+    validate_agent_name(agent)?;
+    let mut op = append_op(session, messages, Vec::new())?;
+    if let WriteOp::Append { create_for, .. } = &mut op {
+        *create_for = Some(agent.to_owned());
+    }
+    Ok(op)
 }
 
 /// The range an append's answer carries.

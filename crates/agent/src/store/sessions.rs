@@ -40,10 +40,6 @@ fn info_from_row(row: &Row<'_>) -> rusqlite::Result<SessionInfo> {
     })
 }
 
-/// Creates the session for `agent` unless it exists, and returns it; a
-/// session of another agent is refused. The caller holds the (IMMEDIATE)
-/// transaction, so another process creating the same id at the same moment
-/// cannot slip between the insert-or-keep and the read.
 /// Inserts session `id` unless it exists; whether it was inserted.
 pub(super) fn insert_if_new(conn: &Connection, id: &str, agent: &str) -> Result<bool, StoreError> {
     let inserted = conn
@@ -55,6 +51,10 @@ pub(super) fn insert_if_new(conn: &Connection, id: &str, agent: &str) -> Result<
     Ok(inserted == 1)
 }
 
+/// Creates the session for `agent` unless it exists, and returns it; a
+/// session of another agent is refused. The caller holds the (IMMEDIATE)
+/// transaction, so another process creating the same id at the same moment
+/// cannot slip between the insert-or-keep and the read.
 pub(super) fn create_or_get(
     conn: &Connection,
     id: &str,
@@ -68,7 +68,7 @@ pub(super) fn create_or_get(
 }
 
 /// An agent name the store keeps: 1 to 128 bytes.
-fn validate_agent_name(agent: &str) -> Result<(), StoreError> {
+pub(super) fn validate_agent_name(agent: &str) -> Result<(), StoreError> {
     if agent.is_empty() || agent.len() > 128 {
         return Err(StoreError::InvalidAgentName {
             name: agent.chars().take(136).collect(),
@@ -115,6 +115,19 @@ impl Store {
         match self.submit(op)? {
             WriteDone::Session(info) => Ok(info),
             WriteDone::Created(_) | WriteDone::Appended(_) => Err(StoreError::WriteNotApplied),
+        }
+    }
+
+    /// Checks, by a read, that session `id` is `agent`'s or does not exist
+    /// yet, and says whether it exists: the check before an input whose
+    /// first write may create the session ([`Store::append_async_creating`]).
+    /// A session of another agent is refused ([`StoreError::AgentMismatch`]).
+    pub fn check_session_agent(&self, id: &str, agent: &str) -> Result<bool, StoreError> {
+        validate_session_id(id)?;
+        validate_agent_name(agent)?;
+        match read_one(&self.lock(), id)? {
+            Some(info) => owned_by(info, agent).map(|_| true),
+            None => Ok(false),
         }
     }
 

@@ -1,0 +1,126 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a test failure
+//! How many commits an input costs. With `[store] sync = "full"` every
+//! commit waits for the disk, so each one is a share of every turn.
+//!
+//! An input that opens a session (every request of a client that names no
+//! session) used to commit the new session on its own and then its first
+//! message; the session is now created in the transaction that appends
+//! that message. The counts below come from the store's own group-commit
+//! counters, not from the runtime.
+
+mod common;
+
+use common::{TempDir, local_runtime};
+use std::sync::Arc;
+
+use homeagent_agent::store::{Store, StoreError};
+use homeagent_agent::{AgentSettings, DemoModel, Frame, Runtime, TurnControl, TurnInput};
+use homeagent_core::Message;
+
+fn runtime(store: Arc<Store>) -> Runtime {
+    local_runtime(
+        Arc::new(DemoModel::default()),
+        store,
+        AgentSettings::default(),
+    )
+}
+
+/// Runs one input on `session` as `agent`; returns its terminal frame.
+async fn run(runtime: &Runtime, session: &str, agent: &str, text: &str) -> Frame {
+    let sink: homeagent_agent::FrameSink = Arc::new(|_| {});
+    let input = TurnInput {
+        session: session.into(),
+        agent: agent.into(),
+        text: text.into(),
+    };
+    runtime.run(&input, &TurnControl::default(), &sink).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_input_that_opens_a_session_commits_the_session_with_its_first_message() {
+    let dir = TempDir::new("commits-open");
+    let store = Arc::new(Store::open(&dir.db()).unwrap());
+    let runtime = runtime(Arc::clone(&store));
+
+    // A plain reply: the user message (with the new session), the reply.
+    let terminal = run(&runtime, "fresh", "main", "hello").await;
+    assert!(matches!(terminal, Frame::Response { .. }), "{terminal:?}");
+    assert_eq!(store.write_stats().commits, 2);
+    assert_eq!(store.session("fresh").unwrap().unwrap().agent, "main");
+    let history = store.history("fresh").unwrap();
+    assert!(
+        matches!(&history[..], [Message::User { content }, Message::Assistant(_)] if content == "hello"),
+        "{history:#?}"
+    );
+
+    // The session exists now: the next input commits the same two.
+    run(&runtime, "fresh", "main", "again").await;
+    assert_eq!(store.write_stats().commits, 4);
+
+    // A batch opening another session: the user message with the session,
+    // the assistant message with its calls, the results with their
+    // events, the reply.
+    let batch = r#"!calls [{"name":"demo_echo","arguments":{"text":"one"}}]"#;
+    let terminal = run(&runtime, "second", "main", batch).await;
+    assert!(matches!(terminal, Frame::Response { .. }), "{terminal:?}");
+    assert_eq!(store.write_stats().commits, 8);
+    assert_eq!(store.history("second").unwrap().len(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_input_for_another_agents_session_is_refused_and_writes_nothing() {
+    let dir = TempDir::new("commits-mismatch");
+    let store = Arc::new(Store::open(&dir.db()).unwrap());
+    store.ensure_session("kitchen-s", "kitchen").unwrap();
+    let before = store.write_stats();
+    let runtime = runtime(Arc::clone(&store));
+
+    let terminal = run(&runtime, "kitchen-s", "main", "hello").await;
+    assert!(matches!(terminal, Frame::Error { .. }), "{terminal:?}");
+    assert_eq!(store.write_stats(), before);
+    assert_eq!(store.history("kitchen-s").unwrap(), Vec::new());
+    assert_eq!(
+        store.session("kitchen-s").unwrap().unwrap().agent,
+        "kitchen"
+    );
+    // The store names the mismatch the same way to a direct caller.
+    assert!(matches!(
+        store.ensure_session("kitchen-s", "main"),
+        Err(StoreError::AgentMismatch { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_creating_append_itself_refuses_another_agents_session() {
+    let dir = TempDir::new("commits-append-mismatch");
+    let store = Arc::new(Store::open(&dir.db()).unwrap());
+    store.ensure_session("kitchen-s", "kitchen").unwrap();
+    // The read the runtime makes first: whether the session exists, and
+    // never for another agent.
+    assert!(matches!(
+        store.check_session_agent("kitchen-s", "main"),
+        Err(StoreError::AgentMismatch { .. })
+    ));
+    assert!(store.check_session_agent("kitchen-s", "kitchen").unwrap());
+    assert!(!store.check_session_agent("new-s", "main").unwrap());
+    // No read before it this time: the write's own transaction checks.
+    let refused = store
+        .append_async_creating("kitchen-s", "main", &[Message::user("hello")])
+        .await;
+    assert!(
+        matches!(refused, Err(StoreError::AgentMismatch { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(store.history("kitchen-s").unwrap(), Vec::new());
+    // Its own agent appends, and a new id is created for the caller.
+    store
+        .append_async_creating("kitchen-s", "kitchen", &[Message::user("a")])
+        .await
+        .unwrap();
+    store
+        .append_async_creating("new-s", "main", &[Message::user("b")])
+        .await
+        .unwrap();
+    assert_eq!(store.history("kitchen-s").unwrap().len(), 1);
+    assert_eq!(store.session("new-s").unwrap().unwrap().agent, "main");
+}
