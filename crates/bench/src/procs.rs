@@ -305,6 +305,31 @@ pub fn process_peak(pid: u32) -> Option<ProcessPeak> {
     })
 }
 
+/// Context switches of every thread of `pid` so far, voluntary and not,
+/// summed over `/proc/<pid>/task/*/status`; `None` where `/proc` cannot
+/// tell. A thread that exits takes its count with it, so a difference
+/// over a window in which threads exit is a lower bound.
+pub fn context_switches(pid: u32) -> Option<u64> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut total = 0;
+    for task in tasks.flatten() {
+        // A thread that ended after the listing has no status: skip it.
+        if let Ok(text) = std::fs::read_to_string(task.path().join("status")) {
+            total += switches_in_status(&text)?;
+        }
+    }
+    Some(total)
+}
+
+/// `voluntary_ctxt_switches` + `nonvoluntary_ctxt_switches` of one
+/// thread's status text.
+pub fn switches_in_status(status: &str) -> Option<u64> {
+    Some(
+        status_value(status, "voluntary_ctxt_switches")?
+            + status_value(status, "nonvoluntary_ctxt_switches")?,
+    )
+}
+
 fn read_status(path: &str) -> Result<String, BenchError> {
     std::fs::read_to_string(path).map_err(|source| BenchError::Io {
         what: format!("read {path} (memory is read from /proc, so Linux only)"),
@@ -342,6 +367,25 @@ mod tests {
         assert_eq!(status_value("VmRSSx:\t5 kB\n", "VmRSS"), None);
         assert_eq!(status_value("Name:\tx\n", "VmRSS"), None);
         assert_eq!(status_value("VmRSS:\t12 MB\n", "VmRSS"), None);
+    }
+
+    #[test]
+    fn a_threads_switches_are_its_voluntary_and_involuntary_ones() {
+        let status = "Name:\ttokio-rt-worker\nThreads:\t1\nvoluntary_ctxt_switches:\t1500\nnonvoluntary_ctxt_switches:\t27\n";
+        assert_eq!(switches_in_status(status), Some(1527));
+        assert_eq!(switches_in_status("voluntary_ctxt_switches:\t3\n"), None);
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn this_process_has_switched_at_least_once_per_thread_that_slept() {
+        let before = context_switches(std::process::id()).unwrap();
+        // Each sleep parks the thread: a voluntary switch.
+        for _ in 0..3 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let after = context_switches(std::process::id()).unwrap();
+        assert!(after >= before + 3, "{before} -> {after}");
     }
 
     #[test]

@@ -213,6 +213,10 @@ pub struct OverheadRow {
     pub per_call_us: Option<f64>,
     pub median_reply_us: f64,
     pub median_mock_us: f64,
+    /// Context switches of every `serve` thread per measured input (see
+    /// `procs::context_switches`); `None` where `/proc` cannot tell. On a
+    /// small VM a switch costs more than the agent's own work per input.
+    pub switches_per_input: Option<f64>,
     pub status: Status,
     pub problems: Vec<String>,
 }
@@ -475,6 +479,7 @@ mod tests {
                 per_call_us: Some(20.0),
                 median_reply_us: 1000.0,
                 median_mock_us: 100.0,
+                switches_per_input: Some(26.5),
                 status: Status::Fail,
                 problems: vec!["round 3: executed 7 of 8".into()],
             }],

@@ -158,16 +158,27 @@ fn render_overhead(out: &mut String, title: &str, rows: &[OverheadRow]) {
     let _ = writeln!(out, "{title}");
     let _ = writeln!(
         out,
-        "{:>4} {:>6} {:>13} {:>12} {:>12} {:>12} {:>10} {:>6}",
-        "N", "rounds", "per input us", "per turn us", "per call us", "reply us", "mock us", ""
+        "{:>4} {:>6} {:>13} {:>12} {:>12} {:>12} {:>10} {:>15} {:>6}",
+        "N",
+        "rounds",
+        "per input us",
+        "per turn us",
+        "per call us",
+        "reply us",
+        "mock us",
+        "switches/input",
+        ""
     );
     for r in rows {
         let per_call = r
             .per_call_us
             .map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"));
+        let switches = r
+            .switches_per_input
+            .map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"));
         let _ = writeln!(
             out,
-            "{:>4} {:>6} {:>13.0} {:>12.0} {:>12} {:>12.0} {:>10.0} {:>6}",
+            "{:>4} {:>6} {:>13.0} {:>12.0} {:>12} {:>12.0} {:>10.0} {:>15} {:>6}",
             r.n,
             r.rounds,
             r.per_input_us,
@@ -175,6 +186,7 @@ fn render_overhead(out: &mut String, title: &str, rows: &[OverheadRow]) {
             per_call,
             r.median_reply_us,
             r.median_mock_us,
+            switches,
             verdict(r.status)
         );
     }
@@ -400,5 +412,28 @@ mod tests {
             blast_cpu_line(&b, 2),
             "   CPU (user + system) over the blast: serve n/a, mock n/a, bench n/a; n/a cores busy of 2"
         );
+    }
+
+    #[test]
+    fn the_overhead_table_shows_switches_per_input_or_a_dash() {
+        let row = |n: usize, switches: Option<f64>| OverheadRow {
+            n,
+            rounds: 30,
+            per_input_us: 1000.0,
+            per_turn_us: 500.0,
+            per_call_us: None,
+            median_reply_us: 1200.0,
+            median_mock_us: 200.0,
+            switches_per_input: switches,
+            status: Status::Ok,
+            problems: Vec::new(),
+        };
+        let mut out = String::new();
+        render_overhead(&mut out, "t", &[row(1, Some(26.48)), row(8, None)]);
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(lines[1].contains("switches/input"), "{out}");
+        let last = |line: &str| line.split_whitespace().nth(7).map(str::to_owned);
+        assert_eq!(last(lines[2]).as_deref(), Some("26.5"), "{out}");
+        assert_eq!(last(lines[3]).as_deref(), Some("-"), "{out}");
     }
 }

@@ -43,6 +43,13 @@ fn the_quick_bench_exits_zero_with_exact_counts() {
     }
     assert_eq!(report["blast"]["answered"], report["blast"]["inputs"]);
     assert_eq!(report["stability"]["ok"], report["stability"]["rounds"]);
+    // Every input waits for the model over the network, so serve's threads
+    // park at least once per input.
+    #[cfg(target_os = "linux")]
+    for row in report["overhead"].as_array().unwrap() {
+        let switches = row["switches_per_input"].as_f64();
+        assert!(switches.is_some_and(|s| s >= 1.0), "{row}");
+    }
     for name in [
         "bench-results.json",
         "bench-speedup.svg",

@@ -266,6 +266,7 @@ mod tests {
             per_call_us,
             median_reply_us: 0.0,
             median_mock_us: 0.0,
+            switches_per_input: None,
             status: Status::Ok,
             problems: Vec::new(),
         };

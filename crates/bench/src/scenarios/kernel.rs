@@ -10,7 +10,7 @@ use futures_util::StreamExt as _;
 use crate::client::{AgentClient, MockClient};
 use crate::error::BenchError;
 use crate::math;
-use crate::procs::{Stack, rss_kb};
+use crate::procs::{Stack, context_switches, rss_kb};
 use crate::report::{MemoryResult, OverheadRow, status_of};
 
 use super::{Progress, outcome};
@@ -39,12 +39,14 @@ pub async fn overhead(
         }
         mock.clear().await?;
         let mut sent = Vec::new();
+        let switches_before = context_switches(stack.serve_pid);
         for round in 1..=rounds {
             let text = format!("!batch{n}-ov{n}-r{round}-{run}");
             let reply = agent.send(None, &text).await;
             progress.inc();
             sent.push((text, reply));
         }
+        let switches_after = context_switches(stack.serve_pid);
         let log = mock.inputs().await?;
         let mut problems = Vec::new();
         let (mut overheads, mut replies, mut mocks) = (Vec::new(), Vec::new(), Vec::new());
@@ -71,6 +73,9 @@ pub async fn overhead(
             per_call_us,
             median_reply_us: math::median(&replies).unwrap_or(0.0),
             median_mock_us: math::median(&mocks).unwrap_or(0.0),
+            switches_per_input: switches_before
+                .zip(switches_after)
+                .map(|(before, after)| after.saturating_sub(before) as f64 / rounds.max(1) as f64),
             status: status_of(&problems),
             problems,
         });
