@@ -7,46 +7,18 @@
 //! a FIFO that only the other device's command writes, so the batch can
 //! only finish if the two commands overlap.
 
+mod common;
+
+use common::{Proc, temp_dir};
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::Path;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use homeagent_mock_llm::{MockServer, ServerConfig};
 use serde_json::{Value, json};
 
 const TOKEN: &str = "e2e-device-token-7c1";
-
-struct Dir(PathBuf);
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn temp_dir() -> Dir {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "homeagent-device-e2e-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::SeqCst)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    Dir(dir)
-}
-
-/// A child process killed when the test ends, however it ends.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn homeagent(data_dir: &Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_homeagent"));
@@ -179,7 +151,7 @@ const A_TOML: &str = "device_cmd_allowlist = [\"cat\", \"cp\", \"sleep\"]\nallow
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_waiters_run_a_batch_concurrently_in_order_per_device_and_survive_faults() {
-    let dir = temp_dir();
+    let dir = temp_dir("device-e2e");
     let mock = MockServer::start("127.0.0.1:0", ServerConfig::default())
         .await
         .unwrap();
@@ -279,7 +251,7 @@ async fn two_waiters_run_a_batch_concurrently_in_order_per_device_and_survive_fa
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_token_is_refused_once_and_the_waiter_exits_saying_why() {
-    let dir = temp_dir();
+    let dir = temp_dir("device-e2e");
     let mock = MockServer::start("127.0.0.1:0", ServerConfig::default())
         .await
         .unwrap();

@@ -5,42 +5,14 @@
 //! `[runtime]`), as its runtime reports them in `/api/v1/status`, and a
 //! count out of range stops it with the key named.
 
+mod common;
+
+use common::{Proc, temp_dir};
 use std::io::{BufRead, BufReader, Read};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::Path;
+use std::process::{Command, Stdio};
 
 use serde_json::Value;
-
-struct Dir(PathBuf);
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn temp_dir() -> Dir {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "homeagent-runtime-e2e-{}-{}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::SeqCst)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    Dir(dir)
-}
-
-/// A child process killed when the test ends, however it ends.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// `homeagent serve` on the offline demo model with `config` as its
 /// config file; `tokio_env` sets tokio's own `TOKIO_WORKER_THREADS`.
@@ -67,7 +39,7 @@ fn serve(dir: &Path, config: &str, tokio_env: Option<&str>) -> Command {
 
 /// The worker threads a running `serve` reports.
 async fn reported_workers(config: &str, tokio_env: Option<&str>) -> u64 {
-    let dir = temp_dir();
+    let dir = temp_dir("runtime-e2e");
     let mut child = serve(&dir.0, config, tokio_env)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -111,7 +83,7 @@ async fn serve_runs_on_the_configured_worker_threads() {
 
 #[test]
 fn serve_refuses_a_worker_count_out_of_range_by_its_key() {
-    let dir = temp_dir();
+    let dir = temp_dir("runtime-e2e");
     let mut child = serve(&dir.0, "[runtime]\nworker_threads = 0\n", None)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
