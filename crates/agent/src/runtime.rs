@@ -198,10 +198,10 @@ impl Runtime {
         let session = input.session.clone();
         let agent = input.agent.clone();
         let user = Message::user(input.text.clone());
-        // Held until this input ends: no other process runs the session
-        // meanwhile (see `store::claim`).
-        // A new session is created with the user message, in one commit
-        // (`append_async_creating`); a read refuses another agent's first.
+        // The claim is held until this input ends: no other process runs the
+        // session meanwhile (see `store::claim`). A new session is created
+        // with the user message, in one commit (`append_async_creating`);
+        // the read here refuses another agent's session first.
         let (_claim, mut history) = self
             .with_store(move |store| {
                 let claim = store.claim_session(&session)?;

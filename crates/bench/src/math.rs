@@ -75,9 +75,27 @@ pub fn per_call(small_n: usize, small_s: f64, big_n: usize, big_s: f64) -> Optio
     (big_n > small_n).then(|| (big_s - small_s) / (big_n - small_n) as f64)
 }
 
+/// How much a counter rose per round between two readings; `None` when
+/// either reading is missing. A counter that went down (it lost the counts
+/// of threads that ended) counts as no rise.
+pub fn per_round(before: Option<u64>, after: Option<u64>, rounds: usize) -> Option<f64> {
+    let (before, after) = (before?, after?);
+    Some(after.saturating_sub(before) as f64 / rounds.max(1) as f64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_counters_rise_is_spread_over_the_rounds() {
+        assert_eq!(per_round(Some(100), Some(730), 30), Some(21.0));
+        assert_eq!(per_round(Some(100), Some(107), 2), Some(3.5));
+        assert_eq!(per_round(Some(100), Some(90), 5), Some(0.0));
+        assert_eq!(per_round(Some(0), Some(4), 0), Some(4.0));
+        assert_eq!(per_round(None, Some(4), 3), None);
+        assert_eq!(per_round(Some(4), None, 3), None);
+    }
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() < 1e-9

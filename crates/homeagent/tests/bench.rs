@@ -43,10 +43,13 @@ fn the_quick_bench_exits_zero_with_exact_counts() {
     }
     assert_eq!(report["blast"]["answered"], report["blast"]["inputs"]);
     assert_eq!(report["stability"]["ok"], report["stability"]["rounds"]);
+    let overhead = report["overhead"].as_array().unwrap();
+    let sizes: Vec<u64> = overhead.iter().map(|r| r["n"].as_u64().unwrap()).collect();
+    assert_eq!(sizes, vec![1, 8]);
     // Every input waits for the model over the network, so serve's threads
     // park at least once per input.
     #[cfg(target_os = "linux")]
-    for row in report["overhead"].as_array().unwrap() {
+    for row in overhead {
         let switches = row["switches_per_input"].as_f64();
         assert!(switches.is_some_and(|s| s >= 1.0), "{row}");
     }

@@ -171,6 +171,7 @@ async fn text_only(protocol: Protocol) {
 
 async fn err_is_a_500(protocol: Protocol) {
     let server = start(ServerConfig::default()).await;
+    assert_eq!(stat(&server, "errors_injected").await, 0);
     for stream in [true, false] {
         let (status, body) = exchange(&server, protocol, vec![Message::user("!err")], stream).await;
         assert_eq!(status, 500);
@@ -183,6 +184,7 @@ async fn err_is_a_500(protocol: Protocol) {
             String::from_utf8_lossy(&body)
         );
     }
+    assert_eq!(stat(&server, "errors_injected").await, 2);
     server.shutdown().await.unwrap();
 }
 

@@ -73,9 +73,7 @@ pub async fn overhead(
             per_call_us,
             median_reply_us: math::median(&replies).unwrap_or(0.0),
             median_mock_us: math::median(&mocks).unwrap_or(0.0),
-            switches_per_input: switches_before
-                .zip(switches_after)
-                .map(|(before, after)| after.saturating_sub(before) as f64 / rounds.max(1) as f64),
+            switches_per_input: math::per_round(switches_before, switches_after, rounds),
             status: status_of(&problems),
             problems,
         });
