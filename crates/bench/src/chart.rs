@@ -183,6 +183,7 @@ mod tests {
             median_reply_us: 0.0,
             median_mock_us: 0.0,
             switches_per_input: None,
+            cpu_us_per_input: None,
             status: Status::Ok,
             problems: Vec::new(),
         }

@@ -217,6 +217,10 @@ pub struct OverheadRow {
     /// `procs::context_switches`); `None` where `/proc` cannot tell. On a
     /// small VM a switch costs more than the agent's own work per input.
     pub switches_per_input: Option<f64>,
+    /// CPU time of every `serve` thread per measured input, in µs (see
+    /// `procs::cpu_ns`): steadier than the wall clock on a shared machine,
+    /// and it counts what switches cost, which instruction counts miss.
+    pub cpu_us_per_input: Option<f64>,
     pub status: Status,
     pub problems: Vec<String>,
 }
@@ -480,6 +484,7 @@ mod tests {
                 median_reply_us: 1000.0,
                 median_mock_us: 100.0,
                 switches_per_input: Some(26.5),
+                cpu_us_per_input: Some(640.0),
                 status: Status::Fail,
                 problems: vec!["round 3: executed 7 of 8".into()],
             }],

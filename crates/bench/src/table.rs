@@ -158,7 +158,7 @@ fn render_overhead(out: &mut String, title: &str, rows: &[OverheadRow]) {
     let _ = writeln!(out, "{title}");
     let _ = writeln!(
         out,
-        "{:>4} {:>6} {:>13} {:>12} {:>12} {:>12} {:>10} {:>15} {:>6}",
+        "{:>4} {:>6} {:>13} {:>12} {:>12} {:>12} {:>10} {:>15} {:>13} {:>6}",
         "N",
         "rounds",
         "per input us",
@@ -167,6 +167,7 @@ fn render_overhead(out: &mut String, title: &str, rows: &[OverheadRow]) {
         "reply us",
         "mock us",
         "switches/input",
+        "CPU us/input",
         ""
     );
     for r in rows {
@@ -176,9 +177,12 @@ fn render_overhead(out: &mut String, title: &str, rows: &[OverheadRow]) {
         let switches = r
             .switches_per_input
             .map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"));
+        let cpu = r
+            .cpu_us_per_input
+            .map_or_else(|| "-".to_owned(), |v| format!("{v:.0}"));
         let _ = writeln!(
             out,
-            "{:>4} {:>6} {:>13.0} {:>12.0} {:>12} {:>12.0} {:>10.0} {:>15} {:>6}",
+            "{:>4} {:>6} {:>13.0} {:>12.0} {:>12} {:>12.0} {:>10.0} {:>15} {:>13} {:>6}",
             r.n,
             r.rounds,
             r.per_input_us,
@@ -187,6 +191,7 @@ fn render_overhead(out: &mut String, title: &str, rows: &[OverheadRow]) {
             r.median_reply_us,
             r.median_mock_us,
             switches,
+            cpu,
             verdict(r.status)
         );
     }
@@ -415,8 +420,8 @@ mod tests {
     }
 
     #[test]
-    fn the_overhead_table_shows_switches_per_input_or_a_dash() {
-        let row = |n: usize, switches: Option<f64>| OverheadRow {
+    fn the_overhead_table_shows_switches_and_cpu_per_input_or_a_dash() {
+        let row = |n: usize, switches: Option<f64>, cpu: Option<f64>| OverheadRow {
             n,
             rounds: 30,
             per_input_us: 1000.0,
@@ -425,15 +430,23 @@ mod tests {
             median_reply_us: 1200.0,
             median_mock_us: 200.0,
             switches_per_input: switches,
+            cpu_us_per_input: cpu,
             status: Status::Ok,
             problems: Vec::new(),
         };
         let mut out = String::new();
-        render_overhead(&mut out, "t", &[row(1, Some(26.48)), row(8, None)]);
+        render_overhead(
+            &mut out,
+            "t",
+            &[row(1, Some(26.48), Some(812.6)), row(8, None, None)],
+        );
         let lines: Vec<&str> = out.lines().collect();
         assert!(lines[1].contains("switches/input"), "{out}");
-        let last = |line: &str| line.split_whitespace().nth(7).map(str::to_owned);
-        assert_eq!(last(lines[2]).as_deref(), Some("26.5"), "{out}");
-        assert_eq!(last(lines[3]).as_deref(), Some("-"), "{out}");
+        assert!(lines[1].contains("CPU us/input"), "{out}");
+        let column = |line: &str, i: usize| line.split_whitespace().nth(i).map(str::to_owned);
+        assert_eq!(column(lines[2], 7).as_deref(), Some("26.5"), "{out}");
+        assert_eq!(column(lines[2], 8).as_deref(), Some("813"), "{out}");
+        assert_eq!(column(lines[3], 7).as_deref(), Some("-"), "{out}");
+        assert_eq!(column(lines[3], 8).as_deref(), Some("-"), "{out}");
     }
 }

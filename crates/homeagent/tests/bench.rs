@@ -52,6 +52,10 @@ fn the_quick_bench_exits_zero_with_exact_counts() {
     for row in overhead {
         let switches = row["switches_per_input"].as_f64();
         assert!(switches.is_some_and(|s| s >= 1.0), "{row}");
+        // Serving an input takes some CPU (at least 1 µs, far below any
+        // real cost: this only pins that the count is read at all).
+        let cpu = row["cpu_us_per_input"].as_f64();
+        assert!(cpu.is_some_and(|us| us >= 1.0), "{row}");
     }
     for name in [
         "bench-results.json",

@@ -10,7 +10,7 @@ use futures_util::StreamExt as _;
 use crate::client::{AgentClient, MockClient};
 use crate::error::BenchError;
 use crate::math;
-use crate::procs::{Stack, context_switches, rss_kb};
+use crate::procs::{Stack, context_switches, cpu_ns, rss_kb};
 use crate::report::{MemoryResult, OverheadRow, status_of};
 
 use super::{Progress, outcome};
@@ -40,6 +40,7 @@ pub async fn overhead(
         mock.clear().await?;
         let mut sent = Vec::new();
         let switches_before = context_switches(stack.serve_pid);
+        let cpu_before = cpu_ns(stack.serve_pid);
         for round in 1..=rounds {
             let text = format!("!batch{n}-ov{n}-r{round}-{run}");
             let reply = agent.send(None, &text).await;
@@ -47,6 +48,7 @@ pub async fn overhead(
             sent.push((text, reply));
         }
         let switches_after = context_switches(stack.serve_pid);
+        let cpu_after = cpu_ns(stack.serve_pid);
         let log = mock.inputs().await?;
         let mut problems = Vec::new();
         let (mut overheads, mut replies, mut mocks) = (Vec::new(), Vec::new(), Vec::new());
@@ -74,6 +76,7 @@ pub async fn overhead(
             median_reply_us: math::median(&replies).unwrap_or(0.0),
             median_mock_us: math::median(&mocks).unwrap_or(0.0),
             switches_per_input: math::per_round(switches_before, switches_after, rounds),
+            cpu_us_per_input: math::per_round(cpu_before, cpu_after, rounds).map(|ns| ns / 1000.0),
             status: status_of(&problems),
             problems,
         });
