@@ -42,14 +42,18 @@ fn a_claimed_session_is_refused_until_its_claim_is_dropped() {
     drop(claim);
     let again = other.claim_session("s").unwrap();
     drop((again, t));
-    // A released claim keeps its file, so the session's next input opens
-    // it instead of creating (and the release deleting) an inode each time.
-    let mut left: Vec<_> = std::fs::read_dir(store.claims_dir())
+    // Claims are locks on bytes of one empty file, not a file each: a
+    // session opened costs no inode.
+    let claims = store.claims_file();
+    assert_eq!(std::fs::metadata(claims).unwrap().len(), 0);
+    let beside: Vec<_> = std::fs::read_dir(dir.db().parent().unwrap())
         .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.to_string_lossy().contains("claim") || p.extension().is_some_and(|e| e == "lock")
+        })
         .collect();
-    left.sort();
-    assert_eq!(left, ["s.lock", "t.lock"]);
+    assert_eq!(beside, [claims.to_owned()]);
     // The session id rule applies, so no id can name a path elsewhere.
     assert!(matches!(
         store.claim_session("../x"),
@@ -148,26 +152,25 @@ async fn an_input_for_a_session_running_elsewhere_is_refused_and_stores_nothing(
     assert_eq!(history[before.len()], Message::user("free again"));
 }
 
-/// Deleting a session removes its claim file, under the claim, so a
-/// claimant holding the old file notices and claims afresh.
+/// Two handles in one process exclude each other as two processes do (the
+/// lock belongs to the handle's open file, not to the process).
 #[test]
-fn deleting_a_session_removes_its_claim_file() {
-    let dir = TempDir::new("delete");
-    let store = Store::open(&dir.db()).unwrap();
-    let file = store.claims_dir().join("gone.lock");
-    store.ensure_session("gone", "main").unwrap();
-    drop(store.claim_session("gone").unwrap());
-    assert!(file.exists());
-    assert!(store.delete_session("gone").unwrap());
-    assert!(!file.exists(), "{} is left", file.display());
-    // The id can be used again.
-    drop(store.claim_session("gone").unwrap());
-    assert!(file.exists());
+fn two_handles_in_one_process_exclude_each_other() {
+    let dir = TempDir::new("handles");
+    let first = Store::open(&dir.db()).unwrap();
+    let second = Store::open(&dir.db()).unwrap();
+    let held = first.claim_session("x").unwrap();
+    busy(second.claim_session("x"), "x");
+    let y = second.claim_session("y").unwrap();
+    busy(first.claim_session("y"), "y");
+    drop(held);
+    let _x = second.claim_session("x").unwrap();
+    drop(y);
+    let _y = first.claim_session("y").unwrap();
 }
 
-/// A session deleted while an input holds it keeps its claim file: the
-/// input's claim stays in force (another claimant is refused) until it
-/// ends, instead of a second claimant locking a new file beside it.
+/// A session deleted while an input holds it stays claimed: another
+/// claimant is refused until the input ends.
 #[test]
 fn deleting_a_claimed_session_leaves_the_claim_in_force() {
     let dir = TempDir::new("delete-held");

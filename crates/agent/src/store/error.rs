@@ -81,7 +81,8 @@ pub enum StoreError {
          wait for it to finish, or use another session id"
     )]
     SessionBusy { id: String },
-    /// The claim file of a session could not be created or locked.
+    /// The session claims file (`Store::claims_file`) could not be opened
+    /// or locked.
     #[error("cannot claim the session through {path}: {source}")]
     Claim {
         path: PathBuf,

@@ -81,7 +81,7 @@ use rusqlite::Connection;
 use rusqlite::config::DbConfig;
 
 pub use blocking::CALLS_AT_ONCE;
-pub use claim::SessionClaim;
+pub use claim::{SessionClaim, claim_slot};
 pub use error::StoreError;
 pub use events::{EventPhase, EventRow, ToolEventRecord};
 pub use group::WriteStats;
@@ -135,6 +135,8 @@ pub struct Store {
     messages_counted: AtomicU64,
     /// Places for [`Store::call`]s on the blocking pool (`blocking.rs`).
     calls_at_once: Arc<tokio::sync::Semaphore>,
+    /// Sessions claimed through this handle (`claim.rs`).
+    claims: Arc<claim::ClaimTable>,
     path: PathBuf,
 }
 
@@ -177,6 +179,7 @@ impl Store {
             messages_parsed: AtomicU64::new(0),
             messages_counted: AtomicU64::new(0),
             calls_at_once: Arc::new(tokio::sync::Semaphore::new(blocking::CALLS_AT_ONCE)),
+            claims: Arc::new(claim::ClaimTable::beside(path)),
             path: path.to_owned(),
         })
     }

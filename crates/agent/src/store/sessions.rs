@@ -200,8 +200,6 @@ impl Store {
         // Messages and events go with it through ON DELETE CASCADE.
         let deleted = conn.execute("DELETE FROM sessions WHERE id = ?1", [id])?;
         self.histories().forget(id);
-        drop(conn);
-        self.remove_claim_file(id);
         Ok(deleted > 0)
     }
 }
