@@ -107,39 +107,81 @@ impl Store {
             .await
     }
 
-    /// Queues `op` for the group commit, makes sure a leader task commits
-    /// it, and waits for its answer.
+    /// Queues `op` for the group commit, makes sure it is committed — here
+    /// when that cannot block ([`Store::commit_inline`]), else by a leader
+    /// task — and waits for its answer.
     async fn commit_queued(
         self: &Arc<Self>,
         op: WriteOp,
     ) -> Result<RangeInclusive<i64>, StoreError> {
         let job = self.queue(op);
-        if self.writes.take_lead() {
-            let store = Arc::clone(self);
-            tokio::spawn(async move {
-                let stopped = LeaderStopped(Some(Arc::clone(&store)));
-                let led = store
-                    .call(|store| {
-                        store.lead();
-                        Ok(())
-                    })
-                    .await;
-                if let Err(error) = led {
-                    let detail = error.to_string();
-                    store.fail_queued(|| StoreError::CallFailed {
-                        detail: detail.clone(),
-                    });
-                }
-                stopped.disarm();
-            });
+        if self.writes.take_lead() && !self.lead_inline() {
+            self.spawn_leader();
         }
         appended(job.answered().await?)
     }
+
+    /// For a caller holding the leader's role: with
+    /// [`Durability::Normal`](super::Durability::Normal) a commit waits for
+    /// no disk, so the queued writes are committed right here on the async
+    /// worker, when the connection and SQLite's write lock are free. A trip
+    /// to the blocking pool and back costs several thread switches, which
+    /// on a small VM cost more than the commit (docs/BENCHMARKS.md). Gives
+    /// the role up after, or hands it to a leader task when a write
+    /// arrived meanwhile; a checkpoint the commit put off goes to the pool.
+    /// False, still leading, when it did not commit.
+    fn lead_inline(self: &Arc<Self>) -> bool {
+        if !self.commits_inline {
+            return false;
+        }
+        // Should the commit panic, the queue is answered and the role freed.
+        let stopped = LeaderStopped(Some(Arc::clone(self)));
+        let committed = self.commit_inline();
+        stopped.disarm();
+        if !committed {
+            return false;
+        }
+        if self.give_up_lead() {
+            self.spawn_leader();
+        }
+        if self.wal.take_due() {
+            let store = Arc::clone(self);
+            tokio::spawn(async move {
+                if let Err(error) = store.call(Store::checkpoint_wal).await {
+                    tracing::debug!(%error, "a WAL checkpoint put off by a commit did not run");
+                }
+            });
+        }
+        true
+    }
+
+    /// Starts the leader task ([`Store::lead`] on the blocking pool); the
+    /// caller holds the role.
+    fn spawn_leader(self: &Arc<Self>) {
+        let store = Arc::clone(self);
+        tokio::spawn(async move {
+            let stopped = LeaderStopped(Some(Arc::clone(&store)));
+            let led = store
+                .call(|store| {
+                    store.lead();
+                    Ok(())
+                })
+                .await;
+            if let Err(error) = led {
+                let detail = error.to_string();
+                store.fail_queued(|| StoreError::CallFailed {
+                    detail: detail.clone(),
+                });
+            }
+            stopped.disarm();
+        });
+    }
 }
 
-/// Held by the leader task: dropped before the task ends (the runtime is
-/// shutting down), it answers the queued writes and frees the leader's
-/// role, so no later write waits on a leader that will never run.
+/// Held by the leader (task, or inline commit): dropped before the leader
+/// ends (the runtime is shutting down, or a commit panicked), it answers
+/// the queued writes and frees the leader's role, so no later write waits
+/// on a leader that will never run.
 struct LeaderStopped(Option<Arc<Store>>);
 
 impl LeaderStopped {

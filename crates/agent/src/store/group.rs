@@ -153,6 +153,8 @@ pub(super) struct WriteQueue {
     pub(super) before_giving_up: Mutex<Option<GiveUpHook>>,
     commits: AtomicU64,
     writes: AtomicU64,
+    /// Groups committed by `Store::commit_inline`.
+    inline: AtomicU64,
     /// Transactions attempted (groups and lone retries), for the tests.
     #[cfg(test)]
     attempts: AtomicU64,
@@ -175,6 +177,10 @@ impl WriteQueue {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .is_empty()
+    }
+
+    pub(super) fn inline_commits(&self) -> u64 {
+        self.inline.load(Ordering::Relaxed)
     }
 
     /// Claims the leader's role; false when a leader is already running.
@@ -211,7 +217,7 @@ impl Store {
             return answer;
         }
         let group = self.writes.drain();
-        self.commit_group(&mut conn, &group);
+        self.commit_group(&mut conn, &group, Begin::Now);
         drop(conn);
         // The drained group holds this job (it was queued before the lock
         // was taken, and a leader that drained it answered it before
@@ -248,7 +254,7 @@ impl Store {
             let group = {
                 let mut conn = self.lock();
                 let group = self.writes.drain();
-                self.commit_group(&mut conn, &group);
+                self.commit_group(&mut conn, &group, Begin::Now);
                 group
             };
             if !group.is_empty() {
@@ -260,10 +266,41 @@ impl Store {
         }
     }
 
+    /// Commits the queued writes on the calling thread, for a caller that
+    /// holds the leader's role on an async worker, when that cannot block:
+    /// the connection is free and SQLite's write lock is had at once
+    /// (another process holding it would otherwise stall the worker for up
+    /// to [`BUSY_TIMEOUT`](super::BUSY_TIMEOUT)). WAL checkpoints are put
+    /// off meanwhile (`checkpoint.rs`). Only for
+    /// [`Durability::Normal`](super::Durability::Normal), where a commit
+    /// waits for no disk; see `Store::append_async`. False, with nothing
+    /// taken from the queue, when it could not.
+    pub(super) fn commit_inline(&self) -> bool {
+        let mut conn = match self.conn.try_lock() {
+            // A transaction left open (a panic) is for `lock` to clean up.
+            Ok(conn) if conn.is_autocommit() => conn,
+            _ => return false,
+        };
+        if conn.busy_timeout(std::time::Duration::ZERO).is_err() {
+            return false;
+        }
+        let began = execute(&conn, "BEGIN IMMEDIATE");
+        let restored = conn.busy_timeout(super::BUSY_TIMEOUT);
+        if began.is_err() || restored.is_err() {
+            end_open_transaction(&conn);
+            return false;
+        }
+        let group = self.writes.drain();
+        let _deferring = self.wal.defer();
+        self.commit_group(&mut conn, &group, Begin::Done);
+        self.writes.inline.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
     /// Gives up the leader's role after the queue was seen empty. A write
     /// queued meanwhile saw a leader and started none, so look again: true
     /// when one did arrive and the role was taken back (go on leading).
-    fn give_up_lead(&self) -> bool {
+    pub(super) fn give_up_lead(&self) -> bool {
         #[cfg(test)]
         if let Some(hook) = self
             .writes
@@ -301,8 +338,11 @@ impl Store {
         }
     }
 
-    fn commit_group(&self, conn: &mut Connection, group: &[Arc<Job>]) {
+    fn commit_group(&self, conn: &mut Connection, group: &[Arc<Job>], begin: Begin) {
         if group.is_empty() {
+            if begin == Begin::Done {
+                end_open_transaction(conn);
+            }
             return;
         }
         // A panic below must not leave an async caller waiting forever for
@@ -310,7 +350,7 @@ impl Store {
         let _unanswered = AnswerLeft(group);
         #[cfg(test)]
         self.writes.attempts.fetch_add(1, Ordering::Relaxed);
-        match run_group(conn, group) {
+        match run_group(conn, group, begin) {
             Ok(answers) => {
                 self.count_commit(answers.iter().filter(|a| a.is_ok()).count());
                 for (job, answer) in group.iter().zip(answers) {
@@ -383,13 +423,24 @@ enum GroupFailure {
     Aborted(StoreError),
 }
 
+/// Whether a group's transaction is still to begin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Begin {
+    Now,
+    /// The caller began it (`Store::commit_inline`).
+    Done,
+}
+
 /// Every op of `group` in one transaction, each under a savepoint. `Err`
 /// when the transaction itself failed (nothing of the group is stored).
 fn run_group(
     conn: &Connection,
     group: &[Arc<Job>],
+    begin: Begin,
 ) -> Result<Vec<Result<WriteDone, StoreError>>, GroupFailure> {
-    execute(conn, "BEGIN IMMEDIATE").map_err(GroupFailure::NotStarted)?;
+    if begin == Begin::Now {
+        execute(conn, "BEGIN IMMEDIATE").map_err(GroupFailure::NotStarted)?;
+    }
     let applied = (|| {
         let mut answers = Vec::with_capacity(group.len());
         for job in group {
@@ -789,6 +840,32 @@ mod tests {
         );
         // And the role was given up at the end.
         assert!(temp.store.writes.take_lead());
+    }
+
+    /// The same with a commit made on the caller's worker: the write that
+    /// arrived as it gave up the role goes to a leader task.
+    #[tokio::test]
+    async fn a_write_queued_as_an_inline_commit_gives_up_goes_to_a_leader_task() {
+        let temp = crate::store::testing::temp_store_with(
+            "inline-handoff",
+            crate::store::Durability::Normal,
+        );
+        temp.store.ensure_session("s", "main").unwrap();
+        let late = queue_a_write_as_the_leader_gives_up(&temp.store);
+        temp.store
+            .append_async("s", &[Message::user("first")], Vec::new())
+            .await
+            .unwrap();
+        assert_eq!(temp.store.commit_places().inline_commits, 1);
+        let job = late.lock().unwrap().take().unwrap();
+        tokio::time::timeout(Duration::from_secs(20), job.answered())
+            .await
+            .expect("the late write was left without a leader")
+            .unwrap();
+        assert_eq!(
+            temp.store.history("s").unwrap(),
+            vec![Message::user("first"), Message::user("late")]
+        );
     }
 
     /// If committing a group panics, its callers still get an answer

@@ -51,7 +51,13 @@
 //! [`Store::call`], which runs the call on tokio's blocking pool, a few at
 //! a time (`blocking.rs`), never on an async worker. Writers that wait for the connection at the same time are
 //! committed together, one fsync for the whole group (`group.rs`); each is
-//! answered only once its group is on disk. The [`Store`] is
+//! answered only once its group is on disk. One exception: with
+//! [`Durability::Normal`] a commit waits for no disk, so an async append
+//! commits right on its worker when the connection and SQLite's write lock
+//! are free at once (`Store::commit_inline`), saving the thread switches of
+//! a trip to the pool; the WAL checkpoints such a commit would run are put
+//! off to the pool (`checkpoint.rs`). A worker never waits for a lock or a
+//! disk. The [`Store`] is
 //! `Send + Sync`; share it with an `Arc`.
 //!
 //! # Secrets
@@ -60,11 +66,14 @@
 //! caller never passes keys, and nothing here logs message bodies.
 
 mod blocking;
+mod checkpoint;
 mod claim;
 mod error;
 mod events;
 mod group;
 mod history_cache;
+#[cfg(test)]
+mod inline_tests;
 mod messages;
 mod repair;
 mod schema;
@@ -81,6 +90,7 @@ use rusqlite::Connection;
 use rusqlite::config::DbConfig;
 
 pub use blocking::CALLS_AT_ONCE;
+pub use checkpoint::{CHECKPOINT_PAGES, CommitPlaces};
 pub use claim::{SessionClaim, claim_slot};
 pub use error::StoreError;
 pub use events::{EventPhase, EventRow, ToolEventRecord};
@@ -137,6 +147,12 @@ pub struct Store {
     calls_at_once: Arc<tokio::sync::Semaphore>,
     /// Sessions claimed through this handle (`claim.rs`).
     claims: Arc<claim::ClaimTable>,
+    /// When the WAL is checkpointed (`checkpoint.rs`); the connection's
+    /// WAL hook holds the other reference.
+    wal: Arc<checkpoint::WalWatch>,
+    /// Whether async callers' commits may run on their worker
+    /// (`Store::commit_inline`): only when a commit waits for no disk.
+    commits_inline: bool,
     path: PathBuf,
 }
 
@@ -167,7 +183,8 @@ impl Store {
             source,
         };
         let mut conn = Connection::open(path).map_err(open_failed)?;
-        configure(&conn, durability).map_err(open_failed)?;
+        let wal = Arc::new(checkpoint::WalWatch::default());
+        configure(&mut conn, durability, Arc::clone(&wal)).map_err(open_failed)?;
         schema::migrate(&mut conn, path)?;
         tracing::debug!(path = %path.display(), "store opened");
         Ok(Store {
@@ -180,6 +197,8 @@ impl Store {
             messages_counted: AtomicU64::new(0),
             calls_at_once: Arc::new(tokio::sync::Semaphore::new(blocking::CALLS_AT_ONCE)),
             claims: Arc::new(claim::ClaimTable::beside(path)),
+            wal,
+            commits_inline: durability == Durability::Normal,
             path: path.to_owned(),
         })
     }
@@ -251,7 +270,11 @@ fn end_open_transaction(conn: &Connection) -> bool {
 }
 
 /// Per-connection settings; see the module docs for why each one.
-fn configure(conn: &Connection, durability: Durability) -> rusqlite::Result<()> {
+fn configure(
+    conn: &mut Connection,
+    durability: Durability,
+    wal: Arc<checkpoint::WalWatch>,
+) -> rusqlite::Result<()> {
     conn.busy_timeout(BUSY_TIMEOUT)?;
     // Every hot statement (the transaction verbs included) is prepared once
     // and reused; parsing SQL was a fifth of the store's cost per input.
@@ -274,6 +297,12 @@ fn configure(conn: &Connection, durability: Durability) -> rusqlite::Result<()> 
     }
     conn.pragma_update(None, "synchronous", durability.pragma())?;
     conn.pragma_update(None, "foreign_keys", true)?;
+    // Replaces SQLite's automatic checkpoint, which would run inside a
+    // commit made on an async worker (`checkpoint.rs`).
+    conn.wal_hook(Some(move |log: &mut rusqlite::hooks::Wal, pages| {
+        wal.after_commit(log, pages);
+        Ok(())
+    }))?;
     Ok(())
 }
 

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::Store;
+use super::{Durability, Store};
 
 /// The store and its directory, removed on drop.
 pub(super) struct TempStore {
@@ -21,11 +21,16 @@ impl Drop for TempStore {
 
 /// A new store under the system temp dir; `label` names the test.
 pub(super) fn temp_store(label: &str) -> TempStore {
+    temp_store_with(label, Durability::Full)
+}
+
+/// [`temp_store`] with the given durability.
+pub(super) fn temp_store_with(label: &str, durability: Durability) -> TempStore {
     let dir = std::env::temp_dir().join(format!(
         "homeagent-store-{label}-{}-{:?}",
         std::process::id(),
         std::time::SystemTime::now()
     ));
-    let store = Arc::new(Store::open(&dir.join("store.db")).unwrap());
+    let store = Arc::new(Store::open_with(&dir.join("store.db"), durability).unwrap());
     TempStore { dir, store }
 }

@@ -1,0 +1,187 @@
+//! Commits made on the async caller's worker (`Store::commit_inline`) and
+//! the WAL checkpoints they put off (`checkpoint.rs`).
+//!
+//! Each test runs on a current-thread runtime: the one thread is the
+//! worker, so anything that blocked it would stop every other task, and
+//! a task spawned by a commit cannot run before the test yields.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a test failure
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use homeagent_core::Message;
+
+use super::testing::{TempStore, temp_store_with};
+use super::{CHECKPOINT_PAGES, CommitPlaces, Durability};
+
+fn store(label: &str, durability: Durability) -> TempStore {
+    let temp = temp_store_with(label, durability);
+    temp.store.ensure_session("s", "main").unwrap();
+    temp
+}
+
+async fn append(temp: &TempStore, text: &str) {
+    temp.store
+        .append_async("s", &[Message::user(text)], Vec::new())
+        .await
+        .unwrap();
+}
+
+fn stored(temp: &TempStore) -> Vec<Message> {
+    temp.store.history("s").unwrap()
+}
+
+#[tokio::test]
+async fn with_normal_sync_a_commit_runs_on_the_worker_and_with_full_on_the_pool() {
+    let normal = store("inline-normal", Durability::Normal);
+    append(&normal, "one").await;
+    append(&normal, "two").await;
+    assert_eq!(normal.store.commit_places().inline_commits, 2);
+    assert_eq!(
+        stored(&normal),
+        [Message::user("one"), Message::user("two")]
+    );
+
+    let full = store("inline-full", Durability::Full);
+    append(&full, "one").await;
+    assert_eq!(full.store.commit_places().inline_commits, 0);
+    assert_eq!(stored(&full), [Message::user("one")]);
+}
+
+/// A connection held by a call on the pool is not waited for on the
+/// worker: the write goes to the leader task.
+#[tokio::test]
+async fn a_held_connection_sends_the_commit_to_the_pool() {
+    let temp = store("inline-held", Durability::Normal);
+    let (held, release) = (
+        std::sync::mpsc::channel::<()>(),
+        std::sync::mpsc::channel::<()>(),
+    );
+    let store = Arc::clone(&temp.store);
+    let holder = std::thread::spawn(move || {
+        let _conn = store.lock();
+        held.0.send(()).unwrap();
+        // Bounded, so a worker blocked on this fails the test, not hangs it.
+        let _ = release.1.recv_timeout(Duration::from_secs(2));
+    });
+    held.1.recv().unwrap();
+    let write = tokio::spawn({
+        let store = Arc::clone(&temp.store);
+        async move {
+            store
+                .append_async("s", &[Message::user("later")], Vec::new())
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        !write.is_finished(),
+        "committed while the connection was held"
+    );
+    release.0.send(()).unwrap();
+    holder.join().unwrap();
+    write.await.unwrap().unwrap();
+    assert_eq!(temp.store.commit_places().inline_commits, 0);
+    assert_eq!(stored(&temp), [Message::user("later")]);
+}
+
+/// Another process's write transaction would make SQLite wait out its busy
+/// timeout; on the worker that wait would stall every task. The write goes
+/// to the pool instead, and the worker keeps running.
+#[tokio::test]
+async fn another_writer_holding_sqlites_lock_does_not_stall_the_worker() {
+    let temp = store("inline-busy", Durability::Normal);
+    let path = temp.store.path().to_owned();
+    let (locked, release) = (
+        std::sync::mpsc::channel::<()>(),
+        std::sync::mpsc::channel::<()>(),
+    );
+    let other = std::thread::spawn(move || {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+        locked.0.send(()).unwrap();
+        // Bounded, so a worker blocked on this fails the test, not hangs it.
+        let _ = release.1.recv_timeout(Duration::from_secs(2));
+        conn.execute_batch("COMMIT").unwrap();
+    });
+    locked.1.recv().unwrap();
+
+    let ticks = Arc::new(AtomicUsize::new(0));
+    let ticker = tokio::spawn({
+        let ticks = Arc::clone(&ticks);
+        async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                ticks.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    });
+    let write = tokio::spawn({
+        let store = Arc::clone(&temp.store);
+        async move {
+            store
+                .append_async("s", &[Message::user("behind")], Vec::new())
+                .await
+        }
+    });
+    // The ticker runs while the write waits for the other transaction.
+    let started = Instant::now();
+    while ticks.load(Ordering::SeqCst) < 3 && started.elapsed() < Duration::from_secs(20) {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(ticks.load(Ordering::SeqCst) >= 3, "the worker was stalled");
+    assert!(!write.is_finished(), "committed past another writer's lock");
+    release.0.send(()).unwrap();
+    other.join().unwrap();
+    write.await.unwrap().unwrap();
+    ticker.abort();
+    assert_eq!(temp.store.commit_places().inline_commits, 0);
+    assert_eq!(stored(&temp), [Message::user("behind")]);
+}
+
+/// Text large enough that one message takes the WAL past the checkpoint
+/// size.
+fn past_checkpoint_size() -> String {
+    "x".repeat(CHECKPOINT_PAGES as usize * 4096 + 4096)
+}
+
+#[tokio::test]
+async fn a_checkpoint_due_after_a_commit_on_the_worker_runs_on_the_pool() {
+    let temp = store("inline-checkpoint", Durability::Normal);
+    append(&temp, &past_checkpoint_size()).await;
+    // Nothing ran on the worker: the checkpoint only waits for the pool,
+    // and this task has not yielded since.
+    assert_eq!(
+        temp.store.commit_places(),
+        CommitPlaces {
+            inline_commits: 1,
+            checkpoints_deferred: 1,
+            checkpoints: 0,
+        }
+    );
+    let started = Instant::now();
+    while temp.store.commit_places().checkpoints == 0 && started.elapsed() < Duration::from_secs(20)
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(temp.store.commit_places().checkpoints, 1);
+    assert_eq!(stored(&temp).len(), 1);
+}
+
+#[tokio::test]
+async fn a_commit_on_the_pool_checkpoints_as_sqlite_would() {
+    let temp = store("pool-checkpoint", Durability::Full);
+    append(&temp, "small").await;
+    assert_eq!(temp.store.commit_places().checkpoints, 0);
+    append(&temp, &past_checkpoint_size()).await;
+    assert_eq!(
+        temp.store.commit_places(),
+        CommitPlaces {
+            inline_commits: 0,
+            checkpoints_deferred: 0,
+            checkpoints: 1,
+        }
+    );
+}
