@@ -20,7 +20,9 @@
 //! their answer, while one leader task commits group after group. Had they
 //! queued only once they held a place, no group could carry more than
 //! [`CALLS_AT_ONCE`] writes: the blast committed 1.4 writes per fsync that
-//! way, and 21 this way.
+//! way, and 21 this way. With `sync = "normal"` an append commits on its
+//! caller's worker when the connection and SQLite's write lock are free
+//! (`Store::lead_inline`): no fsync to wait for, and no trip to the pool.
 //!
 //! The permit travels with the call onto its thread, so a caller that stops
 //! waiting (a client hung up) does not let another call in while its own
@@ -78,9 +80,12 @@ impl Store {
     /// answer without holding a place or a thread; one leader task at a
     /// time ([`Store::lead`]) commits group after group on the blocking
     /// pool. While one group commits every session's write waits for the
-    /// next, and that group carries them all with one fsync. Once queued,
-    /// the write is committed even if the caller stops waiting (unless the
-    /// runtime shuts down first: then it is answered with an error).
+    /// next, and that group carries them all with one fsync. With
+    /// [`Durability::Normal`](super::Durability::Normal) the caller commits
+    /// on its own worker instead when nothing there can wait (see
+    /// `Store::lead_inline`). Once queued, the write is committed even if
+    /// the caller stops waiting (unless the runtime shuts down first: then
+    /// it is answered with an error).
     pub async fn append_async(
         self: &Arc<Self>,
         session: &str,
