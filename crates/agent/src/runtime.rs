@@ -39,9 +39,9 @@ use homeagent_tools::hooks::CommandHooks;
 use homeagent_tools::{AGENT_EXTRA, Approval, GatedSource};
 use serde_json::{Map, Value};
 
-use crate::context::{CountedHistory, RequestMessages, approx_tokens};
+use crate::context::{RequestMessages, approx_tokens};
 use crate::frames::{Frame, UsageFrame};
-use crate::store::{EventRow, Store, StoreError};
+use crate::store::{EventRow, OpenedInput, Store, StoreError};
 
 /// The loop's knobs (from `[agent]` and `[tools]`).
 #[derive(Debug, Clone)]
@@ -195,24 +195,19 @@ impl Runtime {
                 ),
             ));
         }
-        let session = input.session.clone();
-        let agent = input.agent.clone();
         let user = Message::user(input.text.clone());
         // The claim is held until this input ends: no other process runs the
         // session meanwhile (see `store::claim`). A new session is created
         // with the user message, in one commit (`append_async_creating`);
-        // the read here refuses another agent's session first.
-        let (_claim, mut history) = self
-            .with_store(move |store| {
-                let claim = store.claim_session(&session)?;
-                let history = if store.check_session_agent(&session, &agent)? {
-                    store.load_counted(&session)?
-                } else {
-                    CountedHistory::default()
-                };
-                Ok((claim, history))
-            })
-            .await?;
+        // opening refuses another agent's session first.
+        let OpenedInput {
+            claim: _claim,
+            mut history,
+        } = self
+            .store
+            .open_input_async(&input.session, &input.agent)
+            .await
+            .map_err(store_frame)?;
         self.store
             .append_async_creating(&input.session, &input.agent, std::slice::from_ref(&user))
             .await
@@ -434,16 +429,6 @@ impl Runtime {
             recorded.push(EventRow::from_event(&event));
             sink(Frame::ToolCall(event));
         })
-    }
-
-    /// Runs store calls off the async workers ([`Store::call`]): a commit
-    /// waits for the disk, and on a worker that wait would stall every
-    /// other session scheduled there.
-    async fn with_store<T: Send + 'static>(
-        &self,
-        calls: impl FnOnce(&Store) -> Result<T, StoreError> + Send + 'static,
-    ) -> Result<T, Frame> {
-        self.store.call(calls).await.map_err(store_frame)
     }
 }
 

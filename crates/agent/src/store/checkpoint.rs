@@ -93,6 +93,9 @@ pub struct CommitPlaces {
     pub checkpoints_deferred: u64,
     /// Checkpoints run (by a commit, or put off and run later).
     pub checkpoints: u64,
+    /// Inputs opened (claimed and loaded) on the caller's worker
+    /// ([`Store::open_input_async`](super::Store::open_input_async)).
+    pub inputs_opened_here: u64,
 }
 
 impl Store {
@@ -103,6 +106,7 @@ impl Store {
             inline_commits: self.writes.inline_commits(),
             checkpoints_deferred: self.wal.deferred.load(Ordering::Relaxed),
             checkpoints: self.wal.checkpoints.load(Ordering::Relaxed),
+            inputs_opened_here: self.writes.opened_here.load(Ordering::Relaxed),
         }
     }
 

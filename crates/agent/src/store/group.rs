@@ -155,6 +155,8 @@ pub(super) struct WriteQueue {
     writes: AtomicU64,
     /// Groups committed by `Store::commit_inline`.
     inline: AtomicU64,
+    /// Inputs opened on the caller's worker (`Store::open_input_here`).
+    pub(super) opened_here: AtomicU64,
     /// Transactions attempted (groups and lone retries), for the tests.
     #[cfg(test)]
     attempts: AtomicU64,

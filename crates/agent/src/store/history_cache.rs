@@ -107,6 +107,11 @@ impl HistoryCache {
         self.bytes = 0;
     }
 
+    /// Whether the session's history is remembered.
+    pub fn contains(&self, session: &str) -> bool {
+        self.entries.contains_key(session)
+    }
+
     /// Takes the session's remembered history out (empty when there is
     /// none); [`HistoryCache::keep`] puts it back once it is known good.
     pub fn take(&mut self, session: &str) -> Remembered {

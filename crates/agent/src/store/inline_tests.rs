@@ -159,6 +159,7 @@ async fn a_checkpoint_due_after_a_commit_on_the_worker_runs_on_the_pool() {
             inline_commits: 1,
             checkpoints_deferred: 1,
             checkpoints: 0,
+            inputs_opened_here: 0,
         }
     );
     let started = Instant::now();
@@ -182,6 +183,36 @@ async fn a_commit_on_the_pool_checkpoints_as_sqlite_would() {
             inline_commits: 0,
             checkpoints_deferred: 0,
             checkpoints: 1,
+            inputs_opened_here: 0,
         }
     );
+}
+
+/// The connection held by another thread: opening an input does not wait
+/// for it on the worker, it goes to the pool and answers once it is free.
+#[tokio::test]
+async fn a_held_connection_sends_the_open_to_the_pool() {
+    let temp = temp_store_with("open-held", Durability::Normal);
+    let (held, release) = (
+        std::sync::mpsc::channel::<()>(),
+        std::sync::mpsc::channel::<()>(),
+    );
+    let store = Arc::clone(&temp.store);
+    let holder = std::thread::spawn(move || {
+        let _conn = store.lock();
+        held.0.send(()).unwrap();
+        let _ = release.1.recv_timeout(Duration::from_secs(2));
+    });
+    held.1.recv().unwrap();
+    let open = tokio::spawn({
+        let store = Arc::clone(&temp.store);
+        async move { store.open_input_async("new", "main").await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(!open.is_finished(), "opened while the connection was held");
+    release.0.send(()).unwrap();
+    holder.join().unwrap();
+    let opened = open.await.unwrap().unwrap();
+    assert!(opened.history.messages().is_empty());
+    assert_eq!(temp.store.commit_places().inputs_opened_here, 0);
 }

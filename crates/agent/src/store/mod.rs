@@ -75,6 +75,7 @@ mod history_cache;
 #[cfg(test)]
 mod inline_tests;
 mod messages;
+mod open;
 mod repair;
 mod schema;
 mod sessions;
@@ -96,6 +97,7 @@ pub use error::StoreError;
 pub use events::{EventPhase, EventRow, ToolEventRecord};
 pub use group::WriteStats;
 pub use messages::ReadStats;
+pub use open::OpenedInput;
 pub use repair::{CANCELLED_DETAIL, cancelled_result};
 pub use schema::{MIGRATIONS, SCHEMA_VERSION};
 pub use sessions::SessionInfo;

@@ -150,29 +150,8 @@ impl Store {
         // read, of only the messages added since the last load when the
         // session is remembered (`history_cache.rs`).
         require_session(&conn, session)?;
-        {
-            let mut histories = self.histories();
-            histories.check_version(data_version(&conn)?);
-            let mut history = histories.take(session);
-            let after = history.messages.last().map_or(0, |(seq, _)| *seq);
-            history.bytes +=
-                self.read_history_after(&conn, session, after, &mut history.messages)?;
-            if find_gaps(&history.messages).is_empty() {
-                let messages = paired(session, &history.messages)?;
-                let counted = history.tokens.len();
-                history.tokens.extend(
-                    messages
-                        .get(counted..)
-                        .unwrap_or_default()
-                        .iter()
-                        .map(approx_tokens),
-                );
-                self.count_tokens(messages.len().saturating_sub(counted));
-                let loaded = CountedHistory::from_counted(messages, history.tokens.clone());
-                histories.keep(session, history);
-                return Ok(loaded);
-            }
-            // Not kept: the repair below renumbers the messages.
+        if let Some(loaded) = self.load_paired(&conn, session, Remembered::Any)? {
+            return Ok(loaded);
         }
         // IMMEDIATE: no other writer may append between the check and the
         // repair; the history is read again under the lock for that reason.
@@ -207,11 +186,57 @@ impl Store {
         Ok(self.counted(repaired))
     }
 
+    /// The history of `session` (which exists) by a plain read, when it is
+    /// paired; `None` when it needs a repair (or, with
+    /// [`Remembered::Only`], when it is not remembered: reading a whole
+    /// history may take long). Of a remembered session only the messages
+    /// added since its last load are read.
+    pub(super) fn load_paired(
+        &self,
+        conn: &Connection,
+        session: &str,
+        remembered: Remembered,
+    ) -> Result<Option<CountedHistory>, StoreError> {
+        let mut histories = self.histories();
+        histories.check_version(data_version(conn)?);
+        if remembered == Remembered::Only && !histories.contains(session) {
+            return Ok(None);
+        }
+        let mut history = histories.take(session);
+        let after = history.messages.last().map_or(0, |(seq, _)| *seq);
+        history.bytes += self.read_history_after(conn, session, after, &mut history.messages)?;
+        if !find_gaps(&history.messages).is_empty() {
+            // Not kept: a repair renumbers the messages.
+            return Ok(None);
+        }
+        let messages = paired(session, &history.messages)?;
+        let counted = history.tokens.len();
+        history.tokens.extend(
+            messages
+                .get(counted..)
+                .unwrap_or_default()
+                .iter()
+                .map(approx_tokens),
+        );
+        self.count_tokens(messages.len().saturating_sub(counted));
+        let loaded = CountedHistory::from_counted(messages, history.tokens.clone());
+        histories.keep(session, history);
+        Ok(Some(loaded))
+    }
+
     /// `messages` with their token estimates, counted now.
     fn counted(&self, messages: Vec<Message>) -> CountedHistory {
         self.count_tokens(messages.len());
         CountedHistory::new(messages)
     }
+}
+
+/// Which sessions [`Store::load_paired`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Remembered {
+    Any,
+    /// Only one whose history is remembered.
+    Only,
 }
 
 /// The messages of a history without gaps, checked for pairing.

@@ -78,7 +78,7 @@ pub(super) fn validate_agent_name(agent: &str) -> Result<(), StoreError> {
 }
 
 /// `info`, if its session belongs to `agent`.
-fn owned_by(info: SessionInfo, agent: &str) -> Result<SessionInfo, StoreError> {
+pub(super) fn owned_by(info: SessionInfo, agent: &str) -> Result<SessionInfo, StoreError> {
     if info.agent != agent {
         return Err(StoreError::AgentMismatch {
             id: info.id,
@@ -89,7 +89,7 @@ fn owned_by(info: SessionInfo, agent: &str) -> Result<SessionInfo, StoreError> {
     Ok(info)
 }
 
-fn read_one(conn: &Connection, id: &str) -> Result<Option<SessionInfo>, StoreError> {
+pub(super) fn read_one(conn: &Connection, id: &str) -> Result<Option<SessionInfo>, StoreError> {
     Ok(conn
         .prepare_cached(SELECT_ONE)?
         .query_row([id], info_from_row)

@@ -1,0 +1,93 @@
+//! Opening an input: the session claimed for it and its history loaded.
+//!
+//! Every input starts with this step, so from async code it is worth
+//! doing without a trip to the blocking pool when nothing in it can wait
+//! (`Store::open_input_here`): the claim is a lock taken without waiting,
+//! a new session has nothing to load, and a remembered one only the
+//! messages added since its last load. Anything else (a history not in the
+//! cache, a repair, the connection in use, SQLite busy, an error) is done,
+//! or done again, on the pool.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use crate::context::CountedHistory;
+
+use super::claim::SessionClaim;
+use super::repair::Remembered;
+use super::sessions::{owned_by, read_one, validate_agent_name};
+use super::{BUSY_TIMEOUT, Store, StoreError, validate_session_id};
+
+/// What an input starts from.
+#[derive(Debug)]
+pub struct OpenedInput {
+    /// The session, held until the input ends (see `store/claim.rs`).
+    pub claim: SessionClaim,
+    /// Its history; empty for a session that does not exist yet (the
+    /// input's first append creates it, `Store::append_async_creating`).
+    pub history: CountedHistory,
+}
+
+impl Store {
+    /// Claims `session` for an input of `agent` and loads its history,
+    /// repairing it if a crash left calls without results. A session of
+    /// another agent is refused ([`StoreError::AgentMismatch`]), one
+    /// claimed elsewhere too ([`StoreError::SessionBusy`]). Blocking: from
+    /// async code use [`Store::open_input_async`].
+    pub fn open_input(&self, session: &str, agent: &str) -> Result<OpenedInput, StoreError> {
+        let claim = self.claim_session(session)?;
+        let history = if self.check_session_agent(session, agent)? {
+            self.load_counted(session)?
+        } else {
+            CountedHistory::default()
+        };
+        Ok(OpenedInput { claim, history })
+    }
+
+    /// [`Store::open_input`] for async code: on the caller's worker when
+    /// nothing in it can wait (see the module docs), else on the blocking
+    /// pool.
+    pub async fn open_input_async(
+        self: &Arc<Self>,
+        session: &str,
+        agent: &str,
+    ) -> Result<OpenedInput, StoreError> {
+        if let Some(opened) = self.open_input_here(session, agent) {
+            return Ok(opened);
+        }
+        let (session, agent) = (session.to_owned(), agent.to_owned());
+        self.call(move |store| store.open_input(&session, &agent))
+            .await
+    }
+
+    /// The fast path of [`Store::open_input_async`]: `None` (nothing held,
+    /// nothing written) unless it could be done without waiting.
+    fn open_input_here(&self, session: &str, agent: &str) -> Option<OpenedInput> {
+        validate_session_id(session).ok()?;
+        validate_agent_name(agent).ok()?;
+        let conn = match self.conn.try_lock() {
+            Ok(conn) if conn.is_autocommit() => conn,
+            _ => return None,
+        };
+        // A read can meet a lock too (a WAL being recovered): fail, not wait.
+        conn.busy_timeout(std::time::Duration::ZERO).ok()?;
+        let opened = (|| {
+            let claim = self.claim_session(session).ok()?;
+            let history = match read_one(&conn, session).ok()? {
+                None => CountedHistory::default(),
+                Some(info) => {
+                    owned_by(info, agent).ok()?;
+                    self.load_paired(&conn, session, Remembered::Only).ok()??
+                }
+            };
+            Some(OpenedInput { claim, history })
+        })();
+        if conn.busy_timeout(BUSY_TIMEOUT).is_err() {
+            return None;
+        }
+        if opened.is_some() {
+            self.writes.opened_here.fetch_add(1, Ordering::Relaxed);
+        }
+        opened
+    }
+}
