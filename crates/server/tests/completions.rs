@@ -560,3 +560,66 @@ async fn a_request_refused_for_the_client_limit_creates_no_session() {
     assert_eq!(missing.status(), 404);
     assert_eq!(first.await.unwrap().status(), 200);
 }
+
+/// A request without earlier messages has nothing to seed: the input's
+/// first commit creates the session with the user message, so a text
+/// answer costs two commits (user message, reply), whether the request
+/// names a new session or none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_without_earlier_messages_costs_two_commits_for_a_text_answer() {
+    let server = start(Setup::default()).await;
+    let store = server.state.runtime().store();
+    for named in [None, Some("named-new")] {
+        let before = store.write_stats().commits;
+        let mut post = server.post_json(
+            "/v1/chat/completions",
+            &request(json!([{"role": "user", "content": "hello"}]), false),
+        );
+        if let Some(session) = named {
+            post = post.header("x-session-id", session);
+        }
+        let response = post.send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        let session = response.headers()["x-session-id"]
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert_eq!(store.write_stats().commits - before, 2, "{named:?}");
+        let roles: Vec<String> = stored(&server, &session).await["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["role"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(roles, ["user", "assistant"], "{named:?}");
+    }
+}
+
+/// A session of another agent is refused before anything is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_of_another_agent_is_refused_with_409_and_nothing_stored() {
+    let server = start(Setup::default()).await;
+    let store = server.state.runtime().store();
+    store.ensure_session("theirs", "other-agent").unwrap();
+    let before = store.write_stats().commits;
+    for prior in [json!([]), json!([{"role": "user", "content": "earlier"}])] {
+        let mut messages = prior.as_array().unwrap().clone();
+        messages.push(json!({"role": "user", "content": "hello"}));
+        let response = server
+            .post_json(
+                "/v1/chat/completions",
+                &request(Value::Array(messages), false),
+            )
+            .header("x-session-id", "theirs")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 409);
+        assert_eq!(
+            body_json(response).await["error"]["code"],
+            "session_conflict"
+        );
+    }
+    assert_eq!(store.write_stats().commits, before);
+    assert!(store.history("theirs").unwrap().is_empty());
+}

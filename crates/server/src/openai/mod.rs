@@ -82,11 +82,12 @@ async fn completions_inner(
     let mut request = request::parse(body)?;
     let agent = state.options().default_agent.clone();
     let prior = std::mem::take(&mut request.prior);
+    let named = headers.contains_key(SESSION_HEADER);
     let session = session_id(state, headers)?;
     // Counted in before the session is created or seeded: a request the
     // client limit refuses stores nothing.
     let guard = state.begin_turn(client.ip(), &session)?;
-    prepare_session(state, &session, &agent, prior).await?;
+    prepare_session(state, &session, named, &agent, prior).await?;
     let turn::Started { frames, guard } =
         turn::submit(state, guard, &session, &agent, request.input.clone(), false);
     let completion_id = state.fresh_id("chatcmpl");
@@ -149,20 +150,34 @@ fn session_id(state: &ServerState, headers: &HeaderMap) -> Result<String, ApiErr
 /// cannot both seed it. A session that exists keeps its history (the
 /// client's earlier messages are not added). Creating a session is a
 /// commit, which waits for the disk, so it runs through `Store::call`.
+///
+/// Without earlier messages there is nothing to seed, and no commit is
+/// spent on an empty session: the input's first commit creates it with
+/// the user message (`Store::append_async_creating`). A session the
+/// request names is still checked by a read, so another agent's is
+/// refused here (409) before anything runs; a fresh id needs no check.
 async fn prepare_session(
     state: &ServerState,
     session: &str,
+    named: bool,
     agent: &str,
     prior: Vec<homeagent_core::Message>,
 ) -> Result<(), ApiError> {
+    if prior.is_empty() && !named {
+        return Ok(());
+    }
     let (session, agent) = (session.to_owned(), agent.to_owned());
     state
         .runtime()
         .store()
         .call(move |store| {
-            store
-                .create_seeded_session(&session, &agent, &prior)
-                .map(|_| ())
+            if prior.is_empty() {
+                store.check_session_agent(&session, &agent).map(|_| ())
+            } else {
+                store
+                    .create_seeded_session(&session, &agent, &prior)
+                    .map(|_| ())
+            }
         })
         .await
         .map_err(store_error)
