@@ -135,8 +135,13 @@ impl Store {
     /// the role up after, or hands it to a leader task when a write
     /// arrived meanwhile; a checkpoint the commit put off goes to the pool.
     /// False, still leading, when it did not commit.
+    ///
+    /// Only while the caller is alone: with other inputs running, the pool
+    /// commits in parallel with the worker they all share and groups their
+    /// writes, which under load beats saving a few switches (the blast of
+    /// docs/BENCHMARKS.md ran slower with every commit on the worker).
     fn lead_inline(self: &Arc<Self>) -> bool {
-        if !self.commits_inline {
+        if !self.commits_inline || self.claims.held() > 1 {
             return false;
         }
         // Should the commit panic, the queue is answered and the role freed.

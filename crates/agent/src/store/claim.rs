@@ -47,6 +47,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use nix::errno::Errno;
@@ -76,6 +77,9 @@ impl Drop for SessionClaim {
 pub(super) struct ClaimTable {
     path: PathBuf,
     state: Mutex<ClaimState>,
+    /// Sessions held through this handle, readable without the lock: the
+    /// inputs running in this process (see [`ClaimTable::held`]).
+    held: AtomicUsize,
 }
 
 #[derive(Debug, Default)]
@@ -99,6 +103,7 @@ impl ClaimTable {
         ClaimTable {
             path,
             state: Mutex::new(ClaimState::default()),
+            held: AtomicUsize::new(0),
         }
     }
 
@@ -137,6 +142,7 @@ impl ClaimTable {
         }
         *state.slots.entry(slot).or_insert(0) += 1;
         state.sessions.insert(session.to_owned());
+        self.held.fetch_add(1, Ordering::SeqCst);
         Ok(SessionClaim {
             table: Arc::clone(self),
             session: session.to_owned(),
@@ -144,9 +150,18 @@ impl ClaimTable {
         })
     }
 
+    /// How many sessions this handle holds: one per input running through
+    /// it. The store commits on a worker only while the caller is alone
+    /// (`Store::lead_inline`).
+    pub(super) fn held(&self) -> usize {
+        self.held.load(Ordering::SeqCst)
+    }
+
     fn release(&self, session: &str, slot: i64) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.sessions.remove(session);
+        if state.sessions.remove(session) {
+            self.held.fetch_sub(1, Ordering::SeqCst);
+        }
         match state.slots.get_mut(&slot) {
             Some(held) if *held > 1 => {
                 *held -= 1;

@@ -216,3 +216,42 @@ async fn a_held_connection_sends_the_open_to_the_pool() {
     assert!(opened.history.messages().is_empty());
     assert_eq!(temp.store.commit_places().inputs_opened_here, 0);
 }
+
+/// With other inputs running through the store, commits and opens go to
+/// the pool: it works beside the worker they share, and groups writes.
+#[tokio::test]
+async fn with_other_inputs_running_commits_and_opens_go_to_the_pool() {
+    let temp = store("inline-busy-inputs", Durability::Normal);
+    let mine = temp.store.claim_session("s").unwrap();
+    // The caller's own claim alone: on the worker.
+    append(&temp, "alone").await;
+    assert_eq!(temp.store.commit_places().inline_commits, 1);
+
+    let other = temp.store.claim_session("other").unwrap();
+    append(&temp, "beside another").await;
+    assert_eq!(temp.store.commit_places().inline_commits, 1);
+    // The leader task answers before it lets the connection go: wait for
+    // it to give up its role, so the open below finds the connection free.
+    let started = Instant::now();
+    while !temp.store.writes.take_lead() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "no leader ended"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert!(!temp.store.give_up_lead());
+    drop(mine);
+    let opened = temp.store.open_input_async("new", "main").await.unwrap();
+    assert_eq!(temp.store.commit_places().inputs_opened_here, 0);
+    drop(opened);
+
+    drop(other);
+    let opened = temp.store.open_input_async("new", "main").await.unwrap();
+    assert_eq!(temp.store.commit_places().inputs_opened_here, 1);
+    drop(opened);
+    assert_eq!(
+        stored(&temp),
+        [Message::user("alone"), Message::user("beside another")]
+    );
+}

@@ -62,7 +62,13 @@ impl Store {
 
     /// The fast path of [`Store::open_input_async`]: `None` (nothing held,
     /// nothing written) unless it could be done without waiting.
+    /// Only when no other input runs through this handle: under load the
+    /// pool reads in parallel with the worker the inputs share (see
+    /// `Store::lead_inline`).
     fn open_input_here(&self, session: &str, agent: &str) -> Option<OpenedInput> {
+        if self.claims.held() > 0 {
+            return None;
+        }
         validate_session_id(session).ok()?;
         validate_agent_name(agent).ok()?;
         let conn = match self.conn.try_lock() {
