@@ -33,6 +33,39 @@ fn stored(temp: &TempStore) -> Vec<Message> {
     temp.store.history("s").unwrap()
 }
 
+/// Another thread holding the store's connection until released (or for
+/// at most 2 s, so a worker blocked on it fails the test, not hangs it).
+struct ConnectionHolder {
+    release: std::sync::mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl ConnectionHolder {
+    /// Returns once the connection is held.
+    fn start(temp: &TempStore) -> ConnectionHolder {
+        let (held, release) = (
+            std::sync::mpsc::channel::<()>(),
+            std::sync::mpsc::channel::<()>(),
+        );
+        let store = Arc::clone(&temp.store);
+        let thread = std::thread::spawn(move || {
+            let _conn = store.lock();
+            held.0.send(()).unwrap();
+            let _ = release.1.recv_timeout(Duration::from_secs(2));
+        });
+        held.1.recv().unwrap();
+        ConnectionHolder {
+            release: release.0,
+            thread,
+        }
+    }
+
+    fn release(self) {
+        let _ = self.release.send(());
+        self.thread.join().unwrap();
+    }
+}
+
 #[tokio::test]
 async fn with_normal_sync_a_commit_runs_on_the_worker_and_with_full_on_the_pool() {
     let normal = store("inline-normal", Durability::Normal);
@@ -55,18 +88,7 @@ async fn with_normal_sync_a_commit_runs_on_the_worker_and_with_full_on_the_pool(
 #[tokio::test]
 async fn a_held_connection_sends_the_commit_to_the_pool() {
     let temp = store("inline-held", Durability::Normal);
-    let (held, release) = (
-        std::sync::mpsc::channel::<()>(),
-        std::sync::mpsc::channel::<()>(),
-    );
-    let store = Arc::clone(&temp.store);
-    let holder = std::thread::spawn(move || {
-        let _conn = store.lock();
-        held.0.send(()).unwrap();
-        // Bounded, so a worker blocked on this fails the test, not hangs it.
-        let _ = release.1.recv_timeout(Duration::from_secs(2));
-    });
-    held.1.recv().unwrap();
+    let holder = ConnectionHolder::start(&temp);
     let write = tokio::spawn({
         let store = Arc::clone(&temp.store);
         async move {
@@ -80,8 +102,7 @@ async fn a_held_connection_sends_the_commit_to_the_pool() {
         !write.is_finished(),
         "committed while the connection was held"
     );
-    release.0.send(()).unwrap();
-    holder.join().unwrap();
+    holder.release();
     write.await.unwrap().unwrap();
     assert_eq!(temp.store.commit_places().inline_commits, 0);
     assert_eq!(stored(&temp), [Message::user("later")]);
@@ -193,25 +214,14 @@ async fn a_commit_on_the_pool_checkpoints_as_sqlite_would() {
 #[tokio::test]
 async fn a_held_connection_sends_the_open_to_the_pool() {
     let temp = temp_store_with("open-held", Durability::Normal);
-    let (held, release) = (
-        std::sync::mpsc::channel::<()>(),
-        std::sync::mpsc::channel::<()>(),
-    );
-    let store = Arc::clone(&temp.store);
-    let holder = std::thread::spawn(move || {
-        let _conn = store.lock();
-        held.0.send(()).unwrap();
-        let _ = release.1.recv_timeout(Duration::from_secs(2));
-    });
-    held.1.recv().unwrap();
+    let holder = ConnectionHolder::start(&temp);
     let open = tokio::spawn({
         let store = Arc::clone(&temp.store);
         async move { store.open_input_async("new", "main").await }
     });
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert!(!open.is_finished(), "opened while the connection was held");
-    release.0.send(()).unwrap();
-    holder.join().unwrap();
+    holder.release();
     let opened = open.await.unwrap().unwrap();
     assert!(opened.history.messages().is_empty());
     assert_eq!(temp.store.commit_places().inputs_opened_here, 0);
