@@ -107,6 +107,12 @@ impl HistoryCache {
         self.bytes = 0;
     }
 
+    /// The bytes of every remembered history (tests only).
+    #[cfg(test)]
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
     /// Whether the session's history is remembered.
     pub fn contains(&self, session: &str) -> bool {
         self.entries.contains_key(session)

@@ -265,3 +265,77 @@ async fn with_other_inputs_running_commits_and_opens_go_to_the_pool() {
         [Message::user("alone"), Message::user("beside another")]
     );
 }
+
+/// Checkpoints are put off only during a commit on the worker: none is
+/// handed to the pool when none was due, and a later commit on the pool
+/// checkpoints in the commit again.
+#[tokio::test]
+async fn after_a_commit_on_the_worker_the_pool_checkpoints_in_its_commit_again() {
+    let temp = store("inline-then-pool", Durability::Normal);
+    append(&temp, "small").await;
+    // Time for a checkpoint task, had one been started, to run.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        temp.store.commit_places(),
+        CommitPlaces {
+            inline_commits: 1,
+            checkpoints_deferred: 0,
+            checkpoints: 0,
+            inputs_opened_here: 0,
+        }
+    );
+    // Two inputs running: the next commit goes to the pool.
+    let _running = (
+        temp.store.claim_session("a").unwrap(),
+        temp.store.claim_session("b").unwrap(),
+    );
+    append(&temp, &past_checkpoint_size()).await;
+    assert_eq!(
+        temp.store.commit_places(),
+        CommitPlaces {
+            inline_commits: 1,
+            checkpoints_deferred: 0,
+            checkpoints: 1,
+            inputs_opened_here: 0,
+        }
+    );
+}
+
+/// A remembered history is charged its stored bytes, the messages read
+/// since its last load included, so the cache's bound holds.
+#[tokio::test]
+async fn a_remembered_history_is_charged_its_bytes() {
+    let temp = store("open-bytes", Durability::Normal);
+    temp.store
+        .append_messages("s", &[Message::user("x".repeat(1000))])
+        .unwrap();
+    temp.store.load_counted("s").unwrap();
+    let first = temp.store.histories().bytes();
+    assert!(first >= 1000, "{first}");
+    temp.store
+        .append_messages("s", &[Message::user("y".repeat(500))])
+        .unwrap();
+    let opened = temp.store.open_input_async("s", "main").await.unwrap();
+    assert_eq!(opened.history.messages().len(), 2);
+    assert_eq!(temp.store.commit_places().inputs_opened_here, 1);
+    let second = temp.store.histories().bytes();
+    assert!(second >= first + 500, "{first} -> {second}");
+}
+
+/// A transaction a panic left open on the connection is not read through
+/// on the worker (it holds uncommitted rows): the open goes to the pool,
+/// whose lock rolls it back first.
+#[tokio::test]
+async fn a_transaction_left_open_sends_the_open_to_the_pool() {
+    let temp = store("open-leftover", Durability::Normal);
+    temp.store.load_counted("s").unwrap(); // remembered, empty
+    {
+        let conn = temp.store.conn.lock().unwrap();
+        conn.execute_batch("BEGIN").unwrap();
+        super::messages::insert_messages(&conn, "s", 1, &[Message::user("uncommitted")]).unwrap();
+    }
+    let opened = temp.store.open_input_async("s", "main").await.unwrap();
+    assert_eq!(temp.store.commit_places().inputs_opened_here, 0);
+    assert!(opened.history.messages().is_empty());
+    assert!(stored(&temp).is_empty());
+}
