@@ -83,9 +83,21 @@ pub fn per_round(before: Option<u64>, after: Option<u64>, rounds: usize) -> Opti
     Some(after.saturating_sub(before) as f64 / rounds.max(1) as f64)
 }
 
+/// [`per_round`] for a nanosecond counter, in microseconds.
+pub fn us_per_round(before_ns: Option<u64>, after_ns: Option<u64>, rounds: usize) -> Option<f64> {
+    per_round(before_ns, after_ns, rounds).map(|ns| ns / 1000.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_nanosecond_counter_is_spread_over_the_rounds_in_microseconds() {
+        assert_eq!(us_per_round(Some(1_000), Some(61_000), 30), Some(2.0));
+        assert_eq!(us_per_round(Some(0), Some(2_500), 2), Some(1.25));
+        assert_eq!(us_per_round(None, Some(2_500), 2), None);
+    }
 
     #[test]
     fn a_counters_rise_is_spread_over_the_rounds() {

@@ -76,7 +76,7 @@ pub async fn overhead(
             median_reply_us: math::median(&replies).unwrap_or(0.0),
             median_mock_us: math::median(&mocks).unwrap_or(0.0),
             switches_per_input: math::per_round(switches_before, switches_after, rounds),
-            cpu_us_per_input: math::per_round(cpu_before, cpu_after, rounds).map(|ns| ns / 1000.0),
+            cpu_us_per_input: math::us_per_round(cpu_before, cpu_after, rounds),
             status: status_of(&problems),
             problems,
         });
