@@ -7,6 +7,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use homeagent_bench::finish_example;
 use homeagent_bench::procs::{MockSettings, Stack, StoreSync};
 use homeagent_bench::progress::Progress;
 use homeagent_bench::scenarios::blast::blast;
@@ -48,22 +49,14 @@ async fn main() -> ExitCode {
         Ok::<_, homeagent_bench::BenchError>((result, status))
     }
     .await;
-    match result {
-        Ok((result, status)) => {
-            let store = status
-                .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
-                .and_then(|v| v.get("store").cloned());
-            let out = serde_json::json!({"blast": result, "store": store});
-            println!("{out:#}");
-            if result.problems.is_empty() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            }
-        }
-        Err(error) => {
-            eprintln!("error: {error}");
-            ExitCode::FAILURE
-        }
-    }
+    finish_example(result.map(|(result, status)| {
+        let store = status
+            .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+            .and_then(|v| v.get("store").cloned());
+        let problems = !result.problems.is_empty();
+        (
+            serde_json::json!({"blast": result, "store": store}),
+            problems,
+        )
+    }))
 }

@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use homeagent_bench::finish_example;
 use homeagent_bench::procs::{MockSettings, Stack, StoreSync};
 use homeagent_bench::progress::Progress;
 use homeagent_bench::scenarios::kernel::overhead;
@@ -41,19 +42,8 @@ async fn main() -> ExitCode {
         overhead(&stack, &[1, 8, 64], rounds.max(1), "k", &progress).await
     }
     .await;
-    match result {
-        Ok(rows) => {
-            let problems = rows.iter().any(|row| !row.problems.is_empty());
-            println!("{:#}", serde_json::json!({ "overhead": rows }));
-            if problems {
-                ExitCode::FAILURE
-            } else {
-                ExitCode::SUCCESS
-            }
-        }
-        Err(error) => {
-            eprintln!("error: {error}");
-            ExitCode::FAILURE
-        }
-    }
+    finish_example(result.map(|rows| {
+        let problems = rows.iter().any(|row| !row.problems.is_empty());
+        (serde_json::json!({ "overhead": rows }), problems)
+    }))
 }

@@ -6,10 +6,10 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use homeagent_bench::Plan;
 use homeagent_bench::procs::{Stack, StoreSync};
 use homeagent_bench::progress::Progress;
 use homeagent_bench::scenarios::batch::speedup;
+use homeagent_bench::{Plan, finish_example};
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -36,19 +36,8 @@ async fn main() -> ExitCode {
         speedup(&stack, &sizes, rounds, "s", &progress).await
     }
     .await;
-    match result {
-        Ok(rows) => {
-            let problems = rows.iter().any(|row| !row.problems.is_empty());
-            println!("{:#}", serde_json::json!({ "batch": rows }));
-            if problems {
-                ExitCode::FAILURE
-            } else {
-                ExitCode::SUCCESS
-            }
-        }
-        Err(error) => {
-            eprintln!("error: {error}");
-            ExitCode::FAILURE
-        }
-    }
+    finish_example(result.map(|rows| {
+        let problems = rows.iter().any(|row| !row.problems.is_empty());
+        (serde_json::json!({ "batch": rows }), problems)
+    }))
 }

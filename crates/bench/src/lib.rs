@@ -347,6 +347,28 @@ pub async fn run(options: &BenchOptions) -> Result<BenchReport, BenchError> {
     })
 }
 
+/// How an example runner (`examples/kernel.rs`, `speedup.rs`,
+/// `blast.rs`) ends: its JSON on stdout and success, failure when a row
+/// found a problem, or the error on stderr when the bench could not run.
+pub fn finish_example(
+    result: Result<(serde_json::Value, bool), BenchError>,
+) -> std::process::ExitCode {
+    match result {
+        Ok((out, problems)) => {
+            println!("{out:#}");
+            if problems {
+                std::process::ExitCode::FAILURE
+            } else {
+                std::process::ExitCode::SUCCESS
+            }
+        }
+        Err(error) => {
+            eprintln!("error: {error}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 /// Writes `bench-results.json`, `bench-speedup.svg` and
 /// `bench-overhead.svg` into `dir`; returns the paths written.
 pub fn write_outputs(report: &BenchReport, dir: &Path) -> Result<Vec<PathBuf>, BenchError> {
