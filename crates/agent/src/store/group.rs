@@ -53,8 +53,8 @@ use rusqlite::Connection;
 
 use super::events::{EventRow, insert_events};
 use super::messages::{MessageRow, insert_rows, max_seq};
-use super::sessions::{SessionInfo, create_or_get, insert_if_new};
-use super::{Store, StoreError, end_open_transaction, now_ms, require_session};
+use super::sessions::{SessionInfo, create_or_get, insert_if_new, touch};
+use super::{Store, StoreError, end_open_transaction};
 
 /// A write waiting for the connection.
 #[derive(Debug)]
@@ -516,16 +516,24 @@ fn apply(conn: &Connection, op: &WriteOp) -> Result<WriteDone, StoreError> {
             rows,
             events,
         } => {
-            if let Some(agent) = create_for {
-                create_or_get(conn, session, agent)?;
-            } else {
-                require_session(conn, session)?;
+            // One statement checks and stamps the session in the common
+            // case (it exists and is the agent's); only a miss pays for
+            // the create-or-refuse or the not-found answer.
+            if !touch(conn, session, create_for.as_deref())? {
+                match create_for {
+                    Some(agent) => {
+                        create_or_get(conn, session, agent)?;
+                    }
+                    None => {
+                        return Err(StoreError::SessionNotFound {
+                            id: session.clone(),
+                        });
+                    }
+                }
             }
             let first = max_seq(conn, session)? + 1;
             insert_rows(conn, session, first, rows)?;
             insert_events(conn, session, events)?;
-            conn.prepare_cached("UPDATE sessions SET updated_at = ?2 WHERE id = ?1")?
-                .execute(rusqlite::params![session, now_ms()])?;
             // `first..=first - 1` is empty: "nothing appended" needs no special type.
             Ok(WriteDone::Appended(first..=first + rows.len() as i64 - 1))
         }

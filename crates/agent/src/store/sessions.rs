@@ -51,6 +51,17 @@ pub(super) fn insert_if_new(conn: &Connection, id: &str, agent: &str) -> Result<
     Ok(inserted == 1)
 }
 
+/// Stamps session `id` as used now; whether it exists (and, given `agent`,
+/// is that agent's). Nothing is changed when it answers `false`.
+pub(super) fn touch(conn: &Connection, id: &str, agent: Option<&str>) -> Result<bool, StoreError> {
+    let changed = conn
+        .prepare_cached(
+            "UPDATE sessions SET updated_at = ?2 WHERE id = ?1 AND (?3 IS NULL OR agent = ?3)",
+        )?
+        .execute(rusqlite::params![id, now_ms(), agent])?;
+    Ok(changed == 1)
+}
+
 /// Creates the session for `agent` unless it exists, and returns it; a
 /// session of another agent is refused. The caller holds the (IMMEDIATE)
 /// transaction, so another process creating the same id at the same moment
