@@ -313,11 +313,12 @@ impl Runtime {
                 .await
                 .map_err(store_frame)?;
             history.push(assistant);
-            let result = executor.run(&turn, &batch).await;
-            let results: Vec<Message> = result
-                .tool_messages
+            // The assistant message is already in the history: only the
+            // outcomes are wanted, and their strings move into the results.
+            let (_, outcomes) = executor.run_calls(&turn, &batch).await;
+            let results: Vec<Message> = outcomes
                 .into_iter()
-                .map(Message::Tool)
+                .map(|outcome| Message::Tool(outcome.into_message()))
                 .collect();
             // Committed even when stopped: every call has its outcome.
             commit_results(&self.store, &input.session, &results, recorded.take())

@@ -124,3 +124,37 @@ async fn the_creating_append_itself_refuses_another_agents_session() {
     assert_eq!(store.history("kitchen-s").unwrap().len(), 1);
     assert_eq!(store.session("new-s").unwrap().unwrap().agent, "main");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stored_results_are_the_calls_outcomes_in_call_order() {
+    let dir = TempDir::new("commits-results");
+    let store = Arc::new(Store::open(&dir.db()).unwrap());
+    let runtime = runtime(Arc::clone(&store));
+
+    let batch = r#"!calls [{"name":"demo_echo","arguments":{"text":"first-text"}},{"name":"no_such_tool","arguments":{}}]"#;
+    let terminal = run(&runtime, "results", "main", batch).await;
+    assert!(matches!(terminal, Frame::Response { .. }), "{terminal:?}");
+    let history = store.history("results").unwrap();
+    let [
+        Message::User { .. },
+        Message::Assistant(asked),
+        Message::Tool(ok),
+        Message::Tool(failed),
+        Message::Assistant(_),
+    ] = &history[..]
+    else {
+        panic!("{history:#?}");
+    };
+    let ids: Vec<&str> = asked.tool_calls.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        [ok.tool_call_id.as_str(), failed.tool_call_id.as_str()]
+    );
+    assert_eq!((ok.name.as_str(), ok.success), ("demo_echo", true));
+    assert!(ok.content.contains("first-text"), "{ok:?}");
+    assert_eq!(
+        (failed.name.as_str(), failed.success),
+        ("no_such_tool", false)
+    );
+    assert!(failed.content.contains("no_such_tool"), "{failed:?}");
+}

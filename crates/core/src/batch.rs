@@ -219,6 +219,25 @@ impl Executor {
 
     /// Runs one turn's calls and finalizes them in index order.
     pub async fn run(&self, turn: &AssembledTurn, batch: &BatchContext) -> BatchResult {
+        let (mode, outcomes) = self.run_calls(turn, batch).await;
+        let tool_messages = outcomes.iter().map(ToolOutcome::to_message).collect();
+        BatchResult {
+            mode,
+            assistant: turn.message(),
+            outcomes,
+            tool_messages,
+        }
+    }
+
+    /// Runs one turn's calls: how they ran, and their outcomes in index
+    /// order. For a caller that already holds the turn's assistant message
+    /// and wants the tool messages by value
+    /// ([`ToolOutcome::into_message`]): [`Executor::run`] copies both.
+    pub async fn run_calls(
+        &self,
+        turn: &AssembledTurn,
+        batch: &BatchContext,
+    ) -> (BatchMode, Vec<ToolOutcome>) {
         let mode = self.plan(&turn.calls);
         let parallel = mode == BatchMode::Parallel;
         let size = turn.calls.len();
@@ -236,21 +255,7 @@ impl Executor {
             }
             outcomes
         };
-        let tool_messages = outcomes
-            .iter()
-            .map(|o| ToolMessage {
-                tool_call_id: o.call_id.clone(),
-                name: o.tool.clone(),
-                content: o.text.clone(),
-                success: o.success,
-            })
-            .collect();
-        BatchResult {
-            mode,
-            assistant: turn.message(),
-            outcomes,
-            tool_messages,
-        }
+        (mode, outcomes)
     }
 
     async fn run_one(
@@ -389,14 +394,10 @@ impl Executor {
             .and_then(|d| d.timeout)
             .unwrap_or(inner.options.default_timeout);
         let call_cancel = batch.cancel.child_token();
-        let ctx = ToolContext {
-            call_id: id.to_owned(),
-            tool: name.to_owned(),
-            arguments: info.arguments.clone(),
-            batch_id: batch.batch_id.clone(),
-            extras: batch.extras.clone(),
-            cancel: call_cancel.clone(),
-        };
+        // The post-hooks read `info` after the call; without any, the
+        // handler takes its fields instead of copies.
+        let kept = (!inner.post_hooks.is_empty()).then(|| info.clone());
+        let ctx = ToolContext::from_info(info, call_cancel.clone());
         let mut outcome = match self
             .dispatch(name, ctx, timeout, &call_cancel, &batch.cancel, notes)
             .await
@@ -411,6 +412,9 @@ impl Executor {
                 outcome
             }
             Err(error) => fail(error),
+        };
+        let Some(info) = kept else {
+            return outcome;
         };
         for hook in &inner.post_hooks {
             let hook_name = hook.name().to_owned();

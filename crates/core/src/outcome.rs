@@ -1,6 +1,7 @@
 //! The result contract: every call ends in exactly one [`ToolOutcome`], whose
 //! `success` is honest and whose text is what the model reads.
 
+use crate::message::ToolMessage;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -142,6 +143,26 @@ pub struct ToolOutcome {
 }
 
 impl ToolOutcome {
+    /// The tool message the model reads for this outcome.
+    pub fn to_message(&self) -> ToolMessage {
+        ToolMessage {
+            tool_call_id: self.call_id.clone(),
+            name: self.tool.clone(),
+            content: self.text.clone(),
+            success: self.success,
+        }
+    }
+
+    /// [`ToolOutcome::to_message`], taking the outcome's strings.
+    pub fn into_message(self) -> ToolMessage {
+        ToolMessage {
+            tool_call_id: self.call_id,
+            name: self.tool,
+            content: self.text,
+            success: self.success,
+        }
+    }
+
     /// The outcome of a handler's return value, with honest success.
     pub fn from_value(call_id: impl Into<String>, tool: impl Into<String>, value: Value) -> Self {
         let tool = tool.into();

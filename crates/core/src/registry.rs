@@ -13,6 +13,7 @@ use std::sync::{Arc, RwLock};
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
+use crate::hooks::CallInfo;
 use crate::outcome::{ErrorReason, ToolError};
 use crate::tool::{ToolDef, ToolNameError, check_tool_name};
 
@@ -36,6 +37,20 @@ pub struct ToolContext {
     /// Cancelled when the batch is stopped or the call times out; handlers
     /// that loop should watch it.
     pub cancel: CancellationToken,
+}
+
+impl ToolContext {
+    /// The context of the call `info` describes (as the pre-hooks left it).
+    pub(crate) fn from_info(info: CallInfo, cancel: CancellationToken) -> Self {
+        ToolContext {
+            call_id: info.call_id,
+            tool: info.tool,
+            arguments: info.arguments,
+            batch_id: info.batch_id,
+            extras: info.extras,
+            cancel,
+        }
+    }
 }
 
 /// A tool's implementation.
