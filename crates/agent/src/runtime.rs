@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use homeagent_core::{
     BatchContext, CancellationToken, Executor, ExecutorOptions, Message, StreamAssembler,
-    StreamEvent, ToolEvent, ToolSource, execution_order_section,
+    StreamEvent, ToolDef, ToolEvent, ToolSource, execution_order_section_for,
 };
 use homeagent_llm::{ChatRequest, FallbackError, Sources, ToolSpec};
 use homeagent_tools::hooks::CommandHooks;
@@ -41,6 +41,7 @@ use serde_json::{Map, Value};
 
 use crate::context::{RequestMessages, approx_tokens};
 use crate::frames::{Frame, UsageFrame};
+use crate::request_base::{Built, RequestBase, RequestBases};
 use crate::store::{EventRow, OpenedInput, Store, StoreError};
 
 /// The loop's knobs (from `[agent]` and `[tools]`).
@@ -96,6 +97,9 @@ pub struct Runtime {
     tools: Arc<GatedSource>,
     store: Arc<Store>,
     settings: AgentSettings,
+    /// Shared with the runtime's other-approval copies: approval changes
+    /// neither the prompt nor the tool list.
+    request_bases: Arc<RequestBases>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -119,6 +123,7 @@ impl Runtime {
             tools,
             store,
             settings,
+            request_bases: Arc::default(),
         }
     }
 
@@ -129,6 +134,7 @@ impl Runtime {
             tools: Arc::new(self.tools.with_approval(approval)),
             store: Arc::clone(&self.store),
             settings: self.settings.clone(),
+            request_bases: Arc::clone(&self.request_bases),
         }
     }
 
@@ -163,13 +169,35 @@ impl Runtime {
 
     /// The tools `agent` may see, as sent to the model.
     pub fn tool_specs(&self, agent: &str) -> Vec<ToolSpec> {
+        self.tool_specs_of(agent, &self.tools.definitions())
+    }
+
+    fn tool_specs_of(&self, agent: &str, definitions: &[Arc<ToolDef>]) -> Vec<ToolSpec> {
         let gate = self.tools.gate();
-        self.tools
-            .definitions()
+        definitions
             .iter()
             .filter(|def| gate.visible(agent, &def.name))
             .map(|def| ToolSpec::from(def.as_ref()))
             .collect()
+    }
+
+    /// `agent`'s system prompt and tool list for the current tools (see
+    /// [`crate::request_base`]).
+    fn request_base(&self, agent: &str) -> Arc<RequestBase> {
+        self.request_bases
+            .get_or_build(agent, self.tools.definitions(), |definitions| {
+                let prompt = self.system_prompt(&self.executor(None), definitions);
+                let tools = self.tool_specs_of(agent, definitions);
+                // What the system prompt and the tools take from the context
+                // budget.
+                let reserved_tokens =
+                    approx_tokens(&Message::system(prompt.clone())) + tool_tokens(&tools) + 64;
+                Built {
+                    prompt,
+                    tools,
+                    reserved_tokens,
+                }
+            })
     }
 
     /// Runs one input to its end; returns its terminal frame (which is not
@@ -216,18 +244,15 @@ impl Runtime {
 
         let recorded = EventBuffer::default();
         let executor = self.executor(Some(self.event_sink(&recorded, sink)));
-        let base_prompt = self.system_prompt(&executor);
-        // Built once per input: the tool list (the largest part of every
-        // request) is neither cloned nor measured again for each turn.
-        let tools = self.tool_specs(&input.agent);
-        // What the system prompt and the tools take from the context
-        // budget, counted once per input too.
-        let reserved =
-            approx_tokens(&Message::system(base_prompt.clone())) + tool_tokens(&tools) + 64;
+        // The prompt and the tool list as of this input's start: kept per
+        // agent until the tools change, neither built nor measured again.
+        let base = self.request_base(&input.agent);
+        let base_prompt = &base.prompt;
+        let reserved = base.reserved_tokens;
         let mut request = ChatRequest {
             model: String::new(),
             messages: Vec::new(),
-            tools,
+            tools: base.tools.clone(),
             max_tokens: self.settings.max_tokens,
             temperature: None,
             stream: true,
@@ -266,7 +291,7 @@ impl Runtime {
             }
             sent.update(
                 &mut request.messages,
-                &base_prompt,
+                base_prompt,
                 &history,
                 self.settings.context_tokens,
                 reserved,
@@ -328,10 +353,10 @@ impl Runtime {
         }
     }
 
-    fn system_prompt(&self, executor: &Executor) -> String {
+    fn system_prompt(&self, executor: &Executor, definitions: &[Arc<ToolDef>]) -> String {
         let mut prompt = format!(
             "You are HomeAgent, a personal agent that acts through tools.\n\n{}",
-            execution_order_section(executor)
+            execution_order_section_for(executor, definitions)
         );
         if let Some(extra) = &self.settings.system_prompt {
             prompt.push_str("\n\n");

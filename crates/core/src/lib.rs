@@ -37,7 +37,7 @@ pub use outcome::{CallStatus, ErrorReason, ToolError, ToolOutcome};
 pub use pairing::{
     IdReminter, PairingError, check_history_pairing, check_pairing, remint_reused_ids,
 };
-pub use prompt::execution_order_section;
+pub use prompt::{execution_order_section, execution_order_section_for};
 pub use registry::{Registry, RegistryError, ToolContext, ToolFuture, ToolHandler, ToolSource};
 pub use stream::{FinishReason, StreamEvent, ToolCallFragment, Usage};
 /// Re-exported so tool authors need not depend on tokio-util for the stop switch.

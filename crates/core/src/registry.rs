@@ -171,16 +171,23 @@ impl ToolSource for Registry {
     }
 
     fn definitions(&self) -> Vec<Arc<ToolDef>> {
-        let mut all: BTreeMap<String, Arc<ToolDef>> = BTreeMap::new();
-        if let Some(parent) = &self.parent {
-            for def in parent.definitions() {
-                all.insert(def.name.clone(), def);
-            }
+        // The parent's first, without holding this registry's lock.
+        let inherited = self.parent.as_ref().map(|parent| parent.definitions());
+        let tools = self.read();
+        let Some(inherited) = inherited else {
+            // Already by name, one per name.
+            return tools.values().map(|entry| Arc::clone(&entry.def)).collect();
+        };
+        // Own tools shadow the parent's; names are borrowed, not copied
+        // (this runs before every input).
+        let mut all: BTreeMap<&str, &Arc<ToolDef>> = inherited
+            .iter()
+            .map(|def| (def.name.as_str(), def))
+            .collect();
+        for (name, entry) in tools.iter() {
+            all.insert(name.as_str(), &entry.def);
         }
-        for (name, entry) in self.read().iter() {
-            all.insert(name.clone(), entry.def.clone());
-        }
-        all.into_values().collect()
+        all.into_values().map(Arc::clone).collect()
     }
 
     fn invoke(&self, name: &str, ctx: ToolContext) -> ToolFuture {

@@ -202,3 +202,37 @@ fn a_name_contained_in_a_tool_name_is_suggested() {
     assert_eq!(closest_names("read", &names, 3), vec!["files_read"]);
     assert!(closest_names("", &names, 3).is_empty());
 }
+
+#[test]
+fn a_childs_definitions_list_each_name_once_by_name_with_its_own_shadowing() {
+    let parent = Arc::new(Registry::new());
+    for (name, description) in [("w_parent", "parent"), ("x_both", "parent")] {
+        parent
+            .register(ToolDef::new(name, description), |_| async {
+                Ok(Value::Null)
+            })
+            .unwrap();
+    }
+    let child = Registry::with_parent(parent);
+    for (name, description) in [("y_child", "child"), ("x_both", "child")] {
+        child
+            .register(ToolDef::new(name, description), |_| async {
+                Ok(Value::Null)
+            })
+            .unwrap();
+    }
+    let listed: Vec<(String, String)> = child
+        .definitions()
+        .iter()
+        .map(|d| (d.name.clone(), d.description.clone()))
+        .collect();
+    let expected = [
+        ("w_parent", "parent"),
+        ("x_both", "child"),
+        ("y_child", "child"),
+    ];
+    assert_eq!(
+        listed,
+        expected.map(|(n, d)| (n.to_owned(), d.to_owned())).to_vec()
+    );
+}

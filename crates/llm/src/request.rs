@@ -25,8 +25,9 @@ use serde_json::value::RawValue;
 /// [`rendered`]: ToolSpec::rendered
 #[derive(Debug, Clone)]
 pub struct ToolSpec {
-    name: String,
-    description: String,
+    // Shared text: an agent's tool list is cloned into every request.
+    name: Arc<str>,
+    description: Arc<str>,
     parameters: Arc<RawValue>,
     renderings: Arc<Renderings>,
 }
@@ -53,8 +54,8 @@ impl ToolSpec {
             Arc::clone(&NO_ARGUMENTS)
         };
         ToolSpec {
-            name: name.into(),
-            description: description.into(),
+            name: Arc::from(name.into()),
+            description: Arc::from(description.into()),
             parameters,
             renderings: Arc::default(),
         }
@@ -119,8 +120,8 @@ impl From<&ToolDef> for ToolSpec {
             Arc::clone(&NO_ARGUMENTS)
         };
         ToolSpec {
-            name: def.name.clone(),
-            description: def.description.clone(),
+            name: Arc::from(def.name.as_str()),
+            description: Arc::from(def.description.as_str()),
             parameters,
             renderings: def.renderings(),
         }

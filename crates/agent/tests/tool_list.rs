@@ -1,0 +1,186 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a test failure
+//! The tool list and the system prompt an input sends follow the registry
+//! as it is when the input starts: a tool registered while the agent runs
+//! is offered from the next input on, a removed one is no longer offered,
+//! and each agent sees only the tools its grant allows.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+
+use common::TempDir;
+use homeagent_agent::store::Store;
+use homeagent_agent::{AgentSettings, FrameSink, Runtime, TurnControl, TurnInput};
+use homeagent_core::{Message, Registry, StreamEvent, ToolDef};
+use homeagent_llm::{
+    ChatRequest, FallbackOptions, LocalModel, ProviderError, SourceConfig, SourceProtocol,
+    SourceSetup, Sources,
+};
+use homeagent_tools::{AgentGrant, Approval, Gate, GatedSource, register_demo_tools};
+use serde_json::{Value, json};
+
+/// Records every request it is sent; answers with text.
+#[derive(Default)]
+struct Recorder {
+    requests: Mutex<Vec<ChatRequest>>,
+}
+
+impl LocalModel for Recorder {
+    fn respond(&self, request: &ChatRequest) -> Result<Vec<StreamEvent>, ProviderError> {
+        self.requests.lock().unwrap().push(request.clone());
+        Ok(vec![StreamEvent::TextDelta {
+            text: "done".into(),
+        }])
+    }
+}
+
+impl Recorder {
+    /// The tool names and the system prompt of the latest request.
+    fn latest(&self) -> (Vec<String>, String) {
+        let requests = self.requests.lock().unwrap();
+        let request = requests.last().expect("a request was sent");
+        let names = request.tools.iter().map(|t| t.name().to_owned()).collect();
+        let prompt = match request.messages.first() {
+            Some(Message::System { content }) => content.clone(),
+            other => panic!("the first message is not the system prompt: {other:?}"),
+        };
+        (names, prompt)
+    }
+}
+
+struct Setup {
+    _dir: TempDir,
+    registry: Arc<Registry>,
+    recorder: Arc<Recorder>,
+    runtime: Runtime,
+}
+
+/// The demo tools, `main` with every tool and `kitchen` with `demo_e*` and
+/// `demo_s*` only.
+fn setup() -> Setup {
+    let dir = TempDir::new("tool-list");
+    let store = Arc::new(Store::open(&dir.db()).unwrap());
+    let recorder = Arc::new(Recorder::default());
+    let setup = SourceSetup {
+        adapter_dir: None,
+        local_model: Some(Arc::clone(&recorder) as Arc<dyn LocalModel>),
+    };
+    let sources = Sources::build(
+        vec![SourceConfig::new("local", SourceProtocol::Demo)],
+        &|_: &str| None,
+        FallbackOptions::default(),
+        &setup,
+    )
+    .unwrap();
+    let registry = Arc::new(Registry::new());
+    register_demo_tools(&registry).unwrap();
+    let kitchen = AgentGrant {
+        name: "kitchen".into(),
+        allow_tools: vec!["demo_e*".into(), "demo_s*".into()],
+        deny_tools: Vec::new(),
+        devices: Vec::new(),
+    };
+    let tools = Arc::new(GatedSource::new(
+        Arc::clone(&registry) as _,
+        Arc::new(Gate::new([kitchen])),
+        Approval::Refused,
+    ));
+    let runtime = Runtime::new(Arc::new(sources), tools, store, AgentSettings::default());
+    Setup {
+        _dir: dir,
+        registry,
+        recorder,
+        runtime,
+    }
+}
+
+async fn run(setup: &Setup, session: &str, agent: &str) {
+    let sink: FrameSink = Arc::new(|_| {});
+    let input = TurnInput {
+        session: session.into(),
+        agent: agent.into(),
+        text: "hello".into(),
+    };
+    let frame = setup
+        .runtime
+        .run(&input, &TurnControl::default(), &sink)
+        .await;
+    assert!(
+        matches!(frame, homeagent_agent::Frame::Response { .. }),
+        "{frame:?}"
+    );
+}
+
+/// The prompt's list of parallel-safe tools.
+fn parallel_safe_line(prompt: &str) -> &str {
+    prompt
+        .lines()
+        .find(|line| line.starts_with("- Parallel-safe tools: "))
+        .unwrap_or_else(|| panic!("no parallel-safe line in {prompt}"))
+}
+
+fn late_tool() -> ToolDef {
+    ToolDef::new("late_tool", "registered while the agent runs")
+        .with_parameters(json!({"type": "object", "properties": {}}))
+        .parallel_safe()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_registered_or_removed_while_running_changes_the_next_inputs_request() {
+    let setup = setup();
+    run(&setup, "s1", "main").await;
+    let (first, first_prompt) = setup.recorder.latest();
+    assert!(first.iter().any(|n| n == "demo_echo"), "{first:?}");
+    assert!(!first.iter().any(|n| n == "late_tool"), "{first:?}");
+    assert!(!first_prompt.contains("late_tool"), "{first_prompt}");
+
+    // The same tools again: the same request parts.
+    run(&setup, "s2", "main").await;
+    assert_eq!(
+        setup.recorder.latest(),
+        (first.clone(), first_prompt.clone())
+    );
+
+    setup
+        .registry
+        .register(late_tool(), |_| async { Ok(Value::Null) })
+        .unwrap();
+    run(&setup, "s3", "main").await;
+    let (with_late, prompt) = setup.recorder.latest();
+    let mut expected = first.clone();
+    expected.push("late_tool".into());
+    expected.sort();
+    let mut sorted = with_late.clone();
+    sorted.sort();
+    assert_eq!(sorted, expected);
+    assert!(
+        parallel_safe_line(&prompt).contains("late_tool"),
+        "{prompt}"
+    );
+
+    assert!(setup.registry.unregister("late_tool"));
+    run(&setup, "s4", "main").await;
+    assert_eq!(setup.recorder.latest(), (first, first_prompt));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_agent_is_offered_only_the_tools_its_grant_allows() {
+    let setup = setup();
+    run(&setup, "main-1", "main").await;
+    let (all, _) = setup.recorder.latest();
+    run(&setup, "kitchen-1", "kitchen").await;
+    let (kitchen, _) = setup.recorder.latest();
+    let expected: Vec<String> = all
+        .iter()
+        .filter(|n| n.starts_with("demo_e") || n.starts_with("demo_s"))
+        .cloned()
+        .collect();
+    assert!(
+        !expected.is_empty() && expected.len() < all.len(),
+        "{all:?}"
+    );
+    assert_eq!(kitchen, expected);
+    // And `main` again, after `kitchen`: its own list, not the last one.
+    run(&setup, "main-2", "main").await;
+    assert_eq!(setup.recorder.latest().0, all);
+}
