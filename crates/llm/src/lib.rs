@@ -19,7 +19,7 @@ pub mod source;
 pub mod transport;
 
 pub use codec::{
-    Endpoint, Flow, Frame, Protocol, StreamDecoder, WireCodec, WireRequest, codec_for,
+    Endpoint, Flow, Frame, JsonBody, Protocol, StreamDecoder, WireCodec, WireRequest, codec_for,
 };
 pub use error::CodecError;
 pub use lua::{AdapterError, LuaAdapter, LuaCodec};

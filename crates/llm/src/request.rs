@@ -144,6 +144,56 @@ pub struct ChatRequest {
     pub stream: bool,
 }
 
+impl ChatRequest {
+    /// About how many bytes of JSON the request encodes to, on any wire:
+    /// its texts, its tools' schemas and a little per element. A body
+    /// buffer starts this large; being a little off costs one regrowth.
+    pub fn encoded_size_hint(&self) -> usize {
+        const PER_ELEMENT: usize = 64;
+        let tools: usize = self
+            .tools
+            .iter()
+            .map(|t| t.name().len() + t.description().len() + t.parameters().get().len())
+            .sum::<usize>()
+            + self.tools.len() * PER_ELEMENT;
+        let messages: usize = self
+            .messages
+            .iter()
+            .map(|message| {
+                PER_ELEMENT
+                    + match message {
+                        Message::System { content } | Message::User { content } => content.len(),
+                        Message::Assistant(assistant) => {
+                            assistant.content.len()
+                                + assistant
+                                    .reasoning
+                                    .iter()
+                                    .map(|part| part.text.len() + PER_ELEMENT)
+                                    .sum::<usize>()
+                                + assistant
+                                    .tool_calls
+                                    .iter()
+                                    .map(|call| {
+                                        call.id.len()
+                                            + call.name.len()
+                                            + 2 * call.raw_arguments.len()
+                                            + PER_ELEMENT
+                                    })
+                                    .sum::<usize>()
+                        }
+                        Message::Tool(tool) => {
+                            tool.tool_call_id.len() + tool.name.len() + tool.content.len()
+                        }
+                    }
+            })
+            .sum();
+        // Escapes make text longer on the wire; an eighth more covers
+        // ordinary text.
+        let text = tools + messages;
+        text + text / 8 + 256
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)] // a panic in a test is a test failure
@@ -268,5 +318,66 @@ mod tests {
             ToolSpec::from(&def).parameters_value(),
             json!({"type": "object", "required": ["x"]})
         );
+    }
+
+    /// The body buffer starts large enough: no codec's body outgrows the
+    /// hint (the whole point of it), and none is a fraction of it.
+    #[test]
+    fn the_size_hint_covers_every_codecs_body_of_a_whole_conversation() {
+        use homeagent_core::{AssistantMessage, Message, ToolCall, ToolMessage};
+        let endpoint = crate::Endpoint {
+            base_url: "http://127.0.0.1:9/v1".into(),
+            api_key: None,
+        };
+        let calls: Vec<ToolCall> = (0..8)
+            .map(|i| ToolCall {
+                id: format!("call_{i}"),
+                name: "demo_echo".into(),
+                arguments: serde_json::json!({"tag": format!("t\"{i}\"")}),
+                raw_arguments: format!(r#"{{"tag":"t\"{i}\""}}"#),
+            })
+            .collect();
+        let mut messages = vec![
+            Message::system("You are a \"test\" agent.\n".repeat(20)),
+            Message::user("Echo eight tags, please."),
+            Message::Assistant(AssistantMessage {
+                content: "Sure.".into(),
+                reasoning: Vec::new(),
+                tool_calls: calls.clone(),
+            }),
+        ];
+        messages.extend(calls.iter().map(|c| {
+            Message::Tool(ToolMessage {
+                tool_call_id: c.id.clone(),
+                name: c.name.clone(),
+                content: c.raw_arguments.clone(),
+                success: true,
+            })
+        }));
+        let schema = serde_json::json!({"type": "object", "properties": {"tag": {"type": "string"}}});
+        let request = ChatRequest {
+            model: "m".into(),
+            messages,
+            tools: (0..6)
+                .map(|i| ToolSpec::new(format!("tool_{i}"), "Does a thing.", &schema))
+                .collect(),
+            max_tokens: 64,
+            temperature: None,
+            stream: true,
+        };
+        let hint = request.encoded_size_hint();
+        for protocol in [
+            crate::Protocol::Openai,
+            crate::Protocol::Anthropic,
+            crate::Protocol::Gemini,
+            crate::Protocol::Ollama,
+        ] {
+            let wire = crate::codec_for(protocol)
+                .build_request(&endpoint, &request)
+                .unwrap();
+            let sent = wire.body.get().len();
+            assert!(sent <= hint, "{protocol:?}: {sent} bytes, hint {hint}");
+            assert!(hint <= 2 * sent, "{protocol:?}: {sent} bytes, hint {hint}");
+        }
     }
 }

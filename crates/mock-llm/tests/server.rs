@@ -67,7 +67,7 @@ async fn exchange(
     }
     let response = request
         .header("content-type", "application/json")
-        .body(serde_json::to_vec(&wire.body).unwrap())
+        .body(wire.body.into_string())
         .timeout(Duration::from_secs(10))
         .send()
         .await
@@ -214,7 +214,7 @@ async fn hang_sends_a_partial_body_then_nothing(protocol: Protocol) {
         }
         let mut response = request
             .header("content-type", "application/json")
-            .body(serde_json::to_vec(&wire.body).unwrap())
+            .body(wire.body.into_string())
             .send()
             .await
             .unwrap();

@@ -13,12 +13,14 @@
 use homeagent_core::StreamEvent;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use serde_json::value::RawValue;
 
 use crate::error::CodecError;
 use crate::request::ChatRequest;
 
+pub use body::JsonBody;
+
 pub mod anthropic;
+mod body;
 pub mod gemini;
 pub mod ollama;
 pub mod openai;
@@ -83,7 +85,7 @@ pub struct WireRequest {
     /// `Value`: codecs write it straight from the request, and a Lua
     /// adapter's body goes out byte for byte as the adapter wrote (and
     /// perhaps signed) it.
-    pub body: Box<RawValue>,
+    pub body: JsonBody,
 }
 
 impl WireRequest {
@@ -93,16 +95,14 @@ impl WireRequest {
     }
 }
 
-/// Serializes a codec's request body; the one way codecs make
-/// [`WireRequest::body`].
+/// Serializes a codec's request body for `request`; the one way codecs
+/// make [`WireRequest::body`].
 pub(crate) fn encoded_body<T: Serialize + ?Sized>(
     protocol: &'static str,
     body: &T,
-) -> Result<Box<RawValue>, CodecError> {
-    serde_json::value::to_raw_value(body).map_err(|err| CodecError::Unencodable {
-        protocol,
-        detail: err.to_string(),
-    })
+    request: &ChatRequest,
+) -> Result<JsonBody, CodecError> {
+    JsonBody::encode(protocol, body, request.encoded_size_hint())
 }
 
 impl std::fmt::Debug for WireRequest {

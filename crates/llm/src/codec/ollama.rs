@@ -119,7 +119,7 @@ impl WireCodec for OllamaCodec {
         Ok(WireRequest {
             url,
             headers,
-            body: encoded_body(PROTOCOL, &body)?,
+            body: encoded_body(PROTOCOL, &body, request)?,
         })
     }
 

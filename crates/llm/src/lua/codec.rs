@@ -10,9 +10,9 @@
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::codec::JsonBody;
 use homeagent_core::StreamEvent;
 use serde_json::json;
-use serde_json::value::RawValue;
 
 use super::{AdapterError, ChunkResult, LuaAdapter};
 use crate::codec::openai::OpenAiCodec;
@@ -83,7 +83,7 @@ impl WireCodec for LuaCodec {
             .map_err(unencodable)?;
         // Sent as the adapter wrote it: a signature it computed over `text`
         // (passed to `headers` as `body`) holds for the bytes on the wire.
-        let body = RawValue::from_string(text).map_err(|e| CodecError::Unencodable {
+        let body = JsonBody::parse(text).map_err(|e| CodecError::Unencodable {
             protocol: PROTOCOL,
             detail: format!(
                 "adapter {}: `transform_request` returned text that is not JSON ({e})",

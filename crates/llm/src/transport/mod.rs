@@ -264,7 +264,7 @@ impl HttpProvider {
     ) -> Result<reqwest::Response, ProviderError> {
         let protocol = self.codec.protocol();
         let wire = self.codec.build_request(&self.endpoint, request)?;
-        let body = String::from(Box::<str>::from(wire.body));
+        let body = wire.body.into_string();
         let mut builder = self
             .client
             .post(&wire.url)

@@ -57,7 +57,7 @@ pub(super) fn build(endpoint: &Endpoint, request: &ChatRequest) -> Result<WireRe
     Ok(WireRequest {
         url,
         headers,
-        body: encoded_body(PROTOCOL, &body)?,
+        body: encoded_body(PROTOCOL, &body, request)?,
     })
 }
 

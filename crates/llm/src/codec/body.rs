@@ -1,0 +1,75 @@
+//! A request body: JSON text that is valid by construction.
+
+use serde::Serialize;
+use serde::de::IgnoredAny;
+
+use crate::error::CodecError;
+
+/// The exact JSON text a request sends. It is made only by serializing a
+/// value ([`JsonBody::encode`], what codecs do) or by checking text
+/// ([`JsonBody::parse`], what a Lua adapter's body goes through), so it is
+/// always one well-formed JSON value; it is sent byte for byte.
+#[derive(Clone, PartialEq, Eq)]
+pub struct JsonBody(String);
+
+impl JsonBody {
+    /// `value` serialized into a buffer of `capacity` bytes to start with
+    /// (see [`crate::ChatRequest::encoded_size_hint`]): a body grown from a small
+    /// buffer is copied again at every doubling.
+    pub(crate) fn encode<T: Serialize + ?Sized>(
+        protocol: &'static str,
+        value: &T,
+        capacity: usize,
+    ) -> Result<JsonBody, CodecError> {
+        let unencodable = |detail: String| CodecError::Unencodable { protocol, detail };
+        let mut buffer = Vec::with_capacity(capacity);
+        serde_json::to_writer(&mut buffer, value).map_err(|e| unencodable(e.to_string()))?;
+        // serde_json writes UTF-8 only; the check cannot fail.
+        String::from_utf8(buffer)
+            .map(JsonBody)
+            .map_err(|e| unencodable(e.to_string()))
+    }
+
+    /// `text` if it is one JSON value (surrounding whitespace allowed), as
+    /// it is; the parse error otherwise.
+    pub fn parse(text: String) -> Result<JsonBody, serde_json::Error> {
+        serde_json::from_str::<IgnoredAny>(&text)?;
+        Ok(JsonBody(text))
+    }
+
+    /// The JSON text.
+    pub fn get(&self) -> &str {
+        &self.0
+    }
+
+    /// The JSON text, for sending.
+    pub fn into_string(self) -> String {
+        self.0
+    }
+}
+
+impl std::fmt::Debug for JsonBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("JsonBody").field(&self.0).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // a panic in a test is a test failure
+
+    use super::*;
+
+    #[test]
+    fn a_body_is_made_only_of_json() {
+        let body = JsonBody::encode("test", &serde_json::json!({"a": [1, "two"]}), 4).unwrap();
+        assert_eq!(body.get(), r#"{"a":[1,"two"]}"#);
+        assert_eq!(
+            JsonBody::parse(" {\"a\": 1} ".into()).unwrap().get(),
+            " {\"a\": 1} "
+        );
+        for not_json in ["", "{", "{\"a\": 1} {}", "nope"] {
+            assert!(JsonBody::parse(not_json.into()).is_err(), "{not_json:?}");
+        }
+    }
+}
