@@ -354,7 +354,8 @@ mod tests {
                 success: true,
             })
         }));
-        let schema = serde_json::json!({"type": "object", "properties": {"tag": {"type": "string"}}});
+        let schema =
+            serde_json::json!({"type": "object", "properties": {"tag": {"type": "string"}}});
         let request = ChatRequest {
             model: "m".into(),
             messages,

@@ -66,10 +66,12 @@ use crate::request::ChatRequest;
 
 mod body;
 mod error;
+mod url_memo;
 
 pub use body::EventStream;
 use body::{BodyReader, next_chunk};
 pub use error::{ProviderError, SetupError};
+use url_memo::UrlMemo;
 
 /// How long a stream may stay silent before it is cut, by default.
 pub const DEFAULT_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -127,6 +129,7 @@ pub struct HttpProvider {
     endpoint: Endpoint,
     client: reqwest::Client,
     options: Options,
+    url: UrlMemo,
 }
 
 impl std::fmt::Debug for HttpProvider {
@@ -162,6 +165,7 @@ impl HttpProvider {
             endpoint,
             client,
             options,
+            url: UrlMemo::default(),
         })
     }
 
@@ -265,10 +269,11 @@ impl HttpProvider {
         let protocol = self.codec.protocol();
         let wire = self.codec.build_request(&self.endpoint, request)?;
         let body = wire.body.into_string();
-        let mut builder = self
-            .client
-            .post(&wire.url)
-            .header(CONTENT_TYPE, "application/json");
+        let builder = match self.url.parse(&wire.url) {
+            Some(url) => self.client.post(url),
+            None => self.client.post(&wire.url),
+        };
+        let mut builder = builder.header(CONTENT_TYPE, "application/json");
         for (name, value) in &wire.headers {
             let name =
                 HeaderName::from_bytes(name.as_bytes()).map_err(|_| CodecError::Unencodable {
