@@ -5,12 +5,12 @@
 //! store keeps everything.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 
 mod common;
 
-use common::local_runtime;
+use common::{Recorder, local_runtime};
 use homeagent_agent::context::{
     CountedHistory, RequestMessages, approx_tokens, elision_note, fit_history,
 };
@@ -247,21 +247,6 @@ fn tokens_are_about_a_quarter_of_the_json_plus_framing() {
     assert_eq!(approx_tokens(&message), 128 / 4 + 4);
 }
 
-/// Records every request it is sent; answers with text.
-#[derive(Default)]
-struct Recorder {
-    requests: Mutex<Vec<ChatRequest>>,
-}
-
-impl LocalModel for Recorder {
-    fn respond(&self, request: &ChatRequest) -> Result<Vec<StreamEvent>, ProviderError> {
-        self.requests.lock().unwrap().push(request.clone());
-        Ok(vec![StreamEvent::TextDelta {
-            text: format!("reply {}", "y".repeat(300)),
-        }])
-    }
-}
-
 fn temp_dir() -> PathBuf {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     let dir = std::env::temp_dir().join(format!(
@@ -278,7 +263,7 @@ fn temp_dir() -> PathBuf {
 async fn a_session_longer_than_the_budget_still_sends_valid_requests() {
     let _ = DemoModel::default();
     let dir = temp_dir();
-    let recorder = Arc::new(Recorder::default());
+    let recorder = Arc::new(Recorder::replying(format!("reply {}", "y".repeat(300))));
     let store = Arc::new(Store::open(&dir.join("homeagent.db")).unwrap());
     // A long history with calls and results already in the store.
     store.ensure_session("long", "main").unwrap();

@@ -6,38 +6,22 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use common::TempDir;
+use common::{Recorder, TempDir};
 use homeagent_agent::store::Store;
 use homeagent_agent::{AgentSettings, FrameSink, Runtime, TurnControl, TurnInput};
-use homeagent_core::{Message, Registry, StreamEvent, ToolDef};
+use homeagent_core::{Message, Registry, ToolDef};
 use homeagent_llm::{
-    ChatRequest, FallbackOptions, LocalModel, ProviderError, SourceConfig, SourceProtocol,
-    SourceSetup, Sources,
+    FallbackOptions, LocalModel, SourceConfig, SourceProtocol, SourceSetup, Sources,
 };
 use homeagent_tools::{AgentGrant, Approval, Gate, GatedSource, register_demo_tools};
 use serde_json::{Value, json};
 
-/// Records every request it is sent; answers with text.
-#[derive(Default)]
-struct Recorder {
-    requests: Mutex<Vec<ChatRequest>>,
-}
-
-impl LocalModel for Recorder {
-    fn respond(&self, request: &ChatRequest) -> Result<Vec<StreamEvent>, ProviderError> {
-        self.requests.lock().unwrap().push(request.clone());
-        Ok(vec![StreamEvent::TextDelta {
-            text: "done".into(),
-        }])
-    }
-}
-
-impl Recorder {
-    /// The tool names and the system prompt of the latest request.
-    fn latest(&self) -> (Vec<String>, String) {
-        let requests = self.requests.lock().unwrap();
+/// The tool names and the system prompt of `recorder`'s latest request.
+fn latest(recorder: &Recorder) -> (Vec<String>, String) {
+    {
+        let requests = recorder.requests.lock().unwrap();
         let request = requests.last().expect("a request was sent");
         let names = request.tools.iter().map(|t| t.name().to_owned()).collect();
         let prompt = match request.messages.first() {
@@ -60,7 +44,7 @@ struct Setup {
 fn setup() -> Setup {
     let dir = TempDir::new("tool-list");
     let store = Arc::new(Store::open(&dir.db()).unwrap());
-    let recorder = Arc::new(Recorder::default());
+    let recorder = Arc::new(Recorder::replying("done"));
     let setup = SourceSetup {
         adapter_dir: None,
         local_model: Some(Arc::clone(&recorder) as Arc<dyn LocalModel>),
@@ -129,7 +113,7 @@ fn late_tool() -> ToolDef {
 async fn a_tool_registered_or_removed_while_running_changes_the_next_inputs_request() {
     let setup = setup();
     run(&setup, "s1", "main").await;
-    let (first, first_prompt) = setup.recorder.latest();
+    let (first, first_prompt) = latest(&setup.recorder);
     assert!(first.iter().any(|n| n == "demo_echo"), "{first:?}");
     assert!(!first.iter().any(|n| n == "late_tool"), "{first:?}");
     assert!(!first_prompt.contains("late_tool"), "{first_prompt}");
@@ -137,7 +121,7 @@ async fn a_tool_registered_or_removed_while_running_changes_the_next_inputs_requ
     // The same tools again: the same request parts.
     run(&setup, "s2", "main").await;
     assert_eq!(
-        setup.recorder.latest(),
+        latest(&setup.recorder),
         (first.clone(), first_prompt.clone())
     );
 
@@ -146,7 +130,7 @@ async fn a_tool_registered_or_removed_while_running_changes_the_next_inputs_requ
         .register(late_tool(), |_| async { Ok(Value::Null) })
         .unwrap();
     run(&setup, "s3", "main").await;
-    let (with_late, prompt) = setup.recorder.latest();
+    let (with_late, prompt) = latest(&setup.recorder);
     let mut expected = first.clone();
     expected.push("late_tool".into());
     expected.sort();
@@ -160,16 +144,16 @@ async fn a_tool_registered_or_removed_while_running_changes_the_next_inputs_requ
 
     assert!(setup.registry.unregister("late_tool"));
     run(&setup, "s4", "main").await;
-    assert_eq!(setup.recorder.latest(), (first, first_prompt));
+    assert_eq!(latest(&setup.recorder), (first, first_prompt));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_agent_is_offered_only_the_tools_its_grant_allows() {
     let setup = setup();
     run(&setup, "main-1", "main").await;
-    let (all, _) = setup.recorder.latest();
+    let (all, _) = latest(&setup.recorder);
     run(&setup, "kitchen-1", "kitchen").await;
-    let (kitchen, _) = setup.recorder.latest();
+    let (kitchen, _) = latest(&setup.recorder);
     let expected: Vec<String> = all
         .iter()
         .filter(|n| n.starts_with("demo_e") || n.starts_with("demo_s"))
@@ -182,5 +166,5 @@ async fn each_agent_is_offered_only_the_tools_its_grant_allows() {
     assert_eq!(kitchen, expected);
     // And `main` again, after `kitchen`: its own list, not the last one.
     run(&setup, "main-2", "main").await;
-    assert_eq!(setup.recorder.latest().0, all);
+    assert_eq!(latest(&setup.recorder).0, all);
 }

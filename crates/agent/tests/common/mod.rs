@@ -5,14 +5,15 @@
 #![allow(clippy::unwrap_used)] // a panic in a test is a test failure
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use homeagent_agent::store::Store;
 use homeagent_agent::{AgentSettings, Runtime};
-use homeagent_core::Registry;
+use homeagent_core::{Registry, StreamEvent};
 use homeagent_llm::{
-    FallbackOptions, LocalModel, SourceConfig, SourceProtocol, SourceSetup, Sources,
+    ChatRequest, FallbackOptions, LocalModel, ProviderError, SourceConfig, SourceProtocol,
+    SourceSetup, Sources,
 };
 use homeagent_tools::{Approval, Gate, GatedSource, register_demo_tools};
 
@@ -86,5 +87,30 @@ impl TempDir {
 impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A model that records every request it is sent and answers each with
+/// the same text.
+pub struct Recorder {
+    pub requests: Mutex<Vec<ChatRequest>>,
+    reply: String,
+}
+
+impl Recorder {
+    pub fn replying(reply: impl Into<String>) -> Recorder {
+        Recorder {
+            requests: Mutex::new(Vec::new()),
+            reply: reply.into(),
+        }
+    }
+}
+
+impl LocalModel for Recorder {
+    fn respond(&self, request: &ChatRequest) -> Result<Vec<StreamEvent>, ProviderError> {
+        self.requests.lock().unwrap().push(request.clone());
+        Ok(vec![StreamEvent::TextDelta {
+            text: self.reply.clone(),
+        }])
     }
 }
