@@ -176,7 +176,7 @@ impl ChatRequest {
                                     .map(|call| {
                                         call.id.len()
                                             + call.name.len()
-                                            + 2 * call.raw_arguments.len()
+                                            + call.raw_arguments.len()
                                             + PER_ELEMENT
                                     })
                                     .sum::<usize>()
@@ -320,65 +320,111 @@ mod tests {
         );
     }
 
-    /// The body buffer starts large enough: no codec's body outgrows the
-    /// hint (the whole point of it), and none is a fraction of it.
-    #[test]
-    fn the_size_hint_covers_every_codecs_body_of_a_whole_conversation() {
-        use homeagent_core::{AssistantMessage, Message, ToolCall, ToolMessage};
-        let endpoint = crate::Endpoint {
-            base_url: "http://127.0.0.1:9/v1".into(),
-            api_key: None,
-        };
-        let calls: Vec<ToolCall> = (0..8)
-            .map(|i| ToolCall {
-                id: format!("call_{i}"),
-                name: "demo_echo".into(),
-                arguments: serde_json::json!({"tag": format!("t\"{i}\"")}),
-                raw_arguments: format!(r#"{{"tag":"t\"{i}\""}}"#),
-            })
-            .collect();
-        let mut messages = vec![
-            Message::system("You are a \"test\" agent.\n".repeat(20)),
-            Message::user("Echo eight tags, please."),
-            Message::Assistant(AssistantMessage {
-                content: "Sure.".into(),
-                reasoning: Vec::new(),
-                tool_calls: calls.clone(),
-            }),
-        ];
-        messages.extend(calls.iter().map(|c| {
-            Message::Tool(ToolMessage {
-                tool_call_id: c.id.clone(),
-                name: c.name.clone(),
-                content: c.raw_arguments.clone(),
-                success: true,
-            })
-        }));
-        let schema =
-            serde_json::json!({"type": "object", "properties": {"tag": {"type": "string"}}});
-        let request = ChatRequest {
+    /// Requests each dominated by one part of the hint: many tools, long
+    /// texts, many calls, a long result.
+    fn sized_requests() -> Vec<(&'static str, ChatRequest)> {
+        use homeagent_core::{AssistantMessage, ToolCall, ToolMessage};
+        let request = |messages: Vec<Message>, tools: Vec<ToolSpec>| ChatRequest {
             model: "m".into(),
             messages,
-            tools: (0..6)
-                .map(|i| ToolSpec::new(format!("tool_{i}"), "Does a thing.", &schema))
-                .collect(),
+            tools,
             max_tokens: 64,
             temperature: None,
             stream: true,
         };
-        let hint = request.encoded_size_hint();
-        for protocol in [
-            crate::Protocol::Openai,
-            crate::Protocol::Anthropic,
-            crate::Protocol::Gemini,
-            crate::Protocol::Ollama,
-        ] {
-            let wire = crate::codec_for(protocol)
-                .build_request(&endpoint, &request)
-                .unwrap();
-            let sent = wire.body.get().len();
-            assert!(sent <= hint, "{protocol:?}: {sent} bytes, hint {hint}");
-            assert!(hint <= 2 * sent, "{protocol:?}: {sent} bytes, hint {hint}");
+        let call = |i: usize, text: &str| ToolCall {
+            id: format!("call_{i}"),
+            name: "demo_echo".into(),
+            arguments: serde_json::json!({"tag": text}),
+            raw_arguments: serde_json::json!({"tag": text}).to_string(),
+        };
+        let result = |call: &ToolCall, content: String| {
+            Message::Tool(ToolMessage {
+                tool_call_id: call.id.clone(),
+                name: call.name.clone(),
+                content,
+                success: true,
+            })
+        };
+        let asking = |calls: Vec<ToolCall>| {
+            Message::Assistant(AssistantMessage {
+                content: String::new(),
+                reasoning: Vec::new(),
+                tool_calls: calls,
+            })
+        };
+        let properties: serde_json::Map<String, Value> = (0..12)
+            .map(|i| {
+                (
+                    format!("field_{i}"),
+                    serde_json::json!({"type": "string", "description": "one of the fields"}),
+                )
+            })
+            .collect();
+        let schema = serde_json::json!({"type": "object", "properties": properties});
+        let tools = (0..40)
+            .map(|i| {
+                ToolSpec::new(
+                    format!("tool_{i}"),
+                    "Does a thing with its fields.",
+                    &schema,
+                )
+            })
+            .collect();
+        let text = "A \"quoted\" line of text, then a newline.\n".repeat(400);
+        let calls: Vec<ToolCall> = (0..100).map(|i| call(i, &"x".repeat(200))).collect();
+        let mut many_calls = vec![Message::user("go"), asking(calls.clone())];
+        many_calls.extend(calls.iter().map(|c| result(c, "ok".into())));
+        let one = call(0, "t");
+        let long_result = vec![
+            Message::user("go"),
+            asking(vec![one.clone()]),
+            result(&one, "r".repeat(20_000)),
+        ];
+        vec![
+            ("tools", request(vec![Message::user("hi")], tools)),
+            (
+                "texts",
+                request(
+                    vec![Message::system(text.clone()), Message::user(text)],
+                    Vec::new(),
+                ),
+            ),
+            ("calls", request(many_calls, Vec::new())),
+            ("result", request(long_result, Vec::new())),
+        ]
+    }
+
+    /// The body buffer starts large enough: no codec's body outgrows the
+    /// hint (the whole point of it), and none is a third smaller, whichever
+    /// part of the request dominates.
+    #[test]
+    fn the_size_hint_covers_every_codecs_body_and_not_much_more() {
+        let endpoint = crate::Endpoint {
+            base_url: "http://127.0.0.1:9/v1".into(),
+            api_key: None,
+        };
+        for (shape, request) in sized_requests() {
+            let hint = request.encoded_size_hint();
+            for protocol in [
+                crate::Protocol::Openai,
+                crate::Protocol::Anthropic,
+                crate::Protocol::Gemini,
+                crate::Protocol::Ollama,
+            ] {
+                let wire = crate::codec_for(protocol)
+                    .build_request(&endpoint, &request)
+                    .unwrap();
+                let sent = wire.body.get().len();
+                assert!(
+                    sent <= hint,
+                    "{shape}, {protocol:?}: {sent} bytes, hint {hint}"
+                );
+                assert!(
+                    10 * hint <= 13 * sent + 5120,
+                    "{shape}, {protocol:?}: {sent} bytes, hint {hint}"
+                );
+            }
         }
     }
 }

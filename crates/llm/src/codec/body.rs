@@ -71,5 +71,9 @@ mod tests {
         for not_json in ["", "{", "{\"a\": 1} {}", "nope"] {
             assert!(JsonBody::parse(not_json.into()).is_err(), "{not_json:?}");
         }
+        // What is sent is the text, and debugging output shows it.
+        let body = JsonBody::parse(r#"{"k":"v"}"#.into()).unwrap();
+        assert_eq!(format!("{body:?}"), r#"JsonBody("{\"k\":\"v\"}")"#);
+        assert_eq!(body.into_string(), r#"{"k":"v"}"#);
     }
 }
