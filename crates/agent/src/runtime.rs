@@ -167,9 +167,10 @@ impl Runtime {
         }
     }
 
-    /// The tools `agent` may see, as sent to the model.
+    /// The tools `agent` may see, as an input starting now would send them
+    /// to the model.
     pub fn tool_specs(&self, agent: &str) -> Vec<ToolSpec> {
-        self.tool_specs_of(agent, &self.tools.definitions())
+        self.request_base(agent).tools.clone()
     }
 
     fn tool_specs_of(&self, agent: &str, definitions: &[Arc<ToolDef>]) -> Vec<ToolSpec> {

@@ -142,7 +142,19 @@ async fn a_tool_registered_or_removed_while_running_changes_the_next_inputs_requ
         "{prompt}"
     );
 
+    // What the runtime reports for an agent is what its next input sends.
+    let names = |agent: &str| -> Vec<String> {
+        setup
+            .runtime
+            .tool_specs(agent)
+            .iter()
+            .map(|t| t.name().to_owned())
+            .collect()
+    };
+    assert_eq!(names("main"), with_late);
+
     assert!(setup.registry.unregister("late_tool"));
+    assert_eq!(names("main"), first);
     run(&setup, "s4", "main").await;
     assert_eq!(latest(&setup.recorder), (first, first_prompt));
 }
@@ -164,6 +176,15 @@ async fn each_agent_is_offered_only_the_tools_its_grant_allows() {
         "{all:?}"
     );
     assert_eq!(kitchen, expected);
+    assert_eq!(
+        setup
+            .runtime
+            .tool_specs("kitchen")
+            .iter()
+            .map(|t| t.name().to_owned())
+            .collect::<Vec<_>>(),
+        expected
+    );
     // And `main` again, after `kitchen`: its own list, not the last one.
     run(&setup, "main-2", "main").await;
     assert_eq!(latest(&setup.recorder).0, all);
