@@ -173,22 +173,24 @@ impl Runtime {
         self.request_base(agent).tools.clone()
     }
 
-    fn tool_specs_of(&self, agent: &str, definitions: &[Arc<ToolDef>]) -> Vec<ToolSpec> {
-        let gate = self.tools.gate();
-        definitions
-            .iter()
-            .filter(|def| gate.visible(agent, &def.name))
-            .map(|def| ToolSpec::from(def.as_ref()))
-            .collect()
-    }
-
     /// `agent`'s system prompt and tool list for the current tools (see
     /// [`crate::request_base`]).
     fn request_base(&self, agent: &str) -> Arc<RequestBase> {
         self.request_bases
             .get_or_build(agent, self.tools.definitions(), |definitions| {
-                let prompt = self.system_prompt(&self.executor(None), definitions);
-                let tools = self.tool_specs_of(agent, definitions);
+                // The agent is offered, and told about, only the tools its
+                // grant lets it see.
+                let gate = self.tools.gate();
+                let visible: Vec<Arc<ToolDef>> = definitions
+                    .iter()
+                    .filter(|def| gate.visible(agent, &def.name))
+                    .cloned()
+                    .collect();
+                let prompt = self.system_prompt(&self.executor(None), &visible);
+                let tools: Vec<ToolSpec> = visible
+                    .iter()
+                    .map(|def| ToolSpec::from(def.as_ref()))
+                    .collect();
                 // What the system prompt and the tools take from the context
                 // budget.
                 let reserved_tokens =

@@ -189,3 +189,37 @@ async fn each_agent_is_offered_only_the_tools_its_grant_allows() {
     run(&setup, "main-2", "main").await;
     assert_eq!(latest(&setup.recorder).0, all);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_prompt_names_only_the_parallel_safe_tools_the_agent_may_use() {
+    let setup = setup();
+    setup
+        .registry
+        .register(late_tool(), |_| async { Ok(Value::Null) })
+        .unwrap();
+    run(&setup, "main-1", "main").await;
+    let (_, main_prompt) = latest(&setup.recorder);
+    run(&setup, "kitchen-1", "kitchen").await;
+    let (kitchen_tools, kitchen_prompt) = latest(&setup.recorder);
+    assert!(
+        !kitchen_tools.iter().any(|n| n == "late_tool"),
+        "{kitchen_tools:?}"
+    );
+    // Both see demo_echo and demo_sleep, parallel-safe; only main may use
+    // late_tool, so only main is told about it.
+    for prompt in [&main_prompt, &kitchen_prompt] {
+        let line = parallel_safe_line(prompt);
+        assert!(
+            line.contains("demo_echo") && line.contains("demo_sleep"),
+            "{line}"
+        );
+    }
+    assert!(
+        parallel_safe_line(&main_prompt).contains("late_tool"),
+        "{main_prompt}"
+    );
+    assert!(
+        !kitchen_prompt.contains("late_tool"),
+        "kitchen is told about a tool it may not use: {kitchen_prompt}"
+    );
+}
