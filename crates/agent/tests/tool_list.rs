@@ -103,10 +103,14 @@ fn parallel_safe_line(prompt: &str) -> &str {
         .unwrap_or_else(|| panic!("no parallel-safe line in {prompt}"))
 }
 
-fn late_tool() -> ToolDef {
-    ToolDef::new("late_tool", "registered while the agent runs")
+/// Registers `late_tool`, a parallel-safe tool no grant but `main`'s allows.
+fn register_late_tool(registry: &Registry) {
+    let def = ToolDef::new("late_tool", "registered while the agent runs")
         .with_parameters(json!({"type": "object", "properties": {}}))
-        .parallel_safe()
+        .parallel_safe();
+    registry
+        .register(def, |_| async { Ok(Value::Null) })
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -125,10 +129,7 @@ async fn a_tool_registered_or_removed_while_running_changes_the_next_inputs_requ
         (first.clone(), first_prompt.clone())
     );
 
-    setup
-        .registry
-        .register(late_tool(), |_| async { Ok(Value::Null) })
-        .unwrap();
+    register_late_tool(&setup.registry);
     run(&setup, "s3", "main").await;
     let (with_late, prompt) = latest(&setup.recorder);
     let mut expected = first.clone();
@@ -193,10 +194,7 @@ async fn each_agent_is_offered_only_the_tools_its_grant_allows() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_prompt_names_only_the_parallel_safe_tools_the_agent_may_use() {
     let setup = setup();
-    setup
-        .registry
-        .register(late_tool(), |_| async { Ok(Value::Null) })
-        .unwrap();
+    register_late_tool(&setup.registry);
     run(&setup, "main-1", "main").await;
     let (_, main_prompt) = latest(&setup.recorder);
     run(&setup, "kitchen-1", "kitchen").await;
