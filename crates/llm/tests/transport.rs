@@ -644,3 +644,132 @@ async fn a_lua_adapter_body_is_sent_exactly_as_the_adapter_wrote_and_signed_it()
     assert_eq!(std::str::from_utf8(body).unwrap(), TEXT);
     assert_eq!(signed.as_deref(), Some(TEXT));
 }
+
+/// The `content-type` values each request arrived with, in order.
+type SeenTypes = std::sync::Arc<std::sync::Mutex<Vec<Vec<String>>>>;
+
+/// A server that records every request's `content-type` header values and
+/// answers 400 (the request is all these tests look at).
+async fn content_type_recorder() -> (String, SeenTypes, tokio::task::JoinHandle<()>) {
+    use axum::http::HeaderMap;
+    let seen = SeenTypes::default();
+    let sink = std::sync::Arc::clone(&seen);
+    let app = Router::new().fallback(move |headers: HeaderMap| {
+        let sink = std::sync::Arc::clone(&sink);
+        async move {
+            let values = headers
+                .get_all("content-type")
+                .iter()
+                .map(|v| v.to_str().unwrap_or("(not text)").to_owned())
+                .collect();
+            sink.lock().unwrap().push(values);
+            (StatusCode::BAD_REQUEST, "recorded")
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, seen, task)
+}
+
+#[tokio::test]
+async fn every_request_names_its_content_type_once() {
+    let (url, seen, task) = content_type_recorder().await;
+    for protocol in Protocol::ALL {
+        for stream in [false, true] {
+            let mut request = chat("hi");
+            request.stream = stream;
+            let provider = provider(&url, protocol, Options::default());
+            let result = provider.complete(&request, CancellationToken::new()).await;
+            assert!(result.is_err(), "the recorder answers 400");
+        }
+    }
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2 * Protocol::ALL.len());
+    for (i, values) in seen.iter().enumerate() {
+        assert_eq!(values, &["application/json"], "request {i}");
+    }
+    task.abort();
+}
+
+#[tokio::test]
+async fn a_lua_adapters_own_content_type_is_the_only_one_sent() {
+    use homeagent_llm::{LuaAdapter, LuaCodec};
+
+    let (url, seen, task) = content_type_recorder().await;
+    let source = "return { transform_request = function(raw) return raw end, \
+                  build_headers = function(meta) return json.encode({['content-type'] = 'application/json; charset=utf-8'}) end }";
+    let adapter = LuaAdapter::from_source("typed.lua", source).unwrap();
+    let codec = LuaCodec::new(std::sync::Arc::new(adapter)).with_fallback(false);
+    let provider = HttpProvider::with_codec(
+        Box::new(codec),
+        Endpoint {
+            base_url: url,
+            api_key: None,
+        },
+        Options::default(),
+    )
+    .unwrap();
+    let result = provider
+        .complete(&chat("hi"), CancellationToken::new())
+        .await;
+    assert!(result.is_err(), "the recorder answers 400");
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen, [vec!["application/json; charset=utf-8".to_owned()]]);
+    task.abort();
+}
+
+/// An embedder's codec that names no content type: OpenAI's, minus the
+/// header.
+struct UntypedCodec(Box<dyn homeagent_llm::WireCodec>);
+
+impl homeagent_llm::WireCodec for UntypedCodec {
+    fn protocol(&self) -> Protocol {
+        self.0.protocol()
+    }
+    fn build_request(
+        &self,
+        endpoint: &Endpoint,
+        request: &ChatRequest,
+    ) -> Result<homeagent_llm::WireRequest, homeagent_llm::CodecError> {
+        let mut wire = self.0.build_request(endpoint, request)?;
+        wire.headers.retain(|(name, _)| name != "content-type");
+        Ok(wire)
+    }
+    fn framing(&self) -> homeagent_llm::codec::Framing {
+        self.0.framing()
+    }
+    fn stream_decoder(&self) -> Box<dyn homeagent_llm::StreamDecoder> {
+        self.0.stream_decoder()
+    }
+    fn decode_response(&self, body: &[u8]) -> Result<Vec<StreamEvent>, homeagent_llm::CodecError> {
+        self.0.decode_response(body)
+    }
+    fn error_message(&self, status: u16, body: &[u8]) -> String {
+        self.0.error_message(status, body)
+    }
+}
+
+#[tokio::test]
+async fn a_codec_that_names_no_content_type_sends_json() {
+    let (url, seen, task) = content_type_recorder().await;
+    let codec = UntypedCodec(homeagent_llm::codec_for(Protocol::Openai));
+    let provider = HttpProvider::with_codec(
+        Box::new(codec),
+        Endpoint {
+            base_url: url,
+            api_key: None,
+        },
+        Options::default(),
+    )
+    .unwrap();
+    let result = provider
+        .complete(&chat("hi"), CancellationToken::new())
+        .await;
+    assert!(result.is_err(), "the recorder answers 400");
+    assert_eq!(
+        seen.lock().unwrap().clone(),
+        [vec!["application/json".to_owned()]]
+    );
+    task.abort();
+}

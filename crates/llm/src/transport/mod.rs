@@ -273,7 +273,14 @@ impl HttpProvider {
             Some(url) => self.client.post(url),
             None => self.client.post(&wire.url),
         };
-        let mut builder = builder.header(CONTENT_TYPE, "application/json");
+        // Every codec names the content type (a Lua adapter may name its
+        // own); a header added here as well went out twice, and a server
+        // that reads only one may read the wrong one.
+        let mut builder = if wire.headers.iter().any(|(name, _)| name == "content-type") {
+            builder
+        } else {
+            builder.header(CONTENT_TYPE, "application/json")
+        };
         for (name, value) in &wire.headers {
             let name =
                 HeaderName::from_bytes(name.as_bytes()).map_err(|_| CodecError::Unencodable {
