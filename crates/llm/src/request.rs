@@ -241,7 +241,7 @@ mod tests {
             stream: true,
         };
         let wire = codec.build_request(&endpoint, &request).unwrap();
-        serde_json::from_str::<Value>(wire.body.get()).unwrap()["tools"].take()
+        serde_json::from_slice::<Value>(wire.body.as_bytes()).unwrap()["tools"].take()
     }
 
     #[test]
@@ -442,7 +442,7 @@ mod tests {
                 let wire = crate::codec_for(protocol)
                     .build_request(&endpoint, &request)
                     .unwrap();
-                let sent = wire.body.get().len();
+                let sent = wire.body.as_bytes().len();
                 if shape == "thinking" && protocol != crate::Protocol::Anthropic {
                     continue;
                 }

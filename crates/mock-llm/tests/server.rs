@@ -67,7 +67,7 @@ async fn exchange(
     }
     let response = request
         .header("content-type", "application/json")
-        .body(wire.body.into_string())
+        .body(wire.body.into_bytes())
         .timeout(Duration::from_secs(10))
         .send()
         .await
@@ -214,7 +214,7 @@ async fn hang_sends_a_partial_body_then_nothing(protocol: Protocol) {
         }
         let mut response = request
             .header("content-type", "application/json")
-            .body(wire.body.into_string())
+            .body(wire.body.into_bytes())
             .send()
             .await
             .unwrap();

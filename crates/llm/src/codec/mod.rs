@@ -91,7 +91,7 @@ pub struct WireRequest {
 impl WireRequest {
     /// The body parsed, for inspecting it (tests, debugging).
     pub fn body_json(&self) -> Result<Value, serde_json::Error> {
-        serde_json::from_str(self.body.get())
+        serde_json::from_slice(self.body.as_bytes())
     }
 }
 

@@ -79,7 +79,7 @@ impl WireCodec for LuaCodec {
         let openai = OpenAiCodec.build_request(endpoint, request)?;
         let text = self
             .adapter
-            .transform_request(openai.body.get())
+            .transform_request(&openai.body.text())
             .map_err(unencodable)?;
         // Sent as the adapter wrote it: a signature it computed over `text`
         // (passed to `headers` as `body`) holds for the bytes on the wire.
@@ -102,7 +102,7 @@ impl WireCodec for LuaCodec {
         let meta = json!({
             "url": url,
             "method": "POST",
-            "body": body.get(),
+            "body": body.text(),
             "api_key": endpoint.api_key.clone().unwrap_or_default(),
             "timestamp": timestamp,
         });

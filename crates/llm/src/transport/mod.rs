@@ -268,7 +268,7 @@ impl HttpProvider {
     ) -> Result<reqwest::Response, ProviderError> {
         let protocol = self.codec.protocol();
         let wire = self.codec.build_request(&self.endpoint, request)?;
-        let body = wire.body.into_string();
+        let body = wire.body.into_bytes();
         let builder = match self.url.parse(&wire.url) {
             Some(url) => self.client.post(url),
             None => self.client.post(&wire.url),
