@@ -279,7 +279,7 @@ fn error_bodies_give_the_provider_message() {
             404,
             br#"{"error":"model \"qwen9\" not found, try pulling it first"}"#
         ),
-        "model \"qwen9\" not found, try pulling it first"
+        "HTTP 404: model \"qwen9\" not found, try pulling it first"
     );
     assert_eq!(
         OllamaCodec.error_message(502, b"Bad Gateway"),

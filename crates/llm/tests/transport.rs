@@ -428,7 +428,16 @@ async fn status_401_and_403_are_unauthorized_on_every_wire() {
                     matches!(&err, Some(ProviderError::Unauthorized { status: s, .. }) if *s == status),
                     "{protocol:?}: {err:?}"
                 );
-                assert!(!err.unwrap().is_retryable());
+                let err = err.unwrap();
+                assert!(!err.is_retryable());
+                // The status is named once, by the wire's message.
+                let text = err.to_string();
+                assert_eq!(
+                    text.matches(&status.to_string()).count(),
+                    1,
+                    "{protocol:?}: {text}"
+                );
+                assert!(text.contains("invalid api key"), "{protocol:?}: {text}");
             }
         }
     }
@@ -771,5 +780,55 @@ async fn a_codec_that_names_no_content_type_sends_json() {
         seen.lock().unwrap().clone(),
         [vec!["application/json".to_owned()]]
     );
+    task.abort();
+}
+
+/// A history that opens with the assistant (a chat UI's greeting) is
+/// answered on every wire; Anthropic and Gemini refuse one sent as it is,
+/// and so does the mock.
+#[tokio::test]
+async fn a_history_that_opens_with_the_assistant_is_answered_on_every_wire() {
+    let server = start_mock(ServerConfig::default()).await;
+    for protocol in Protocol::ALL {
+        let provider = provider(&server.url(), protocol, Options::default());
+        let mut request = chat("hello");
+        request.messages.insert(
+            0,
+            Message::Assistant(homeagent_core::AssistantMessage {
+                content: "Ahoy! What can I do for ye?".into(),
+                ..Default::default()
+            }),
+        );
+        let events = provider
+            .complete(&request, CancellationToken::new())
+            .await
+            .unwrap_or_else(|e| panic!("{protocol:?}: {e}"));
+        let turn = assemble(events);
+        assert!(!turn.text.is_empty(), "{protocol:?}: {turn:?}");
+    }
+    assert_eq!(stat(&server, "bad_requests").await, json!(0));
+    server.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_error_status_is_named_once_in_the_errors_text() {
+    let (url, _seen, task) = content_type_recorder().await;
+    for protocol in Protocol::ALL {
+        let provider = provider(&url, protocol, Options::default());
+        let error = provider
+            .complete(&chat("hi"), CancellationToken::new())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(error, ProviderError::Status { status: 400, .. }),
+            "{protocol:?}: {error:?}"
+        );
+        let text = error.to_string();
+        assert_eq!(text.matches("400").count(), 1, "{protocol:?}: {text}");
+        assert!(
+            text.starts_with("the model server answered HTTP 400: recorded"),
+            "{protocol:?}: {text}"
+        );
+    }
     task.abort();
 }

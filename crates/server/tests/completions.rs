@@ -623,3 +623,51 @@ async fn a_session_of_another_agent_is_refused_with_409_and_nothing_stored() {
     assert_eq!(store.write_stats().commits, before);
     assert!(store.history("theirs").unwrap().is_empty());
 }
+
+/// A chat UI often opens its history with the assistant's greeting.
+/// Anthropic and Gemini refuse such a history as it is; a client of the
+/// OpenAI-compatible endpoint must get its answer whichever wire the agent
+/// speaks. (The mock refuses model-first histories as those APIs do.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_history_that_opens_with_a_greeting_is_answered_over_anthropic_and_gemini() {
+    let mock = homeagent_mock_llm::MockServer::start(
+        "127.0.0.1:0",
+        homeagent_mock_llm::ServerConfig::default(),
+    )
+    .await
+    .unwrap();
+    for protocol in ["anthropic", "gemini"] {
+        let source = format!(
+            "[[llm.sources]]\nname = \"remote\"\nprotocol = \"{protocol}\"\n\
+             base_url = \"{}\"\nmodel = \"mock\"\n",
+            mock.url()
+        );
+        let server = start(Setup {
+            extra_toml: source.leak(),
+            ..Setup::default()
+        })
+        .await;
+        let messages = json!([
+            {"role": "assistant", "content": "Ahoy! What can I do for ye?"},
+            {"role": "user", "content": "!batch2"},
+        ]);
+        let response = server
+            .post_json("/v1/chat/completions", &request(messages, false))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        let body = body_json(response).await;
+        assert_eq!(status, 200, "{protocol}: {body}");
+        let content = body["choices"][0]["message"]["content"].as_str().unwrap();
+        assert!(content.contains("executed=2"), "{protocol}: {content}");
+    }
+    let stats: Value = reqwest::get(format!("{}/stats", mock.url()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(stats["bad_requests"], 0, "{stats}");
+    mock.shutdown().await.unwrap();
+}

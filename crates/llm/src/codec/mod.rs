@@ -95,6 +95,15 @@ impl WireRequest {
     }
 }
 
+/// The user text that opens a history whose first turn is the model's, on
+/// wires that refuse one (Anthropic: "first message must use the user
+/// role"; Gemini: "alternate between user and model"). Such histories are
+/// ordinary: a chat UI's greeting sent as an assistant message, or a first
+/// user text left out because the wire refuses blank text. Dropping the
+/// model's words instead would lose what it said, so a short note opens
+/// the history and says only that the conversation starts here.
+pub const OPENING_NOTE: &str = "(start of conversation)";
+
 /// Serializes a codec's request body for `request`; the one way codecs
 /// make [`WireRequest::body`].
 pub(crate) fn encoded_body<T: Serialize + ?Sized>(
@@ -165,8 +174,10 @@ pub trait WireCodec: Send + Sync {
     fn stream_decoder(&self) -> Box<dyn StreamDecoder>;
     /// The events of a whole (non-streamed) response body.
     fn decode_response(&self, body: &[u8]) -> Result<Vec<StreamEvent>, CodecError>;
-    /// The provider's own message from an HTTP error body, or a short
-    /// excerpt of the body when it has none.
+    /// `HTTP <status>: ` and the provider's own message from an HTTP error
+    /// body, or a short excerpt of the body when it has none (`HTTP
+    /// <status>` alone for an empty body). [`crate::ProviderError`]'s text
+    /// shows it as it is, so it must name the status.
     fn error_message(&self, status: u16, body: &[u8]) -> String;
 }
 

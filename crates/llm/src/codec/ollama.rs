@@ -157,7 +157,7 @@ impl WireCodec for OllamaCodec {
         if let Ok(value) = serde_json::from_slice::<Value>(body)
             && let Some(message) = error_text(&value)
         {
-            return message;
+            return format!("HTTP {status}: {message}");
         }
         let text = String::from_utf8_lossy(body);
         let text = text.trim();

@@ -16,7 +16,10 @@ pub enum ProviderError {
     #[error("cannot reach the model server: {detail}")]
     Connect { detail: String },
     /// The server answered with an HTTP error status (other than 401/403).
-    #[error("the model server answered HTTP {status}: {message}")]
+    /// The message names the status already (`HTTP 400: ...`, see
+    /// [`crate::codec::WireCodec::error_message`]); saying it twice read
+    /// "answered HTTP 400: HTTP 400: ...".
+    #[error("the model server answered {message}")]
     Status {
         status: u16,
         /// The provider's own error message (from [`crate::codec::WireCodec::error_message`]).
@@ -26,7 +29,7 @@ pub enum ProviderError {
     },
     /// HTTP 401 or 403: the credentials are missing, wrong or not allowed.
     /// Retrying will not help; the source should be disabled.
-    #[error("the model server refused the credentials (HTTP {status}): {message}")]
+    #[error("the model server refused the credentials: {message}")]
     Unauthorized { status: u16, message: String },
     /// Nothing arrived for this long, while waiting for the headers or
     /// between two pieces of the body.

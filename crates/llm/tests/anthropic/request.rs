@@ -303,3 +303,36 @@ fn a_call_whose_arguments_are_not_an_object_is_sent_with_an_empty_input() {
         json!([{"type": "tool_use", "id": "toolu_1", "name": "light_set", "input": {}}])
     );
 }
+
+/// Anthropic refuses a history that opens with the assistant ("messages:
+/// first message must use the \"user\" role"): a chat UI's greeting, or a
+/// first user text left out for being blank. A short user note opens it
+/// instead, and the assistant's words are sent as they are.
+#[test]
+fn a_history_that_opens_with_the_assistant_gets_an_opening_user_note() {
+    let greeting = Message::Assistant(AssistantMessage {
+        content: "Ahoy! What can I do for ye?".into(),
+        ..AssistantMessage::default()
+    });
+    let opened = json!({"role": "user", "content": [
+        {"type": "text", "text": homeagent_llm::codec::OPENING_NOTE},
+    ]});
+    let expected = json!([
+        opened,
+        {"role": "assistant", "content": [{"type": "text", "text": "Ahoy! What can I do for ye?"}]},
+        {"role": "user", "content": [{"type": "text", "text": "hello"}]},
+    ]);
+    for first in [
+        vec![],
+        vec![Message::system("Be a pirate.")],
+        vec![Message::user(" ")],
+    ] {
+        let mut messages = first.clone();
+        messages.extend([greeting.clone(), Message::user("hello")]);
+        assert_eq!(messages_sent(messages), expected, "{first:?}");
+    }
+    // A history that opens with the user gets no note.
+    let sent = messages_sent(vec![Message::user("hello"), greeting.clone()]);
+    assert_eq!(sent.as_array().unwrap().len(), 2);
+    assert_eq!(sent[0]["content"][0]["text"], "hello");
+}

@@ -344,3 +344,44 @@ fn foreign_calls_of_the_current_turn_get_the_documented_signature() {
         ]
     );
 }
+
+/// Gemini refuses contents that open with the model ("Please ensure that
+/// multiturn requests alternate between user and model"): a chat UI's
+/// greeting, or a first user text left out for being empty. A short user
+/// note opens them instead, and the model's words are sent as they are.
+#[test]
+fn contents_that_open_with_the_model_get_an_opening_user_note() {
+    let greeting = Message::Assistant(AssistantMessage {
+        content: "Hello! How can I help?".into(),
+        ..AssistantMessage::default()
+    });
+    let contents_of = |messages: Vec<Message>| {
+        let request = ChatRequest {
+            model: "gemini-2.5-flash".into(),
+            messages,
+            tools: vec![],
+            max_tokens: 64,
+            temperature: None,
+            stream: false,
+        };
+        let wire = GeminiCodec.build_request(&endpoint(), &request).unwrap();
+        wire.body_json().unwrap()["contents"].take()
+    };
+    let expected = json!([
+        {"role": "user", "parts": [{"text": homeagent_llm::codec::OPENING_NOTE}]},
+        {"role": "model", "parts": [{"text": "Hello! How can I help?"}]},
+        {"role": "user", "parts": [{"text": "hi"}]},
+    ]);
+    for first in [
+        vec![],
+        vec![Message::system("Be brief.")],
+        vec![Message::user("")],
+    ] {
+        let mut messages = first.clone();
+        messages.extend([greeting.clone(), Message::user("hi")]);
+        assert_eq!(contents_of(messages), expected, "{first:?}");
+    }
+    let sent = contents_of(vec![Message::user("hi"), greeting.clone()]);
+    assert_eq!(sent.as_array().unwrap().len(), 2);
+    assert_eq!(sent[0]["parts"][0]["text"], "hi");
+}

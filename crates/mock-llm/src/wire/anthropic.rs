@@ -26,6 +26,13 @@ pub(crate) fn parse(body: &Value) -> Result<ParsedRequest, String> {
         .get("messages")
         .and_then(Value::as_array)
         .ok_or("the body has no \"messages\" array")?;
+    // As the real API: a history that opens with the assistant is refused.
+    if items
+        .first()
+        .is_some_and(|first| str_field(first, "role") != "user")
+    {
+        return Err("messages: first message must use the \"user\" role".into());
+    }
     for item in items {
         match str_field(item, "role") {
             "user" => parse_user(item.get("content"), &mut messages),

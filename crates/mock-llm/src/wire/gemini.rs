@@ -28,6 +28,17 @@ pub(crate) fn parse(body: &Value) -> Result<ParsedRequest, String> {
         .get("contents")
         .and_then(Value::as_array)
         .ok_or("the body has no \"contents\" array")?;
+    // As the real API: contents that open with the model are refused.
+    if contents
+        .first()
+        .is_some_and(|first| str_field(first, "role") == "model")
+    {
+        return Err(
+            "Please ensure that multiturn requests alternate between user and model, \
+             starting with user."
+                .into(),
+        );
+    }
     let mut calls_seen = 0usize;
     for content in contents {
         let parts = content

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 
 use super::{API_VERSION, PROTOCOL};
 use crate::codec::wire_ids::{AnthropicIds, WireIds};
-use crate::codec::{Endpoint, WireRequest, encoded_body, temperature_json};
+use crate::codec::{Endpoint, OPENING_NOTE, WireRequest, encoded_body, temperature_json};
 use crate::error::CodecError;
 use crate::request::ChatRequest;
 
@@ -54,6 +54,18 @@ pub(super) fn build(endpoint: &Endpoint, request: &ChatRequest) -> Result<WireRe
             }
             Message::Tool(tool) => push_user_block(&mut messages, tool_result(tool, &ids)),
         }
+    }
+    if messages
+        .first()
+        .is_some_and(|first| first.role == "assistant")
+    {
+        messages.insert(
+            0,
+            WireMessage {
+                role: "user",
+                content: vec![Block::Text { text: OPENING_NOTE }],
+            },
+        );
     }
     if messages.is_empty() {
         return Err(CodecError::Unencodable {

@@ -9,7 +9,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use super::{PROTOCOL, SignatureTarget, schema, signature_of};
-use crate::codec::{Endpoint, WireRequest, encoded_body, temperature_json};
+use crate::codec::{Endpoint, OPENING_NOTE, WireRequest, encoded_body, temperature_json};
 use crate::error::CodecError;
 use crate::request::{ChatRequest, ToolSpec};
 
@@ -72,6 +72,16 @@ pub(super) fn build(endpoint: &Endpoint, request: &ChatRequest) -> Result<WireRe
             }
         }
         i += 1;
+    }
+
+    if contents
+        .first()
+        .is_some_and(|first| first["role"] == "model")
+    {
+        contents.insert(
+            0,
+            json!({"role": "user", "parts": [{"text": OPENING_NOTE}]}),
+        );
     }
 
     // Each declaration, its schema fitted to Gemini's subset, is written
