@@ -39,10 +39,10 @@ use homeagent_tools::hooks::CommandHooks;
 use homeagent_tools::{AGENT_EXTRA, Approval, GatedSource};
 use serde_json::{Map, Value};
 
-use crate::context::{RequestMessages, approx_tokens};
+use crate::context::{CountedHistory, RequestMessages, approx_tokens};
 use crate::frames::{Frame, UsageFrame};
 use crate::request_base::{Built, RequestBase, RequestBases};
-use crate::store::{EventRow, OpenedInput, Store, StoreError};
+use crate::store::{EventRow, OpenedInput, QueuedAppend, Store, StoreError};
 
 /// The loop's knobs (from `[agent]` and `[tools]`).
 #[derive(Debug, Clone)]
@@ -229,7 +229,7 @@ impl Runtime {
         let user = Message::user(input.text.clone());
         // The claim is held until this input ends: no other process runs the
         // session meanwhile (see `store::claim`). A new session is created
-        // with the user message, in one commit (`append_async_creating`);
+        // with the user message, in one commit (`queue_append_creating`);
         // opening refuses another agent's session first.
         let OpenedInput {
             claim: _claim,
@@ -239,12 +239,34 @@ impl Runtime {
             .open_input_async(&input.session, &input.agent)
             .await
             .map_err(store_frame)?;
-        self.store
-            .append_async_creating(&input.session, &input.agent, std::slice::from_ref(&user))
-            .await
-            .map_err(store_frame)?;
+        // The first model request does not wait for the user message's
+        // commit (with `sync = "full"`, an fsync): it is awaited before the
+        // next write and before the input ends, whatever its outcome, so
+        // the message is stored first and always.
+        let mut user_commit = Some(
+            self.store
+                .queue_append_creating(&input.session, &input.agent, std::slice::from_ref(&user))
+                .map_err(store_frame)?,
+        );
         history.push(user);
+        let outcome = self
+            .run_turns(input, control, sink, history, &mut user_commit)
+            .await;
+        settle(&mut user_commit).await?;
+        outcome
+    }
 
+    /// The model requests and tool batches of one input, until a reply.
+    /// `user_commit` is the input's user message, still committing: every
+    /// write waits for it first.
+    async fn run_turns(
+        &self,
+        input: &TurnInput,
+        control: &TurnControl,
+        sink: &FrameSink,
+        mut history: CountedHistory,
+        user_commit: &mut Option<QueuedAppend>,
+    ) -> Result<Frame, Frame> {
         let recorded = EventBuffer::default();
         let executor = self.executor(Some(self.event_sink(&recorded, sink)));
         // The prompt and the tool list as of this input's start: kept per
@@ -309,6 +331,7 @@ impl Runtime {
             let turn = self
                 .stream_turn(&mut request, control, sink, &mut usage)
                 .await?;
+            settle(user_commit).await?;
             if turn.calls.is_empty() {
                 let message = Message::Assistant(turn.message());
                 self.store
@@ -468,6 +491,14 @@ fn store_frame(error: StoreError) -> Frame {
         _ => "store",
     };
     Frame::error(code, error.to_string())
+}
+
+/// Waits, once, for the input's user message to be committed.
+async fn settle(user_commit: &mut Option<QueuedAppend>) -> Result<(), Frame> {
+    match user_commit.take() {
+        Some(queued) => queued.committed().await.map(|_| ()).map_err(store_frame),
+        None => Ok(()),
+    }
 }
 
 /// The tokens the tool definitions take in a request, roughly (4 bytes a

@@ -158,3 +158,76 @@ async fn the_stored_results_are_the_calls_outcomes_in_call_order() {
     );
     assert!(failed.content.contains("no_such_tool"), "{failed:?}");
 }
+
+/// A model that refuses every request, as a provider answering 400 does.
+struct Refusing;
+
+impl homeagent_llm::LocalModel for Refusing {
+    fn respond(
+        &self,
+        _: &homeagent_llm::ChatRequest,
+    ) -> Result<Vec<homeagent_core::StreamEvent>, homeagent_llm::ProviderError> {
+        Err(homeagent_llm::ProviderError::Status {
+            status: 400,
+            message: "HTTP 400: refused on purpose".into(),
+            retry_after: None,
+        })
+    }
+}
+
+/// The user message is stored whatever becomes of the input: answered,
+/// refused by the model, or stopped before its first request. (The first
+/// request may be sent while the message's commit is still running; the
+/// input waits for that commit before it ends or writes anything else.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_input_keeps_its_user_message_and_its_order() {
+    let dir = TempDir::new("commits-user");
+    let store = Arc::new(Store::open(&dir.db()).unwrap());
+    let refusing = local_runtime(
+        Arc::new(Refusing),
+        Arc::clone(&store),
+        AgentSettings::default(),
+    );
+    let terminal = run(&refusing, "kept", "main", "first").await;
+    assert!(matches!(terminal, Frame::Error { .. }), "{terminal:?}");
+
+    let sink: homeagent_agent::FrameSink = Arc::new(|_| {});
+    let stopped = TurnControl::default();
+    stopped.stop.cancel();
+    let input = TurnInput {
+        session: "kept".into(),
+        agent: "main".into(),
+        text: "second".into(),
+    };
+    let terminal = refusing.run(&input, &stopped, &sink).await;
+    assert!(matches!(terminal, Frame::Error { .. }), "{terminal:?}");
+
+    let answering = runtime(Arc::clone(&store));
+    let terminal = run(&answering, "kept", "main", "!batch2").await;
+    assert!(matches!(terminal, Frame::Response { .. }), "{terminal:?}");
+
+    let history = store.history("kept").unwrap();
+    let roles: Vec<&str> = history
+        .iter()
+        .map(|m| match m {
+            Message::System { .. } => "system",
+            Message::User { .. } => "user",
+            Message::Assistant(a) if a.tool_calls.is_empty() => "reply",
+            Message::Assistant(_) => "calls",
+            Message::Tool(_) => "result",
+        })
+        .collect();
+    assert_eq!(
+        roles,
+        ["user", "user", "user", "calls", "result", "result", "reply"],
+        "{history:#?}"
+    );
+    let users: Vec<&str> = history
+        .iter()
+        .filter_map(|m| match m {
+            Message::User { content } => Some(content.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(users, ["first", "second", "!batch2"]);
+}

@@ -33,7 +33,7 @@ use std::sync::Arc;
 
 use homeagent_core::Message;
 
-use super::group::WriteOp;
+use super::group::{Job, WriteOp};
 use super::messages::{append_creating_op, append_op, appended};
 use super::{EventRow, Store, StoreError};
 
@@ -112,6 +112,21 @@ impl Store {
             .await
     }
 
+    /// [`Store::append_async_creating`] in two steps: the write is queued
+    /// and its commit set going now, and its answer is awaited later
+    /// ([`QueuedAppend::committed`]). An input sends its first model request
+    /// meanwhile, so with `sync = "full"` the user message's fsync runs
+    /// during the model's wait instead of before it. Writes are committed
+    /// in the order they are queued.
+    pub fn queue_append_creating(
+        self: &Arc<Self>,
+        session: &str,
+        agent: &str,
+        messages: &[Message],
+    ) -> Result<QueuedAppend, StoreError> {
+        Ok(self.start_commit(append_creating_op(session, agent, messages)?))
+    }
+
     /// Queues `op` for the group commit, makes sure it is committed — here
     /// when that cannot block ([`Store::commit_inline`]), else by a leader
     /// task — and waits for its answer.
@@ -119,11 +134,17 @@ impl Store {
         self: &Arc<Self>,
         op: WriteOp,
     ) -> Result<RangeInclusive<i64>, StoreError> {
+        self.start_commit(op).committed().await
+    }
+
+    /// Queues `op` and makes sure something commits it: this caller, when
+    /// that cannot block, or a leader task.
+    fn start_commit(self: &Arc<Self>, op: WriteOp) -> QueuedAppend {
         let job = self.queue(op);
         if self.writes.take_lead() && !self.lead_inline() {
             self.spawn_leader();
         }
-        appended(job.answered().await?)
+        QueuedAppend { job }
     }
 
     /// For a caller holding the leader's role: with
@@ -185,6 +206,21 @@ impl Store {
             }
             stopped.disarm();
         });
+    }
+}
+
+/// An append queued for the group commit ([`Store::queue_append_creating`]).
+/// It is committed whether or not anyone waits for it (unless the runtime
+/// shuts down first).
+#[must_use = "await `committed`: the write may have failed"]
+pub struct QueuedAppend {
+    job: Arc<Job>,
+}
+
+impl QueuedAppend {
+    /// Waits for the commit; the sequence numbers the messages got.
+    pub async fn committed(self) -> Result<RangeInclusive<i64>, StoreError> {
+        appended(self.job.answered().await?)
     }
 }
 

@@ -90,7 +90,7 @@ use std::time::Duration;
 use rusqlite::Connection;
 use rusqlite::config::DbConfig;
 
-pub use blocking::CALLS_AT_ONCE;
+pub use blocking::{CALLS_AT_ONCE, QueuedAppend};
 pub use checkpoint::{CHECKPOINT_PAGES, CommitPlaces};
 pub use claim::{SessionClaim, claim_slot};
 pub use error::StoreError;
