@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{TempDir, local_runtime};
+use common::{TempDir, local_runtime, user_texts};
 use std::sync::Arc;
 
 use homeagent_agent::store::{Store, StoreError};
@@ -222,12 +222,6 @@ async fn every_input_keeps_its_user_message_and_its_order() {
         ["user", "user", "user", "calls", "result", "result", "reply"],
         "{history:#?}"
     );
-    let users: Vec<&str> = history
-        .iter()
-        .filter_map(|m| match m {
-            Message::User { content } => Some(content.as_str()),
-            _ => None,
-        })
-        .collect();
+    let users = user_texts(&history);
     assert_eq!(users, ["first", "second", "!batch2"]);
 }

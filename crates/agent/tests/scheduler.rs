@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::runtime_over;
+use common::{runtime_over, user_texts};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -214,13 +214,7 @@ async fn an_interrupt_cuts_the_stream_runs_next_and_keeps_the_history_paired() {
     let history = runtime.store().history("s").unwrap();
     check_pairing(&history).unwrap();
     // The interrupt ran before the input queued ahead of it.
-    let users: Vec<&str> = history
-        .iter()
-        .filter_map(|m| match m {
-            Message::User { content } => Some(content.as_str()),
-            _ => None,
-        })
-        .collect();
+    let users = user_texts(&history);
     assert_eq!(users, ["!slowbatch4", "!text urgent", "!text queued"]);
     assert_eq!(scheduler.counters().preempted, 1);
     server.shutdown().await.unwrap();
@@ -324,13 +318,7 @@ async fn cancelling_one_input_leaves_the_others_of_its_session_alone() {
     assert_eq!(scheduler.counters().cancelled, 2);
     let history = runtime.store().history("s").unwrap();
     check_pairing(&history).unwrap();
-    let inputs: Vec<&str> = history
-        .iter()
-        .filter_map(|m| match m {
-            Message::User { content } => Some(content.as_str()),
-            _ => None,
-        })
-        .collect();
+    let inputs = user_texts(&history);
     assert_eq!(inputs, [sleep, "!text third", sleep, "!text after"]);
     std::fs::remove_dir_all(dir).unwrap();
 }

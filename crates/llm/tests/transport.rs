@@ -625,15 +625,7 @@ async fn a_lua_adapter_body_is_sent_exactly_as_the_adapter_wrote_and_signed_it()
     );
     let adapter = LuaAdapter::from_source("signed.lua", &source).unwrap();
     let codec = LuaCodec::new(std::sync::Arc::new(adapter)).with_fallback(false);
-    let provider = HttpProvider::with_codec(
-        Box::new(codec),
-        Endpoint {
-            base_url: url,
-            api_key: None,
-        },
-        Options::default(),
-    )
-    .unwrap();
+    let provider = keyless_provider(Box::new(codec), url);
     let request = ChatRequest {
         model: "m".into(),
         messages: vec![Message::user("hi")],
@@ -652,6 +644,19 @@ async fn a_lua_adapter_body_is_sent_exactly_as_the_adapter_wrote_and_signed_it()
     let (body, signed) = &captured[0];
     assert_eq!(std::str::from_utf8(body).unwrap(), TEXT);
     assert_eq!(signed.as_deref(), Some(TEXT));
+}
+
+/// A provider speaking `codec` to `url`, with no key.
+fn keyless_provider(codec: Box<dyn homeagent_llm::WireCodec>, url: String) -> HttpProvider {
+    HttpProvider::with_codec(
+        codec,
+        Endpoint {
+            base_url: url,
+            api_key: None,
+        },
+        Options::default(),
+    )
+    .unwrap()
 }
 
 /// The `content-type` values each request arrived with, in order.
@@ -710,15 +715,7 @@ async fn a_lua_adapters_own_content_type_is_the_only_one_sent() {
                   build_headers = function(meta) return json.encode({['content-type'] = 'application/json; charset=utf-8'}) end }";
     let adapter = LuaAdapter::from_source("typed.lua", source).unwrap();
     let codec = LuaCodec::new(std::sync::Arc::new(adapter)).with_fallback(false);
-    let provider = HttpProvider::with_codec(
-        Box::new(codec),
-        Endpoint {
-            base_url: url,
-            api_key: None,
-        },
-        Options::default(),
-    )
-    .unwrap();
+    let provider = keyless_provider(Box::new(codec), url);
     let result = provider
         .complete(&chat("hi"), CancellationToken::new())
         .await;
@@ -763,15 +760,7 @@ impl homeagent_llm::WireCodec for UntypedCodec {
 async fn a_codec_that_names_no_content_type_sends_json() {
     let (url, seen, task) = content_type_recorder().await;
     let codec = UntypedCodec(homeagent_llm::codec_for(Protocol::Openai));
-    let provider = HttpProvider::with_codec(
-        Box::new(codec),
-        Endpoint {
-            base_url: url,
-            api_key: None,
-        },
-        Options::default(),
-    )
-    .unwrap();
+    let provider = keyless_provider(Box::new(codec), url);
     let result = provider
         .complete(&chat("hi"), CancellationToken::new())
         .await;

@@ -10,12 +10,23 @@ use std::sync::{Arc, Mutex};
 
 use homeagent_agent::store::Store;
 use homeagent_agent::{AgentSettings, Runtime};
-use homeagent_core::{Registry, StreamEvent};
+use homeagent_core::{Message, Registry, StreamEvent};
 use homeagent_llm::{
     ChatRequest, FallbackOptions, LocalModel, ProviderError, SourceConfig, SourceProtocol,
     SourceSetup, Sources,
 };
 use homeagent_tools::{Approval, Gate, GatedSource, register_demo_tools};
+
+/// The user messages' texts of `history`, in order.
+pub fn user_texts(history: &[Message]) -> Vec<&str> {
+    history
+        .iter()
+        .filter_map(|m| match m {
+            Message::User { content } => Some(content.as_str()),
+            _ => None,
+        })
+        .collect()
+}
 
 /// A runtime whose `sources` (of protocol `demo`) all answer from `model`,
 /// with the demo tools, no approval, and `store`.
