@@ -225,3 +225,36 @@ async fn every_input_keeps_its_user_message_and_its_order() {
     let users = user_texts(&history);
     assert_eq!(users, ["first", "second", "!batch2"]);
 }
+
+/// An input whose user message cannot be committed fails with the store's
+/// error and writes nothing after it, even though its first model request
+/// went out while the commit ran. (The refusal is a trigger added from a
+/// second connection, as a full disk or a broken file would refuse.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_input_whose_user_message_is_refused_fails_and_writes_nothing_after_it() {
+    let dir = TempDir::new("commits-refused");
+    let store = Arc::new(Store::open(&dir.db()).unwrap());
+    let runtime = runtime(Arc::clone(&store));
+    run(&runtime, "s", "main", "hello").await;
+    let before = store.history("s").unwrap();
+    assert_eq!(before.len(), 2, "{before:#?}");
+
+    rusqlite::Connection::open(dir.db())
+        .unwrap()
+        .execute_batch(
+            "CREATE TRIGGER refuse_poison BEFORE INSERT ON messages
+             WHEN NEW.body LIKE '%poison%'
+             BEGIN SELECT RAISE(ABORT, 'refused on purpose'); END;",
+        )
+        .unwrap();
+    for text in ["poison", "!batch2 poison"] {
+        let terminal = run(&runtime, "s", "main", text).await;
+        let Frame::Error { code, message, .. } = &terminal else {
+            panic!("{text}: {terminal:?}");
+        };
+        assert_eq!(code, "store", "{text}: {message}");
+        assert!(message.contains("refused on purpose"), "{text}: {message}");
+    }
+    // Neither the refused messages nor any reply or call after them.
+    assert_eq!(store.history("s").unwrap(), before);
+}
