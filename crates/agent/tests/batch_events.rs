@@ -14,7 +14,7 @@
 
 mod common;
 
-use common::{TempDir, local_runtime};
+use common::{TempDir, local_runtime, refuse_inserts};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -28,14 +28,13 @@ use serde_json::json;
 /// Makes every insert of a tool event whose JSON body contains `POISON`
 /// fail, from a second connection (as another process could).
 fn poison_events(db: &Path) {
-    rusqlite::Connection::open(db)
-        .unwrap()
-        .execute_batch(
-            "CREATE TRIGGER poison BEFORE INSERT ON tool_event_batches
-             WHEN NEW.events LIKE '%POISON%'
-             BEGIN SELECT RAISE(ABORT, 'injected failure'); END;",
-        )
-        .unwrap();
+    refuse_inserts(
+        db,
+        "tool_event_batches",
+        "events",
+        "POISON",
+        "injected failure",
+    );
 }
 
 fn start(call: &str, text: &str) -> ToolEventRecord {

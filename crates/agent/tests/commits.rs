@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{TempDir, local_runtime, user_texts};
+use common::{TempDir, local_runtime, refuse_inserts, user_texts};
 use std::sync::Arc;
 
 use homeagent_agent::store::{Store, StoreError};
@@ -239,21 +239,23 @@ async fn an_input_whose_user_message_is_refused_fails_and_writes_nothing_after_i
     let before = store.history("s").unwrap();
     assert_eq!(before.len(), 2, "{before:#?}");
 
-    rusqlite::Connection::open(dir.db())
-        .unwrap()
-        .execute_batch(
-            "CREATE TRIGGER refuse_poison BEFORE INSERT ON messages
-             WHEN NEW.body LIKE '%poison%'
-             BEGIN SELECT RAISE(ABORT, 'refused on purpose'); END;",
-        )
-        .unwrap();
+    refuse_inserts(
+        &dir.db(),
+        "messages",
+        "body",
+        "poison",
+        "refused by a trigger",
+    );
     for text in ["poison", "!batch2 poison"] {
         let terminal = run(&runtime, "s", "main", text).await;
         let Frame::Error { code, message, .. } = &terminal else {
             panic!("{text}: {terminal:?}");
         };
         assert_eq!(code, "store", "{text}: {message}");
-        assert!(message.contains("refused on purpose"), "{text}: {message}");
+        assert!(
+            message.contains("refused by a trigger"),
+            "{text}: {message}"
+        );
     }
     // Neither the refused messages nor any reply or call after them.
     assert_eq!(store.history("s").unwrap(), before);

@@ -17,6 +17,26 @@ use homeagent_llm::{
 };
 use homeagent_tools::{Approval, Gate, GatedSource, register_demo_tools};
 
+/// Makes SQLite refuse every insert into `table` whose `column` contains
+/// `marker`, with the error text `failure`. Done from a second
+/// connection, as another process (or a full disk) could.
+pub fn refuse_inserts(
+    db: &std::path::Path,
+    table: &str,
+    column: &str,
+    marker: &str,
+    failure: &str,
+) {
+    rusqlite::Connection::open(db)
+        .unwrap()
+        .execute_batch(&format!(
+            "CREATE TRIGGER refuse_{table} BEFORE INSERT ON {table}
+             WHEN NEW.{column} LIKE '%{marker}%'
+             BEGIN SELECT RAISE(ABORT, '{failure}'); END;"
+        ))
+        .unwrap();
+}
+
 /// The user messages' texts of `history`, in order.
 pub fn user_texts(history: &[Message]) -> Vec<&str> {
     history
