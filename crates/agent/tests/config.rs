@@ -430,6 +430,22 @@ fn semantic_errors_name_the_key() {
 }
 
 #[test]
+fn blocking_threads_default_to_8_and_outside_1_to_512_are_refused_by_name() {
+    assert_eq!(parse("").unwrap().runtime.blocking_threads, 8);
+    for bad in ["0", "513", "4096"] {
+        let (key, message) = invalid_key(&format!("[runtime]\nblocking_threads = {bad}\n"));
+        assert_eq!(key, "runtime.blocking_threads", "{bad}");
+        assert!(message.contains("between 1 and 512"), "{bad}: {message}");
+    }
+    for good in [1_u16, 8, 512] {
+        let config = parse(&format!("[runtime]\nblocking_threads = {good}\n")).unwrap();
+        assert_eq!(config.runtime.blocking_threads, good);
+    }
+    let (_, _, message) = parse_error("[runtime]\nblocking_thread = 2\n");
+    assert!(message.contains("blocking_threads"), "{message}");
+}
+
+#[test]
 fn worker_threads_outside_1_to_256_is_refused_by_name() {
     for bad in ["0", "257", "1000"] {
         let (key, message) = invalid_key(&format!("[runtime]\nworker_threads = {bad}\n"));
@@ -748,7 +764,7 @@ fn describe_reports_sources_agents_and_tools_without_keys() {
             dir.0.join("data").join("files").display()
         ),
         "scheduler: 2 concurrent sessions, queue 5 per session, dedup 1500ms".to_owned(),
-        "runtime: 3 worker thread(s)".to_owned(),
+        "runtime: 3 worker thread(s), at most 8 for blocking work".to_owned(),
         "server: listen 0.0.0.0:9000".to_owned(),
         "  api key: set ($HOMEAGENT_API_KEY or server.api_key)".to_owned(),
     ];

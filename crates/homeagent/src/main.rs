@@ -46,8 +46,10 @@ fn main() -> std::process::ExitCode {
              same user can read its environment, API keys included"
         );
     }
+    let threads = runtime_section(&cli);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(worker_threads(&cli))
+        .worker_threads(usize::from(threads.worker_threads))
+        .max_blocking_threads(usize::from(threads.blocking_threads))
         .enable_all()
         .build()
     {
@@ -69,13 +71,13 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-/// The runtime's worker threads: `[runtime] worker_threads` for a command
-/// that runs the agent from the config, one for the others (see
-/// `RuntimeSection` for why one). The config is read here, before the
+/// The runtime's threads: `[runtime]` for a command that runs the agent
+/// from the config, the defaults for the others (see `RuntimeSection` for
+/// why one worker and at most eight blocking threads). The config is read here, before the
 /// runtime exists, and again by the command; a config that does not load
 /// gets the default here and its error from the command, which reports it
 /// with the command's own context.
-fn worker_threads(cli: &Cli) -> usize {
+fn runtime_section(cli: &Cli) -> RuntimeSection {
     let runs_agent = matches!(
         cli.command,
         Command::Serve(_)
@@ -84,12 +86,11 @@ fn worker_threads(cli: &Cli) -> usize {
             | Command::McpServe(_)
             | Command::Seq(cli::SeqCommand::Run { .. })
     );
-    let section = if runs_agent {
+    if runs_agent {
         setup::load(&cli.global).map_or_else(|_| RuntimeSection::default(), |l| l.config.runtime)
     } else {
         RuntimeSection::default()
-    };
-    usize::from(section.worker_threads)
+    }
 }
 
 /// Makes the process non-dumpable. Programs it runs (`cmd_run`, hooks,

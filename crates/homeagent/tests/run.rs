@@ -598,3 +598,56 @@ fn a_run_that_ends_closes_its_mcp_servers_gracefully() {
         );
     }
 }
+
+/// `[runtime] blocking_threads` bounds the threads the program runs: a
+/// batch of 32 file listings (each a few blocking file-system calls) runs
+/// on at most that many blocking threads, beside the main thread and the
+/// one async worker. Without the bound tokio starts a thread per waiting
+/// call (35 threads here).
+#[cfg(target_os = "linux")]
+#[test]
+fn blocking_work_runs_on_at_most_the_configured_threads() {
+    use std::io::BufRead;
+
+    let setup = setup("[runtime]\nblocking_threads = 2\n");
+    let files = setup.dir.join("files");
+    std::fs::create_dir_all(&files).unwrap();
+    for i in 0..50 {
+        std::fs::write(files.join(format!("f{i}")), "x").unwrap();
+    }
+    let mut calls: Vec<Value> = (0..32)
+        .map(|_| serde_json::json!({"name": "files_list", "arguments": {"path": "."}}))
+        .collect();
+    // Keeps the process alive, its batch running, while the threads are counted.
+    calls.push(serde_json::json!({"name": "demo_sleep", "arguments": {"ms": 3000, "tag": "t"}}));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_homeagent"))
+        .arg("--config")
+        .arg(&setup.config)
+        .arg("--data-dir")
+        .arg(&setup.dir)
+        .args(["run", "--json", &format!("!calls {}", Value::from(calls))])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = std::io::BufReader::new(stdout).lines();
+    let mut listed = 0;
+    while listed < 32 {
+        let line = lines
+            .next()
+            .expect("the run ended before its listings")
+            .unwrap();
+        let frame: Value = serde_json::from_str(&line).unwrap();
+        if frame["phase"] == "end" && frame["tool"] == "files_list" {
+            assert_eq!(frame["success"], true, "{frame}");
+            listed += 1;
+        }
+    }
+    let threads = std::fs::read_dir(format!("/proc/{}/task", child.id()))
+        .unwrap()
+        .count();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The main thread, one async worker, two blocking threads.
+    assert!(threads <= 4, "{threads} threads");
+}

@@ -127,8 +127,8 @@ pub fn describe(loaded: &LoadedConfig) -> String {
     );
     let _ = writeln!(
         out,
-        "runtime: {} worker thread(s)",
-        config.runtime.worker_threads
+        "runtime: {} worker thread(s), at most {} for blocking work",
+        config.runtime.worker_threads, config.runtime.blocking_threads
     );
 
     let secret_state = |secret: &Option<_>| if secret.is_some() { "set" } else { "not set" };

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use homeagent_llm::SourceProtocol;
 
 use super::secret::Secret;
-use super::types::{Config, MAX_WORKER_THREADS};
+use super::types::{Config, MAX_BLOCKING_THREADS, MAX_WORKER_THREADS};
 
 /// Names the config file (overridden by `--config`).
 pub const ENV_CONFIG: &str = "HOMEAGENT_CONFIG";
@@ -321,6 +321,15 @@ impl Config {
                 format!(
                     "must be between 1 and {MAX_WORKER_THREADS} (the default is 1), not {}",
                     self.runtime.worker_threads
+                ),
+            ));
+        }
+        if !(1..=MAX_BLOCKING_THREADS).contains(&self.runtime.blocking_threads) {
+            return Err(invalid(
+                "runtime.blocking_threads".into(),
+                format!(
+                    "must be between 1 and {MAX_BLOCKING_THREADS} (the default is 8), not {}",
+                    self.runtime.blocking_threads
                 ),
             ));
         }

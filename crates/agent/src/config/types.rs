@@ -137,14 +137,28 @@ pub struct RuntimeSection {
     /// about 50 to 20 and the time per turn by about a quarter
     /// (docs/BENCHMARKS.md). Raise it for many busy sessions on many cores.
     pub worker_threads: u16,
+    /// Threads for blocking work at most (1 to 512): the store's calls
+    /// (four at a time), file tools, name lookups. With tokio's default of
+    /// 512, a busy agent kept starting threads (20 to 49 under the bench's
+    /// blast), each with its own allocator heap of half-used pages; 8 cut
+    /// the agent's CPU per input by about a tenth and its memory by a
+    /// quarter there (docs/BENCHMARKS.md). Work beyond the limit waits for
+    /// a thread. Raise it for many file tools at once on slow storage.
+    pub blocking_threads: u16,
 }
 
 /// Above this, a typo (an extra digit) is more likely than a machine.
 pub const MAX_WORKER_THREADS: u16 = 256;
 
+/// tokio's own default: more would only be a typo.
+pub const MAX_BLOCKING_THREADS: u16 = 512;
+
 impl Default for RuntimeSection {
     fn default() -> Self {
-        RuntimeSection { worker_threads: 1 }
+        RuntimeSection {
+            worker_threads: 1,
+            blocking_threads: 8,
+        }
     }
 }
 
