@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use homeagent_llm::SourceProtocol;
 
 use super::secret::Secret;
-use super::types::{Config, MAX_BLOCKING_THREADS, MAX_WORKER_THREADS};
+use super::types::{Config, MAX_BLOCKING_THREADS, MAX_WORKER_THREADS, RuntimeSection};
 
 /// Names the config file (overridden by `--config`).
 pub const ENV_CONFIG: &str = "HOMEAGENT_CONFIG";
@@ -315,24 +315,28 @@ impl Config {
                 "must be at least 1 (the default is 16)".into(),
             ));
         }
-        if !(1..=MAX_WORKER_THREADS).contains(&self.runtime.worker_threads) {
-            return Err(invalid(
-                "runtime.worker_threads".into(),
-                format!(
-                    "must be between 1 and {MAX_WORKER_THREADS} (the default is 1), not {}",
-                    self.runtime.worker_threads
-                ),
-            ));
-        }
-        if !(1..=MAX_BLOCKING_THREADS).contains(&self.runtime.blocking_threads) {
-            return Err(invalid(
-                "runtime.blocking_threads".into(),
-                format!(
-                    "must be between 1 and {MAX_BLOCKING_THREADS} (the default is 8), not {}",
-                    self.runtime.blocking_threads
-                ),
-            ));
-        }
+        let threads = |key: &str, value: u16, max: u16, default: u16| {
+            if (1..=max).contains(&value) {
+                return Ok(());
+            }
+            Err(invalid(
+                format!("runtime.{key}"),
+                format!("must be between 1 and {max} (the default is {default}), not {value}"),
+            ))
+        };
+        let defaults = RuntimeSection::default();
+        threads(
+            "worker_threads",
+            self.runtime.worker_threads,
+            MAX_WORKER_THREADS,
+            defaults.worker_threads,
+        )?;
+        threads(
+            "blocking_threads",
+            self.runtime.blocking_threads,
+            MAX_BLOCKING_THREADS,
+            defaults.blocking_threads,
+        )?;
         for (index, source) in self.llm.sources.iter().enumerate() {
             if let Some(first) = self.llm.sources[..index]
                 .iter()
