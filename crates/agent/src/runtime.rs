@@ -239,33 +239,35 @@ impl Runtime {
             .open_input_async(&input.session, &input.agent)
             .await
             .map_err(store_frame)?;
-        // The first model request does not wait for the user message's
-        // commit (with `sync = "full"`, an fsync): it is awaited before the
-        // next write and before the input ends, whatever its outcome, so
-        // the message is stored first and always.
-        let mut user_commit = Some(
+        // A model request does not wait for the write before it (the user
+        // message, a batch's results; with `sync = "full"`, an fsync): that
+        // write is awaited after the request, before the next write and
+        // before the input ends, whatever its outcome, so the history is
+        // stored in order and always, and no reply is sent before the
+        // messages it answers are committed.
+        let mut pending = Some(
             self.store
                 .queue_append_creating(&input.session, &input.agent, std::slice::from_ref(&user))
                 .map_err(store_frame)?,
         );
         history.push(user);
         let outcome = self
-            .run_turns(input, control, sink, history, &mut user_commit)
+            .run_turns(input, control, sink, history, &mut pending)
             .await;
-        settle(&mut user_commit).await?;
+        settle(&mut pending).await?;
         outcome
     }
 
     /// The model requests and tool batches of one input, until a reply.
-    /// `user_commit` is the input's user message, still committing: every
-    /// write waits for it first.
+    /// `pending` is the input's last write, still committing: every write
+    /// waits for it first.
     async fn run_turns(
         &self,
         input: &TurnInput,
         control: &TurnControl,
         sink: &FrameSink,
         mut history: CountedHistory,
-        user_commit: &mut Option<QueuedAppend>,
+        pending: &mut Option<QueuedAppend>,
     ) -> Result<Frame, Frame> {
         let recorded = EventBuffer::default();
         let executor = self.executor(Some(self.event_sink(&recorded, sink)));
@@ -331,7 +333,7 @@ impl Runtime {
             let turn = self
                 .stream_turn(&mut request, control, sink, &mut usage)
                 .await?;
-            settle(user_commit).await?;
+            settle(pending).await?;
             if turn.calls.is_empty() {
                 let message = Message::Assistant(turn.message());
                 self.store
@@ -371,10 +373,13 @@ impl Runtime {
                 .into_iter()
                 .map(|outcome| Message::Tool(outcome.into_message()))
                 .collect();
-            // Committed even when stopped: every call has its outcome.
-            commit_results(&self.store, &input.session, &results, recorded.take())
-                .await
-                .map_err(store_frame)?;
+            // Committed even when stopped: every call has its outcome. The
+            // next request goes out while it commits (see `run_inner`).
+            *pending = Some(
+                self.store
+                    .queue_results(&input.session, &results, recorded.take())
+                    .map_err(store_frame)?,
+            );
             history.extend(results);
         }
     }
@@ -469,7 +474,7 @@ impl Runtime {
     }
 
     /// Forwards kernel events as frames at once and keeps their records
-    /// (stamped now) in `recorded` for [`commit_results`].
+    /// (stamped now) in `recorded` for [`Store::queue_results`].
     fn event_sink(
         &self,
         recorded: &EventBuffer,
@@ -493,9 +498,9 @@ fn store_frame(error: StoreError) -> Frame {
     Frame::error(code, error.to_string())
 }
 
-/// Waits, once, for the input's user message to be committed.
-async fn settle(user_commit: &mut Option<QueuedAppend>) -> Result<(), Frame> {
-    match user_commit.take() {
+/// Waits, once, for the input's last write to be committed.
+async fn settle(pending: &mut Option<QueuedAppend>) -> Result<(), Frame> {
+    match pending.take() {
         Some(queued) => queued.committed().await.map(|_| ()).map_err(store_frame),
         None => Ok(()),
     }
@@ -508,34 +513,6 @@ fn tool_tokens(tools: &[ToolSpec]) -> usize {
         .iter()
         .map(|t| (t.name().len() + t.description().len() + t.parameters().get().len()) / 4)
         .sum()
-}
-
-/// Commits a batch's results together with its tool events: one
-/// transaction, one fsync. The events are diagnostics, so if they cannot
-/// be stored the results are committed without them rather than lost.
-async fn commit_results(
-    store: &Arc<Store>,
-    session: &str,
-    results: &[Message],
-    events: Vec<EventRow>,
-) -> Result<(), StoreError> {
-    let had_events = events.len();
-    match store.append_async(session, results, events).await {
-        Ok(_) => Ok(()),
-        Err(error) if had_events == 0 => Err(error),
-        Err(error) => {
-            tracing::warn!(
-                %session,
-                %error,
-                events = had_events,
-                "could not record a batch's tool events; committing its results without them"
-            );
-            store
-                .append_async(session, results, Vec::new())
-                .await
-                .map(|_| ())
-        }
-    }
 }
 
 /// The tool events of the batch in flight, in the order the executor

@@ -164,6 +164,87 @@ fn messages_with_events_commit_together_or_not_at_all() {
     );
 }
 
+/// A batch's results, queued with their events (`Store::queue_results`):
+/// the events are diagnostics, so when they cannot be stored the results
+/// still commit, without them; when they can, both are stored together.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_results_commit_without_events_that_cannot_be_stored() {
+    let dir = TempDir::new("queued-results");
+    let store = Arc::new(Store::open(&dir.db()).unwrap());
+    store.ensure_session("s", "main").unwrap();
+    store.append_messages("s", &[Message::user("go")]).unwrap();
+    let range = store
+        .queue_results(
+            "s",
+            &[Message::user("r1")],
+            rows(&[start("a", "x"), end("a")]),
+        )
+        .unwrap()
+        .committed()
+        .await
+        .unwrap();
+    assert_eq!(range, 2..=2);
+    assert_eq!(
+        phases(&store.tool_events("s").unwrap()),
+        owned(&[("a", EventPhase::Start), ("a", EventPhase::End)])
+    );
+
+    poison_events(&dir.db());
+    let range = store
+        .queue_results(
+            "s",
+            &[Message::user("r2"), Message::user("r3")],
+            rows(&[start("b", "y"), start("c", "POISON")]),
+        )
+        .unwrap()
+        .committed()
+        .await
+        .unwrap();
+    assert_eq!(range, 3..=4);
+    assert_eq!(
+        store.history("s").unwrap(),
+        vec![
+            Message::user("go"),
+            Message::user("r1"),
+            Message::user("r2"),
+            Message::user("r3"),
+        ]
+    );
+    // None of the refused batch's events, the earlier ones untouched.
+    assert_eq!(store.tool_events("s").unwrap().len(), 2);
+}
+
+/// Should refusing the events roll back the whole transaction (a trigger's
+/// `RAISE(ROLLBACK)`, as some I/O errors do), the results went with it:
+/// the queued write fails with SQLite's own error and stores nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_results_fail_when_the_events_took_the_transaction_with_them() {
+    let dir = TempDir::new("queued-results-rollback");
+    let store = Arc::new(Store::open(&dir.db()).unwrap());
+    store.ensure_session("s", "main").unwrap();
+    store.append_messages("s", &[Message::user("go")]).unwrap();
+    rusqlite::Connection::open(dir.db())
+        .unwrap()
+        .execute_batch(
+            "CREATE TRIGGER roll_back_events BEFORE INSERT ON tool_event_batches
+             WHEN NEW.events LIKE '%POISON%'
+             BEGIN SELECT RAISE(ROLLBACK, 'events rolled back everything'); END;",
+        )
+        .unwrap();
+    let err = store
+        .queue_results("s", &[Message::user("r1")], rows(&[start("c", "POISON")]))
+        .unwrap()
+        .committed()
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("events rolled back everything"),
+        "{err}"
+    );
+    assert_eq!(store.history("s").unwrap(), vec![Message::user("go")]);
+    assert_eq!(store.tool_events("s").unwrap(), Vec::new());
+}
+
 // ---------------------------------------------------------------- row format
 
 /// The text of every batch row of the store at `db`, oldest first.

@@ -260,3 +260,66 @@ async fn an_input_whose_user_message_is_refused_fails_and_writes_nothing_after_i
     // Neither the refused messages nor any reply or call after them.
     assert_eq!(store.history("s").unwrap(), before);
 }
+
+/// The demo model, counting the requests it answers.
+#[derive(Default)]
+struct CountingDemo {
+    inner: DemoModel,
+    requests: std::sync::atomic::AtomicUsize,
+}
+
+impl homeagent_llm::LocalModel for CountingDemo {
+    fn respond(
+        &self,
+        request: &homeagent_llm::ChatRequest,
+    ) -> Result<Vec<homeagent_core::StreamEvent>, homeagent_llm::ProviderError> {
+        self.requests
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.respond(request)
+    }
+}
+
+/// A batch's results are committed while the next model request runs
+/// (with `sync = "full"`, their fsync overlaps the model's wait), so the
+/// model is asked again before the commit's answer is in. When that commit
+/// fails, the input still ends with the store's error and writes nothing
+/// after the calls: no reply is stored or sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_input_whose_results_are_refused_fails_with_the_store_error_and_stores_no_reply() {
+    let dir = TempDir::new("commits-results-refused");
+    let store = Arc::new(Store::open(&dir.db()).unwrap());
+    let model = Arc::new(CountingDemo::default());
+    let runtime = local_runtime(
+        Arc::clone(&model) as _,
+        Arc::clone(&store),
+        AgentSettings::default(),
+    );
+    // Only a tool message's body names a `tool_call_id`.
+    refuse_inserts(
+        &dir.db(),
+        "messages",
+        "body",
+        "tool_call_id",
+        "results refused by a trigger",
+    );
+    let batch = r#"!calls [{"name":"demo_echo","arguments":{"text":"kept-call"}}]"#;
+    let terminal = run(&runtime, "s", "main", batch).await;
+    let Frame::Error { code, message, .. } = &terminal else {
+        panic!("{terminal:?}");
+    };
+    assert_eq!(code, "store", "{message}");
+    assert!(
+        message.contains("results refused by a trigger"),
+        "{message}"
+    );
+    assert_eq!(
+        model.requests.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "the request after the batch goes out while its results commit"
+    );
+    let history = store.history("s").unwrap();
+    let [Message::User { .. }, Message::Assistant(asked)] = &history[..] else {
+        panic!("{history:#?}");
+    };
+    assert_eq!(asked.tool_calls.len(), 1, "{history:#?}");
+}

@@ -34,7 +34,7 @@ use std::sync::Arc;
 use homeagent_core::Message;
 
 use super::group::{Job, WriteOp};
-use super::messages::{append_creating_op, append_op, appended};
+use super::messages::{append_creating_op, append_op, appended, results_op};
 use super::{EventRow, Store, StoreError};
 
 /// Store calls running on the blocking pool at once, per store. All of
@@ -125,6 +125,21 @@ impl Store {
         messages: &[Message],
     ) -> Result<QueuedAppend, StoreError> {
         Ok(self.start_commit(append_creating_op(session, agent, messages)?))
+    }
+
+    /// A tool batch's `results` and its `events`, queued like
+    /// [`Store::queue_append_creating`]: an input asks the model again
+    /// while they commit (with `sync = "full"`, their fsync overlaps the
+    /// model's wait), and awaits [`QueuedAppend::committed`] before its
+    /// next write. The events are diagnostics: if SQLite refuses them, the
+    /// results commit without them (and a warning is logged).
+    pub fn queue_results(
+        self: &Arc<Self>,
+        session: &str,
+        results: &[Message],
+        events: Vec<EventRow>,
+    ) -> Result<QueuedAppend, StoreError> {
+        Ok(self.start_commit(results_op(session, results, events)?))
     }
 
     /// Queues `op` for the group commit, makes sure it is committed — here

@@ -77,7 +77,18 @@ pub(super) enum WriteOp {
         create_for: Option<String>,
         rows: Vec<MessageRow>,
         events: Vec<EventRow>,
+        events_rule: EventsRule,
     },
+}
+
+/// What becomes of an append whose tool events SQLite refuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum EventsRule {
+    /// The whole append fails (`Store::append_messages_with_events`).
+    WithMessages,
+    /// The events are left out and the messages commit: a batch's results
+    /// are history, its events diagnostics (`Store::queue_results`).
+    IfStorable,
 }
 
 /// What a committed [`WriteOp`] answers.
@@ -515,6 +526,7 @@ fn apply(conn: &Connection, op: &WriteOp) -> Result<WriteDone, StoreError> {
             create_for,
             rows,
             events,
+            events_rule,
         } => {
             // One statement checks and stamps the session in the common
             // case (it exists and is the agent's); only a miss pays for
@@ -533,10 +545,38 @@ fn apply(conn: &Connection, op: &WriteOp) -> Result<WriteDone, StoreError> {
             }
             let first = max_seq(conn, session)? + 1;
             insert_rows(conn, session, first, rows)?;
-            insert_events(conn, session, events)?;
+            match events_rule {
+                EventsRule::WithMessages => insert_events(conn, session, events)?,
+                EventsRule::IfStorable => insert_events_if_storable(conn, session, events)?,
+            }
             // `first..=first - 1` is empty: "nothing appended" needs no special type.
             Ok(WriteDone::Appended(first..=first + rows.len() as i64 - 1))
         }
+    }
+}
+
+/// Inserts `events`, or leaves them out (with a warning) when SQLite
+/// refuses them, and the rest of the write goes on. Their insert is one
+/// statement, and SQLite undoes a failed statement whole; an error that
+/// rolled back the transaction itself (`RAISE(ROLLBACK)`, some I/O
+/// errors) fails the write, since the rows before it went with it.
+fn insert_events_if_storable(
+    conn: &Connection,
+    session: &str,
+    events: &[EventRow],
+) -> Result<(), StoreError> {
+    match insert_events(conn, session, events) {
+        Err(error) if conn.is_autocommit() => Err(error),
+        Err(error) => {
+            tracing::warn!(
+                %session,
+                %error,
+                events = events.len(),
+                "could not record a batch's tool events; committing its results without them"
+            );
+            Ok(())
+        }
+        Ok(()) => Ok(()),
     }
 }
 

@@ -7,7 +7,7 @@ use homeagent_core::Message;
 use rusqlite::Connection;
 
 use super::events::EventRow;
-use super::group::{WriteDone, WriteOp};
+use super::group::{EventsRule, WriteDone, WriteOp};
 use super::history_cache::SeqHistory;
 use super::sessions::validate_agent_name;
 use super::{Store, StoreError, now_ms, require_session, validate_session_id};
@@ -160,7 +160,22 @@ pub(super) fn append_op(
         create_for: None,
         rows: encode_messages(session, messages)?,
         events,
+        events_rule: EventsRule::WithMessages,
     })
+}
+
+/// The write that appends a tool batch's `results` to `session` with its
+/// `events`, or without them if SQLite refuses them.
+pub(super) fn results_op(
+    session: &str,
+    results: &[Message],
+    events: Vec<EventRow>,
+) -> Result<WriteOp, StoreError> {
+    let mut op = append_op(session, results, events)?;
+    if let WriteOp::Append { events_rule, .. } = &mut op {
+        *events_rule = EventsRule::IfStorable;
+    }
+    Ok(op)
 }
 
 /// The write that appends `messages` to `session`, creating the session
