@@ -43,7 +43,7 @@ use axum::serve::ListenerExt as _;
 use homeagent_core::{CancellationToken, Message};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::mpsc;
 
 use crate::inputs::{InputLog, RequestKind};
@@ -69,6 +69,25 @@ pub struct ServerConfig {
     pub script: ScriptOptions,
 }
 
+/// Places in the accept queue (the kernel caps it at `net.core.somaxconn`):
+/// a bench's burst of connections waits there while the mock is busy,
+/// where the common default of 128 drops the rest for a second (the
+/// server crate's listener keeps as many, for the same reason).
+const LISTEN_BACKLOG: u32 = 1024;
+
+/// A listener on `addr` with [`LISTEN_BACKLOG`] places.
+fn listen_on(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    #[cfg(unix)]
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 /// A running server (for tests and embedding). Dropping it does not stop
 /// it; call [`MockServer::shutdown`].
 #[derive(Debug)]
@@ -81,7 +100,16 @@ pub struct MockServer {
 impl MockServer {
     /// Binds `listen` (use port 0 for a free port) and serves in the background.
     pub async fn start(listen: &str, config: ServerConfig) -> std::io::Result<MockServer> {
-        let listener = TcpListener::bind(listen).await?;
+        let addr = tokio::net::lookup_host(listen)
+            .await?
+            .next()
+            .ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("{listen} resolves to no address"),
+                )
+            })?;
+        let listener = listen_on(addr)?;
         let addr = listener.local_addr()?;
         let stop = CancellationToken::new();
         let task = tokio::spawn(serve(listener, config, stop.clone().cancelled_owned()));

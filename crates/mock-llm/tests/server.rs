@@ -566,3 +566,34 @@ async fn the_input_log_records_each_input_with_its_count_and_time() {
     assert_eq!(cleared, json!({"cleared": 1}));
     server.shutdown().await.unwrap();
 }
+
+/// A blast opens hundreds of connections at once while the mock is busy:
+/// they wait in its accept queue, which keeps 1,024 places (capped by
+/// `net.core.somaxconn`) instead of the common 128, past which the kernel
+/// drops handshakes and each client retries a second later. Here nothing
+/// accepts at all: the runtime's only thread is blocked while 300 clients
+/// connect from threads of their own.
+#[tokio::test(flavor = "current_thread")]
+async fn a_burst_of_connections_waits_in_the_accept_queue_without_drops() {
+    let server = MockServer::start("127.0.0.1:0", ServerConfig::default())
+        .await
+        .unwrap();
+    let addr = server.addr();
+    let clients: Vec<_> = (0..300)
+        .map(|_| {
+            std::thread::spawn(move || {
+                std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(10)).is_ok()
+            })
+        })
+        .collect();
+    let connected = clients
+        .into_iter()
+        .map(|client| client.join().unwrap())
+        .filter(|&ok| ok)
+        .count();
+    assert_eq!(
+        connected, 300,
+        "connections completed while nothing accepted (is net.core.somaxconn below 300?)"
+    );
+    server.shutdown().await.unwrap();
+}

@@ -55,7 +55,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
 
 pub use device::{DEAD_AFTER, HANDSHAKE_TIMEOUT, PING_EVERY};
 pub use error::{ApiError, ServeError};
@@ -146,12 +146,33 @@ pub async fn bind(listen: &str, api_key: Option<&str>) -> Result<TcpListener, Se
             addr: listen.to_owned(),
         });
     }
-    TcpListener::bind(first)
-        .await
-        .map_err(|source| ServeError::Bind {
-            addr: listen.to_owned(),
-            source,
-        })
+    listen_on(first).map_err(|source| ServeError::Bind {
+        addr: listen.to_owned(),
+        source,
+    })
+}
+
+/// Places in the listener's accept queue, for connections the server has
+/// not accepted yet (the kernel caps it at `net.core.somaxconn`). With the
+/// common default of 128, a burst of clients overflows it while the server
+/// is busy: the kernel drops their handshakes and each client tries again
+/// a second later.
+pub const LISTEN_BACKLOG: u32 = 1024;
+
+/// A listener on `addr` with [`LISTEN_BACKLOG`] places.
+fn listen_on(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    // As `TcpListener::bind` does on Unix: a restarted server binds while
+    // its old connections linger in TIME_WAIT. (On Windows the option
+    // would let another process take the port.)
+    #[cfg(unix)]
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 /// Serves until `shutdown` completes, then shuts down gracefully (see the

@@ -189,6 +189,52 @@ async fn without_a_key_the_api_is_open_but_only_on_loopback() {
     ));
 }
 
+/// Clients that arrive all at once (a burst of sessions, a dashboard's
+/// reconnects) wait in the listener's accept queue while the server is
+/// busy. With the common default of 128 places, the kernel drops the
+/// connections beyond it, and each client tries again a second later (the
+/// one-second tail of the bench's blast). The listener keeps 1,024 places
+/// (capped by `net.core.somaxconn`): 300 connections opened while nothing
+/// accepts all complete.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_listener_queues_a_burst_of_connections_without_dropping_any() {
+    let listener = bind("127.0.0.1:0", None).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let connects = (0..300).map(|_| {
+        tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            tokio::net::TcpStream::connect(addr),
+        )
+    });
+    let results = futures_util::future::join_all(connects).await;
+    let connected = results.iter().filter(|r| matches!(r, Ok(Ok(_)))).count();
+    assert_eq!(
+        connected, 300,
+        "connections completed while nothing accepted (is net.core.somaxconn below 300?)"
+    );
+    drop(listener);
+}
+
+/// A restarted `homeagent serve` binds its port again at once, while the
+/// connections its last run closed still wait out TIME_WAIT (a minute on
+/// Linux); without `SO_REUSEADDR` the bind fails until they are gone.
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_server_binds_its_port_while_closed_connections_linger() {
+    use tokio::io::AsyncReadExt;
+    let listener = bind("127.0.0.1:0", None).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut client = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (accepted, _) = listener.accept().await.unwrap();
+    // The server closes first, so its end is the one left in TIME_WAIT.
+    drop(accepted);
+    assert_eq!(client.read(&mut [0u8; 1]).await.unwrap(), 0);
+    drop(client);
+    drop(listener);
+    let again = bind(&addr.to_string(), None).await;
+    assert!(again.is_ok(), "{again:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_unknown_and_refused_requests_get_a_400_naming_the_problem() {
     let server = start(Setup {
