@@ -323,3 +323,52 @@ async fn an_input_whose_results_are_refused_fails_with_the_store_error_and_store
     };
     assert_eq!(asked.tool_calls.len(), 1, "{history:#?}");
 }
+
+/// The demo model, noting how many messages the store holds for session
+/// `s` when each request arrives.
+struct StoreWatcher {
+    inner: DemoModel,
+    store: Arc<Store>,
+    stored: std::sync::Mutex<Vec<usize>>,
+}
+
+impl homeagent_llm::LocalModel for StoreWatcher {
+    fn respond(
+        &self,
+        request: &homeagent_llm::ChatRequest,
+    ) -> Result<Vec<homeagent_core::StreamEvent>, homeagent_llm::ProviderError> {
+        let stored = self.store.history("s").map_or(0, |h| h.len());
+        self.stored.lock().unwrap().push(stored);
+        self.inner.respond(request)
+    }
+}
+
+/// With `sync = "normal"` an input alone commits on the async worker, and
+/// a write it does not wait for yet (its user message, a batch's results)
+/// is committed there only once the next model request is on its way: the
+/// request does not wait for the commit. Each request finds the write
+/// before it not yet stored, and the input still ends with everything
+/// stored, in order.
+#[tokio::test(flavor = "current_thread")]
+async fn with_normal_sync_a_request_goes_out_before_the_write_before_it_commits() {
+    let dir = TempDir::new("commits-after-yield");
+    let store =
+        Arc::new(Store::open_with(&dir.db(), homeagent_agent::store::Durability::Normal).unwrap());
+    let model = Arc::new(StoreWatcher {
+        inner: DemoModel::default(),
+        store: Arc::clone(&store),
+        stored: std::sync::Mutex::new(Vec::new()),
+    });
+    let runtime = local_runtime(
+        Arc::clone(&model) as _,
+        Arc::clone(&store),
+        AgentSettings::default(),
+    );
+    let batch = r#"!calls [{"name":"demo_echo","arguments":{"text":"a"}},{"name":"demo_echo","arguments":{"text":"b"}}]"#;
+    let terminal = run(&runtime, "s", "main", batch).await;
+    assert!(matches!(terminal, Frame::Response { .. }), "{terminal:?}");
+    // First request: no user message yet. Second: the user message and
+    // the calls (committed before the tools ran), not yet the results.
+    assert_eq!(*model.stored.lock().unwrap(), [0, 2]);
+    assert_eq!(store.history("s").unwrap().len(), 5);
+}

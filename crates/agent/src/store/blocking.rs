@@ -115,22 +115,23 @@ impl Store {
     /// [`Store::append_async_creating`] in two steps: the write is queued
     /// and its commit set going now, and its answer is awaited later
     /// ([`QueuedAppend::committed`]). An input sends its first model request
-    /// meanwhile, so with `sync = "full"` the user message's fsync runs
-    /// during the model's wait instead of before it. Writes are committed
-    /// in the order they are queued.
+    /// meanwhile, so the commit runs during the model's wait instead of
+    /// before the request: with `sync = "full"` on the blocking pool (the
+    /// fsync), with `"normal"` on the async worker once the caller awaits
+    /// the model (see `start_commit_after_yield`). Writes are committed in
+    /// the order they are queued.
     pub fn queue_append_creating(
         self: &Arc<Self>,
         session: &str,
         agent: &str,
         messages: &[Message],
     ) -> Result<QueuedAppend, StoreError> {
-        Ok(self.start_commit(append_creating_op(session, agent, messages)?))
+        Ok(self.start_commit_after_yield(append_creating_op(session, agent, messages)?))
     }
 
     /// A tool batch's `results` and its `events`, queued like
     /// [`Store::queue_append_creating`]: an input asks the model again
-    /// while they commit (with `sync = "full"`, their fsync overlaps the
-    /// model's wait), and awaits [`QueuedAppend::committed`] before its
+    /// while they commit, and awaits [`QueuedAppend::committed`] before its
     /// next write. The events are diagnostics: if SQLite refuses them, the
     /// results commit without them (and a warning is logged).
     pub fn queue_results(
@@ -139,7 +140,7 @@ impl Store {
         results: &[Message],
         events: Vec<EventRow>,
     ) -> Result<QueuedAppend, StoreError> {
-        Ok(self.start_commit(results_op(session, results, events)?))
+        Ok(self.start_commit_after_yield(results_op(session, results, events)?))
     }
 
     /// Queues `op` for the group commit, makes sure it is committed — here
@@ -158,6 +159,32 @@ impl Store {
         let job = self.queue(op);
         if self.writes.take_lead() && !self.lead_inline() {
             self.spawn_leader();
+        }
+        QueuedAppend { job }
+    }
+
+    /// [`Store::start_commit`] for a write the caller does not wait for
+    /// yet: a commit on the async worker ([`Store::lead_inline`]) runs in
+    /// a task of its own, once the caller has sent its model request and
+    /// awaits the answer, so the request does not wait for the commit and
+    /// the commit overlaps the model's work.
+    fn start_commit_after_yield(self: &Arc<Self>, op: WriteOp) -> QueuedAppend {
+        let job = self.queue(op);
+        if self.writes.take_lead() {
+            if self.commits_inline {
+                // Dropped unpolled (the runtime shutting down), the task
+                // still answers the write and frees the role.
+                let stopped = LeaderStopped(Some(Arc::clone(self)));
+                let store = Arc::clone(self);
+                tokio::spawn(async move {
+                    stopped.disarm();
+                    if !store.lead_inline() {
+                        store.spawn_leader();
+                    }
+                });
+            } else {
+                self.spawn_leader();
+            }
         }
         QueuedAppend { job }
     }
@@ -269,8 +296,8 @@ mod tests {
 
     use super::*;
 
-    use crate::store::WriteStats;
-    use crate::store::testing::temp_store;
+    use crate::store::testing::{temp_store, temp_store_with};
+    use crate::store::{Durability, WriteStats};
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn at_most_calls_at_once_run_together_and_every_call_is_answered() {
@@ -584,5 +611,45 @@ mod tests {
             .await
         });
         assert_eq!(appended.unwrap().unwrap(), 1..=1);
+    }
+
+    /// A write queued to commit after the caller's next await
+    /// (`queue_results`, `sync = "normal"`) whose commit task is dropped
+    /// unpolled, as a runtime shutting down drops it, is answered with an
+    /// error, and the leader's role is free for the next write.
+    #[test]
+    fn a_commit_task_dropped_before_it_ran_answers_its_write() {
+        let temp = temp_store_with("after-yield-dropped", Durability::Normal);
+        temp.store.ensure_session("s", "main").unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let queued = runtime.block_on(async {
+            temp.store
+                .queue_results("s", &[Message::user("dropped")], Vec::new())
+                .unwrap()
+        });
+        drop(runtime);
+        let again = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let (answer, later) = again.block_on(async {
+            let answer = tokio::time::timeout(Duration::from_secs(20), queued.committed()).await;
+            let later = tokio::time::timeout(
+                Duration::from_secs(20),
+                temp.store
+                    .append_async("s", &[Message::user("later")], Vec::new()),
+            )
+            .await;
+            (answer, later)
+        });
+        let answer = answer.expect("the dropped commit's write was never answered");
+        assert!(
+            matches!(answer, Err(StoreError::CallFailed { .. })),
+            "{answer:?}"
+        );
+        assert_eq!(later.unwrap().unwrap(), 1..=1);
     }
 }
