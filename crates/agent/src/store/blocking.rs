@@ -171,7 +171,7 @@ impl Store {
     fn start_commit_after_yield(self: &Arc<Self>, op: WriteOp) -> QueuedAppend {
         let job = self.queue(op);
         if self.writes.take_lead() {
-            if self.commits_inline {
+            if self.may_commit_inline() {
                 // Dropped unpolled (the runtime shutting down), the task
                 // still answers the write and frees the role.
                 let stopped = LeaderStopped(Some(Arc::clone(self)));
@@ -204,7 +204,7 @@ impl Store {
     /// writes, which under load beats saving a few switches (the blast of
     /// docs/BENCHMARKS.md ran slower with every commit on the worker).
     fn lead_inline(self: &Arc<Self>) -> bool {
-        if !self.commits_inline || self.claims.held() > 1 {
+        if !self.may_commit_inline() {
             return false;
         }
         // Should the commit panic, the queue is answered and the role freed.
@@ -226,6 +226,13 @@ impl Store {
             });
         }
         true
+    }
+
+    /// Whether a commit may run on the caller's async worker: it waits
+    /// for no disk (`sync = "normal"`) and the caller's input is the only
+    /// one running through this handle (see [`Store::lead_inline`]).
+    fn may_commit_inline(&self) -> bool {
+        self.commits_inline && self.claims.held() <= 1
     }
 
     /// Starts the leader task ([`Store::lead`] on the blocking pool); the

@@ -108,6 +108,33 @@ async fn a_held_connection_sends_the_commit_to_the_pool() {
     assert_eq!(stored(&temp), [Message::user("later")]);
 }
 
+/// A queued write (`queue_results`) commits on the worker once its caller
+/// yields, and only if the connection is free then: held, the commit task
+/// hands the write to a leader on the pool, which commits it once the
+/// connection is released.
+#[tokio::test]
+async fn a_queued_write_finding_the_connection_held_goes_to_the_pool() {
+    let temp = store("queued-held", Durability::Normal);
+    let holder = ConnectionHolder::start(&temp);
+    let queued = temp
+        .store
+        .queue_results("s", &[Message::user("queued")], Vec::new())
+        .unwrap();
+    let write = tokio::spawn(queued.committed());
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(
+        !write.is_finished(),
+        "committed while the connection was held"
+    );
+    holder.release();
+    let committed = tokio::time::timeout(Duration::from_secs(20), write)
+        .await
+        .expect("the queued write was never committed");
+    assert_eq!(committed.unwrap().unwrap(), 1..=1);
+    assert_eq!(temp.store.commit_places().inline_commits, 0);
+    assert_eq!(stored(&temp), [Message::user("queued")]);
+}
+
 /// Another process's write transaction would make SQLite wait out its busy
 /// timeout; on the worker that wait would stall every task. The write goes
 /// to the pool instead, and the worker keeps running.
