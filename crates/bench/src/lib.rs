@@ -41,6 +41,7 @@ pub mod cpu;
 pub mod disk;
 pub mod error;
 pub mod math;
+pub mod netstat;
 pub mod peers;
 pub mod procs;
 pub mod progress;

@@ -182,6 +182,11 @@ pub struct BlastResult {
     /// blast (`procs::process_peak`); `None` where `/proc` cannot tell.
     pub serve_peak_rss_kb: Option<u64>,
     pub serve_threads: Option<u64>,
+    /// Handshakes the machine's listeners dropped during the blast, their
+    /// accept queue full (`TcpExt: ListenOverflows`, machine-wide, see
+    /// [`crate::netstat`]); each such client waited a second to retry.
+    /// `None` where the counter cannot be read.
+    pub listen_overflows: Option<u64>,
     pub before: Counters,
     pub after: Counters,
     pub status: Status,

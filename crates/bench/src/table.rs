@@ -211,8 +211,16 @@ fn blast_cpu_line(b: &BlastResult, cpus: usize) -> String {
         ),
         _ => String::new(),
     };
+    let overflows = match b.listen_overflows {
+        Some(0) => "\n   listen-queue overflows on the machine: 0".to_owned(),
+        Some(n) => format!(
+            "\n   listen-queue overflows on the machine: {n} \
+             (each of those clients waited a second to retry)"
+        ),
+        None => String::new(),
+    };
     format!(
-        "   CPU (user + system) over the blast: {}, {}, {}; {} cores busy of {cpus}{peak}",
+        "   CPU (user + system) over the blast: {}, {}, {}; {} cores busy of {cpus}{peak}{overflows}",
         process("serve", c.cpu_s_serve, c.cpu_ms_per_input_serve),
         process("mock", c.cpu_s_mock, c.cpu_ms_per_input_mock),
         process("bench", c.cpu_s_bench, c.cpu_ms_per_input_bench),
@@ -379,6 +387,7 @@ mod tests {
             },
             serve_peak_rss_kb: Some(107_520),
             serve_threads: Some(15),
+            listen_overflows: Some(0),
             before: Counters::default(),
             after: Counters::default(),
             status: Status::Ok,
@@ -392,8 +401,31 @@ mod tests {
             blast_cpu_line(&blast(), 2),
             "   CPU (user + system) over the blast: serve 2.88 s (10.00 ms/input), \
              mock 0.58 s (2.00 ms/input), bench 1.44 s (5.00 ms/input); 1.22 cores busy of 2\n   \
-             serve after the blast: peak RSS 105.0 MB, 15 threads"
+             serve after the blast: peak RSS 105.0 MB, 15 threads\n   \
+             listen-queue overflows on the machine: 0"
         );
+    }
+
+    #[test]
+    fn overflows_are_counted_with_what_they_cost_or_left_out() {
+        let b = BlastResult {
+            listen_overflows: Some(88),
+            serve_peak_rss_kb: None,
+            ..blast()
+        };
+        assert!(
+            blast_cpu_line(&b, 2).ends_with(
+                "2\n   listen-queue overflows on the machine: 88 \
+                 (each of those clients waited a second to retry)"
+            ),
+            "{}",
+            blast_cpu_line(&b, 2)
+        );
+        let b = BlastResult {
+            listen_overflows: None,
+            ..blast()
+        };
+        assert!(blast_cpu_line(&b, 2).ends_with("15 threads"));
     }
 
     #[test]
@@ -411,6 +443,7 @@ mod tests {
         let b = BlastResult {
             cpu: CpuUse::default(),
             serve_peak_rss_kb: None,
+            listen_overflows: None,
             ..blast()
         };
         assert_eq!(

@@ -55,6 +55,9 @@ async fn the_quick_bench_runs_every_scenario_with_no_failure() {
     assert_eq!(blast.after.executed - blast.before.executed, 12);
     assert_eq!(blast.after.rejected, 0);
     assert_eq!(blast.after.queued, 0);
+    if cfg!(target_os = "linux") {
+        assert!(blast.listen_overflows.is_some(), "{blast:?}");
+    }
     let stability = report.stability.as_ref().unwrap();
     assert_eq!((stability.rounds, stability.ok), (5, 5));
     let sizes: Vec<usize> = report.overhead.iter().map(|r| r.n).collect();

@@ -16,6 +16,7 @@ use crate::client::{AgentClient, MockClient, Reply};
 use crate::cpu::{CpuSample, CpuUse};
 use crate::error::BenchError;
 use crate::math;
+use crate::netstat;
 use crate::procs::{Stack, process_peak};
 use crate::report::{BlastResult, Counters, status_of};
 
@@ -53,6 +54,7 @@ pub async fn blast(
     let mut clients: Vec<Arc<AgentClient>> = Vec::new();
     let mut tasks = JoinSet::new();
     let cpu_before = CpuSample::take(stack.serve_pid, stack.mock_pid);
+    let overflows_before = netstat::read_listen_overflows();
     let started = Instant::now();
     for s in 0..sessions {
         let group = s / SESSIONS_PER_ADDRESS;
@@ -90,6 +92,9 @@ pub async fn blast(
     let wall_s = started.elapsed().as_secs_f64();
     let cpu_after = CpuSample::take(stack.serve_pid, stack.mock_pid);
     let peak = process_peak(stack.serve_pid);
+    let listen_overflows = netstat::read_listen_overflows()
+        .zip(overflows_before)
+        .map(|(after, before)| after.saturating_sub(before));
 
     let log = mock.inputs().await?;
     let after = settled_counters(&control).await?;
@@ -130,6 +135,7 @@ pub async fn blast(
         cpu: CpuUse::between(&cpu_before, &cpu_after, inputs, wall_s),
         serve_peak_rss_kb: peak.map(|p| p.peak_rss_kb),
         serve_threads: peak.map(|p| p.threads),
+        listen_overflows,
         before,
         after,
         status: status_of(&problems),
