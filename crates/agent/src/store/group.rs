@@ -544,10 +544,16 @@ fn apply(conn: &Connection, op: &WriteOp) -> Result<WriteDone, StoreError> {
             // One statement checks and stamps the session in the common
             // case (it exists and is the agent's); only a miss pays for
             // the create-or-refuse or the not-found answer.
-            if !touch(conn, session, create_for.as_deref())? {
+            let created = if touch(conn, session, create_for.as_deref())? {
+                false
+            } else {
                 match create_for {
+                    Some(agent) if insert_if_new(conn, session, agent)? => true,
+                    // Another agent's (refused), or created since by
+                    // another process.
                     Some(agent) => {
                         create_or_get(conn, session, agent)?;
+                        false
                     }
                     None => {
                         return Err(StoreError::SessionNotFound {
@@ -555,8 +561,14 @@ fn apply(conn: &Connection, op: &WriteOp) -> Result<WriteDone, StoreError> {
                         });
                     }
                 }
-            }
-            let first = max_seq(conn, session)? + 1;
+            };
+            // A session created here has no messages yet (they cannot
+            // outlive their session: foreign keys are on).
+            let first = if created {
+                1
+            } else {
+                max_seq(conn, session)? + 1
+            };
             insert_rows(conn, session, first, rows)?;
             match events_rule {
                 EventsRule::WithMessages => insert_events(conn, session, events)?,
@@ -633,6 +645,35 @@ mod tests {
             // Each ran once per session: the counter above is about reuse.
             assert_eq!(stmt.get_status(StatementStatus::Run), 4, "{sql}");
         }
+    }
+
+    /// An append that creates its session knows the session is empty: it
+    /// does not look for the highest `seq` (an input of a client that names
+    /// no session does this every time). Appending to an existing one does.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_append_that_creates_its_session_does_not_look_up_its_last_seq() {
+        use rusqlite::StatementStatus;
+
+        let temp = temp_store("created-seq");
+        for session in ["n1", "n2", "n3"] {
+            let range = temp
+                .store
+                .append_async_creating(session, "main", &[Message::user("first")])
+                .await
+                .unwrap();
+            assert_eq!(range, 1..=1);
+        }
+        let range = temp
+            .store
+            .append_async_creating("n2", "main", &[Message::user("second")])
+            .await
+            .unwrap();
+        assert_eq!(range, 2..=2);
+        let conn = temp.store.lock();
+        let stmt = conn
+            .prepare_cached(super::super::messages::MAX_SEQ_SQL)
+            .unwrap();
+        assert_eq!(stmt.get_status(StatementStatus::Run), 1);
     }
 
     /// Starts one appending thread per session while the test holds the
