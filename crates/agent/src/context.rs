@@ -16,7 +16,13 @@ pub fn approx_tokens(message: &Message) -> usize {
     // every message of the history before every model request.
     let mut bytes = ByteCount(0);
     let counted = serde_json::to_writer(&mut bytes, message).map_or(0, |()| bytes.0);
-    counted / 4 + 4
+    tokens_for_json_bytes(counted)
+}
+
+/// [`approx_tokens`] of a message whose JSON is `bytes` long (the store's
+/// body for it: [`QueuedAppend::json_bytes`](crate::store::QueuedAppend::json_bytes)).
+pub fn tokens_for_json_bytes(bytes: usize) -> usize {
+    bytes / 4 + 4
 }
 
 /// A writer that only counts what it is given.
@@ -89,6 +95,20 @@ impl CountedHistory {
 
     pub fn push(&mut self, message: Message) {
         self.tokens.push(approx_tokens(&message));
+        self.messages.push(message);
+    }
+
+    /// [`CountedHistory::push`] of a message whose JSON is `json_bytes`
+    /// long, known from writing it to the store: it is not serialized
+    /// again. `None` counts it.
+    pub fn push_stored(&mut self, message: Message, json_bytes: Option<usize>) {
+        let tokens = json_bytes.map_or_else(|| approx_tokens(&message), tokens_for_json_bytes);
+        debug_assert_eq!(
+            tokens,
+            approx_tokens(&message),
+            "the stored JSON is not the JSON approx_tokens counts"
+        );
+        self.tokens.push(tokens);
         self.messages.push(message);
     }
 

@@ -245,12 +245,12 @@ impl Runtime {
         // before the input ends, whatever its outcome, so the history is
         // stored in order and always, and no reply is sent before the
         // messages it answers are committed.
-        let mut pending = Some(
-            self.store
-                .queue_append_creating(&input.session, &input.agent, std::slice::from_ref(&user))
-                .map_err(store_frame)?,
-        );
-        history.push(user);
+        let queued = self
+            .store
+            .queue_append_creating(&input.session, &input.agent, std::slice::from_ref(&user))
+            .map_err(store_frame)?;
+        history.push_stored(user, queued.json_bytes().first().copied());
+        let mut pending = Some(queued);
         let outcome = self
             .run_turns(input, control, sink, history, &mut pending)
             .await;
@@ -361,11 +361,13 @@ impl Runtime {
             // them `cancelled` on the next load) instead of forgetting
             // tools that may have had effects.
             let assistant = Message::Assistant(turn.message());
-            self.store
-                .append_async(&input.session, std::slice::from_ref(&assistant), Vec::new())
-                .await
+            let queued = self
+                .store
+                .queue_append(&input.session, std::slice::from_ref(&assistant), Vec::new())
                 .map_err(store_frame)?;
-            history.push(assistant);
+            let json_bytes = queued.json_bytes().first().copied();
+            queued.committed().await.map_err(store_frame)?;
+            history.push_stored(assistant, json_bytes);
             // The assistant message is already in the history: only the
             // outcomes are wanted, and their strings move into the results.
             let (_, outcomes) = executor.run_calls(&turn, &batch).await;
@@ -375,12 +377,15 @@ impl Runtime {
                 .collect();
             // Committed even when stopped: every call has its outcome. The
             // next request goes out while it commits (see `run_inner`).
-            *pending = Some(
-                self.store
-                    .queue_results(&input.session, &results, recorded.take())
-                    .map_err(store_frame)?,
-            );
-            history.extend(results);
+            let queued = self
+                .store
+                .queue_results(&input.session, &results, recorded.take())
+                .map_err(store_frame)?;
+            let json_bytes = queued.json_bytes();
+            for (i, result) in results.into_iter().enumerate() {
+                history.push_stored(result, json_bytes.get(i).copied());
+            }
+            *pending = Some(queued);
         }
     }
 

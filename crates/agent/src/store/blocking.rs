@@ -92,8 +92,21 @@ impl Store {
         messages: &[Message],
         events: Vec<EventRow>,
     ) -> Result<RangeInclusive<i64>, StoreError> {
-        self.commit_queued(append_op(session, messages, events)?)
+        self.queue_append(session, messages, events)?
+            .committed()
             .await
+    }
+
+    /// [`Store::append_async`] in two steps, for a caller that wants
+    /// [`QueuedAppend::json_bytes`] before it waits: the write is queued
+    /// and its commit set going now, as `append_async` would.
+    pub fn queue_append(
+        self: &Arc<Self>,
+        session: &str,
+        messages: &[Message],
+        events: Vec<EventRow>,
+    ) -> Result<QueuedAppend, StoreError> {
+        Ok(self.start_commit(append_op(session, messages, events)?))
     }
 
     /// [`Store::append_async`] for the first write of an input, whose
@@ -156,11 +169,12 @@ impl Store {
     /// Queues `op` and makes sure something commits it: this caller, when
     /// that cannot block, or a leader task.
     fn start_commit(self: &Arc<Self>, op: WriteOp) -> QueuedAppend {
+        let json_bytes = op.json_bytes();
         let job = self.queue(op);
         if self.writes.take_lead() && !self.lead_inline() {
             self.spawn_leader();
         }
-        QueuedAppend { job }
+        QueuedAppend { job, json_bytes }
     }
 
     /// [`Store::start_commit`] for a write the caller does not wait for
@@ -169,6 +183,7 @@ impl Store {
     /// awaits the answer, so the request does not wait for the commit and
     /// the commit overlaps the model's work.
     fn start_commit_after_yield(self: &Arc<Self>, op: WriteOp) -> QueuedAppend {
+        let json_bytes = op.json_bytes();
         let job = self.queue(op);
         if self.writes.take_lead() {
             if self.may_commit_inline() {
@@ -186,7 +201,7 @@ impl Store {
                 self.spawn_leader();
             }
         }
-        QueuedAppend { job }
+        QueuedAppend { job, json_bytes }
     }
 
     /// For a caller holding the leader's role: with
@@ -264,9 +279,18 @@ impl Store {
 #[must_use = "await `committed`: the write may have failed"]
 pub struct QueuedAppend {
     job: Arc<Job>,
+    json_bytes: Vec<usize>,
 }
 
 impl QueuedAppend {
+    /// The length of each message's JSON as the store keeps it, in order:
+    /// what [`approx_tokens`](crate::context::approx_tokens) counts, known
+    /// here without serializing the message again
+    /// ([`CountedHistory::push_stored`](crate::context::CountedHistory::push_stored)).
+    pub fn json_bytes(&self) -> &[usize] {
+        &self.json_bytes
+    }
+
     /// Waits for the commit; the sequence numbers the messages got.
     pub async fn committed(self) -> Result<RangeInclusive<i64>, StoreError> {
         appended(self.job.answered().await?)

@@ -81,6 +81,18 @@ pub(super) enum WriteOp {
     },
 }
 
+impl WriteOp {
+    /// The length of each message's stored JSON, in order.
+    pub(super) fn json_bytes(&self) -> Vec<usize> {
+        match self {
+            WriteOp::EnsureSession { .. } => Vec::new(),
+            WriteOp::CreateSeeded { rows, .. } | WriteOp::Append { rows, .. } => {
+                rows.iter().map(MessageRow::json_bytes).collect()
+            }
+        }
+    }
+}
+
 /// What becomes of an append whose tool events SQLite refuses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum EventsRule {

@@ -147,6 +147,12 @@ pub(super) struct MessageRow {
     body: String,
 }
 
+impl MessageRow {
+    pub(super) fn json_bytes(&self) -> usize {
+        self.body.len()
+    }
+}
+
 /// Renders `messages` as rows.
 /// The write that appends `messages` and `events` to `session`.
 pub(super) fn append_op(
