@@ -79,7 +79,7 @@ async fn a_stored_message_is_counted_from_the_json_the_store_keeps() {
         .map(|m| serde_json::to_string(m).unwrap().len())
         .collect();
     assert_eq!(queued.json_bytes(), written);
-    for (message, &bytes) in messages.iter().zip(queued.json_bytes()) {
+    for (message, bytes) in messages.iter().zip(queued.json_bytes()) {
         assert_eq!(tokens_for_json_bytes(bytes), approx_tokens(message));
     }
     let range = queued.committed().await.unwrap();

@@ -169,12 +169,11 @@ impl Store {
     /// Queues `op` and makes sure something commits it: this caller, when
     /// that cannot block, or a leader task.
     fn start_commit(self: &Arc<Self>, op: WriteOp) -> QueuedAppend {
-        let json_bytes = op.json_bytes();
         let job = self.queue(op);
         if self.writes.take_lead() && !self.lead_inline() {
             self.spawn_leader();
         }
-        QueuedAppend { job, json_bytes }
+        QueuedAppend { job }
     }
 
     /// [`Store::start_commit`] for a write the caller does not wait for
@@ -183,7 +182,6 @@ impl Store {
     /// awaits the answer, so the request does not wait for the commit and
     /// the commit overlaps the model's work.
     fn start_commit_after_yield(self: &Arc<Self>, op: WriteOp) -> QueuedAppend {
-        let json_bytes = op.json_bytes();
         let job = self.queue(op);
         if self.writes.take_lead() {
             if self.may_commit_inline() {
@@ -201,7 +199,7 @@ impl Store {
                 self.spawn_leader();
             }
         }
-        QueuedAppend { job, json_bytes }
+        QueuedAppend { job }
     }
 
     /// For a caller holding the leader's role: with
@@ -279,7 +277,6 @@ impl Store {
 #[must_use = "await `committed`: the write may have failed"]
 pub struct QueuedAppend {
     job: Arc<Job>,
-    json_bytes: Vec<usize>,
 }
 
 impl QueuedAppend {
@@ -287,8 +284,8 @@ impl QueuedAppend {
     /// what [`approx_tokens`](crate::context::approx_tokens) counts, known
     /// here without serializing the message again
     /// ([`CountedHistory::push_stored`](crate::context::CountedHistory::push_stored)).
-    pub fn json_bytes(&self) -> &[usize] {
-        &self.json_bytes
+    pub fn json_bytes(&self) -> Vec<usize> {
+        self.job.json_bytes()
     }
 
     /// Waits for the commit; the sequence numbers the messages got.

@@ -122,6 +122,12 @@ pub(super) struct Job {
 }
 
 impl Job {
+    /// The length of each message's stored JSON, in order (see
+    /// `QueuedAppend::json_bytes`).
+    pub(super) fn json_bytes(&self) -> Vec<usize> {
+        self.op.json_bytes()
+    }
+
     fn answer(&self, result: Result<WriteDone, StoreError>) {
         *self.answer.lock().unwrap_or_else(PoisonError::into_inner) = Some(result);
         self.answered.notify_one();
