@@ -61,6 +61,10 @@ pub struct BuildOptions {
     /// turn it off: the servers' settings are still checked, but no server
     /// is started only to be killed when the command exits.
     pub start_mcp_servers: bool,
+    /// How long the store holds a write for the input's next one
+    /// (`Store::set_write_hold`); `None` keeps the store's default. Tests
+    /// that count commits hold for long, so a slow machine counts the same.
+    pub write_hold: Option<std::time::Duration>,
 }
 
 impl Default for BuildOptions {
@@ -71,6 +75,7 @@ impl Default for BuildOptions {
             demo: DemoModel::default(),
             devices: false,
             start_mcp_servers: true,
+            write_hold: None,
         }
     }
 }
@@ -281,7 +286,11 @@ pub fn build(
         crate::config::StoreSync::Full => Durability::Full,
         crate::config::StoreSync::Normal => Durability::Normal,
     };
-    let store = Arc::new(Store::open_with(&store_path, durability)?);
+    let mut store = Store::open_with(&store_path, durability)?;
+    if let Some(hold) = options.write_hold {
+        store.set_write_hold(hold);
+    }
+    let store = Arc::new(store);
     // MCP tools sit in front of the built-in registry; both behind the gate.
     let mcp_specs = mcp_specs(loaded)?;
     let mcp = if options.start_mcp_servers {

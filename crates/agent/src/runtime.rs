@@ -42,7 +42,7 @@ use serde_json::{Map, Value};
 use crate::context::{CountedHistory, RequestMessages, approx_tokens};
 use crate::frames::{Frame, UsageFrame};
 use crate::request_base::{Built, RequestBase, RequestBases};
-use crate::store::{EventRow, OpenedInput, QueuedAppend, Store, StoreError};
+use crate::store::{EventRow, HeldWrite, OpenedInput, Store, StoreError};
 
 /// The loop's knobs (from `[agent]` and `[tools]`).
 #[derive(Debug, Clone)]
@@ -229,7 +229,7 @@ impl Runtime {
         let user = Message::user(input.text.clone());
         // The claim is held until this input ends: no other process runs the
         // session meanwhile (see `store::claim`). A new session is created
-        // with the user message, in one commit (`queue_append_creating`);
+        // with the user message, in one commit (`hold_append_creating`);
         // opening refuses another agent's session first.
         let OpenedInput {
             claim: _claim,
@@ -240,17 +240,19 @@ impl Runtime {
             .await
             .map_err(store_frame)?;
         // A model request does not wait for the write before it (the user
-        // message, a batch's results; with `sync = "full"`, an fsync): that
-        // write is awaited after the request, before the next write and
-        // before the input ends, whatever its outcome, so the history is
-        // stored in order and always, and no reply is sent before the
-        // messages it answers are committed.
-        let queued = self
+        // message, a batch's results; with `sync = "full"`, an fsync). That
+        // write is held for a moment (`store::HOLD`) and then committed on
+        // its own, or carried by the input's next write (the calls, the
+        // reply) if the model answers first; either way it is committed
+        // before the next write and before the input ends, whatever its
+        // outcome, so the history is stored in order and always, and no
+        // reply is sent before the messages it answers are committed.
+        let held = self
             .store
-            .queue_append_creating(&input.session, &input.agent, std::slice::from_ref(&user))
+            .hold_append_creating(&input.session, &input.agent, std::slice::from_ref(&user))
             .map_err(store_frame)?;
-        history.push_stored(user, queued.json_bytes().first().copied());
-        let mut pending = Some(queued);
+        history.push_stored(user, held.json_bytes().first().copied());
+        let mut pending = Some(held);
         let outcome = self
             .run_turns(input, control, sink, history, &mut pending)
             .await;
@@ -259,15 +261,15 @@ impl Runtime {
     }
 
     /// The model requests and tool batches of one input, until a reply.
-    /// `pending` is the input's last write, still committing: every write
-    /// waits for it first.
+    /// `pending` is the input's last write, still held or committing: the
+    /// next write carries it or waits for it.
     async fn run_turns(
         &self,
         input: &TurnInput,
         control: &TurnControl,
         sink: &FrameSink,
         mut history: CountedHistory,
-        pending: &mut Option<QueuedAppend>,
+        pending: &mut Option<HeldWrite>,
     ) -> Result<Frame, Frame> {
         let recorded = EventBuffer::default();
         let executor = self.executor(Some(self.event_sink(&recorded, sink)));
@@ -333,11 +335,14 @@ impl Runtime {
             let turn = self
                 .stream_turn(&mut request, control, sink, &mut usage)
                 .await?;
-            settle(pending).await?;
             if turn.calls.is_empty() {
                 let message = Message::Assistant(turn.message());
                 self.store
-                    .append_async(&input.session, std::slice::from_ref(&message), Vec::new())
+                    .append_after(
+                        pending.take(),
+                        &input.session,
+                        std::slice::from_ref(&message),
+                    )
                     .await
                     .map_err(store_frame)?;
                 return Ok(Frame::Response {
@@ -361,13 +366,16 @@ impl Runtime {
             // them `cancelled` on the next load) instead of forgetting
             // tools that may have had effects.
             let assistant = Message::Assistant(turn.message());
-            let queued = self
+            let appended = self
                 .store
-                .queue_append(&input.session, std::slice::from_ref(&assistant), Vec::new())
+                .append_after(
+                    pending.take(),
+                    &input.session,
+                    std::slice::from_ref(&assistant),
+                )
+                .await
                 .map_err(store_frame)?;
-            let json_bytes = queued.json_bytes().first().copied();
-            queued.committed().await.map_err(store_frame)?;
-            history.push_stored(assistant, json_bytes);
+            history.push_stored(assistant, appended.json_bytes.first().copied());
             // The assistant message is already in the history: only the
             // outcomes are wanted, and their strings move into the results.
             let (_, outcomes) = executor.run_calls(&turn, &batch).await;
@@ -377,15 +385,15 @@ impl Runtime {
                 .collect();
             // Committed even when stopped: every call has its outcome. The
             // next request goes out while it commits (see `run_inner`).
-            let queued = self
+            let held = self
                 .store
-                .queue_results(&input.session, &results, recorded.take())
+                .hold_results(&input.session, &results, recorded.take())
                 .map_err(store_frame)?;
-            let json_bytes = queued.json_bytes();
+            let json_bytes = held.json_bytes();
             for (i, result) in results.into_iter().enumerate() {
                 history.push_stored(result, json_bytes.get(i).copied());
             }
-            *pending = Some(queued);
+            *pending = Some(held);
         }
     }
 
@@ -479,7 +487,7 @@ impl Runtime {
     }
 
     /// Forwards kernel events as frames at once and keeps their records
-    /// (stamped now) in `recorded` for [`Store::queue_results`].
+    /// (stamped now) in `recorded` for [`Store::hold_results`].
     fn event_sink(
         &self,
         recorded: &EventBuffer,
@@ -503,8 +511,9 @@ fn store_frame(error: StoreError) -> Frame {
     Frame::error(code, error.to_string())
 }
 
-/// Waits, once, for the input's last write to be committed.
-async fn settle(pending: &mut Option<QueuedAppend>) -> Result<(), Frame> {
+/// Commits the input's last write if it is still held, and waits, once,
+/// for its commit.
+async fn settle(pending: &mut Option<HeldWrite>) -> Result<(), Frame> {
     match pending.take() {
         Some(queued) => queued.committed().await.map(|_| ()).map_err(store_frame),
         None => Ok(()),

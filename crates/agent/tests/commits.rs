@@ -5,8 +5,10 @@
 //! An input that opens a session (every request of a client that names no
 //! session) used to commit the new session on its own and then its first
 //! message; the session is now created in the transaction that appends
-//! that message. The counts below come from the store's own group-commit
-//! counters, not from the runtime.
+//! that message. The user message and a batch's results are held for a
+//! moment (`store::HOLD`): a model that answers within it lets the next
+//! write (the calls, the reply) carry them in its commit. The counts below
+//! come from the store's own group-commit counters, not from the runtime.
 
 mod common;
 
@@ -39,13 +41,19 @@ async fn run(runtime: &Runtime, session: &str, agent: &str, text: &str) -> Frame
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_input_that_opens_a_session_commits_the_session_with_its_first_message() {
     let dir = TempDir::new("commits-open");
-    let store = Arc::new(Store::open(&dir.db()).unwrap());
+    let mut store = Store::open(&dir.db()).unwrap();
+    // Held writes wait a minute here: the demo model answers within any
+    // hold, but a busy machine may not run the test as fast.
+    store.set_write_hold(std::time::Duration::from_secs(60));
+    let store = Arc::new(store);
     let runtime = runtime(Arc::clone(&store));
 
-    // A plain reply: the user message (with the new session), the reply.
+    // A plain reply from a model that answers at once: the user message
+    // (with the new session) and the reply, in one commit.
     let terminal = run(&runtime, "fresh", "main", "hello").await;
     assert!(matches!(terminal, Frame::Response { .. }), "{terminal:?}");
-    assert_eq!(store.write_stats().commits, 2);
+    assert_eq!(store.write_stats().commits, 1);
+    assert_eq!(store.write_stats().writes, 1);
     assert_eq!(store.session("fresh").unwrap().unwrap().agent, "main");
     let history = store.history("fresh").unwrap();
     assert!(
@@ -53,18 +61,96 @@ async fn an_input_that_opens_a_session_commits_the_session_with_its_first_messag
         "{history:#?}"
     );
 
-    // The session exists now: the next input commits the same two.
+    // The session exists now: the next input commits the same one.
     run(&runtime, "fresh", "main", "again").await;
-    assert_eq!(store.write_stats().commits, 4);
+    assert_eq!(store.write_stats().commits, 2);
+    assert_eq!(store.history("fresh").unwrap().len(), 4);
 
-    // A batch opening another session: the user message with the session,
-    // the assistant message with its calls, the results with their
-    // events, the reply.
+    // A batch opening another session: the user message (with the
+    // session) and the assistant message with its calls, before the tools
+    // run; the results with their events, and the reply.
     let batch = r#"!calls [{"name":"demo_echo","arguments":{"text":"one"}}]"#;
     let terminal = run(&runtime, "second", "main", batch).await;
     assert!(matches!(terminal, Frame::Response { .. }), "{terminal:?}");
-    assert_eq!(store.write_stats().commits, 8);
-    assert_eq!(store.history("second").unwrap().len(), 4);
+    assert_eq!(store.write_stats().commits, 4);
+    let history = store.history("second").unwrap();
+    assert!(
+        matches!(
+            &history[..],
+            [Message::User { .. }, Message::Assistant(calls), Message::Tool(_), Message::Assistant(reply)]
+                if calls.tool_calls.len() == 1 && reply.tool_calls.is_empty()
+        ),
+        "{history:#?}"
+    );
+    assert_eq!(
+        store.tool_events("second").unwrap().len(),
+        2,
+        "start and end"
+    );
+}
+
+/// A model slower than the hold (every remote one) finds the user message
+/// committed while it works: holding a write only lets a quick next write
+/// carry it, and never keeps it from the disk while the model thinks.
+/// Checked against the mock LLM server with a delay before its answer, for
+/// both sync modes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_write_is_committed_on_its_own_while_a_slow_model_works() {
+    use homeagent_agent::store::Durability;
+    use homeagent_llm::{SourceConfig, SourceProtocol};
+    use homeagent_mock_llm::{MockServer, ServerConfig};
+
+    const MODEL_DELAY: std::time::Duration = std::time::Duration::from_millis(1500);
+    let server = MockServer::start(
+        "127.0.0.1:0",
+        ServerConfig {
+            delay_ms: MODEL_DELAY.as_millis() as u64,
+            ..ServerConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    for durability in [Durability::Full, Durability::Normal] {
+        let dir = TempDir::new("commits-held-slow");
+        let store = Arc::new(Store::open_with(&dir.db(), durability).unwrap());
+        let mock = SourceConfig {
+            base_url: Some(format!("{}/v1", server.url())),
+            model: Some("mock".into()),
+            ..SourceConfig::new("mock", SourceProtocol::Openai)
+        };
+        let runtime = Arc::new(common::runtime_over(
+            vec![mock],
+            Arc::new(DemoModel::default()),
+            Arc::clone(&store),
+            AgentSettings::default(),
+        ));
+        let started = std::time::Instant::now();
+        let input = {
+            let runtime = Arc::clone(&runtime);
+            tokio::spawn(async move { run(&runtime, "s", "main", "!text slow answer").await })
+        };
+        // Polled until the user message is stored, whenever that is.
+        let stored_after = loop {
+            let stored = store.history("s").map_or(0, |h| h.len());
+            if stored > 0 {
+                break started.elapsed();
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        };
+        assert_eq!(store.history("s").unwrap().len(), 1, "{durability:?}");
+        let terminal = input.await.unwrap();
+        let answered_after = started.elapsed();
+        assert!(matches!(terminal, Frame::Response { .. }), "{terminal:?}");
+        assert_eq!(store.history("s").unwrap().len(), 2, "{durability:?}");
+        // The model took MODEL_DELAY after the input began; the message
+        // was stored at least half of it before the reply.
+        assert!(
+            answered_after >= stored_after + MODEL_DELAY / 2,
+            "{durability:?}: stored after {stored_after:?}, answered after {answered_after:?}"
+        );
+        assert_eq!(store.write_stats().commits, 2, "{durability:?}");
+    }
+    server.shutdown().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -125,27 +125,12 @@ impl Store {
             .await
     }
 
-    /// [`Store::append_async_creating`] in two steps: the write is queued
-    /// and its commit set going now, and its answer is awaited later
-    /// ([`QueuedAppend::committed`]). An input sends its first model request
-    /// meanwhile, so the commit runs during the model's wait instead of
-    /// before the request: with `sync = "full"` on the blocking pool (the
-    /// fsync), with `"normal"` on the async worker once the caller awaits
-    /// the model (see `start_commit_after_yield`). Writes are committed in
-    /// the order they are queued.
-    pub fn queue_append_creating(
-        self: &Arc<Self>,
-        session: &str,
-        agent: &str,
-        messages: &[Message],
-    ) -> Result<QueuedAppend, StoreError> {
-        Ok(self.start_commit_after_yield(append_creating_op(session, agent, messages)?))
-    }
-
-    /// A tool batch's `results` and its `events`, queued like
-    /// [`Store::queue_append_creating`]: an input asks the model again
-    /// while they commit, and awaits [`QueuedAppend::committed`] before its
-    /// next write. The events are diagnostics: if SQLite refuses them, the
+    /// A tool batch's `results` and its `events`, queued for the group
+    /// commit now and awaited later ([`QueuedAppend::committed`]). With
+    /// `sync = "normal"` and the caller alone, the commit runs on the async
+    /// worker once the caller awaits something else (see
+    /// `start_commit_after_yield`). The runtime holds its results instead
+    /// ([`Store::hold_results`]). The events are diagnostics: if SQLite refuses them, the
     /// results commit without them (and a warning is logged).
     pub fn queue_results(
         self: &Arc<Self>,
@@ -168,12 +153,26 @@ impl Store {
 
     /// Queues `op` and makes sure something commits it: this caller, when
     /// that cannot block, or a leader task.
-    fn start_commit(self: &Arc<Self>, op: WriteOp) -> QueuedAppend {
-        let job = self.queue(op);
+    pub(super) fn start_commit(self: &Arc<Self>, op: WriteOp) -> QueuedAppend {
+        let queued = self.queue_only(op);
+        self.ensure_leader();
+        queued
+    }
+
+    /// Queues `op` for the next group without seeing to its commit: the
+    /// caller calls [`Store::ensure_leader`] next.
+    pub(super) fn queue_only(&self, op: WriteOp) -> QueuedAppend {
+        QueuedAppend {
+            job: self.queue(op),
+        }
+    }
+
+    /// Makes sure the queued writes have a leader: this caller, when that
+    /// cannot block, or a leader task.
+    pub(super) fn ensure_leader(self: &Arc<Self>) {
         if self.writes.take_lead() && !self.lead_inline() {
             self.spawn_leader();
         }
-        QueuedAppend { job }
     }
 
     /// [`Store::start_commit`] for a write the caller does not wait for
@@ -181,7 +180,7 @@ impl Store {
     /// a task of its own, once the caller has sent its model request and
     /// awaits the answer, so the request does not wait for the commit and
     /// the commit overlaps the model's work.
-    fn start_commit_after_yield(self: &Arc<Self>, op: WriteOp) -> QueuedAppend {
+    pub(super) fn start_commit_after_yield(self: &Arc<Self>, op: WriteOp) -> QueuedAppend {
         let job = self.queue(op);
         if self.writes.take_lead() {
             if self.may_commit_inline() {
@@ -271,10 +270,11 @@ impl Store {
     }
 }
 
-/// An append queued for the group commit ([`Store::queue_append_creating`]).
+/// An append queued for the group commit ([`Store::queue_append`]).
 /// It is committed whether or not anyone waits for it (unless the runtime
 /// shuts down first).
 #[must_use = "await `committed`: the write may have failed"]
+#[derive(Debug)]
 pub struct QueuedAppend {
     job: Arc<Job>,
 }

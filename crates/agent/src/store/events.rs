@@ -84,6 +84,11 @@ pub struct EventRow {
 }
 
 impl EventRow {
+    /// The length of the event's stored JSON.
+    pub(super) fn json_bytes(&self) -> usize {
+        self.text.len()
+    }
+
     /// The row of a kernel event, stamped now.
     pub fn from_event(event: &ToolEvent) -> Self {
         EventRow::compact(event, now_ms())

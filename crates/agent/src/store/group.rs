@@ -93,6 +93,54 @@ impl WriteOp {
     }
 }
 
+impl WriteOp {
+    /// The bytes of JSON the write stores: its messages' and its events'.
+    pub(super) fn stored_bytes(&self) -> usize {
+        match self {
+            WriteOp::EnsureSession { .. } => 0,
+            WriteOp::CreateSeeded { rows, .. } => rows.iter().map(MessageRow::json_bytes).sum(),
+            WriteOp::Append { rows, events, .. } => {
+                rows.iter().map(MessageRow::json_bytes).sum::<usize>()
+                    + events.iter().map(EventRow::json_bytes).sum::<usize>()
+            }
+        }
+    }
+
+    /// This append followed by `next`, as one append: `next` must append
+    /// to the same session, with no events (the events, if any, and their
+    /// rule are this append's). Both back when it cannot be.
+    pub(super) fn carry(self, next: WriteOp) -> Result<WriteOp, Box<(WriteOp, WriteOp)>> {
+        match (self, next) {
+            (
+                WriteOp::Append {
+                    session,
+                    create_for,
+                    mut rows,
+                    events,
+                    events_rule,
+                },
+                WriteOp::Append {
+                    session: next_session,
+                    create_for: None,
+                    rows: next_rows,
+                    events: next_events,
+                    ..
+                },
+            ) if session == next_session && next_events.is_empty() => {
+                rows.extend(next_rows);
+                Ok(WriteOp::Append {
+                    session,
+                    create_for,
+                    rows,
+                    events,
+                    events_rule,
+                })
+            }
+            (op, next) => Err(Box::new((op, next))),
+        }
+    }
+}
+
 /// What becomes of an append whose tool events SQLite refuses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum EventsRule {

@@ -71,6 +71,7 @@ mod claim;
 mod error;
 mod events;
 mod group;
+mod held;
 mod history_cache;
 #[cfg(test)]
 mod inline_tests;
@@ -96,6 +97,7 @@ pub use claim::{SessionClaim, claim_slot};
 pub use error::StoreError;
 pub use events::{EventPhase, EventRow, ToolEventRecord};
 pub use group::WriteStats;
+pub use held::{Appended, HOLD, HOLD_AT_MOST, HeldWrite};
 pub use messages::ReadStats;
 pub use open::OpenedInput;
 pub use repair::{CANCELLED_DETAIL, cancelled_result};
@@ -155,6 +157,9 @@ pub struct Store {
     /// Whether async callers' commits may run on their worker
     /// (`Store::commit_inline`): only when a commit waits for no disk.
     commits_inline: bool,
+    /// How long a held write waits for the input's next write
+    /// (`held.rs`).
+    write_hold: std::time::Duration,
     path: PathBuf,
 }
 
@@ -170,6 +175,14 @@ impl Store {
     /// file from a newer version.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
         Store::open_with(path, Durability::Full)
+    }
+
+    /// Sets how long a held write waits for the input's next write before
+    /// it commits on its own ([`HOLD`] unless set; see
+    /// [`Store::hold_results`]). Zero still lets a write the input is
+    /// already making carry it, if that write comes first.
+    pub fn set_write_hold(&mut self, hold: std::time::Duration) {
+        self.write_hold = hold;
     }
 
     /// [`Store::open`] with the given durability.
@@ -201,6 +214,7 @@ impl Store {
             claims: Arc::new(claim::ClaimTable::beside(path)),
             wal,
             commits_inline: durability == Durability::Normal,
+            write_hold: HOLD,
             path: path.to_owned(),
         })
     }

@@ -78,6 +78,8 @@ pub struct Setup {
     pub tool_sleep_ms: u64,
     pub options: ServerOptions,
     pub extra_toml: &'static str,
+    /// `BuildOptions::write_hold`.
+    pub write_hold: Option<std::time::Duration>,
 }
 
 impl Default for Setup {
@@ -87,6 +89,7 @@ impl Default for Setup {
             tool_sleep_ms: 40,
             options: ServerOptions::default(),
             extra_toml: "",
+            write_hold: None,
         }
     }
 }
@@ -135,6 +138,7 @@ pub async fn start(setup: Setup) -> TestServer {
                 },
             },
             devices: true,
+            write_hold: setup.write_hold,
             ..BuildOptions::default()
         },
     )

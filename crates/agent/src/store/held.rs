@@ -1,0 +1,450 @@
+//! Writes an input holds back for a moment, so that its next write can
+//! carry them in the same commit.
+//!
+//! # Why
+//!
+//! An input writes four times when it runs one tool batch: its user
+//! message, the model's calls (before they run), the batch's results, the
+//! reply. Two of those are not waited for (the user message and the
+//! results: the next model request goes out while they commit), but the
+//! next write must wait for them, since the history is stored in order.
+//! When the model answers faster than the disk syncs — a local model, the
+//! offline demo, a cached answer — each of those waits is a whole fsync on
+//! the input's path, and `sync = "full"` put four of them into every
+//! batch input.
+//!
+//! # How
+//!
+//! [`Store::hold_append_creating`] and [`Store::hold_results`] do not
+//! queue their write at once. The input's next write
+//! ([`Store::append_after`]) takes a write still held and commits both as
+//! one append: one transaction, one fsync, all or nothing — a reply is
+//! never stored without the results it answers, as before. A held write
+//! that no write takes within [`HOLD`] is queued for the group commit on
+//! its own, so a slow model (every remote one) finds it committed long
+//! before it answers, as if it had never been held; the input then waits
+//! for nothing. Ending the input ([`HeldWrite::committed`]) commits a
+//! write still held at once.
+//!
+//! # Invariant
+//!
+//! A held write is committed exactly once: by the write that takes it, by
+//! its hold running out, or by [`HeldWrite::committed`] — whichever takes
+//! it from its slot first. Nothing is acknowledged to anyone before that
+//! commit, so holding it moves no promise: a crash during the hold loses
+//! what a crash during its fsync would.
+
+use std::ops::RangeInclusive;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use homeagent_core::Message;
+
+use super::blocking::QueuedAppend;
+use super::group::WriteOp;
+use super::messages::{append_creating_op, append_op, results_op};
+use super::{EventRow, Store, StoreError};
+
+/// How long a held write waits for the input's next write before it is
+/// committed on its own, unless the store says otherwise
+/// ([`Store::set_write_hold`]). Long enough for a model that answers at once (a
+/// local one, the demo: well under a millisecond) to let the next write
+/// carry it; short against any remote model's first token, and against
+/// anything a person or another process could see.
+pub const HOLD: Duration = Duration::from_millis(5);
+
+/// The largest write held, in bytes of stored JSON (messages and events).
+/// Holding a write saves a commit, but puts the write's own work after
+/// the model's answer instead of beside it. For a write of a page or two
+/// that work is small next to the commit it saves (with `sync = "full"`,
+/// an fsync); a larger one (the results of a big batch: 64 calls' results
+/// and events are about 40 kB) costs SQLite more than the commit, and is
+/// queued at once, as if no hold existed.
+pub const HOLD_AT_MOST: usize = 8 * 1024;
+
+/// A write held back for the input's next write (see the module docs).
+/// Dropped while still held, it is committed when its hold runs out.
+#[must_use = "pass it to `Store::append_after`, or await `committed`"]
+#[derive(Debug)]
+pub struct HeldWrite {
+    store: Arc<Store>,
+    slot: Arc<Mutex<Slot>>,
+    json_bytes: Vec<usize>,
+}
+
+#[derive(Debug)]
+enum Slot {
+    /// Not queued: the next write may carry it.
+    Held(WriteOp),
+    /// Queued for the group commit (its hold ran out).
+    Queued(QueuedAppend),
+    /// Taken by [`Store::append_after`] or [`HeldWrite::committed`].
+    Taken,
+}
+
+/// What [`Store::append_after`] committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Appended {
+    /// The `seq` numbers of the messages it was given.
+    pub seqs: RangeInclusive<i64>,
+    /// The length of each of those messages' JSON as the store keeps it
+    /// (see [`HeldWrite::json_bytes`]).
+    pub json_bytes: Vec<usize>,
+}
+
+impl HeldWrite {
+    /// The length of each held message's JSON as the store keeps it, in
+    /// order: what [`approx_tokens`](crate::context::approx_tokens) counts,
+    /// known here without serializing the message again
+    /// ([`CountedHistory::push_stored`](crate::context::CountedHistory::push_stored)).
+    pub fn json_bytes(&self) -> &[usize] {
+        &self.json_bytes
+    }
+
+    /// Commits the write now if it is still held, and waits for its
+    /// commit: for an input that ends, or writes nothing the held write
+    /// could join.
+    pub async fn committed(self) -> Result<RangeInclusive<i64>, StoreError> {
+        match self.take() {
+            Slot::Held(op) => self.store.start_commit(op).committed().await,
+            Slot::Queued(queued) => queued.committed().await,
+            Slot::Taken => Err(StoreError::WriteNotApplied),
+        }
+    }
+
+    fn take(&self) -> Slot {
+        std::mem::replace(
+            &mut *self.slot.lock().unwrap_or_else(PoisonError::into_inner),
+            Slot::Taken,
+        )
+    }
+}
+
+impl Store {
+    /// [`Store::append_async_creating`], held (see the module docs): the
+    /// input's first write, whose session may not exist yet; created for
+    /// `agent` in the same transaction as `messages`.
+    pub fn hold_append_creating(
+        self: &Arc<Self>,
+        session: &str,
+        agent: &str,
+        messages: &[Message],
+    ) -> Result<HeldWrite, StoreError> {
+        Ok(self.hold(append_creating_op(session, agent, messages)?))
+    }
+
+    /// [`Store::queue_results`], held (see the module docs): a batch's
+    /// results, and its events if SQLite takes them.
+    pub fn hold_results(
+        self: &Arc<Self>,
+        session: &str,
+        results: &[Message],
+        events: Vec<EventRow>,
+    ) -> Result<HeldWrite, StoreError> {
+        Ok(self.hold(results_op(session, results, events)?))
+    }
+
+    /// Appends `messages` to `session` after `held` (the input's write
+    /// before, if any) and waits for the commit. A write still held joins
+    /// this one: one commit, all or nothing. One already queued is waited
+    /// for first, and its failure is this call's (nothing is appended after
+    /// a write that failed).
+    pub async fn append_after(
+        self: &Arc<Self>,
+        held: Option<HeldWrite>,
+        session: &str,
+        messages: &[Message],
+    ) -> Result<Appended, StoreError> {
+        let next = append_op(session, messages, Vec::new())?;
+        let json_bytes = next.json_bytes();
+        let op = match held.as_ref().map(HeldWrite::take) {
+            Some(Slot::Held(before)) => match before.carry(next) {
+                Ok(both) => both,
+                // Another session's: it goes first, on its own.
+                Err(both) => {
+                    let (before, next) = *both;
+                    self.start_commit(before).committed().await?;
+                    next
+                }
+            },
+            Some(Slot::Queued(queued)) => {
+                queued.committed().await?;
+                next
+            }
+            Some(Slot::Taken) => return Err(StoreError::WriteNotApplied),
+            None => next,
+        };
+        let all = self.start_commit(op).committed().await?;
+        let first = all.end() - messages.len() as i64 + 1;
+        Ok(Appended {
+            seqs: first..=*all.end(),
+            json_bytes,
+        })
+    }
+
+    /// Holds `op`, and sets its hold running; queues it at once when it
+    /// is larger than [`HOLD_AT_MOST`].
+    fn hold(self: &Arc<Self>, op: WriteOp) -> HeldWrite {
+        let json_bytes = op.json_bytes();
+        if op.stored_bytes() > HOLD_AT_MOST {
+            return HeldWrite {
+                store: Arc::clone(self),
+                slot: Arc::new(Mutex::new(Slot::Queued(self.start_commit_after_yield(op)))),
+                json_bytes,
+            };
+        }
+        let slot = Arc::new(Mutex::new(Slot::Held(op)));
+        let store = Arc::clone(self);
+        let timer = Arc::clone(&slot);
+        let hold = self.write_hold;
+        tokio::spawn(async move {
+            tokio::time::sleep(hold).await;
+            let mut slot = timer.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Slot::Held(_) = &*slot
+                && let Slot::Held(op) = std::mem::replace(&mut *slot, Slot::Taken)
+            {
+                // Queued under the slot's lock, so the input finds it
+                // queued; committed once the lock is let go.
+                *slot = Slot::Queued(store.queue_only(op));
+                drop(slot);
+                store.ensure_leader();
+            }
+        });
+        HeldWrite {
+            store: Arc::clone(self),
+            slot,
+            json_bytes,
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    use crate::store::Durability;
+    use crate::store::testing::{TempStore, temp_store};
+
+    /// A store whose held writes wait for a minute: whether the next
+    /// write carries one does not depend on how fast the machine is.
+    fn long_hold(label: &str) -> TempStore {
+        let dir = std::env::temp_dir().join(format!(
+            "homeagent-store-{label}-{}-{:?}",
+            std::process::id(),
+            std::time::SystemTime::now()
+        ));
+        let mut store = Store::open_with(&dir.join("store.db"), Durability::Full).unwrap();
+        store.set_write_hold(Duration::from_secs(60));
+        TempStore {
+            dir,
+            store: Arc::new(store),
+        }
+    }
+
+    fn commits(temp: &TempStore) -> u64 {
+        temp.store.write_stats().commits
+    }
+
+    fn user(text: &str) -> Message {
+        Message::user(text)
+    }
+
+    /// Polls until the store holds `n` messages for `session`; the time
+    /// it took.
+    async fn until_stored(temp: &TempStore, session: &str, n: usize) -> Duration {
+        let started = Instant::now();
+        loop {
+            if temp.store.history(session).map_or(0, |h| h.len()) >= n {
+                return started.elapsed();
+            }
+            assert!(started.elapsed() < Duration::from_secs(30), "never stored");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_next_write_carries_a_held_write_in_its_commit() {
+        let temp = long_hold("held-carried");
+        let held = temp
+            .store
+            .hold_append_creating("s", "main", &[user("first")])
+            .unwrap();
+        assert_eq!(
+            held.json_bytes(),
+            [r#"{"role":"user","content":"first"}"#.len()]
+        );
+        let next = [user("second"), user("third")];
+        let appended = temp
+            .store
+            .append_after(Some(held), "s", &next)
+            .await
+            .unwrap();
+        assert_eq!(appended.seqs, 2..=3);
+        let expected: Vec<usize> = next
+            .iter()
+            .map(|m| serde_json::to_string(m).unwrap().len())
+            .collect();
+        assert_eq!(appended.json_bytes, expected);
+        assert_eq!(commits(&temp), 1);
+        assert_eq!(temp.store.write_stats().writes, 1);
+        assert_eq!(
+            temp.store.history("s").unwrap(),
+            [user("first"), user("second"), user("third")]
+        );
+        assert_eq!(temp.store.session("s").unwrap().unwrap().agent, "main");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_held_write_no_write_takes_is_committed_when_its_hold_runs_out() {
+        let temp = temp_store("held-alone");
+        let held = temp
+            .store
+            .hold_append_creating("s", "main", &[user("first")])
+            .unwrap();
+        let waited = until_stored(&temp, "s", 1).await;
+        assert!(waited >= HOLD, "stored after {waited:?}");
+        assert_eq!(commits(&temp), 1);
+        // The next write waits for it, and commits on its own.
+        let appended = temp
+            .store
+            .append_after(Some(held), "s", &[user("second")])
+            .await
+            .unwrap();
+        assert_eq!(appended.seqs, 2..=2);
+        assert_eq!(commits(&temp), 2);
+        assert_eq!(temp.store.history("s").unwrap().len(), 2);
+    }
+
+    /// Whichever comes first, the next write or the end of the hold, the
+    /// held write is stored once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_held_write_is_stored_once_whoever_takes_it() {
+        let temp = temp_store("held-once");
+        for round in 0..20 {
+            let session = format!("s{round}");
+            let held = temp
+                .store
+                .hold_append_creating(&session, "main", &[user("first")])
+                .unwrap();
+            // From no wait to well past the hold.
+            tokio::time::sleep(HOLD * round / 10).await;
+            temp.store
+                .append_after(Some(held), &session, &[user("second")])
+                .await
+                .unwrap();
+        }
+        tokio::time::sleep(HOLD * 4).await;
+        for round in 0..20 {
+            assert_eq!(
+                temp.store.history(&format!("s{round}")).unwrap(),
+                [user("first"), user("second")],
+                "round {round}"
+            );
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_held_write_whose_input_is_dropped_is_still_committed() {
+        let temp = temp_store("held-dropped");
+        drop(
+            temp.store
+                .hold_append_creating("s", "main", &[user("kept")])
+                .unwrap(),
+        );
+        until_stored(&temp, "s", 1).await;
+        assert_eq!(temp.store.history("s").unwrap(), [user("kept")]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn committed_commits_a_write_still_held_at_once() {
+        let temp = long_hold("held-ended");
+        let held = temp
+            .store
+            .hold_append_creating("s", "main", &[user("last")])
+            .unwrap();
+        assert_eq!(held.committed().await.unwrap(), 1..=1);
+        assert_eq!(commits(&temp), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_to_another_session_is_not_carried_with_a_held_one() {
+        let temp = temp_store("held-other");
+        temp.store.ensure_session("t", "main").unwrap();
+        let before = commits(&temp);
+        let held = temp
+            .store
+            .hold_append_creating("s", "main", &[user("for s")])
+            .unwrap();
+        let appended = temp
+            .store
+            .append_after(Some(held), "t", &[user("for t")])
+            .await
+            .unwrap();
+        assert_eq!(appended.seqs, 1..=1);
+        assert_eq!(commits(&temp) - before, 2);
+        assert_eq!(temp.store.history("s").unwrap(), [user("for s")]);
+        assert_eq!(temp.store.history("t").unwrap(), [user("for t")]);
+    }
+
+    /// A large write (a big batch's results) is queued at once: its own
+    /// work runs while the model works, instead of after its answer.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_larger_than_the_limit_is_queued_at_once() {
+        let temp = long_hold("held-large");
+        temp.store.ensure_session("s", "main").unwrap();
+        let before = commits(&temp);
+        let large = user(&"x".repeat(HOLD_AT_MOST));
+        let held = temp.store.hold_results("s", &[large], Vec::new()).unwrap();
+        let appended = temp
+            .store
+            .append_after(Some(held), "s", &[user("reply")])
+            .await
+            .unwrap();
+        assert_eq!(appended.seqs, 2..=2);
+        assert_eq!(commits(&temp) - before, 2);
+
+        // Just under the limit (the JSON around the text counts): held.
+        let wrapping = r#"{"role":"user","content":""}"#.len();
+        let small = user(&"x".repeat(HOLD_AT_MOST - wrapping));
+        let held = temp.store.hold_results("s", &[small], Vec::new()).unwrap();
+        assert_eq!(held.json_bytes(), [HOLD_AT_MOST]);
+        temp.store
+            .append_after(Some(held), "s", &[user("reply")])
+            .await
+            .unwrap();
+        assert_eq!(commits(&temp) - before, 3);
+    }
+
+    /// The carried write and the one carrying it are one append: when the
+    /// held one is refused, nothing after it is stored either.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_refused_held_write_takes_the_write_carrying_it_down() {
+        let temp = long_hold("held-refused");
+        temp.store.ensure_session("s", "main").unwrap();
+        rusqlite::Connection::open(temp.dir.join("store.db"))
+            .unwrap()
+            .execute_batch(
+                "CREATE TRIGGER refuse BEFORE INSERT ON messages
+                 WHEN NEW.body LIKE '%poison%'
+                 BEGIN SELECT RAISE(ABORT, 'refused by a trigger'); END;",
+            )
+            .unwrap();
+        let held = temp
+            .store
+            .hold_results("s", &[user("poison")], Vec::new())
+            .unwrap();
+        let error = temp
+            .store
+            .append_after(Some(held), "s", &[user("reply")])
+            .await
+            .unwrap_err();
+        assert!(
+            error.to_string().contains("refused by a trigger"),
+            "{error}"
+        );
+        assert_eq!(temp.store.history("s").unwrap(), []);
+    }
+}
