@@ -89,6 +89,32 @@ async fn an_input_that_opens_a_session_commits_the_session_with_its_first_messag
     );
 }
 
+/// A small batch's results (eight calls: about 4 kB with their events)
+/// are held for the reply; a big batch's (64 calls: about 32 kB) are
+/// committed on their own while the model works, since writing them costs
+/// more than the commit holding them would save (`store::HOLD_AT_MOST`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_results_ride_with_the_reply_and_big_ones_commit_on_their_own() {
+    let dir = TempDir::new("commits-batch-sizes");
+    let mut store = Store::open(&dir.db()).unwrap();
+    store.set_write_hold(std::time::Duration::from_secs(60));
+    let store = Arc::new(store);
+    let runtime = runtime(Arc::clone(&store));
+    for (n, commits) in [(8, 2), (64, 3)] {
+        let session = format!("batch{n}");
+        let before = store.write_stats().commits;
+        let terminal = run(&runtime, &session, "main", &format!("!batch{n}")).await;
+        assert!(matches!(terminal, Frame::Response { .. }), "{terminal:?}");
+        assert_eq!(store.write_stats().commits - before, commits, "{session}");
+        assert_eq!(store.history(&session).unwrap().len(), n + 3, "{session}");
+        assert_eq!(
+            store.tool_events(&session).unwrap().len(),
+            2 * n,
+            "{session}"
+        );
+    }
+}
+
 /// A model slower than the hold (every remote one) finds the user message
 /// committed while it works: holding a write only lets a quick next write
 /// carry it, and never keeps it from the disk while the model thinks.

@@ -418,6 +418,51 @@ mod tests {
         assert_eq!(commits(&temp) - before, 3);
     }
 
+    /// A write's events count toward the limit: a batch's results are
+    /// small, its events with their arguments may not be.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn events_count_toward_the_limit() {
+        use homeagent_core::ToolEvent;
+        let temp = long_hold("held-events");
+        temp.store.ensure_session("s", "main").unwrap();
+        let before = commits(&temp);
+        let start = ToolEvent::Start {
+            call_id: "c1".into(),
+            tool: "demo_echo".into(),
+            args: serde_json::json!({ "text": "x".repeat(HOLD_AT_MOST) }),
+            batch_id: "b1".into(),
+            batch_size: 1,
+            parallel: false,
+        };
+        let held = temp
+            .store
+            .hold_results("s", &[user("result")], vec![EventRow::from_event(&start)])
+            .unwrap();
+        temp.store
+            .append_after(Some(held), "s", &[user("reply")])
+            .await
+            .unwrap();
+        assert_eq!(commits(&temp) - before, 2);
+        assert_eq!(temp.store.tool_events("s").unwrap().len(), 1);
+    }
+
+    /// A store told to hold for a minute does: the write is not stored
+    /// meanwhile (checked well past the default hold), and ending the
+    /// input stores it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_store_holds_for_as_long_as_it_is_told() {
+        let temp = long_hold("held-told");
+        let held = temp
+            .store
+            .hold_append_creating("s", "main", &[user("waiting")])
+            .unwrap();
+        tokio::time::sleep(HOLD * 40).await;
+        assert!(temp.store.history("s").is_err(), "no session yet");
+        assert_eq!(commits(&temp), 0);
+        held.committed().await.unwrap();
+        assert_eq!(temp.store.history("s").unwrap(), [user("waiting")]);
+    }
+
     /// The carried write and the one carrying it are one append: when the
     /// held one is refused, nothing after it is stored either.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
