@@ -811,14 +811,7 @@ mod tests {
         }
         // A write that fails halfway: its first row goes in, its second
         // trips this trigger. Its savepoint must take the first row back out.
-        temp.store
-            .lock()
-            .execute_batch(
-                "CREATE TRIGGER poison BEFORE INSERT ON messages
-                 WHEN NEW.body LIKE '%poison%'
-                 BEGIN SELECT RAISE(ABORT, 'poisoned row'); END;",
-            )
-            .unwrap();
+        temp.refuse_messages_containing("poison", "poisoned row");
         let held = temp.store.lock();
         let spawn = |session: &'static str, texts: &'static [&'static str]| {
             let store = Arc::clone(&temp.store);

@@ -469,14 +469,7 @@ mod tests {
     async fn a_refused_held_write_takes_the_write_carrying_it_down() {
         let temp = long_hold("held-refused");
         temp.store.ensure_session("s", "main").unwrap();
-        rusqlite::Connection::open(temp.dir.join("store.db"))
-            .unwrap()
-            .execute_batch(
-                "CREATE TRIGGER refuse BEFORE INSERT ON messages
-                 WHEN NEW.body LIKE '%poison%'
-                 BEGIN SELECT RAISE(ABORT, 'refused by a trigger'); END;",
-            )
-            .unwrap();
+        temp.refuse_messages_containing("poison", "refused by a trigger");
         let held = temp
             .store
             .hold_results("s", &[user("poison")], Vec::new())

@@ -13,6 +13,22 @@ pub(super) struct TempStore {
     pub store: Arc<Store>,
 }
 
+impl TempStore {
+    /// Makes SQLite refuse every message whose body contains `marker`,
+    /// with the error text `failure` (a trigger, as a full disk or a broken
+    /// file would refuse the write).
+    pub fn refuse_messages_containing(&self, marker: &str, failure: &str) {
+        self.store
+            .lock()
+            .execute_batch(&format!(
+                "CREATE TRIGGER refuse_{marker} BEFORE INSERT ON messages
+                 WHEN NEW.body LIKE '%{marker}%'
+                 BEGIN SELECT RAISE(ABORT, '{failure}'); END;"
+            ))
+            .unwrap();
+    }
+}
+
 impl Drop for TempStore {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
