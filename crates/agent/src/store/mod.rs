@@ -57,7 +57,9 @@
 //! are free at once (`Store::commit_inline`), saving the thread switches of
 //! a trip to the pool; the WAL checkpoints such a commit would run are put
 //! off to the pool (`checkpoint.rs`). A worker never waits for a lock or a
-//! disk. The [`Store`] is
+//! disk. An input's writes that nothing waits for yet (its user message,
+//! a batch's results) are held for a moment so that its next write can
+//! carry them in one commit (`held.rs`). The [`Store`] is
 //! `Send + Sync`; share it with an `Arc`.
 //!
 //! # Secrets
