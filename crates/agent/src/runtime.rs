@@ -515,7 +515,7 @@ fn store_frame(error: StoreError) -> Frame {
 /// for its commit.
 async fn settle(pending: &mut Option<HeldWrite>) -> Result<(), Frame> {
     match pending.take() {
-        Some(queued) => queued.committed().await.map(|_| ()).map_err(store_frame),
+        Some(held) => held.committed().await.map(|_| ()).map_err(store_frame),
         None => Ok(()),
     }
 }

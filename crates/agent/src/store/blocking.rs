@@ -129,9 +129,10 @@ impl Store {
     /// commit now and awaited later ([`QueuedAppend::committed`]). With
     /// `sync = "normal"` and the caller alone, the commit runs on the async
     /// worker once the caller awaits something else (see
-    /// `start_commit_after_yield`). The runtime holds its results instead
-    /// ([`Store::hold_results`]). The events are diagnostics: if SQLite refuses them, the
-    /// results commit without them (and a warning is logged).
+    /// `start_commit_after_yield`). The events are diagnostics: if SQLite
+    /// refuses them, the results commit without them (and a warning is
+    /// logged). The runtime holds its results instead, for its next write
+    /// to carry ([`Store::hold_results`]).
     pub fn queue_results(
         self: &Arc<Self>,
         session: &str,

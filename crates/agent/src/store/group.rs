@@ -91,9 +91,7 @@ impl WriteOp {
             }
         }
     }
-}
 
-impl WriteOp {
     /// The bytes of JSON the write stores: its messages' and its events'.
     pub(super) fn stored_bytes(&self) -> usize {
         match self {

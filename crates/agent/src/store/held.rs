@@ -58,7 +58,7 @@ pub const HOLD: Duration = Duration::from_millis(5);
 /// the model's answer instead of beside it. For a write of a page or two
 /// that work is small next to the commit it saves (with `sync = "full"`,
 /// an fsync); a larger one (the results of a big batch: 64 calls' results
-/// and events are about 40 kB) costs SQLite more than the commit, and is
+/// and events are about 32 kB) costs SQLite more than the commit, and is
 /// queued at once, as if no hold existed.
 pub const HOLD_AT_MOST: usize = 8 * 1024;
 
@@ -225,23 +225,12 @@ mod tests {
 
     use super::*;
 
-    use crate::store::Durability;
-    use crate::store::testing::{TempStore, temp_store};
+    use crate::store::testing::{TempStore, temp_store, temp_store_holding};
 
     /// A store whose held writes wait for a minute: whether the next
     /// write carries one does not depend on how fast the machine is.
     fn long_hold(label: &str) -> TempStore {
-        let dir = std::env::temp_dir().join(format!(
-            "homeagent-store-{label}-{}-{:?}",
-            std::process::id(),
-            std::time::SystemTime::now()
-        ));
-        let mut store = Store::open_with(&dir.join("store.db"), Durability::Full).unwrap();
-        store.set_write_hold(Duration::from_secs(60));
-        TempStore {
-            dir,
-            store: Arc::new(store),
-        }
+        temp_store_holding(label, Duration::from_secs(60))
     }
 
     fn commits(temp: &TempStore) -> u64 {

@@ -42,11 +42,26 @@ pub(super) fn temp_store(label: &str) -> TempStore {
 
 /// [`temp_store`] with the given durability.
 pub(super) fn temp_store_with(label: &str, durability: Durability) -> TempStore {
-    let dir = std::env::temp_dir().join(format!(
+    let dir = temp_dir(label);
+    let store = Arc::new(Store::open_with(&dir.join("store.db"), durability).unwrap());
+    TempStore { dir, store }
+}
+
+/// [`temp_store`] whose held writes wait `hold` (`Store::set_write_hold`).
+pub(super) fn temp_store_holding(label: &str, hold: std::time::Duration) -> TempStore {
+    let dir = temp_dir(label);
+    let mut store = Store::open(&dir.join("store.db")).unwrap();
+    store.set_write_hold(hold);
+    TempStore {
+        dir,
+        store: Arc::new(store),
+    }
+}
+
+fn temp_dir(label: &str) -> PathBuf {
+    std::env::temp_dir().join(format!(
         "homeagent-store-{label}-{}-{:?}",
         std::process::id(),
         std::time::SystemTime::now()
-    ));
-    let store = Arc::new(Store::open_with(&dir.join("store.db"), durability).unwrap());
-    TempStore { dir, store }
+    ))
 }
