@@ -19,6 +19,12 @@
 //! 5. asks again, until a reply has no calls or `max_tool_turns` batches
 //!    ran (then the reply says so).
 //!
+//! The user message and a batch's results are not waited for before the
+//! next model request: they are held for a moment, and the input's next
+//! write (the calls, the reply) carries them in its own commit when the
+//! model answers within the hold (`store/held.rs`). Every write is still
+//! committed before the one after it and before the reply is sent.
+//!
 //! Two tokens control a running input: `interrupt` cancels a model stream
 //! in flight, and is checked again after a batch (a safe point: tools are
 //! never preempted); `stop` cancels everything, running tools included.
