@@ -166,7 +166,7 @@ impl StreamDecoder for ChunkDecoder {
             return Ok(Flow::Done);
         }
         if frame.event.as_deref() != Some("error")
-            && let Some(chunk) = typed_frame::<wire::Chunk>(data)
+            && let Some(chunk) = wire::scan(data).or_else(|| typed_frame::<wire::Chunk>(data))
             && chunk.error.is_none()
         {
             self.decode_typed(chunk, out);

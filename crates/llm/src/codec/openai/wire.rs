@@ -14,7 +14,7 @@ use serde::de::IgnoredAny;
 use serde_json::Value;
 
 /// One streamed chunk.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 pub(super) struct Chunk {
     /// Any `error` member (`null` reads as absent, as on the `Value` path):
     /// the chunk then goes the `Value` way, which builds the message.
@@ -23,7 +23,7 @@ pub(super) struct Chunk {
     pub usage: Option<UsageCounts>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 pub(super) struct Choice {
     index: Option<u64>,
     pub delta: Option<Delta>,
@@ -39,7 +39,7 @@ impl Choice {
 
 /// A chunk's `delta`. Strings are owned: every one read here is moved into
 /// an event, so borrowing would only defer the allocation.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 pub(super) struct Delta {
     reasoning_content: Option<String>,
     reasoning: Option<String>,
@@ -66,7 +66,7 @@ impl Delta {
 }
 
 /// One `tool_calls` entry, nested `function` or flat.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 pub(super) struct CallEntry {
     index: Option<u64>,
     id: Option<String>,
@@ -79,7 +79,7 @@ pub(super) struct CallEntry {
     extra_content: Option<Value>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 struct FunctionPart {
     name: Option<String>,
     arguments: Option<String>,
@@ -105,7 +105,7 @@ impl CallEntry {
 }
 
 /// `usage`; an object is reported even when its counts are all zero.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, PartialEq, Deserialize)]
 pub(super) struct UsageCounts {
     prompt_tokens: Option<u64>,
     completion_tokens: Option<u64>,
@@ -125,3 +125,6 @@ impl From<UsageCounts> for Usage {
 fn non_empty(text: Option<String>) -> Option<String> {
     text.filter(|t| !t.is_empty())
 }
+
+mod scan;
+pub(super) use scan::scan;
