@@ -61,36 +61,29 @@ enum IdScope {
 
 fn check(messages: &[Message], scope: IdScope) -> Result<(), PairingError> {
     let mut seen_ids: HashMap<&str, usize> = HashMap::new();
-    // Ids of the most recent assistant turn still waiting for results.
-    let mut open: Vec<&str> = Vec::new();
-    let mut open_since = 0;
-    let mut answered: HashSet<&str> = HashSet::new();
+    let mut open = OpenCalls::default();
     for (i, message) in messages.iter().enumerate() {
         match message {
             Message::Tool(tool) => {
                 let id = tool.tool_call_id.as_str();
-                if !open.contains(&id) {
-                    return Err(PairingError::OrphanResult {
-                        call_id: id.to_owned(),
-                        message: i,
-                    });
-                }
-                if !answered.insert(id) {
-                    return Err(PairingError::DuplicateResult {
-                        call_id: id.to_owned(),
-                        message: i,
-                    });
+                match open.answer(id) {
+                    Answer::First => {}
+                    Answer::NoSuchCall => {
+                        return Err(PairingError::OrphanResult {
+                            call_id: id.to_owned(),
+                            message: i,
+                        });
+                    }
+                    Answer::Again => {
+                        return Err(PairingError::DuplicateResult {
+                            call_id: id.to_owned(),
+                            message: i,
+                        });
+                    }
                 }
             }
             other => {
-                if let Some(missing) = open.iter().find(|id| !answered.contains(*id)) {
-                    return Err(PairingError::MissingResult {
-                        call_id: (*missing).to_owned(),
-                        message: open_since,
-                    });
-                }
-                open.clear();
-                answered.clear();
+                open.close()?;
                 if scope == IdScope::Turn {
                     seen_ids.clear();
                 }
@@ -112,20 +105,74 @@ fn check(messages: &[Message], scope: IdScope) -> Result<(), PairingError> {
                                 second: i,
                             });
                         }
-                        open.push(call.id.as_str());
+                        open.ids.push(call.id.as_str());
                     }
-                    open_since = i;
+                    open.answered.resize(open.ids.len(), false);
+                    open.since = i;
                 }
             }
         }
     }
-    if let Some(missing) = open.iter().find(|id| !answered.contains(*id)) {
-        return Err(PairingError::MissingResult {
-            call_id: (*missing).to_owned(),
-            message: open_since,
-        });
+    open.close()
+}
+
+/// The calls of the most recent assistant turn, and which have a result.
+#[derive(Default)]
+struct OpenCalls<'a> {
+    /// Unique (a repeated id is refused before it gets here).
+    ids: Vec<&'a str>,
+    answered: Vec<bool>,
+    /// The message that opened them.
+    since: usize,
+    /// Where the next result is looked for first: results usually come in
+    /// the calls' order, which makes a batch's check linear, not quadratic.
+    next: usize,
+}
+
+enum Answer {
+    First,
+    Again,
+    NoSuchCall,
+}
+
+impl<'a> OpenCalls<'a> {
+    fn answer(&mut self, id: &str) -> Answer {
+        let at = if self.ids.get(self.next) == Some(&id) {
+            Some(self.next)
+        } else {
+            self.ids.iter().position(|open| *open == id)
+        };
+        let Some(at) = at else {
+            return Answer::NoSuchCall;
+        };
+        self.next = at + 1;
+        match self.answered.get_mut(at) {
+            Some(answered) if !*answered => {
+                *answered = true;
+                Answer::First
+            }
+            _ => Answer::Again,
+        }
     }
-    Ok(())
+
+    /// The turn is over: every call must have had its result.
+    fn close(&mut self) -> Result<(), PairingError> {
+        if let Some(missing) = self.answered.iter().position(|answered| !answered) {
+            return Err(PairingError::MissingResult {
+                call_id: self
+                    .ids
+                    .get(missing)
+                    .copied()
+                    .unwrap_or_default()
+                    .to_owned(),
+                message: self.since,
+            });
+        }
+        self.ids.clear();
+        self.answered.clear();
+        self.next = 0;
+        Ok(())
+    }
 }
 
 /// Gives a fresh id to every call whose id an earlier turn already used, and

@@ -256,3 +256,61 @@ fn a_fresh_id_avoids_the_ids_of_later_turns() {
     assert_eq!(renamed, vec![("call_0".to_owned(), "call_0_3".to_owned())]);
     assert_eq!(check_pairing(&history), Ok(()));
 }
+
+#[test]
+fn results_in_any_order_are_paired_by_id() {
+    let ok = vec![
+        Message::user("u"),
+        assistant(&["a", "b", "c"]),
+        result("c"),
+        result("a"),
+        result("b"),
+    ];
+    assert_eq!(check_pairing(&ok), Ok(()));
+    // An unknown id among a batch's results, where the next call in order
+    // is still waiting.
+    let orphan = vec![
+        Message::user("u"),
+        assistant(&["a", "b"]),
+        result("a"),
+        result("x"),
+        result("b"),
+    ];
+    assert_eq!(
+        check_pairing(&orphan),
+        Err(PairingError::OrphanResult {
+            call_id: "x".into(),
+            message: 3,
+        })
+    );
+    // A second result for the first call, after the last one.
+    let again = vec![
+        Message::user("u"),
+        assistant(&["a", "b"]),
+        result("b"),
+        result("a"),
+        result("a"),
+    ];
+    assert_eq!(
+        check_pairing(&again),
+        Err(PairingError::DuplicateResult {
+            call_id: "a".into(),
+            message: 4,
+        })
+    );
+    // The first call left without a result, the others answered.
+    let missing = vec![
+        Message::user("u"),
+        assistant(&["a", "b", "c"]),
+        result("b"),
+        result("c"),
+        Message::user("next"),
+    ];
+    assert_eq!(
+        check_pairing(&missing),
+        Err(PairingError::MissingResult {
+            call_id: "a".into(),
+            message: 1,
+        })
+    );
+}
