@@ -66,10 +66,7 @@ impl<'a> Reader<'a> {
             "choices" => r.field(&mut seen, 0, &mut choices, |r| r.array_of(Self::choice)),
             "usage" => r.field(&mut seen, 1, &mut usage, Self::usage),
             // A chunk with an error goes the `Value` way, which words it.
-            "error" => {
-                seen.first(2)?;
-                r.null().then_some(())
-            }
+            "error" => r.null_only(&mut seen, 2),
             _ => r.skip(0),
         })?;
         Some(Chunk {
@@ -125,10 +122,7 @@ impl<'a> Reader<'a> {
             "name" => r.field(&mut seen, 3, &mut name, Self::string),
             "arguments" => r.field(&mut seen, 4, &mut arguments, Self::string),
             // Kept as a `Value`, which serde builds.
-            "extra_content" => {
-                seen.first(5)?;
-                r.null().then_some(())
-            }
+            "extra_content" => r.null_only(&mut seen, 5),
             _ => r.skip(0),
         })?;
         Some(CallEntry {
@@ -254,6 +248,13 @@ impl<'a> Reader<'a> {
         seen.first(member)?;
         *slot = self.nullable(read)?;
         Some(())
+    }
+
+    /// A member only `null` of which is read here (anything else is left
+    /// to serde), the first time the object has member number `member`.
+    fn null_only(&mut self, seen: &mut Seen, member: u8) -> Option<()> {
+        seen.first(member)?;
+        self.null().then_some(())
     }
 
     /// `null` as `None`, anything else read by `read` (serde's `Option`).
