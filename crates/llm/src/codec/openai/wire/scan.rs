@@ -190,38 +190,37 @@ impl<'a> Reader<'a> {
 
     /// An object; `member` reads each value, given its key.
     fn object(&mut self, mut member: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
-        self.expect(b'{')?;
-        self.blanks();
-        if self.peek()? == b'}' {
-            self.at += 1;
-            return Some(());
-        }
-        loop {
-            self.expect(b'"')?;
-            let key = self.plain_key()?;
-            self.expect(b':')?;
-            member(self, key)?;
-            match self.token()? {
-                b',' => {}
-                b'}' => return Some(()),
-                _ => return None,
-            }
-        }
+        self.items(b'{', b'}', |r| {
+            r.expect(b'"')?;
+            let key = r.plain_key()?;
+            r.expect(b':')?;
+            member(r, key)
+        })
     }
 
     /// An array; `element` reads each element.
-    fn array(&mut self, mut element: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
-        self.expect(b'[')?;
+    fn array(&mut self, element: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.items(b'[', b']', element)
+    }
+
+    /// `open`, `item`s separated by commas (none after the last), `close`.
+    fn items(
+        &mut self,
+        open: u8,
+        close: u8,
+        mut item: impl FnMut(&mut Self) -> Option<()>,
+    ) -> Option<()> {
+        self.expect(open)?;
         self.blanks();
-        if self.peek()? == b']' {
+        if self.peek()? == close {
             self.at += 1;
             return Some(());
         }
         loop {
-            element(self)?;
+            item(self)?;
             match self.token()? {
                 b',' => {}
-                b']' => return Some(()),
+                byte if byte == close => return Some(()),
                 _ => return None,
             }
         }
