@@ -370,18 +370,37 @@ impl Runtime {
             // The calls are committed before they run: if the process dies
             // mid-batch, the store knows they were started (and answers
             // them `cancelled` on the next load) instead of forgetting
-            // tools that may have had effects.
+            // tools that may have had effects. Calls that change nothing
+            // (every tool read-only) are held instead, and ride with their
+            // results: a crash forgets only calls that did nothing, and a
+            // quick batch saves a commit (with `sync = "full"`, an fsync)
+            // before it runs. A slow one finds them committed by the hold.
             let assistant = Message::Assistant(turn.message());
-            let appended = self
-                .store
-                .append_after(
-                    pending.take(),
-                    &input.session,
-                    std::slice::from_ref(&assistant),
-                )
-                .await
-                .map_err(store_frame)?;
-            history.push_stored(assistant, appended.json_bytes.first().copied());
+            let held_calls = if self.changes_nothing(&turn.calls) {
+                let held = self
+                    .store
+                    .hold_after(
+                        pending.take(),
+                        &input.session,
+                        std::slice::from_ref(&assistant),
+                    )
+                    .await
+                    .map_err(store_frame)?;
+                history.push_stored(assistant, held.json_bytes().first().copied());
+                Some(held)
+            } else {
+                let appended = self
+                    .store
+                    .append_after(
+                        pending.take(),
+                        &input.session,
+                        std::slice::from_ref(&assistant),
+                    )
+                    .await
+                    .map_err(store_frame)?;
+                history.push_stored(assistant, appended.json_bytes.first().copied());
+                None
+            };
             // The assistant message is already in the history: only the
             // outcomes are wanted, and their strings move into the results.
             let (_, outcomes) = executor.run_calls(&turn, &batch).await;
@@ -393,7 +412,8 @@ impl Runtime {
             // next request goes out while it commits (see `run_inner`).
             let held = self
                 .store
-                .hold_results(&input.session, &results, recorded.take())
+                .hold_results_after(held_calls, &input.session, &results, recorded.take())
+                .await
                 .map_err(store_frame)?;
             let json_bytes = held.json_bytes();
             for (i, result) in results.into_iter().enumerate() {
@@ -401,6 +421,16 @@ impl Runtime {
             }
             *pending = Some(held);
         }
+    }
+
+    /// Whether every call is to a tool declared read-only: one the agent
+    /// does not know (a misspelled name) might be anything.
+    fn changes_nothing(&self, calls: &[homeagent_core::AssembledCall]) -> bool {
+        calls.iter().all(|call| {
+            self.tools
+                .definition(&call.call.name)
+                .is_some_and(|def| def.read_only)
+        })
     }
 
     fn system_prompt(&self, executor: &Executor, definitions: &[Arc<ToolDef>]) -> String {

@@ -66,10 +66,10 @@ async fn an_input_that_opens_a_session_commits_the_session_with_its_first_messag
     assert_eq!(store.write_stats().commits, 2);
     assert_eq!(store.history("fresh").unwrap().len(), 4);
 
-    // A batch opening another session: the user message (with the
-    // session) and the assistant message with its calls, before the tools
-    // run; the results with their events, and the reply.
-    let batch = r#"!calls [{"name":"demo_echo","arguments":{"text":"one"}}]"#;
+    // A batch opening another session, with a tool that writes: the user
+    // message (with the session) and the assistant message with its calls,
+    // before the tools run; the results with their events, and the reply.
+    let batch = r#"!calls [{"name":"demo_note","arguments":{"text":"one"}}]"#;
     let terminal = run(&runtime, "second", "main", batch).await;
     assert!(matches!(terminal, Frame::Response { .. }), "{terminal:?}");
     assert_eq!(store.write_stats().commits, 4);
@@ -87,12 +87,40 @@ async fn an_input_that_opens_a_session_commits_the_session_with_its_first_messag
         2,
         "start and end"
     );
+
+    // Calls that change nothing (every tool read-only) need not be stored
+    // before they run: the user message, the calls, their results and the
+    // reply are one commit.
+    let batch = r#"!calls [{"name":"demo_echo","arguments":{"text":"one"}},{"name":"demo_sleep","arguments":{"ms":0}}]"#;
+    let terminal = run(&runtime, "third", "main", batch).await;
+    assert!(matches!(terminal, Frame::Response { .. }), "{terminal:?}");
+    assert_eq!(store.write_stats().commits, 5);
+    let history = store.history("third").unwrap();
+    assert!(
+        matches!(
+            &history[..],
+            [Message::User { .. }, Message::Assistant(calls), Message::Tool(_), Message::Tool(_), Message::Assistant(reply)]
+                if calls.tool_calls.len() == 2 && reply.tool_calls.is_empty()
+        ),
+        "{history:#?}"
+    );
+    assert_eq!(store.tool_events("third").unwrap().len(), 4);
+
+    // One call to a tool that writes among them: stored before they run.
+    let batch = r#"!calls [{"name":"demo_echo","arguments":{}},{"name":"demo_note","arguments":{"text":"two"}}]"#;
+    run(&runtime, "fourth", "main", batch).await;
+    assert_eq!(store.write_stats().commits, 7);
+    assert_eq!(store.history("fourth").unwrap().len(), 5);
 }
 
 /// A small batch's results (eight calls: about 4 kB with their events)
 /// are held for the reply; a big batch's (64 calls: about 32 kB) are
 /// committed on their own while the model works, since writing them costs
 /// more than the commit holding them would save (`store::HOLD_AT_MOST`).
+/// Both batches call `demo_echo`, which changes nothing, so their calls
+/// are not committed before they run: eight calls are held and ride with
+/// the results; 64 calls make a message larger than a write is held, which
+/// commits on its own while the tools run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn small_results_ride_with_the_reply_and_big_ones_commit_on_their_own() {
     let dir = TempDir::new("commits-batch-sizes");
@@ -100,7 +128,7 @@ async fn small_results_ride_with_the_reply_and_big_ones_commit_on_their_own() {
     store.set_write_hold(std::time::Duration::from_secs(60));
     let store = Arc::new(store);
     let runtime = runtime(Arc::clone(&store));
-    for (n, commits) in [(8, 2), (64, 3)] {
+    for (n, commits) in [(8, 1), (64, 3)] {
         let session = format!("batch{n}");
         let before = store.write_stats().commits;
         let terminal = run(&runtime, &session, "main", &format!("!batch{n}")).await;
@@ -414,7 +442,8 @@ async fn an_input_whose_results_are_refused_fails_with_the_store_error_and_store
         "tool_call_id",
         "results refused by a trigger",
     );
-    let batch = r#"!calls [{"name":"demo_echo","arguments":{"text":"kept-call"}}]"#;
+    // A tool that writes, so the calls are stored before they run.
+    let batch = r#"!calls [{"name":"demo_note","arguments":{"text":"kept-call"}}]"#;
     let terminal = run(&runtime, "s", "main", batch).await;
     let Frame::Error { code, message, .. } = &terminal else {
         panic!("{terminal:?}");
@@ -476,11 +505,12 @@ async fn with_normal_sync_a_request_goes_out_before_the_write_before_it_commits(
         Arc::clone(&store),
         AgentSettings::default(),
     );
-    let batch = r#"!calls [{"name":"demo_echo","arguments":{"text":"a"}},{"name":"demo_echo","arguments":{"text":"b"}}]"#;
+    let batch = r#"!calls [{"name":"demo_note","arguments":{"text":"a"}},{"name":"demo_note","arguments":{"text":"b"}}]"#;
     let terminal = run(&runtime, "s", "main", batch).await;
     assert!(matches!(terminal, Frame::Response { .. }), "{terminal:?}");
     // First request: no user message yet. Second: the user message and
-    // the calls (committed before the tools ran), not yet the results.
+    // the calls (committed before the tools ran: they write), not yet the
+    // results.
     assert_eq!(*model.stored.lock().unwrap(), [0, 2]);
     assert_eq!(store.history("s").unwrap().len(), 5);
 }

@@ -81,8 +81,10 @@ pub struct ToolDef {
     /// The tool never runs beside another call; wins over `parallel_safe`.
     #[serde(default)]
     pub serial: bool,
-    /// Advisory: the tool does not change anything. Used for MCP annotations,
-    /// never as a reason to run in parallel.
+    /// The tool does not change anything. Used for MCP annotations, and by
+    /// the agent to run a batch of such calls before they are stored (a
+    /// crash then forgets only calls that did nothing); never as a reason
+    /// to run in parallel.
     #[serde(default)]
     pub read_only: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -352,8 +352,10 @@ async fn a_kill_9_mid_turn_loses_no_committed_message_and_the_session_stays_pair
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Wait until both calls have started: the assistant message with the
-    // calls is committed, their results are not.
+    // Wait until both calls have started and their assistant message is
+    // committed (`demo_sleep` changes nothing, so its calls are held for a
+    // moment instead of being committed before they run); their results
+    // are not.
     let stdout = child.stdout.take().unwrap();
     let started = tokio::task::spawn_blocking(move || {
         use std::io::BufRead;
@@ -372,6 +374,22 @@ async fn a_kill_9_mid_turn_loses_no_committed_message_and_the_session_stays_pair
     .await
     .unwrap();
     assert!(started);
+    let db = setup.dir.join("homeagent.db");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(25);
+    loop {
+        let store = homeagent_agent::store::Store::open(&db).unwrap();
+        if store
+            .history("crashy")
+            .is_ok_and(|history| history.len() == 2)
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the calls were never stored"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
 

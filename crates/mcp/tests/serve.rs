@@ -12,7 +12,7 @@ mod common;
 
 use std::sync::Arc;
 
-use homeagent_core::{Executor, Registry, ToolSource};
+use homeagent_core::{Executor, Registry, ToolContext, ToolDef, ToolSource};
 use homeagent_mcp::{ToolServer, serve_stdio};
 use homeagent_tools::hooks::{CommandHookSpec, command_hooks};
 use homeagent_tools::{
@@ -53,6 +53,13 @@ fn serve_child() {
         let registry = Arc::new(Registry::new());
         register_cmd_run(&registry, CmdRunPolicy::default()).unwrap();
         register_demo_tools(&registry).unwrap();
+        // Parallel-safe, and not read-only: it switches something.
+        registry
+            .register(
+                ToolDef::new("lamp_toggle", "Toggles the lamp.").parallel_safe(),
+                |_: ToolContext| async { Ok(json!({"on": true})) },
+            )
+            .unwrap();
         let main = AgentGrant {
             deny_tools: vec!["demo_note".into()],
             ..AgentGrant::main()
@@ -84,9 +91,10 @@ fn mcp_serve_with_python_client() {
         "tools": {
             // readOnlyHint comes from read_only ...
             "cmd_run": {"readOnlyHint": true},
+            "demo_echo": {"readOnlyHint": true},
+            "demo_sleep": {"readOnlyHint": true},
             // ... never from parallel_safe.
-            "demo_echo": {"readOnlyHint": false},
-            "demo_sleep": {"readOnlyHint": false}
+            "lamp_toggle": {"readOnlyHint": false}
         },
         // The gate hides what the agent may not use.
         "absent": ["demo_note"],

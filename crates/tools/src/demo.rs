@@ -112,6 +112,7 @@ pub fn register_demo_tools(registry: &Registry) -> Result<DemoState, RegistryErr
             "required": ["ms"]
         }))
         .parallel_safe()
+        .read_only()
         // Longer than the longest sleep, so a valid call never hits the
         // executor's default 60 s timeout.
         .with_timeout(Duration::from_millis(MAX_SLEEP_MS + 5_000)),
@@ -133,7 +134,8 @@ pub fn register_demo_tools(registry: &Registry) -> Result<DemoState, RegistryErr
             },
             "additionalProperties": true
         }))
-        .parallel_safe(),
+        .parallel_safe()
+        .read_only(),
         |ctx: ToolContext| async move { Ok(ctx.arguments) },
     )?;
 

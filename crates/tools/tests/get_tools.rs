@@ -86,9 +86,9 @@ async fn lists_itself_and_the_others_with_their_exact_flags() {
     assert_eq!(
         flags,
         [
-            ("demo_echo".to_owned(), true, false, false),
+            ("demo_echo".to_owned(), true, false, true),
             ("demo_note".to_owned(), false, true, false),
-            ("demo_sleep".to_owned(), true, false, false),
+            ("demo_sleep".to_owned(), true, false, true),
             ("get_tools".to_owned(), true, false, true),
             ("lamp_off".to_owned(), false, false, true),
         ]

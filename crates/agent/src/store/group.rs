@@ -105,8 +105,9 @@ impl WriteOp {
     }
 
     /// This append followed by `next`, as one append: `next` must append
-    /// to the same session, with no events (the events, if any, and their
-    /// rule are this append's). Both back when it cannot be.
+    /// to the same session, and at most one of the two may carry events
+    /// (the events and their rule are that one's). Both back when it
+    /// cannot be.
     pub(super) fn carry(self, next: WriteOp) -> Result<WriteOp, Box<(WriteOp, WriteOp)>> {
         match (self, next) {
             (
@@ -122,10 +123,15 @@ impl WriteOp {
                     create_for: None,
                     rows: next_rows,
                     events: next_events,
-                    ..
+                    events_rule: next_rule,
                 },
-            ) if session == next_session && next_events.is_empty() => {
+            ) if session == next_session && (events.is_empty() || next_events.is_empty()) => {
                 rows.extend(next_rows);
+                let (events, events_rule) = if events.is_empty() {
+                    (next_events, next_rule)
+                } else {
+                    (events, events_rule)
+                };
                 Ok(WriteOp::Append {
                     session,
                     create_for,

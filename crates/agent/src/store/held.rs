@@ -157,23 +157,7 @@ impl Store {
     ) -> Result<Appended, StoreError> {
         let next = append_op(session, messages, Vec::new())?;
         let json_bytes = next.json_bytes();
-        let op = match held.as_ref().map(HeldWrite::take) {
-            Some(Slot::Held(before)) => match before.carry(next) {
-                Ok(both) => both,
-                // Another session's: it goes first, on its own.
-                Err(both) => {
-                    let (before, next) = *both;
-                    self.start_commit(before).committed().await?;
-                    next
-                }
-            },
-            Some(Slot::Queued(queued)) => {
-                queued.committed().await?;
-                next
-            }
-            Some(Slot::Taken) => return Err(StoreError::WriteNotApplied),
-            None => next,
-        };
+        let op = self.behind(held, next).await?;
         let all = self.start_commit(op).committed().await?;
         let first = all.end() - messages.len() as i64 + 1;
         Ok(Appended {
@@ -182,10 +166,81 @@ impl Store {
         })
     }
 
+    /// [`Store::append_after`] without the wait: `messages` are held
+    /// behind `held` (joining it while it is still held) for the input's
+    /// next write to carry in turn. For calls that change nothing, which
+    /// need not be stored before they run (see `Runtime::run_turns`): the
+    /// calls, their results and the reply then take one commit.
+    pub async fn hold_after(
+        self: &Arc<Self>,
+        held: Option<HeldWrite>,
+        session: &str,
+        messages: &[Message],
+    ) -> Result<HeldWrite, StoreError> {
+        self.hold_behind(held, append_op(session, messages, Vec::new())?)
+            .await
+    }
+
+    /// [`Store::hold_results`] behind `held`, as [`Store::hold_after`]
+    /// holds messages.
+    pub async fn hold_results_after(
+        self: &Arc<Self>,
+        held: Option<HeldWrite>,
+        session: &str,
+        results: &[Message],
+        events: Vec<EventRow>,
+    ) -> Result<HeldWrite, StoreError> {
+        self.hold_behind(held, results_op(session, results, events)?)
+            .await
+    }
+
+    /// Holds `next` behind `held`; [`HeldWrite::json_bytes`] are `next`'s.
+    async fn hold_behind(
+        self: &Arc<Self>,
+        held: Option<HeldWrite>,
+        next: WriteOp,
+    ) -> Result<HeldWrite, StoreError> {
+        let json_bytes = next.json_bytes();
+        let op = self.behind(held, next).await?;
+        Ok(self.hold_with(op, json_bytes))
+    }
+
+    /// `next` as the write to make after `held`: one write with it while
+    /// it is still held, else alone once `held` has committed (its failure
+    /// is this call's).
+    async fn behind(
+        self: &Arc<Self>,
+        held: Option<HeldWrite>,
+        next: WriteOp,
+    ) -> Result<WriteOp, StoreError> {
+        match held.as_ref().map(HeldWrite::take) {
+            Some(Slot::Held(before)) => match before.carry(next) {
+                Ok(both) => Ok(both),
+                // Another session's: it goes first, on its own.
+                Err(both) => {
+                    let (before, next) = *both;
+                    self.start_commit(before).committed().await?;
+                    Ok(next)
+                }
+            },
+            Some(Slot::Queued(queued)) => {
+                queued.committed().await?;
+                Ok(next)
+            }
+            Some(Slot::Taken) => Err(StoreError::WriteNotApplied),
+            None => Ok(next),
+        }
+    }
+
     /// Holds `op`, and sets its hold running; queues it at once when it
     /// is larger than [`HOLD_AT_MOST`].
     fn hold(self: &Arc<Self>, op: WriteOp) -> HeldWrite {
         let json_bytes = op.json_bytes();
+        self.hold_with(op, json_bytes)
+    }
+
+    /// [`Store::hold`], with the lengths [`HeldWrite::json_bytes`] gives.
+    fn hold_with(self: &Arc<Self>, op: WriteOp, json_bytes: Vec<usize>) -> HeldWrite {
         if op.stored_bytes() > HOLD_AT_MOST {
             return HeldWrite {
                 store: Arc::clone(self),
@@ -222,6 +277,8 @@ impl Store {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use std::time::{Duration, Instant};
+
+    use homeagent_core::ToolEvent;
 
     use super::*;
 
@@ -411,7 +468,6 @@ mod tests {
     /// small, its events with their arguments may not be.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn events_count_toward_the_limit() {
-        use homeagent_core::ToolEvent;
         let temp = long_hold("held-events");
         temp.store.ensure_session("s", "main").unwrap();
         let before = commits(&temp);
@@ -466,6 +522,90 @@ mod tests {
         let error = temp
             .store
             .append_after(Some(held), "s", &[user("reply")])
+            .await
+            .unwrap_err();
+        assert!(
+            error.to_string().contains("refused by a trigger"),
+            "{error}"
+        );
+        assert_eq!(temp.store.history("s").unwrap(), []);
+    }
+
+    /// Calls that change nothing need not be stored before they run: held
+    /// behind the user message, they and their results (with the results'
+    /// events) ride with the reply, and the whole input is one commit.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn held_calls_and_their_results_ride_with_the_reply() {
+        let temp = long_hold("held-chain");
+        let first = temp
+            .store
+            .hold_append_creating("s", "main", &[user("question")])
+            .unwrap();
+        let calls = temp
+            .store
+            .hold_after(Some(first), "s", &[user("calls")])
+            .await
+            .unwrap();
+        assert_eq!(
+            calls.json_bytes(),
+            [serde_json::to_string(&user("calls")).unwrap().len()],
+            "the held calls' own lengths, not the user message's"
+        );
+        let start = ToolEvent::Start {
+            call_id: "c1".into(),
+            tool: "demo_echo".into(),
+            args: serde_json::json!({}),
+            batch_id: "b1".into(),
+            batch_size: 1,
+            parallel: false,
+        };
+        let results = temp
+            .store
+            .hold_results_after(
+                Some(calls),
+                "s",
+                &[user("result")],
+                vec![EventRow::from_event(&start)],
+            )
+            .await
+            .unwrap();
+        assert_eq!(
+            results.json_bytes(),
+            [serde_json::to_string(&user("result")).unwrap().len()]
+        );
+        assert_eq!(commits(&temp), 0, "nothing committed before the reply");
+        let appended = temp
+            .store
+            .append_after(Some(results), "s", &[user("reply")])
+            .await
+            .unwrap();
+        assert_eq!(appended.seqs, 4..=4);
+        assert_eq!(commits(&temp), 1);
+        assert_eq!(
+            temp.store.history("s").unwrap(),
+            [
+                user("question"),
+                user("calls"),
+                user("result"),
+                user("reply")
+            ]
+        );
+        assert_eq!(temp.store.tool_events("s").unwrap().len(), 1);
+    }
+
+    /// A write behind one already queued waits for its commit, and fails
+    /// with it: nothing is stored after a write that failed.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_held_behind_a_queued_one_that_fails_fails_with_it() {
+        let temp = long_hold("held-behind-failed");
+        temp.store.ensure_session("s", "main").unwrap();
+        temp.refuse_messages_containing("poison", "refused by a trigger");
+        // Larger than a write is held: queued at once, and refused.
+        let large = user(&format!("poison {}", "x".repeat(HOLD_AT_MOST)));
+        let poisoned = temp.store.hold_results("s", &[large], Vec::new()).unwrap();
+        let error = temp
+            .store
+            .hold_after(Some(poisoned), "s", &[user("calls")])
             .await
             .unwrap_err();
         assert!(

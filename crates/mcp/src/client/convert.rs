@@ -19,9 +19,9 @@ pub const EXECUTOR_BACKSTOP: std::time::Duration = std::time::Duration::from_sec
 ///
 /// Scheduling: serial unless the config lists the tool in `parallel_safe`,
 /// or the server is trusted and annotates it `readOnlyHint: true`; a tool
-/// listed in `serial` is serial whatever else says. `read_only` (advisory,
-/// shown again when HomeAgent serves MCP) is taken from a trusted server
-/// only.
+/// listed in `serial` is serial whatever else says. `read_only` (shown
+/// again when HomeAgent serves MCP; a batch of such calls runs before it is
+/// stored) is taken from a trusted server only.
 pub fn tool_def(spec: &McpServerSpec, exposed: &str, tool: &Tool) -> ToolDef {
     let remote = tool.name.as_ref();
     let annotated_read_only = spec.trusted
