@@ -88,6 +88,8 @@ fn check(messages: &[Message], scope: IdScope) -> Result<(), PairingError> {
                     seen_ids.clear();
                 }
                 if let Message::Assistant(assistant) = other {
+                    // Grown once, not by doubling and hashing every id again.
+                    seen_ids.reserve(assistant.tool_calls.len());
                     for call in &assistant.tool_calls {
                         if call.id.is_empty() {
                             return Err(PairingError::EmptyCallId { message: i });
@@ -224,6 +226,9 @@ impl IdReminter {
         match message {
             Message::Assistant(a) => {
                 self.current.clear();
+                // Grown once, not by doubling and hashing every id again.
+                self.used.reserve(a.tool_calls.len());
+                self.seen.reserve(a.tool_calls.len());
                 self.used.extend(a.tool_calls.iter().map(|c| c.id.clone()));
                 for call in &mut a.tool_calls {
                     if self.seen.insert(call.id.clone()) {
