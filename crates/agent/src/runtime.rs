@@ -376,31 +376,23 @@ impl Runtime {
             // quick batch saves a commit (with `sync = "full"`, an fsync)
             // before it runs. A slow one finds them committed by the hold.
             let assistant = Message::Assistant(turn.message());
-            let held_calls = if self.changes_nothing(&turn.calls) {
+            let calls = std::slice::from_ref(&assistant);
+            let (json_bytes, held_calls) = if self.changes_nothing(&turn.calls) {
                 let held = self
                     .store
-                    .hold_after(
-                        pending.take(),
-                        &input.session,
-                        std::slice::from_ref(&assistant),
-                    )
+                    .hold_after(pending.take(), &input.session, calls)
                     .await
                     .map_err(store_frame)?;
-                history.push_stored(assistant, held.json_bytes().first().copied());
-                Some(held)
+                (held.json_bytes().first().copied(), Some(held))
             } else {
                 let appended = self
                     .store
-                    .append_after(
-                        pending.take(),
-                        &input.session,
-                        std::slice::from_ref(&assistant),
-                    )
+                    .append_after(pending.take(), &input.session, calls)
                     .await
                     .map_err(store_frame)?;
-                history.push_stored(assistant, appended.json_bytes.first().copied());
-                None
+                (appended.json_bytes.first().copied(), None)
             };
+            history.push_stored(assistant, json_bytes);
             // The assistant message is already in the history: only the
             // outcomes are wanted, and their strings move into the results.
             let (_, outcomes) = executor.run_calls(&turn, &batch).await;
