@@ -16,7 +16,9 @@
 //! # How
 //!
 //! [`Store::hold_append_creating`] and [`Store::hold_results`] do not
-//! queue their write at once. The input's next write
+//! queue their write at once; nor does [`Store::hold_after`], for a batch's
+//! calls when every one of them changes nothing (its write then rides with
+//! the results, [`Store::hold_results_after`], and the reply). The input's next write
 //! ([`Store::append_after`]) takes a write still held and commits both as
 //! one append: one transaction, one fsync, all or nothing — a reply is
 //! never stored without the results it answers, as before. A held write
