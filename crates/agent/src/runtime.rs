@@ -377,7 +377,7 @@ impl Runtime {
             // before it runs. A slow one finds them committed by the hold.
             let assistant = Message::Assistant(turn.message());
             let calls = std::slice::from_ref(&assistant);
-            let (json_bytes, held_calls) = if self.changes_nothing(&turn.calls) {
+            let (json_bytes, held_calls) = if self.changes_nothing(&executor, &turn.calls) {
                 let held = self
                     .store
                     .hold_after(pending.take(), &input.session, calls)
@@ -415,13 +415,19 @@ impl Runtime {
         }
     }
 
-    /// Whether every call is to a tool declared read-only: one the agent
-    /// does not know (a misspelled name) might be anything.
-    fn changes_nothing(&self, calls: &[homeagent_core::AssembledCall]) -> bool {
+    /// Whether every call is to a tool declared read-only and seen by no
+    /// hook of `executor`: one the agent does not know (a misspelled name)
+    /// might be anything, and a hook is the user's command, which may have
+    /// effects of its own.
+    fn changes_nothing(
+        &self,
+        executor: &Executor,
+        calls: &[homeagent_core::AssembledCall],
+    ) -> bool {
         calls.iter().all(|call| {
-            self.tools
-                .definition(&call.call.name)
-                .is_some_and(|def| def.read_only)
+            let name = &call.call.name;
+            !executor.hooks_see(name)
+                && self.tools.definition(name).is_some_and(|def| def.read_only)
         })
     }
 

@@ -514,3 +514,100 @@ async fn with_normal_sync_a_request_goes_out_before_the_write_before_it_commits(
     assert_eq!(*model.stored.lock().unwrap(), [0, 2]);
     assert_eq!(store.history("s").unwrap().len(), 5);
 }
+
+/// A hook that notes how much of its session is stored when it sees a
+/// call (before it as a pre-hook, after it as a post-hook), for the tool
+/// `sees` names.
+struct NotingHook {
+    store: Arc<Store>,
+    session: &'static str,
+    tool: &'static str,
+    stored: std::sync::Mutex<Vec<usize>>,
+}
+
+impl homeagent_core::PreToolHook for NotingHook {
+    fn name(&self) -> &str {
+        "noting"
+    }
+
+    fn sees(&self, tool: &str) -> bool {
+        tool == self.tool
+    }
+
+    fn before(
+        &self,
+        call: &homeagent_core::CallInfo,
+    ) -> homeagent_core::hooks::HookFuture<homeagent_core::PreDecision> {
+        if homeagent_core::PreToolHook::sees(self, &call.tool) {
+            let stored = self.store.history(self.session).map_or(0, |h| h.len());
+            self.stored.lock().unwrap().push(stored);
+        }
+        Box::pin(async { Ok(homeagent_core::PreDecision::Allow) })
+    }
+}
+
+impl homeagent_core::PostToolHook for NotingHook {
+    fn name(&self) -> &str {
+        "noting"
+    }
+
+    fn sees(&self, tool: &str) -> bool {
+        tool == self.tool
+    }
+
+    fn after(
+        &self,
+        call: &homeagent_core::CallInfo,
+        _: &homeagent_core::ToolOutcome,
+    ) -> homeagent_core::hooks::HookFuture<Option<serde_json::Value>> {
+        if homeagent_core::PostToolHook::sees(self, &call.tool) {
+            let stored = self.store.history(self.session).map_or(0, |h| h.len());
+            self.stored.lock().unwrap().push(stored);
+        }
+        Box::pin(async { Ok(None) })
+    }
+}
+
+/// A hook is the user's command and may have effects of its own (a log, a
+/// notification): calls a hook sees are stored before they run, even when
+/// every tool is read-only, so that a crash never forgets a call its hook
+/// acted on. A hook that does not see a batch's tools leaves its calls
+/// held, as without hooks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_calls_a_hook_sees_are_stored_before_the_hook_runs() {
+    let echo = r#"!calls [{"name":"demo_echo","arguments":{"text":"one"}},{"name":"demo_echo","arguments":{"text":"two"}}]"#;
+    let cases = [
+        ("pre", "demo_echo", vec![2, 2], 2),
+        ("pre", "demo_note", vec![], 1),
+        ("post", "demo_echo", vec![2, 2], 2),
+        ("post", "demo_note", vec![], 1),
+    ];
+    for (kind, tool, stored_when_seen, commits) in cases {
+        let dir = TempDir::new("commits-hooked");
+        let mut store = Store::open(&dir.db()).unwrap();
+        store.set_write_hold(std::time::Duration::from_secs(60));
+        let store = Arc::new(store);
+        let hook = Arc::new(NotingHook {
+            store: Arc::clone(&store),
+            session: "hooked",
+            tool,
+            stored: std::sync::Mutex::new(Vec::new()),
+        });
+        let mut settings = AgentSettings::default();
+        match kind {
+            "pre" => settings.hooks.pre.push(Arc::clone(&hook) as _),
+            _ => settings.hooks.post.push(Arc::clone(&hook) as _),
+        }
+        let runtime = local_runtime(Arc::new(DemoModel::default()), Arc::clone(&store), settings);
+        let terminal = run(&runtime, "hooked", "main", echo).await;
+        assert!(matches!(terminal, Frame::Response { .. }), "{terminal:?}");
+        // The user message and the calls, stored when the hook saw each call.
+        assert_eq!(
+            *hook.stored.lock().unwrap(),
+            stored_when_seen,
+            "{kind} {tool}"
+        );
+        assert_eq!(store.write_stats().commits, commits, "{kind} {tool}");
+        assert_eq!(store.history("hooked").unwrap().len(), 5, "{kind} {tool}");
+    }
+}

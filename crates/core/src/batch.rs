@@ -162,6 +162,14 @@ impl Executor {
         self
     }
 
+    /// Whether a hook of this executor acts on calls to `tool`
+    /// ([`PreToolHook::sees`], [`PostToolHook::sees`]).
+    pub fn hooks_see(&self, tool: &str) -> bool {
+        let inner = &self.inner;
+        inner.pre_hooks.iter().any(|hook| hook.sees(tool))
+            || inner.post_hooks.iter().any(|hook| hook.sees(tool))
+    }
+
     pub fn with_events(mut self, sink: Arc<dyn EventSink>) -> Self {
         self.inner_mut().events = Some(sink);
         self

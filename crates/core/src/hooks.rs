@@ -44,11 +44,24 @@ pub type HookFuture<T> = Pin<Box<dyn Future<Output = Result<T, String>> + Send +
 pub trait PreToolHook: Send + Sync + 'static {
     /// A short name, used when reporting the hook's own failures.
     fn name(&self) -> &str;
+    /// Whether the hook acts on calls to `tool`; `true` unless the hook
+    /// knows better. A hook that sees a call may have effects of its own,
+    /// so a batch such a hook sees is stored before it runs even when
+    /// every tool is read-only (see [`Executor::hooks_see`](crate::Executor::hooks_see)).
+    fn sees(&self, tool: &str) -> bool {
+        let _ = tool;
+        true
+    }
     fn before(&self, call: &CallInfo) -> HookFuture<PreDecision>;
 }
 
 pub trait PostToolHook: Send + Sync + 'static {
     fn name(&self) -> &str;
+    /// As [`PreToolHook::sees`].
+    fn sees(&self, tool: &str) -> bool {
+        let _ = tool;
+        true
+    }
     /// `Ok(Some(value))` replaces the outcome's structured value.
     fn after(&self, call: &CallInfo, outcome: &ToolOutcome) -> HookFuture<Option<Value>>;
 }

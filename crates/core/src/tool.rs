@@ -83,8 +83,8 @@ pub struct ToolDef {
     pub serial: bool,
     /// The tool does not change anything. Used for MCP annotations, and by
     /// the agent to run a batch of such calls before they are stored (a
-    /// crash then forgets only calls that did nothing); never as a reason
-    /// to run in parallel.
+    /// crash then forgets only calls that did nothing) when no hook sees
+    /// them; never as a reason to run in parallel.
     #[serde(default)]
     pub read_only: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -483,13 +483,14 @@ async fn matchers_are_regular_expressions_on_the_whole_tool_name() {
             let _ = std::fs::remove_file(&marker);
             let mut hook = spec(touch.clone());
             hook.matcher = matcher.into();
-            run(
-                &executor(&seen, &[hook], &[], Approval::Refused),
-                tool,
-                json!({"text": "x"}),
-            )
-            .await;
+            let pre = executor(&seen, std::slice::from_ref(&hook), &[], Approval::Refused);
+            run(&pre, tool, json!({"text": "x"})).await;
             assert_eq!(marker.exists(), want, "matcher {matcher:?} on {tool}");
+            // What the runtime asks before holding read-only calls: the
+            // hook says it sees exactly the calls it acts on.
+            assert_eq!(pre.hooks_see(tool), want, "pre {matcher:?} on {tool}");
+            let post = executor(&seen, &[], &[hook], Approval::Refused);
+            assert_eq!(post.hooks_see(tool), want, "post {matcher:?} on {tool}");
         }
     }
 }

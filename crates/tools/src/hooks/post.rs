@@ -42,8 +42,12 @@ impl PostToolHook for CommandPostHook {
         &self.name
     }
 
+    fn sees(&self, tool: &str) -> bool {
+        self.matcher.matches(tool)
+    }
+
     fn after(&self, call: &CallInfo, outcome: &ToolOutcome) -> HookFuture<Option<Value>> {
-        if !self.matcher.matches(&call.tool) {
+        if !self.sees(&call.tool) {
             return Box::pin(async { Ok(None) });
         }
         let session = extra(call, SESSION_EXTRA);

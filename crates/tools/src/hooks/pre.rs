@@ -53,8 +53,12 @@ impl PreToolHook for CommandPreHook {
         &self.name
     }
 
+    fn sees(&self, tool: &str) -> bool {
+        self.matcher.matches(tool)
+    }
+
     fn before(&self, call: &CallInfo) -> HookFuture<PreDecision> {
-        if !self.matcher.matches(&call.tool) {
+        if !self.sees(&call.tool) {
             return Box::pin(async { Ok(PreDecision::Allow) });
         }
         let session = extra(call, SESSION_EXTRA);
