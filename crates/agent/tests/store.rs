@@ -156,7 +156,143 @@ fn every_message_kind_round_trips_exactly_across_a_reopen() {
     let store = Store::open(&dir.db()).unwrap();
     assert_eq!(store.history("s1").unwrap(), messages);
     assert_eq!(store.session("s1").unwrap().unwrap().message_count, 7);
-    assert_eq!(seqs(&dir.db(), "s1"), vec![1, 2, 3, 4, 5, 6, 7]);
+    // The two results are one row, numbered by the second.
+    assert_eq!(seqs(&dir.db(), "s1"), vec![1, 2, 3, 5, 6, 7]);
+}
+
+/// `(seq, role, messages held)` of every row of `session`, in order: a
+/// row holding a batch's results (a JSON array) holds several.
+fn rows(path: &Path, session: &str) -> Vec<(i64, String, usize)> {
+    let conn = raw(path);
+    let mut stmt = conn
+        .prepare("SELECT seq, role, body FROM messages WHERE session_id = ?1 ORDER BY seq")
+        .unwrap();
+    stmt.query_map([session], |r| {
+        let body: String = r.get(2)?;
+        let held = match serde_json::from_str::<serde_json::Value>(&body).unwrap() {
+            serde_json::Value::Array(messages) => messages.len(),
+            _ => 1,
+        };
+        Ok((r.get(0)?, r.get(1)?, held))
+    })
+    .unwrap()
+    .collect::<Result<Vec<_>, _>>()
+    .unwrap()
+}
+
+/// A batch's results are one row (a row per result was most of what
+/// storing a big batch cost SQLite), numbered by its last message: the
+/// messages keep their numbers 1, 2, 3, …, reads give them back one by
+/// one, and the next message is numbered after them.
+#[test]
+fn a_batchs_results_are_one_row_and_read_back_as_messages() {
+    let dir = TempDir::new("batch-row");
+    let messages = vec![
+        Message::user("three reads"),
+        assistant_calling(
+            "",
+            vec![
+                call("a", "demo_echo", json!({"text": "1"})),
+                call("b", "demo_echo", json!({"text": "2"})),
+                call("c", "demo_echo", json!({"text": "3"})),
+            ],
+        ),
+        answer("a", "demo_echo", "1"),
+        answer("b", "demo_echo", "2"),
+        answer("c", "demo_echo", "3"),
+        assistant_calling("done", vec![]),
+    ];
+    {
+        let store = Store::open(&dir.db()).unwrap();
+        store.ensure_session("b", "main").unwrap();
+        assert_eq!(store.append_messages("b", &messages).unwrap(), 1..=6);
+        assert_eq!(store.load_session("b").unwrap(), messages);
+        assert_eq!(
+            store
+                .append_messages("b", &[Message::user("next")])
+                .unwrap(),
+            7..=7
+        );
+        // The handle's remembered history takes the new row after the batch.
+        let mut all = messages.clone();
+        all.push(Message::user("next"));
+        assert_eq!(store.load_session("b").unwrap(), all);
+    }
+    assert_eq!(
+        rows(&dir.db(), "b"),
+        [
+            (1, "user", 1),
+            (2, "assistant", 1),
+            (5, "tool", 3),
+            (6, "assistant", 1),
+            (7, "user", 1)
+        ]
+        .map(|(seq, role, held)| (seq, role.to_owned(), held))
+    );
+    let store = Store::open(&dir.db()).unwrap();
+    let mut all = messages.clone();
+    all.push(Message::user("next"));
+    assert_eq!(store.history("b").unwrap(), all);
+    assert_eq!(store.load_session("b").unwrap(), all);
+    assert_eq!(store.session("b").unwrap().unwrap().message_count, 7);
+    assert_eq!(store.list_sessions().unwrap()[0].message_count, 7);
+}
+
+/// A crash between a batch's calls and its results, in a session whose
+/// earlier results are a row: the load answers the calls `cancelled` after
+/// them (in one row) and moves what came after, in order.
+#[test]
+fn a_session_with_result_rows_is_repaired_in_order() {
+    let dir = TempDir::new("batch-row-repair");
+    let before = vec![
+        Message::user("one"),
+        assistant_calling(
+            "",
+            vec![
+                call("a", "demo_echo", json!({})),
+                call("b", "demo_echo", json!({})),
+            ],
+        ),
+        answer("a", "demo_echo", "1"),
+        answer("b", "demo_echo", "2"),
+        assistant_calling(
+            "",
+            vec![
+                call("c", "demo_note", json!({})),
+                call("d", "demo_note", json!({})),
+            ],
+        ),
+        // The process restarted and went on without loading the session.
+        Message::user("two"),
+    ];
+    let store = Store::open(&dir.db()).unwrap();
+    store.ensure_session("r", "main").unwrap();
+    store.append_messages("r", &before).unwrap();
+    let mut expected = before[..5].to_vec();
+    expected.extend([cancelled("c", "demo_note"), cancelled("d", "demo_note")]);
+    expected.push(before[5].clone());
+    assert_eq!(store.load_session("r").unwrap(), expected);
+    check_pairing(&expected).unwrap();
+    assert_eq!(store.history("r").unwrap(), expected);
+    assert_eq!(
+        rows(&dir.db(), "r"),
+        [
+            (1, "user", 1),
+            (2, "assistant", 1),
+            (4, "tool", 2),
+            (5, "assistant", 1),
+            (7, "tool", 2),
+            (8, "user", 1)
+        ]
+        .map(|(seq, role, held)| (seq, role.to_owned(), held))
+    );
+    assert_eq!(store.session("r").unwrap().unwrap().message_count, 8);
+    assert_eq!(
+        store
+            .append_messages("r", &[Message::user("three")])
+            .unwrap(),
+        9..=9
+    );
 }
 
 #[test]
@@ -486,7 +622,8 @@ fn load_session_answers_calls_a_crash_left_open_and_commits_it() {
     assert_eq!(store.history("r").unwrap(), expected);
     // Idempotent.
     assert_eq!(store.load_session("r").unwrap(), expected);
-    assert_eq!(seqs(&dir.db(), "r"), vec![1, 2, 3, 4, 5]);
+    // The two answers the repair added are one row, numbered by the second.
+    assert_eq!(seqs(&dir.db(), "r"), vec![1, 2, 3, 5]);
 }
 
 #[test]
@@ -717,7 +854,7 @@ fn a_version_1_database_is_migrated_and_keeps_its_rows() {
         .unwrap();
     }
     let store = Store::open(&dir.db()).unwrap();
-    assert_eq!(store.schema_version().unwrap(), 4);
+    assert_eq!(store.schema_version().unwrap(), 5);
     assert_eq!(
         store.history("old").unwrap(),
         vec![Message::user("from v1")]
@@ -780,7 +917,7 @@ fn events_written_one_per_row_before_version_3_are_read_before_later_batches() {
         .unwrap();
     }
     let store = Store::open(&dir.db()).unwrap();
-    assert_eq!(store.schema_version().unwrap(), 4);
+    assert_eq!(store.schema_version().unwrap(), 5);
     let new_start = ToolEvent::Start {
         call_id: "new1".into(),
         tool: "demo_sleep".into(),
@@ -837,7 +974,7 @@ fn an_empty_version_0_file_is_migrated_to_the_current_version() {
         .execute_batch("CREATE TABLE unrelated (x INTEGER);")
         .unwrap();
     let store = Store::open(&dir.db()).unwrap();
-    assert_eq!(store.schema_version().unwrap(), 4);
+    assert_eq!(store.schema_version().unwrap(), 5);
     store.ensure_session("s", "main").unwrap();
 }
 
@@ -854,7 +991,7 @@ fn a_database_from_a_newer_version_is_refused_and_not_touched() {
             err,
             StoreError::NewerSchema {
                 found: 99,
-                supported: 4,
+                supported: 5,
                 ..
             }
         ),

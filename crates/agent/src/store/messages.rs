@@ -103,15 +103,28 @@ impl Store {
                     Box::new(e),
                 )
             })?;
-            let message = serde_json::from_str(body).map_err(|source| StoreError::Corrupt {
+            let corrupt = |source| StoreError::Corrupt {
                 session: session.to_owned(),
                 what: "message",
                 row: seq,
                 source,
-            })?;
+            };
             bytes += body.len();
-            parsed += 1;
-            history.push((seq, message));
+            if body.starts_with('[') {
+                // A batch's results, numbered up to `seq` (see `insert_rows`).
+                let results: Vec<Message> = serde_json::from_str(body).map_err(corrupt)?;
+                if results.is_empty() {
+                    return Err(corrupt(serde::de::Error::custom(
+                        "a row of results holds no message",
+                    )));
+                }
+                let first = seq - (results.len() as i64 - 1);
+                parsed += results.len() as u64;
+                history.extend((first..).zip(results).filter(|(at, _)| *at > after));
+            } else {
+                history.push((seq, serde_json::from_str(body).map_err(corrupt)?));
+                parsed += 1;
+            }
         }
         self.messages_parsed.fetch_add(parsed, Ordering::Relaxed);
         Ok(bytes)
@@ -239,8 +252,16 @@ pub(super) fn insert_messages(
     insert_rows(conn, session, first, &encode_messages(session, messages)?)
 }
 
-/// Inserts `rows` at `first`, `first + 1`, …; the caller holds the
-/// transaction.
+/// Inserts `rows` as the messages numbered `first`, `first + 1`, …; the
+/// caller holds the transaction.
+///
+/// Two or more results in a row (a tool batch's) are stored as one row: a
+/// JSON array of the messages, numbered by its last one (schema 5). A row
+/// per result was most of what storing a big batch cost SQLite (~10 k of a
+/// call's ~104 k instructions at 64 calls), as a row per event was before
+/// events were stored a batch per row. The messages keep their numbers:
+/// the next message after such a row is numbered after all of them, and
+/// [`Store::read_history_after`] gives them back one by one.
 pub(super) fn insert_rows(
     conn: &Connection,
     session: &str,
@@ -252,12 +273,105 @@ pub(super) fn insert_rows(
          VALUES (?1, ?2, ?3, ?4, ?5)",
     )?;
     let now = now_ms();
-    for (seq, row) in (first..).zip(rows) {
-        stmt.execute(rusqlite::params![session, seq, row.role, row.body, now])?;
+    let mut next = first;
+    let mut rest = rows;
+    let mut joined = String::new();
+    while let Some(row) = rest.first() {
+        let results = rest.iter().take_while(|r| r.role == RESULT_ROLE).count();
+        let taken = if results >= 2 {
+            let batch = &rest[..results];
+            joined.clear();
+            joined.reserve(batch.iter().map(|r| r.body.len() + 1).sum::<usize>() + 1);
+            for (i, result) in batch.iter().enumerate() {
+                joined.push(if i == 0 { '[' } else { ',' });
+                joined.push_str(&result.body);
+            }
+            joined.push(']');
+            let last = next + results as i64 - 1;
+            stmt.execute(rusqlite::params![session, last, RESULT_ROLE, joined, now])?;
+            results
+        } else {
+            stmt.execute(rusqlite::params![session, next, row.role, row.body, now])?;
+            1
+        };
+        next += taken as i64;
+        rest = &rest[taken..];
     }
     Ok(())
 }
 
+/// The role of a tool result, alone or in a row of a batch's results.
+const RESULT_ROLE: &str = "tool";
+
 /// The session's messages numbered above `?2`, in order.
 pub(super) const READ_HISTORY_SQL: &str =
     "SELECT seq, body FROM messages WHERE session_id = ?1 AND seq > ?2 ORDER BY seq";
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use homeagent_core::ToolMessage;
+
+    use super::*;
+    use crate::store::testing::temp_store;
+
+    fn result(id: &str) -> Message {
+        Message::Tool(ToolMessage {
+            tool_call_id: id.into(),
+            name: "demo_echo".into(),
+            content: id.into(),
+            success: true,
+        })
+    }
+
+    /// The messages of a row of results are numbered up to the row's own
+    /// number, and a read from inside the row gives only those after.
+    #[test]
+    fn a_row_of_results_is_read_back_numbered_message_by_message() {
+        let temp = temp_store("result-row-numbers");
+        temp.store.ensure_session("s", "main").unwrap();
+        let messages = [
+            Message::user("u"),
+            result("a"),
+            result("b"),
+            result("c"),
+            Message::user("v"),
+        ];
+        temp.store.append_messages("s", &messages).unwrap();
+        let conn = temp.store.lock();
+        let numbered = |after: i64| {
+            let mut history = Vec::new();
+            temp.store
+                .read_history_after(&conn, "s", after, &mut history)
+                .unwrap();
+            history
+        };
+        let all: Vec<(i64, Message)> = (1..).zip(messages.iter().cloned()).collect();
+        assert_eq!(numbered(0), all);
+        assert_eq!(numbered(2), all[2..]);
+        assert_eq!(numbered(4), all[4..]);
+    }
+
+    /// A row of results that holds none is refused as corrupt, naming it.
+    #[test]
+    fn an_empty_row_of_results_is_corrupt() {
+        let temp = temp_store("result-row-empty");
+        temp.store.ensure_session("s", "main").unwrap();
+        let conn = temp.store.lock();
+        conn.execute(
+            "INSERT INTO messages (session_id, seq, role, body, created_at)
+             VALUES ('s', 1, 'tool', '[]', 0)",
+            [],
+        )
+        .unwrap();
+        let error = temp
+            .store
+            .read_history_after(&conn, "s", 0, &mut Vec::new())
+            .unwrap_err();
+        assert!(
+            matches!(&error, StoreError::Corrupt { row: 1, what: "message", .. }),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains("holds no message"), "{error}");
+    }
+}

@@ -21,12 +21,16 @@ pub struct SessionInfo {
     pub message_count: u64,
 }
 
+// The message count is the highest number: messages are numbered 1, 2, 3,
+// … without gaps (appends take the next numbers, a repair moves later
+// messages down to make room, nothing deletes one), and a row of a batch's
+// results holds several (see `messages::insert_rows`).
 const SELECT_INFO: &str = "SELECT s.id, s.agent, s.title, s.created_at, s.updated_at,
-        (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id)
+        (SELECT COALESCE(MAX(m.seq), 0) FROM messages m WHERE m.session_id = s.id)
     FROM sessions s";
 
 const SELECT_ONE: &str = "SELECT s.id, s.agent, s.title, s.created_at, s.updated_at,
-        (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id)
+        (SELECT COALESCE(MAX(m.seq), 0) FROM messages m WHERE m.session_id = s.id)
     FROM sessions s WHERE s.id = ?1";
 
 fn info_from_row(row: &Row<'_>) -> rusqlite::Result<SessionInfo> {
