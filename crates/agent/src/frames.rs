@@ -5,6 +5,8 @@
 //! `response`, `error` or `skipped`. Tool calls get a start and an end
 //! frame each, also calls that never ran (bad arguments, denied, stopped).
 
+use std::sync::Arc;
+
 use homeagent_core::{ToolEvent, Usage};
 use serde::{Deserialize, Serialize};
 
@@ -15,7 +17,10 @@ pub enum Frame {
     /// A piece of the model's text, as it streams.
     ContentDelta { text: String },
     /// A tool call's start or end (`phase`), as the kernel reports it.
-    ToolCall(ToolEvent),
+    /// Shared: the frame goes to the input's caller and to every observer
+    /// (the server's event hub keeps it), and a start event holds the
+    /// call's arguments.
+    ToolCall(Arc<ToolEvent>),
     /// The final answer.
     Response {
         content: String,

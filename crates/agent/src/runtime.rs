@@ -531,7 +531,7 @@ impl Runtime {
         let sink = Arc::clone(sink);
         Arc::new(move |event: ToolEvent| {
             recorded.push(EventRow::from_event(&event));
-            sink(Frame::ToolCall(event));
+            sink(Frame::ToolCall(Arc::new(event)));
         })
     }
 }

@@ -245,7 +245,7 @@ async fn stop_cancels_running_tools_and_answers_every_queued_input() {
     // asserted (no upper bounds on time); their end frames say cancelled.
     let cancelled = running
         .iter()
-        .filter(|f| matches!(f, Frame::ToolCall(homeagent_core::ToolEvent::End { status, .. }) if *status == homeagent_core::CallStatus::Cancelled))
+        .filter(|f| matches!(f, Frame::ToolCall(event) if matches!(**event, homeagent_core::ToolEvent::End { status, .. } if status == homeagent_core::CallStatus::Cancelled)))
         .count();
     assert_eq!(cancelled, 2, "{running:#?}");
     let _ = started;

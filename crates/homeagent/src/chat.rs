@@ -168,8 +168,8 @@ pub async fn run(args: ChatArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode
                             write!(out, "\r   \r")?;
                         }
                         match &frame {
-                            Frame::ToolCall(ToolEvent::Start { .. }) => tools_running += 1,
-                            Frame::ToolCall(ToolEvent::End { .. }) => {
+                            Frame::ToolCall(event) if matches!(**event, ToolEvent::Start { .. }) => tools_running += 1,
+                            Frame::ToolCall(event) if matches!(**event, ToolEvent::End { .. }) => {
                                 tools_running = tools_running.saturating_sub(1);
                             }
                             _ => {}

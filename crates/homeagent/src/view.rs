@@ -15,20 +15,16 @@ pub struct TextView {
 }
 
 impl TextView {
-    pub fn show(&mut self, frame: &Frame, out: &mut dyn Write) -> std::io::Result<()> {
-        match frame {
-            Frame::ContentDelta { text } => {
-                write!(out, "{text}")?;
-                self.open_text = !text.ends_with('\n');
-            }
-            Frame::ToolCall(ToolEvent::Start {
+    fn show_event(&mut self, event: &ToolEvent, out: &mut dyn Write) -> std::io::Result<()> {
+        match event {
+            ToolEvent::Start {
                 call_id: _,
                 tool,
                 args,
                 batch_id,
                 batch_size,
                 parallel,
-            }) => {
+            } => {
                 self.end_text(out)?;
                 if self.batch.as_deref() != Some(batch_id.as_str()) {
                     self.batch = Some(batch_id.clone());
@@ -41,14 +37,14 @@ impl TextView {
                 }
                 writeln!(out, "  ▸ {tool} {}", compact(args))?;
             }
-            Frame::ToolCall(ToolEvent::End {
+            ToolEvent::End {
                 tool,
                 status,
                 duration_ms,
                 error,
                 warnings,
                 ..
-            }) => {
+            } => {
                 let detail = error
                     .as_ref()
                     .map(|e| format!(": {}", e.detail))
@@ -65,6 +61,17 @@ impl TextView {
                     writeln!(out, "    warning: {warning}")?;
                 }
             }
+        }
+        Ok(())
+    }
+
+    pub fn show(&mut self, frame: &Frame, out: &mut dyn Write) -> std::io::Result<()> {
+        match frame {
+            Frame::ContentDelta { text } => {
+                write!(out, "{text}")?;
+                self.open_text = !text.ends_with('\n');
+            }
+            Frame::ToolCall(event) => self.show_event(event, out)?,
             Frame::Response { content, .. } => {
                 // The content streamed already; only end the line.
                 if self.open_text || content.is_empty() {
@@ -130,7 +137,7 @@ mod tests {
         };
         let mut out = Vec::new();
         TextView::default()
-            .show(&Frame::ToolCall(end), &mut out)
+            .show(&Frame::ToolCall(end.into()), &mut out)
             .unwrap();
         assert_eq!(
             String::from_utf8(out).unwrap(),

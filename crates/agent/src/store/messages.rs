@@ -369,7 +369,14 @@ mod tests {
             .read_history_after(&conn, "s", 0, &mut Vec::new())
             .unwrap_err();
         assert!(
-            matches!(&error, StoreError::Corrupt { row: 1, what: "message", .. }),
+            matches!(
+                &error,
+                StoreError::Corrupt {
+                    row: 1,
+                    what: "message",
+                    ..
+                }
+            ),
             "{error:?}"
         );
         assert!(error.to_string().contains("holds no message"), "{error}");
