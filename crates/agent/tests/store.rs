@@ -97,15 +97,14 @@ fn raw(path: &Path) -> rusqlite::Connection {
     rusqlite::Connection::open(path).unwrap()
 }
 
+/// The numbers of the session's stored messages, in row order, read from
+/// the file: a row holding several messages (a JSON array) is numbered by
+/// its last one.
 fn seqs(path: &Path, session: &str) -> Vec<i64> {
-    let conn = raw(path);
-    let mut stmt = conn
-        .prepare("SELECT seq FROM messages WHERE session_id = ?1 ORDER BY seq")
-        .unwrap();
-    stmt.query_map([session], |r| r.get(0))
-        .unwrap()
-        .collect::<Result<Vec<i64>, _>>()
-        .unwrap()
+    rows(path, session)
+        .into_iter()
+        .flat_map(|(seq, _, held)| seq - held as i64 + 1..=seq)
+        .collect()
 }
 
 // ---------------------------------------------------------------- basics
@@ -156,8 +155,9 @@ fn every_message_kind_round_trips_exactly_across_a_reopen() {
     let store = Store::open(&dir.db()).unwrap();
     assert_eq!(store.history("s1").unwrap(), messages);
     assert_eq!(store.session("s1").unwrap().unwrap().message_count, 7);
-    // The two results are one row, numbered by the second.
-    assert_eq!(seqs(&dir.db(), "s1"), vec![1, 2, 3, 5, 6, 7]);
+    assert_eq!(seqs(&dir.db(), "s1"), vec![1, 2, 3, 4, 5, 6, 7]);
+    // One write, one row, numbered by its last message.
+    assert_eq!(rows(&dir.db(), "s1"), [(7, "user".to_owned(), 7)]);
 }
 
 /// `(seq, role, messages held)` of every row of `session`, in order: a
@@ -180,13 +180,13 @@ fn rows(path: &Path, session: &str) -> Vec<(i64, String, usize)> {
     .unwrap()
 }
 
-/// A batch's results are one row (a row per result was most of what
-/// storing a big batch cost SQLite), numbered by its last message: the
+/// The messages of one write are one row (a row per message was most of
+/// what storing a write cost SQLite), numbered by its last message: the
 /// messages keep their numbers 1, 2, 3, …, reads give them back one by
 /// one, and the next message is numbered after them.
 #[test]
-fn a_batchs_results_are_one_row_and_read_back_as_messages() {
-    let dir = TempDir::new("batch-row");
+fn a_writes_messages_are_one_row_and_read_back_as_messages() {
+    let dir = TempDir::new("write-row");
     let messages = vec![
         Message::user("three reads"),
         assistant_calling(
@@ -213,22 +213,16 @@ fn a_batchs_results_are_one_row_and_read_back_as_messages() {
                 .unwrap(),
             7..=7
         );
-        // The handle's remembered history takes the new row after the batch.
+        // The handle's remembered history takes the new row after the first.
         let mut all = messages.clone();
         all.push(Message::user("next"));
         assert_eq!(store.load_session("b").unwrap(), all);
     }
     assert_eq!(
         rows(&dir.db(), "b"),
-        [
-            (1, "user", 1),
-            (2, "assistant", 1),
-            (5, "tool", 3),
-            (6, "assistant", 1),
-            (7, "user", 1)
-        ]
-        .map(|(seq, role, held)| (seq, role.to_owned(), held))
+        [(6, "assistant", 6), (7, "user", 1)].map(|(seq, role, held)| (seq, role.to_owned(), held))
     );
+    assert_eq!(seqs(&dir.db(), "b"), (1..=7).collect::<Vec<_>>());
     let store = Store::open(&dir.db()).unwrap();
     let mut all = messages.clone();
     all.push(Message::user("next"));
@@ -238,12 +232,13 @@ fn a_batchs_results_are_one_row_and_read_back_as_messages() {
     assert_eq!(store.list_sessions().unwrap()[0].message_count, 7);
 }
 
-/// A crash between a batch's calls and its results, in a session whose
-/// earlier results are a row: the load answers the calls `cancelled` after
-/// them (in one row) and moves what came after, in order.
+/// Calls left unanswered inside a row (one write holds the turn and what
+/// a process appended after it without loading the session): the load
+/// answers them `cancelled` right after their turn and moves what came
+/// after, numbered anew, the session written again as one row.
 #[test]
-fn a_session_with_result_rows_is_repaired_in_order() {
-    let dir = TempDir::new("batch-row-repair");
+fn a_gap_inside_a_row_is_repaired_in_order() {
+    let dir = TempDir::new("row-repair");
     let before = vec![
         Message::user("one"),
         assistant_calling(
@@ -274,18 +269,8 @@ fn a_session_with_result_rows_is_repaired_in_order() {
     assert_eq!(store.load_session("r").unwrap(), expected);
     check_pairing(&expected).unwrap();
     assert_eq!(store.history("r").unwrap(), expected);
-    assert_eq!(
-        rows(&dir.db(), "r"),
-        [
-            (1, "user", 1),
-            (2, "assistant", 1),
-            (4, "tool", 2),
-            (5, "assistant", 1),
-            (7, "tool", 2),
-            (8, "user", 1)
-        ]
-        .map(|(seq, role, held)| (seq, role.to_owned(), held))
-    );
+    assert_eq!(rows(&dir.db(), "r"), [(8, "user".to_owned(), 8)]);
+    assert_eq!(seqs(&dir.db(), "r"), (1..=8).collect::<Vec<_>>());
     assert_eq!(store.session("r").unwrap().unwrap().message_count, 8);
     assert_eq!(
         store
@@ -622,8 +607,7 @@ fn load_session_answers_calls_a_crash_left_open_and_commits_it() {
     assert_eq!(store.history("r").unwrap(), expected);
     // Idempotent.
     assert_eq!(store.load_session("r").unwrap(), expected);
-    // The two answers the repair added are one row, numbered by the second.
-    assert_eq!(seqs(&dir.db(), "r"), vec![1, 2, 3, 5]);
+    assert_eq!(seqs(&dir.db(), "r"), vec![1, 2, 3, 4, 5]);
 }
 
 #[test]

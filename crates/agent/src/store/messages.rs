@@ -111,11 +111,11 @@ impl Store {
             };
             bytes += body.len();
             if body.starts_with('[') {
-                // A batch's results, numbered up to `seq` (see `insert_rows`).
+                // A write's messages, numbered up to `seq` (see `insert_rows`).
                 let results: Vec<Message> = serde_json::from_str(body).map_err(corrupt)?;
                 if results.is_empty() {
                     return Err(corrupt(serde::de::Error::custom(
-                        "a row of results holds no message",
+                        "a row of messages holds none",
                     )));
                 }
                 let first = seq - (results.len() as i64 - 1);
@@ -255,53 +255,44 @@ pub(super) fn insert_messages(
 /// Inserts `rows` as the messages numbered `first`, `first + 1`, …; the
 /// caller holds the transaction.
 ///
-/// Two or more results in a row (a tool batch's) are stored as one row: a
-/// JSON array of the messages, numbered by its last one (schema 5). A row
-/// per result was most of what storing a big batch cost SQLite (~10 k of a
-/// call's ~104 k instructions at 64 calls), as a row per event was before
-/// events were stored a batch per row. The messages keep their numbers:
-/// the next message after such a row is numbered after all of them, and
-/// [`Store::read_history_after`] gives them back one by one.
+/// The messages of one write are one row (schema 5): a JSON array of them,
+/// numbered by the last one, whose role the row's `role` column gives. A
+/// row per message was most of what storing a write cost SQLite (~10 k of
+/// a call's ~104 k instructions for the results of a batch of 64 calls; 3
+/// of the 4 rows of a quick input with one call), as a row per event was
+/// before events were stored a batch per row. The messages keep their
+/// numbers: the next message is numbered after the whole row, and
+/// [`Store::read_history_after`] gives them back one by one. A lone
+/// message is a row of its own, as before.
 pub(super) fn insert_rows(
     conn: &Connection,
     session: &str,
     first: i64,
     rows: &[MessageRow],
 ) -> Result<(), StoreError> {
+    let Some(last) = rows.last() else {
+        return Ok(());
+    };
     let mut stmt = conn.prepare_cached(
         "INSERT INTO messages (session_id, seq, role, body, created_at)
          VALUES (?1, ?2, ?3, ?4, ?5)",
     )?;
+    let seq = first + rows.len() as i64 - 1;
     let now = now_ms();
-    let mut next = first;
-    let mut rest = rows;
-    let mut joined = String::new();
-    while let Some(row) = rest.first() {
-        let results = rest.iter().take_while(|r| r.role == RESULT_ROLE).count();
-        let taken = if results >= 2 {
-            let batch = &rest[..results];
-            joined.clear();
-            joined.reserve(batch.iter().map(|r| r.body.len() + 1).sum::<usize>() + 1);
-            for (i, result) in batch.iter().enumerate() {
-                joined.push(if i == 0 { '[' } else { ',' });
-                joined.push_str(&result.body);
-            }
-            joined.push(']');
-            let last = next + results as i64 - 1;
-            stmt.execute(rusqlite::params![session, last, RESULT_ROLE, joined, now])?;
-            results
-        } else {
-            stmt.execute(rusqlite::params![session, next, row.role, row.body, now])?;
-            1
-        };
-        next += taken as i64;
-        rest = &rest[taken..];
+    if let [only] = rows {
+        stmt.execute(rusqlite::params![session, seq, only.role, only.body, now])?;
+        return Ok(());
     }
+    let mut joined =
+        String::with_capacity(rows.iter().map(|r| r.body.len() + 1).sum::<usize>() + 1);
+    for (i, row) in rows.iter().enumerate() {
+        joined.push(if i == 0 { '[' } else { ',' });
+        joined.push_str(&row.body);
+    }
+    joined.push(']');
+    stmt.execute(rusqlite::params![session, seq, last.role, joined, now])?;
     Ok(())
 }
-
-/// The role of a tool result, alone or in a row of a batch's results.
-const RESULT_ROLE: &str = "tool";
 
 /// The session's messages numbered above `?2`, in order.
 pub(super) const READ_HISTORY_SQL: &str =
@@ -324,10 +315,10 @@ mod tests {
         })
     }
 
-    /// The messages of a row of results are numbered up to the row's own
-    /// number, and a read from inside the row gives only those after.
+    /// The messages of a row are numbered up to the row's own number, and
+    /// a read from inside the row gives only those after.
     #[test]
-    fn a_row_of_results_is_read_back_numbered_message_by_message() {
+    fn a_row_of_messages_is_read_back_numbered_message_by_message() {
         let temp = temp_store("result-row-numbers");
         temp.store.ensure_session("s", "main").unwrap();
         let messages = [
@@ -352,9 +343,9 @@ mod tests {
         assert_eq!(numbered(4), all[4..]);
     }
 
-    /// A row of results that holds none is refused as corrupt, naming it.
+    /// A row of messages that holds none is refused as corrupt, naming it.
     #[test]
-    fn an_empty_row_of_results_is_corrupt() {
+    fn an_empty_row_of_messages_is_corrupt() {
         let temp = temp_store("result-row-empty");
         temp.store.ensure_session("s", "main").unwrap();
         let conn = temp.store.lock();
@@ -379,6 +370,6 @@ mod tests {
             ),
             "{error:?}"
         );
-        assert!(error.to_string().contains("holds no message"), "{error}");
+        assert!(error.to_string().contains("holds none"), "{error}");
     }
 }

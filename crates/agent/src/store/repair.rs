@@ -8,9 +8,10 @@
 //! repair happens once and the stored history is paired from then on.
 //!
 //! Where the gap is not at the end (a process appended after the crash
-//! without loading the session first), the results are inserted right after
-//! the turn's last result and the later messages move down: providers want a
-//! turn's results before the next non-tool message.
+//! without loading the session first), the results go right after the
+//! turn's last result and the later messages move down: providers want a
+//! turn's results before the next non-tool message. The session's messages
+//! are then written again, numbered anew, in one transaction.
 //!
 //! Only the process that runs a session's turns should load it: a session
 //! whose tools are running *right now* in another process looks exactly like
@@ -23,6 +24,7 @@ use homeagent_core::{
 };
 use rusqlite::{Connection, TransactionBehavior};
 
+use super::history_cache::SeqHistory;
 use super::messages::insert_messages;
 use super::{Store, StoreError, require_session, validate_session_id};
 use crate::context::{CountedHistory, approx_tokens};
@@ -113,19 +115,18 @@ fn data_version(conn: &Connection) -> Result<i64, StoreError> {
         .query_row([], |row| row.get(0))?)
 }
 
-/// Makes room for `count` messages after `after` by moving later ones down.
-fn shift_after(conn: &Connection, session: &str, after: i64, count: i64) -> Result<(), StoreError> {
-    // Two steps through negative numbers: a single `seq = seq + count` could
-    // collide with a not-yet-moved row on the primary key mid-statement.
-    conn.execute(
-        "UPDATE messages SET seq = -(seq + ?3) WHERE session_id = ?1 AND seq > ?2",
-        rusqlite::params![session, after, count],
-    )?;
-    conn.execute(
-        "UPDATE messages SET seq = -seq WHERE session_id = ?1 AND seq < 0",
-        [session],
-    )?;
-    Ok(())
+/// `history` with each gap's results right after the message it names.
+fn with_results(history: SeqHistory, gaps: &[Gap]) -> Vec<Message> {
+    let added: usize = gaps.iter().map(|gap| gap.results.len()).sum();
+    let mut repaired = Vec::with_capacity(history.len() + added);
+    let mut gaps = gaps.iter().peekable();
+    for (seq, message) in history {
+        repaired.push(message);
+        while let Some(gap) = gaps.next_if(|gap| gap.after == seq) {
+            repaired.extend(gap.results.iter().cloned());
+        }
+    }
+    repaired
 }
 
 impl Store {
@@ -161,21 +162,16 @@ impl Store {
         if gaps.is_empty() {
             return Ok(self.counted(paired(session, &history)?));
         }
-        // From the last gap backwards, so earlier positions stay valid.
-        for gap in gaps.iter().rev() {
-            let count = gap.results.len() as i64;
-            shift_after(&tx, session, gap.after, count)?;
-            insert_messages(&tx, session, gap.after + 1, &gap.results)?;
-        }
-        let repaired: Vec<Message> = self
-            .read_history(&tx, session)?
-            .into_iter()
-            .map(|(_, m)| m)
-            .collect();
+        let repaired = with_results(history, &gaps);
         check_history_pairing(&repaired).map_err(|source| StoreError::Unrepairable {
             session: session.to_owned(),
             source,
         })?;
+        // A row may hold several messages (`messages::insert_rows`), so a
+        // gap can fall inside one: the session's messages are written
+        // again, repaired. Rare (after a crash), and all or nothing.
+        tx.execute("DELETE FROM messages WHERE session_id = ?1", [session])?;
+        insert_messages(&tx, session, 1, &repaired)?;
         tx.commit()?;
         let calls: usize = gaps.iter().map(|g| g.results.len()).sum();
         tracing::warn!(

@@ -67,8 +67,8 @@ pub const MIGRATIONS: &[&str] = &[
     // `events.rs`). No table changes; the version tells an older build,
     // which could not read such rows, to refuse the file instead.
     "",
-    // 4 → 5: a tool batch's results may be one row of `messages`, a JSON
-    // array numbered by its last message (see `messages::insert_rows`).
+    // 4 → 5: the messages of one write may be one row of `messages`, a
+    // JSON array numbered by its last message (see `messages::insert_rows`).
     // No table changes, as for 4.
     "",
 ];
