@@ -15,7 +15,7 @@ use crate::context::CountedHistory;
 
 use super::claim::SessionClaim;
 use super::repair::Remembered;
-use super::sessions::{owned_by, read_one, validate_agent_name};
+use super::sessions::{is_agents, read_agent, validate_agent_name};
 use super::{BUSY_TIMEOUT, Store, StoreError, validate_session_id};
 
 /// What an input starts from.
@@ -79,10 +79,10 @@ impl Store {
         conn.busy_timeout(std::time::Duration::ZERO).ok()?;
         let opened = (|| {
             let claim = self.claim_session(session).ok()?;
-            let history = match read_one(&conn, session).ok()? {
+            let history = match read_agent(&conn, session).ok()? {
                 None => CountedHistory::default(),
-                Some(info) => {
-                    owned_by(info, agent).ok()?;
+                Some(existing) => {
+                    is_agents(session, &existing, agent).ok()?;
                     self.load_paired(&conn, session, Remembered::Only).ok()??
                 }
             };

@@ -94,14 +94,29 @@ pub(super) fn validate_agent_name(agent: &str) -> Result<(), StoreError> {
 
 /// `info`, if its session belongs to `agent`.
 pub(super) fn owned_by(info: SessionInfo, agent: &str) -> Result<SessionInfo, StoreError> {
-    if info.agent != agent {
+    is_agents(&info.id, &info.agent, agent)?;
+    Ok(info)
+}
+
+/// `Ok` when a session `id` that belongs to `existing` is `agent`'s.
+pub(super) fn is_agents(id: &str, existing: &str, agent: &str) -> Result<(), StoreError> {
+    if existing != agent {
         return Err(StoreError::AgentMismatch {
-            id: info.id,
-            existing: info.agent,
+            id: id.to_owned(),
+            existing: existing.to_owned(),
             requested: agent.to_owned(),
         });
     }
-    Ok(info)
+    Ok(())
+}
+
+/// The agent of session `id`, if it exists: all an input checks before it
+/// runs ([`read_one`] also counts the session's messages).
+pub(super) fn read_agent(conn: &Connection, id: &str) -> Result<Option<String>, StoreError> {
+    Ok(conn
+        .prepare_cached("SELECT agent FROM sessions WHERE id = ?1")?
+        .query_row([id], |row| row.get(0))
+        .optional()?)
 }
 
 pub(super) fn read_one(conn: &Connection, id: &str) -> Result<Option<SessionInfo>, StoreError> {
@@ -140,8 +155,8 @@ impl Store {
     pub fn check_session_agent(&self, id: &str, agent: &str) -> Result<bool, StoreError> {
         validate_session_id(id)?;
         validate_agent_name(agent)?;
-        match read_one(&self.lock(), id)? {
-            Some(info) => owned_by(info, agent).map(|_| true),
+        match read_agent(&self.lock(), id)? {
+            Some(existing) => is_agents(id, &existing, agent).map(|()| true),
             None => Ok(false),
         }
     }
