@@ -339,6 +339,8 @@ mod tests {
         };
         let all: Vec<(i64, Message)> = (1..).zip(messages.iter().cloned()).collect();
         assert_eq!(numbered(0), all);
+        // One row, five messages parsed.
+        assert_eq!(temp.store.read_stats().messages_parsed, 5);
         assert_eq!(numbered(2), all[2..]);
         assert_eq!(numbered(4), all[4..]);
     }
