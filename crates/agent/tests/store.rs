@@ -97,6 +97,26 @@ fn raw(path: &Path) -> rusqlite::Connection {
     rusqlite::Connection::open(path).unwrap()
 }
 
+/// `(seq, role, messages held)` of every row of `session`, in order: a
+/// row holding a write's messages (a JSON array) holds several.
+fn rows(path: &Path, session: &str) -> Vec<(i64, String, usize)> {
+    let conn = raw(path);
+    let mut stmt = conn
+        .prepare("SELECT seq, role, body FROM messages WHERE session_id = ?1 ORDER BY seq")
+        .unwrap();
+    stmt.query_map([session], |r| {
+        let body: String = r.get(2)?;
+        let held = match serde_json::from_str::<serde_json::Value>(&body).unwrap() {
+            serde_json::Value::Array(messages) => messages.len(),
+            _ => 1,
+        };
+        Ok((r.get(0)?, r.get(1)?, held))
+    })
+    .unwrap()
+    .collect::<Result<Vec<_>, _>>()
+    .unwrap()
+}
+
 /// The numbers of the session's stored messages, in row order, read from
 /// the file: a row holding several messages (a JSON array) is numbered by
 /// its last one.
@@ -158,26 +178,6 @@ fn every_message_kind_round_trips_exactly_across_a_reopen() {
     assert_eq!(seqs(&dir.db(), "s1"), vec![1, 2, 3, 4, 5, 6, 7]);
     // One write, one row, numbered by its last message.
     assert_eq!(rows(&dir.db(), "s1"), [(7, "user".to_owned(), 7)]);
-}
-
-/// `(seq, role, messages held)` of every row of `session`, in order: a
-/// row holding a batch's results (a JSON array) holds several.
-fn rows(path: &Path, session: &str) -> Vec<(i64, String, usize)> {
-    let conn = raw(path);
-    let mut stmt = conn
-        .prepare("SELECT seq, role, body FROM messages WHERE session_id = ?1 ORDER BY seq")
-        .unwrap();
-    stmt.query_map([session], |r| {
-        let body: String = r.get(2)?;
-        let held = match serde_json::from_str::<serde_json::Value>(&body).unwrap() {
-            serde_json::Value::Array(messages) => messages.len(),
-            _ => 1,
-        };
-        Ok((r.get(0)?, r.get(1)?, held))
-    })
-    .unwrap()
-    .collect::<Result<Vec<_>, _>>()
-    .unwrap()
 }
 
 /// The messages of one write are one row (a row per message was most of
