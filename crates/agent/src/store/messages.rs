@@ -93,6 +93,9 @@ impl Store {
         let mut rows = stmt.query(rusqlite::params![session, after])?;
         let mut bytes = 0;
         let mut parsed = 0;
+        // The number of the row read before, whose messages a row may not
+        // reach back to.
+        let mut previous: Option<i64> = None;
         while let Some(row) = rows.next()? {
             let seq: i64 = row.get(0)?;
             // Borrowed from SQLite's row: the text is parsed, never kept.
@@ -112,19 +115,26 @@ impl Store {
             bytes += body.len();
             if body.starts_with('[') {
                 // A write's messages, numbered up to `seq` (see `insert_rows`).
-                let results: Vec<Message> = serde_json::from_str(body).map_err(corrupt)?;
-                if results.is_empty() {
+                let messages: Vec<Message> = serde_json::from_str(body).map_err(corrupt)?;
+                if messages.is_empty() {
                     return Err(corrupt(serde::de::Error::custom(
                         "a row of messages holds none",
                     )));
                 }
-                let first = seq - (results.len() as i64 - 1);
-                parsed += results.len() as u64;
-                history.extend((first..).zip(results).filter(|(at, _)| *at > after));
+                let first = seq - (messages.len() as i64 - 1);
+                if let Some(before) = previous.filter(|before| first <= *before) {
+                    return Err(corrupt(serde::de::Error::custom(format!(
+                        "its {} messages, numbered up to {seq}, overlap the row numbered {before}",
+                        messages.len()
+                    ))));
+                }
+                parsed += messages.len() as u64;
+                history.extend((first..).zip(messages).filter(|(at, _)| *at > after));
             } else {
                 history.push((seq, serde_json::from_str(body).map_err(corrupt)?));
                 parsed += 1;
             }
+            previous = Some(seq);
         }
         self.messages_parsed.fetch_add(parsed, Ordering::Relaxed);
         Ok(bytes)
@@ -343,6 +353,48 @@ mod tests {
         assert_eq!(temp.store.read_stats().messages_parsed, 5);
         assert_eq!(numbered(2), all[2..]);
         assert_eq!(numbered(4), all[4..]);
+    }
+
+    /// A row holding more messages than its number leaves room for after
+    /// the row before it (an edited file) is refused as corrupt, naming it:
+    /// two messages would share a number.
+    #[test]
+    fn a_row_that_overlaps_the_one_before_is_corrupt() {
+        let temp = temp_store("row-overlap");
+        temp.store.ensure_session("s", "main").unwrap();
+        let conn = temp.store.lock();
+        conn.execute_batch(
+            r#"INSERT INTO messages (session_id, seq, role, body, created_at)
+               VALUES ('s', 1, 'user', '{"role":"user","content":"a"}', 0),
+                      ('s', 2, 'user', '[{"role":"user","content":"b"},{"role":"user","content":"c"}]', 0);"#,
+        )
+        .unwrap();
+        let error = temp
+            .store
+            .read_history_after(&conn, "s", 0, &mut Vec::new())
+            .unwrap_err();
+        assert!(
+            matches!(
+                &error,
+                StoreError::Corrupt {
+                    row: 2,
+                    what: "message",
+                    ..
+                }
+            ),
+            "{error:?}"
+        );
+        assert!(
+            error.to_string().contains("overlap the row numbered 1"),
+            "{error}"
+        );
+        // Read from inside it, the row is the first one read: nothing before
+        // it to overlap.
+        let mut history = Vec::new();
+        temp.store
+            .read_history_after(&conn, "s", 1, &mut history)
+            .unwrap();
+        assert_eq!(history, [(2, Message::user("c"))]);
     }
 
     /// A row of messages that holds none is refused as corrupt, naming it.
