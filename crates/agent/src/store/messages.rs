@@ -325,6 +325,15 @@ mod tests {
         })
     }
 
+    /// `error` says the message row numbered `row` is corrupt, and `says`.
+    fn assert_corrupt_row(error: &StoreError, row: i64, says: &str) {
+        assert!(
+            matches!(error, StoreError::Corrupt { row: r, what: "message", .. } if *r == row),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains(says), "{error}");
+    }
+
     /// The messages of a row are numbered up to the row's own number, and
     /// a read from inside the row gives only those after.
     #[test]
@@ -373,21 +382,7 @@ mod tests {
             .store
             .read_history_after(&conn, "s", 0, &mut Vec::new())
             .unwrap_err();
-        assert!(
-            matches!(
-                &error,
-                StoreError::Corrupt {
-                    row: 2,
-                    what: "message",
-                    ..
-                }
-            ),
-            "{error:?}"
-        );
-        assert!(
-            error.to_string().contains("overlap the row numbered 1"),
-            "{error}"
-        );
+        assert_corrupt_row(&error, 2, "overlap the row numbered 1");
         // Read from inside it, the row is the first one read: nothing before
         // it to overlap.
         let mut history = Vec::new();
@@ -413,17 +408,6 @@ mod tests {
             .store
             .read_history_after(&conn, "s", 0, &mut Vec::new())
             .unwrap_err();
-        assert!(
-            matches!(
-                &error,
-                StoreError::Corrupt {
-                    row: 1,
-                    what: "message",
-                    ..
-                }
-            ),
-            "{error:?}"
-        );
-        assert!(error.to_string().contains("holds none"), "{error}");
+        assert_corrupt_row(&error, 1, "holds none");
     }
 }
