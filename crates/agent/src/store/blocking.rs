@@ -325,6 +325,7 @@ mod tests {
 
     use super::*;
 
+    use crate::store::group::GiveUpHook;
     use crate::store::testing::{temp_store, temp_store_with};
     use crate::store::{Durability, WriteStats};
 
@@ -602,6 +603,13 @@ mod tests {
             .enable_all()
             .build()
             .unwrap();
+        // The stopped leader answers its queue, then gives up its role: a
+        // pause between the two (where a slow machine may pause it) must
+        // not let the next write in before the role is free.
+        *temp.store.writes.before_giving_up.lock().unwrap() =
+            Some(GiveUpHook(Box::new(|_: &Store| {
+                std::thread::sleep(Duration::from_millis(200));
+            })));
         let released = runtime.block_on(async {
             let (released, _places) = take_every_place(&temp.store).await;
             let store = Arc::clone(&temp.store);
@@ -617,11 +625,12 @@ mod tests {
         });
         // The workers drop their tasks as they stop, after this returns.
         runtime.shutdown_background();
+        // Answered, then the role given up: both, before the next write.
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while !temp.store.writes.is_empty() {
+        while !temp.store.writes.is_empty() || temp.store.writes.is_leading() {
             assert!(
                 std::time::Instant::now() < deadline,
-                "the queued write was left"
+                "the queued write was left, or the role kept"
             );
             std::thread::sleep(Duration::from_millis(2));
         }

@@ -262,6 +262,12 @@ impl WriteQueue {
             .is_empty()
     }
 
+    /// Whether a leader holds the role (tests only).
+    #[cfg(test)]
+    pub(super) fn is_leading(&self) -> bool {
+        self.leading.load(Ordering::SeqCst)
+    }
+
     pub(super) fn inline_commits(&self) -> u64 {
         self.inline.load(Ordering::Relaxed)
     }
