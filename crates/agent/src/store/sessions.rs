@@ -22,9 +22,9 @@ pub struct SessionInfo {
 }
 
 // The message count is the highest number: messages are numbered 1, 2, 3,
-// … without gaps (appends take the next numbers, a repair moves later
-// messages down to make room, nothing deletes one), and a row of a batch's
-// results holds several (see `messages::insert_rows`).
+// … without gaps (appends take the next numbers, a repair numbers the
+// session's messages anew, nothing deletes one), and a row may hold the
+// several messages of one write (see `messages::insert_rows`).
 const SELECT_INFO: &str = "SELECT s.id, s.agent, s.title, s.created_at, s.updated_at,
         (SELECT COALESCE(MAX(m.seq), 0) FROM messages m WHERE m.session_id = s.id)
     FROM sessions s";
