@@ -19,6 +19,7 @@ pub mod batch;
 pub mod call_notes;
 pub mod event;
 pub mod hooks;
+pub mod json_text;
 pub mod message;
 pub mod outcome;
 pub mod pairing;

@@ -4,6 +4,7 @@ use std::ops::RangeInclusive;
 use std::sync::atomic::Ordering;
 
 use homeagent_core::Message;
+use homeagent_core::json_text::push_message;
 use rusqlite::Connection;
 
 use super::events::EventRow;
@@ -176,7 +177,6 @@ impl MessageRow {
     }
 }
 
-/// Renders `messages` as rows.
 /// The write that appends `messages` and `events` to `session`.
 pub(super) fn append_op(
     session: &str,
@@ -187,7 +187,7 @@ pub(super) fn append_op(
     Ok(WriteOp::Append {
         session: session.to_owned(),
         create_for: None,
-        rows: encode_messages(session, messages)?,
+        rows: encode_messages(messages),
         events,
         events_rule: EventsRule::WithMessages,
     })
@@ -230,23 +230,18 @@ pub(super) fn appended(done: WriteDone) -> Result<RangeInclusive<i64>, StoreErro
     }
 }
 
-pub(super) fn encode_messages(
-    session: &str,
-    messages: &[Message],
-) -> Result<Vec<MessageRow>, StoreError> {
-    (0..)
-        .zip(messages)
-        .map(|(index, message)| {
-            let body = serde_json::to_string(message).map_err(|source| StoreError::Corrupt {
-                session: session.to_owned(),
-                what: "message",
-                row: index,
-                source,
-            })?;
-            Ok(MessageRow {
+/// The rows' texts of `messages`, written by hand as serde would
+/// ([`push_message`]).
+pub(super) fn encode_messages(messages: &[Message]) -> Vec<MessageRow> {
+    messages
+        .iter()
+        .map(|message| {
+            let mut body = String::with_capacity(128);
+            push_message(&mut body, message);
+            MessageRow {
                 role: message.role(),
                 body,
-            })
+            }
         })
         .collect()
 }
@@ -259,7 +254,7 @@ pub(super) fn insert_messages(
     first: i64,
     messages: &[Message],
 ) -> Result<(), StoreError> {
-    insert_rows(conn, session, first, &encode_messages(session, messages)?)
+    insert_rows(conn, session, first, &encode_messages(messages))
 }
 
 /// Inserts `rows` as the messages numbered `first`, `first + 1`, …; the

@@ -184,7 +184,7 @@ impl Store {
         let op = WriteOp::CreateSeeded {
             id: id.to_owned(),
             agent: agent.to_owned(),
-            rows: encode_messages(id, messages)?,
+            rows: encode_messages(messages),
         };
         match self.submit(op)? {
             WriteDone::Created(created) => Ok(created),
