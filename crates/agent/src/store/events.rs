@@ -20,7 +20,7 @@ use rusqlite::{Connection, TransactionBehavior};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{Store, StoreError, now_ms, require_session, validate_session_id};
+use super::{Store, StoreError, event_text, now_ms, require_session, validate_session_id};
 
 /// Whether an event opens or closes a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -96,12 +96,13 @@ impl EventRow {
 
     /// The element of schema 4: the event and its time.
     fn compact(event: &ToolEvent, at_ms: i64) -> Self {
-        // Plain data (strings, numbers, JSON values): serialising cannot
-        // fail; were it ever to, the element keeps its columns and a null
+        // Written by hand ([`event_text`]), as serde would. Plain data
+        // (strings, numbers, JSON values): serialising cannot fail; were it
+        // ever to, the element keeps its columns and a null
         // body, and failing that it is empty and `insert_events` leaves it
         // out.
-        let text = serde_json::to_string(&CompactEvent { event, at_ms })
-            .or_else(|_| serde_json::to_string(&StoredEvent::of(event, at_ms).columns()))
+        let text = event_text::element(event, at_ms)
+            .or_else(|| serde_json::to_string(&StoredEvent::of(event, at_ms).columns()).ok())
             .unwrap_or_default();
         EventRow { text, at_ms }
     }
@@ -263,13 +264,6 @@ fn legacy_events(conn: &Connection, session: &str) -> Result<Vec<ToolEventRecord
         });
     }
     Ok(events)
-}
-
-/// An element of a batch row as schema 4 writes it.
-#[derive(Serialize)]
-struct CompactEvent<'a> {
-    event: &'a ToolEvent,
-    at_ms: i64,
 }
 
 /// An element of a batch row as read: schema 4's, or schema 3's whole

@@ -71,6 +71,7 @@ mod blocking;
 mod checkpoint;
 mod claim;
 mod error;
+mod event_text;
 mod events;
 mod group;
 mod held;
