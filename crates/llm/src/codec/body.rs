@@ -8,9 +8,11 @@ use serde::de::IgnoredAny;
 use crate::error::CodecError;
 
 /// The exact JSON text a request sends. It is made only by serializing a
-/// value ([`JsonBody::encode`], what codecs do) or by checking text
-/// ([`JsonBody::parse`], what a Lua adapter's body goes through), so it is
-/// always one well-formed JSON value; it is sent byte for byte.
+/// value ([`JsonBody::encode`], what most codecs do), by writing it with
+/// [`homeagent_core::json_text`] ([`JsonBody::written`], the OpenAI
+/// codec) or by checking text ([`JsonBody::parse`], what a Lua adapter's
+/// body goes through), so it is always one well-formed JSON value; it is
+/// sent byte for byte.
 ///
 /// It keeps bytes, not a `String`: serde_json writes UTF-8 only, and
 /// turning its output into a `String` checked every byte again (1.5 % of
@@ -32,6 +34,13 @@ impl JsonBody {
         let mut buffer = Vec::with_capacity(capacity);
         serde_json::to_writer(&mut buffer, value).map_err(|e| unencodable(e.to_string()))?;
         Ok(JsonBody(buffer))
+    }
+
+    /// Text a codec wrote with [`homeagent_core::json_text`]'s writers,
+    /// which write only well-formed JSON (their tests hold it equal to
+    /// serde_json's); checking it again would cost what writing it saved.
+    pub(crate) fn written(text: String) -> JsonBody {
+        JsonBody(text.into_bytes())
     }
 
     /// `text` if it is one JSON value (surrounding whitespace allowed), as

@@ -1,23 +1,28 @@
 //! Writing a Chat Completions request.
 //!
-//! The body is serialized straight from the borrowed [`ChatRequest`]: no
-//! `serde_json::Value` tree is built, so a turn no longer copies the whole
+//! The body is written straight from the borrowed [`ChatRequest`]: no
+//! `serde_json::Value` tree is built, so a turn does not copy the whole
 //! history and every tool schema only to write them out and drop them (in a
 //! blast of 12-input sessions, building the request that way was 16 % of
-//! the agent's CPU samples; 4 % after).
+//! the agent's CPU samples; 4 % after). It is written by hand with
+//! [`homeagent_core::json_text`] rather than through serde's serializer:
+//! the history repeats every call's arguments and result as JSON text
+//! inside a string, quotes and all, and serde_json escaped them one byte
+//! at a time (~9 k instructions a call in a batch of 64).
 
 use std::borrow::Cow;
 
-use homeagent_core::{AssistantMessage, Message, ToolCall, ToolMessage};
+use homeagent_core::json_text::{push_string, push_value};
+use homeagent_core::{AssistantMessage, Message, ToolMessage};
 use serde::Serialize;
-use serde::ser::{Error as _, SerializeSeq, Serializer};
+use serde::ser::{SerializeSeq, Serializer};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::PROTOCOL;
 use super::decode::{is_reasoning_marker, recorded_extra};
 use crate::codec::wire_ids::{MistralIds, WireIds};
-use crate::codec::{Endpoint, WireRequest, encoded_body, temperature_json};
+use crate::codec::{Endpoint, JsonBody, WireRequest, temperature_json};
 use crate::error::CodecError;
 use crate::request::{ChatRequest, ToolSpec};
 
@@ -36,51 +41,19 @@ pub(super) fn build(endpoint: &Endpoint, request: &ChatRequest) -> Result<WireRe
     let openai_itself = host == "api.openai.com" || host.ends_with(".openai.azure.com");
     let ids =
         is_mistral(&host, &request.model).then(|| WireIds::of(&request.messages, &MistralIds));
-    let body = Body {
-        model: &request.model,
-        messages: Messages {
-            messages: &request.messages,
-            gemini: is_gemini_host(&host),
-            ids: ids.as_ref(),
-        },
-        tools: Tools(&request.tools),
-        max_tokens: (!openai_itself).then_some(request.max_tokens),
-        max_completion_tokens: openai_itself.then_some(request.max_tokens),
-        temperature: temperature_json(PROTOCOL, request.temperature)?,
-        stream: request.stream,
-        // Without it the stream carries no token counts at all; with it they
-        // arrive in a last chunk whose `choices` is empty.
-        stream_options: request.stream.then_some(StreamOptions {
-            include_usage: true,
-        }),
-    };
+    let temperature = temperature_json(PROTOCOL, request.temperature)?;
+    let body = write_body(
+        request,
+        is_gemini_host(&host),
+        ids.as_ref(),
+        openai_itself,
+        temperature.as_ref(),
+    );
     Ok(WireRequest {
         url,
         headers,
-        body: encoded_body(PROTOCOL, &body, request)?,
+        body: JsonBody::written(body),
     })
-}
-
-#[derive(Serialize)]
-struct Body<'a> {
-    model: &'a str,
-    messages: Messages<'a>,
-    #[serde(skip_serializing_if = "Tools::is_empty")]
-    tools: Tools<'a>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    max_tokens: Option<u32>,
-    /// OpenAI's name for the limit, instead of `max_tokens`: OpenAI's own
-    /// API and Azure OpenAI refuse `max_tokens` for their reasoning models
-    /// (gpt-5, the o-series: "Use 'max_completion_tokens' instead") and
-    /// take this for every model; the other servers speaking the protocol
-    /// (vLLM, llama.cpp, DeepSeek, Groq, ...) know `max_tokens`.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    max_completion_tokens: Option<u32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    temperature: Option<Value>,
-    stream: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    stream_options: Option<StreamOptions>,
 }
 
 /// The lowercased host of `base_url` (no scheme, user info or port).
@@ -121,59 +94,6 @@ fn is_gemini_host(host: &str) -> bool {
     host == "generativelanguage.googleapis.com" || host.ends_with("aiplatform.googleapis.com")
 }
 
-#[derive(Serialize)]
-struct StreamOptions {
-    include_usage: bool,
-}
-
-struct Messages<'a> {
-    messages: &'a [Message],
-    /// Whether the server is Gemini's (see [`CallExtra::SkipValidator`]).
-    gemini: bool,
-    /// The ids to send, where the wire restricts them (Mistral).
-    ids: Option<&'a WireIds<'a>>,
-}
-
-impl Serialize for Messages<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut seq = serializer.serialize_seq(Some(self.messages.len()))?;
-        // The current turn: what follows the last user message.
-        let current_from = self
-            .messages
-            .iter()
-            .rposition(|m| matches!(m, Message::User { .. }))
-            .map_or(0, |last_user| last_user + 1);
-        for (index, message) in self.messages.iter().enumerate() {
-            match message {
-                Message::System { content } => seq.serialize_element(&Plain {
-                    role: "system",
-                    content,
-                })?,
-                Message::User { content } => seq.serialize_element(&Plain {
-                    role: "user",
-                    content,
-                })?,
-                Message::Assistant(assistant) => {
-                    let turn = match (index >= current_from, self.gemini) {
-                        (false, _) => Turn::Earlier,
-                        (true, false) => Turn::Current,
-                        (true, true) => Turn::CurrentOnGemini,
-                    };
-                    seq.serialize_element(&Assistant::new(assistant, turn, self.ids))?;
-                }
-                Message::Tool(tool) => seq.serialize_element(&ToolResult::new(tool, self.ids))?,
-            }
-        }
-        seq.end()
-    }
-}
-
-#[derive(Serialize)]
-struct Plain<'a> {
-    role: &'static str,
-    content: &'a str,
-}
-
 /// Where an assistant message sits, which decides what of its metadata
 /// goes back: servers check the current turn (what follows the last user
 /// message) only, so nothing beyond text and calls is sent for earlier ones.
@@ -183,35 +103,6 @@ enum Turn {
     Current,
     /// The current turn, to Gemini's compatible endpoint.
     CurrentOnGemini,
-}
-
-/// OpenAI has no input field for reasoning. DeepSeek's thinking mode wants
-/// its own `reasoning_content` back on the current turn's messages (see
-/// `decode::TurnMetadata`), so reasoning that came in that field is sent
-/// there, in the current turn only; nothing else is. The same goes for a
-/// call's `extra_content`.
-#[derive(Serialize)]
-struct Assistant<'a> {
-    role: &'static str,
-    /// `null` for a turn that only called tools: OpenAI's own shape for it.
-    content: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    reasoning_content: Option<Cow<'a, str>>,
-    #[serde(skip_serializing_if = "WireCalls::is_empty")]
-    tool_calls: WireCalls<'a>,
-}
-
-impl<'a> Assistant<'a> {
-    fn new(message: &'a AssistantMessage, turn: Turn, ids: Option<&'a WireIds<'a>>) -> Self {
-        let only_calls = message.content.is_empty() && !message.tool_calls.is_empty();
-        let current = turn != Turn::Earlier;
-        Assistant {
-            role: "assistant",
-            content: (!only_calls).then_some(message.content.as_str()),
-            reasoning_content: current.then(|| deepseek_reasoning(message)).flatten(),
-            tool_calls: WireCalls { message, turn, ids },
-        }
-    }
 }
 
 /// The text of the message's reasoning that came as `reasoning_content`,
@@ -229,147 +120,6 @@ fn deepseek_reasoning(message: &AssistantMessage) -> Option<Cow<'_, str>> {
     Some(text)
 }
 
-/// A message's calls, each with the `extra_content` it came with when the
-/// message is in the current turn.
-struct WireCalls<'a> {
-    message: &'a AssistantMessage,
-    turn: Turn,
-    ids: Option<&'a WireIds<'a>>,
-}
-
-impl WireCalls<'_> {
-    fn is_empty(&self) -> bool {
-        self.message.tool_calls.is_empty()
-    }
-}
-
-impl Serialize for WireCalls<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let calls = &self.message.tool_calls;
-        let mut seq = serializer.serialize_seq(Some(calls.len()))?;
-        for (position, call) in calls.iter().enumerate() {
-            let recorded = match self.turn {
-                Turn::Earlier => None,
-                Turn::Current | Turn::CurrentOnGemini => {
-                    recorded_extra(&self.message.reasoning, &call.id, position)
-                }
-            };
-            let extra = match recorded {
-                Some(value) => Some(CallExtra::Recorded(value)),
-                // Gemini's own first call of a step always has its
-                // signature; without one the call was another provider's.
-                None if position == 0 && self.turn == Turn::CurrentOnGemini => {
-                    Some(CallExtra::SkipValidator)
-                }
-                None => None,
-            };
-            let id = self.ids.map_or(call.id.as_str(), |ids| ids.get(&call.id));
-            seq.serialize_element(&WireCall { call, id, extra })?;
-        }
-        seq.end()
-    }
-}
-
-/// A call's `extra_content` on the wire.
-enum CallExtra<'a> {
-    /// What the call came with, verbatim.
-    Recorded(&'a Value),
-    /// Gemini 3 refuses a current-turn step whose first call has no thought
-    /// signature ("Function call is missing a thought_signature"), which is
-    /// every call another provider made (a fallback in the middle of an
-    /// input). Google documents this value for such calls; the native
-    /// Gemini codec sends the same one.
-    SkipValidator,
-}
-
-impl Serialize for CallExtra<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        #[derive(Serialize)]
-        struct Google {
-            google: Signature,
-        }
-        #[derive(Serialize)]
-        struct Signature {
-            thought_signature: &'static str,
-        }
-        match self {
-            CallExtra::Recorded(value) => value.serialize(serializer),
-            CallExtra::SkipValidator => Google {
-                google: Signature {
-                    thought_signature: "skip_thought_signature_validator",
-                },
-            }
-            .serialize(serializer),
-        }
-    }
-}
-
-struct WireCall<'a> {
-    call: &'a ToolCall,
-    /// The id sent, the call's own unless the wire restricts ids.
-    id: &'a str,
-    extra: Option<CallExtra<'a>>,
-}
-
-impl Serialize for WireCall<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        #[derive(Serialize)]
-        struct Call<'a> {
-            id: &'a str,
-            #[serde(rename = "type")]
-            kind: &'static str,
-            function: Function<'a>,
-            #[serde(skip_serializing_if = "Option::is_none")]
-            extra_content: Option<&'a CallExtra<'a>>,
-        }
-        #[derive(Serialize)]
-        struct Function<'a> {
-            name: &'a str,
-            /// The wire wants the arguments as a JSON *string*.
-            arguments: String,
-        }
-        let call = self.call;
-        let arguments = serde_json::to_string(&call.arguments)
-            .map_err(|e| S::Error::custom(format!("arguments of tool call {}: {e}", call.id)))?;
-        Call {
-            id: self.id,
-            kind: "function",
-            function: Function {
-                name: &call.name,
-                arguments,
-            },
-            extra_content: self.extra.as_ref(),
-        }
-        .serialize(serializer)
-    }
-}
-
-/// OpenAI has no error flag on tool messages, so a failure is framed as a
-/// JSON error object the model cannot mistake for a result.
-#[derive(Serialize)]
-struct ToolResult<'a> {
-    role: &'static str,
-    tool_call_id: &'a str,
-    content: Cow<'a, str>,
-}
-
-impl<'a> ToolResult<'a> {
-    fn new(tool: &'a ToolMessage, ids: Option<&'a WireIds<'a>>) -> Self {
-        let content = if tool.success {
-            Cow::Borrowed(tool.content.as_str())
-        } else {
-            Cow::Owned(serde_json::json!({"error": tool.content}).to_string())
-        };
-        ToolResult {
-            role: "tool",
-            tool_call_id: ids.map_or(tool.tool_call_id.as_str(), |ids| {
-                ids.get(&tool.tool_call_id)
-            }),
-            content,
-        }
-    }
-}
-
 /// The tool list in OpenAI's shape (Ollama takes the same), each schema
 /// written from its text.
 pub(crate) struct Tools<'a>(pub(crate) &'a [ToolSpec]);
@@ -382,33 +132,228 @@ impl Tools<'_> {
 
 impl Serialize for Tools<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        #[derive(Serialize)]
-        struct Tool<'a> {
-            #[serde(rename = "type")]
-            kind: &'static str,
-            function: Function<'a>,
-        }
-        #[derive(Serialize)]
-        struct Function<'a> {
-            name: &'a str,
-            description: &'a str,
-            parameters: &'a RawValue,
-        }
         let mut seq = serializer.serialize_seq(Some(self.0.len()))?;
         for tool in self.0 {
-            let rendered = tool.rendered(TOOL_SHAPE, || Tool {
-                kind: "function",
-                function: Function {
-                    name: tool.name(),
-                    description: tool.description(),
-                    parameters: tool.parameters(),
-                },
-            });
-            seq.serialize_element(&*rendered)?;
+            seq.serialize_element(&*tool.rendered(TOOL_SHAPE, || openai_tool(tool)))?;
         }
         seq.end()
     }
 }
 
+/// A tool in OpenAI's shape.
+#[derive(Serialize)]
+struct OpenaiTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: OpenaiFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct OpenaiFunction<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a RawValue,
+}
+
+fn openai_tool(tool: &ToolSpec) -> OpenaiTool<'_> {
+    OpenaiTool {
+        kind: "function",
+        function: OpenaiFunction {
+            name: tool.name(),
+            description: tool.description(),
+            parameters: tool.parameters(),
+        },
+    }
+}
+
 /// The [`ToolSpec::rendered`] key of a tool in OpenAI's shape.
 const TOOL_SHAPE: &str = "openai.tool";
+
+/// The request body, written by hand ([`homeagent_core::json_text`]).
+fn write_body(
+    request: &ChatRequest,
+    gemini: bool,
+    ids: Option<&WireIds<'_>>,
+    openai_itself: bool,
+    temperature: Option<&Value>,
+) -> String {
+    let mut out = String::with_capacity(request.encoded_size_hint());
+    out.push_str("{\"model\":");
+    push_string(&mut out, &request.model);
+    out.push_str(",\"messages\":");
+    write_messages(&mut out, &request.messages, gemini, ids);
+    if !request.tools.is_empty() {
+        out.push_str(",\"tools\":");
+        Tools(&request.tools).push_to(&mut out);
+    }
+    let limit = if openai_itself {
+        ",\"max_completion_tokens\":"
+    } else {
+        ",\"max_tokens\":"
+    };
+    out.push_str(limit);
+    out.push_str(itoa::Buffer::new().format(request.max_tokens));
+    if let Some(temperature) = temperature {
+        out.push_str(",\"temperature\":");
+        push_value(&mut out, temperature);
+    }
+    out.push_str(if request.stream {
+        // Without it the stream carries no token counts at all; with it
+        // they arrive in a last chunk whose `choices` is empty.
+        ",\"stream\":true,\"stream_options\":{\"include_usage\":true}}"
+    } else {
+        ",\"stream\":false}"
+    });
+    out
+}
+
+fn write_messages(out: &mut String, messages: &[Message], gemini: bool, ids: Option<&WireIds<'_>>) {
+    // The current turn: what follows the last user message.
+    let current_from = messages
+        .iter()
+        .rposition(|m| matches!(m, Message::User { .. }))
+        .map_or(0, |last_user| last_user + 1);
+    // One buffer for the JSON text that goes into a string (arguments, an
+    // error's object), reused from call to call.
+    let mut scratch = String::new();
+    out.push('[');
+    for (index, message) in messages.iter().enumerate() {
+        if index > 0 {
+            out.push(',');
+        }
+        match message {
+            Message::System { content } | Message::User { content } => {
+                out.push_str("{\"role\":\"");
+                out.push_str(message.role());
+                out.push_str("\",\"content\":");
+                push_string(out, content);
+                out.push('}');
+            }
+            Message::Assistant(assistant) => {
+                let turn = match (index >= current_from, gemini) {
+                    (false, _) => Turn::Earlier,
+                    (true, false) => Turn::Current,
+                    (true, true) => Turn::CurrentOnGemini,
+                };
+                write_assistant(out, assistant, turn, ids, &mut scratch);
+            }
+            Message::Tool(tool) => write_tool_result(out, tool, ids, &mut scratch),
+        }
+    }
+    out.push(']');
+}
+
+/// OpenAI has no input field for reasoning. DeepSeek's thinking mode wants
+/// its own `reasoning_content` back on the current turn's messages (see
+/// `decode::TurnMetadata`), so reasoning that came in that field is sent
+/// there, in the current turn only; nothing else is. The same goes for a
+/// call's `extra_content`.
+fn write_assistant(
+    out: &mut String,
+    message: &AssistantMessage,
+    turn: Turn,
+    ids: Option<&WireIds<'_>>,
+    scratch: &mut String,
+) {
+    out.push_str("{\"role\":\"assistant\",\"content\":");
+    // `null` for a turn that only called tools: OpenAI's own shape for it.
+    if message.content.is_empty() && !message.tool_calls.is_empty() {
+        out.push_str("null");
+    } else {
+        push_string(out, &message.content);
+    }
+    if turn != Turn::Earlier
+        && let Some(reasoning) = deepseek_reasoning(message)
+    {
+        out.push_str(",\"reasoning_content\":");
+        push_string(out, &reasoning);
+    }
+    if !message.tool_calls.is_empty() {
+        out.push_str(",\"tool_calls\":[");
+        for (position, call) in message.tool_calls.iter().enumerate() {
+            if position > 0 {
+                out.push(',');
+            }
+            let recorded = match turn {
+                Turn::Earlier => None,
+                Turn::Current | Turn::CurrentOnGemini => {
+                    recorded_extra(&message.reasoning, &call.id, position)
+                }
+            };
+            out.push_str("{\"id\":");
+            push_string(out, ids.map_or(call.id.as_str(), |ids| ids.get(&call.id)));
+            out.push_str(",\"type\":\"function\",\"function\":{\"name\":");
+            push_string(out, &call.name);
+            // The wire wants the arguments as a JSON *string*.
+            out.push_str(",\"arguments\":");
+            scratch.clear();
+            push_value(scratch, &call.arguments);
+            push_string(out, scratch);
+            out.push('}');
+            match recorded {
+                Some(value) => {
+                    out.push_str(",\"extra_content\":");
+                    push_value(out, value);
+                }
+                // Gemini's own first call of a step always has its
+                // signature; without one the call was another provider's.
+                // Gemini 3 refuses a current-turn step whose first call has
+                // no thought signature ("Function call is missing a
+                // thought_signature"), which is every call another provider
+                // made (a fallback in the middle of an input). Google
+                // documents this value for such calls; the native Gemini
+                // codec sends the same one.
+                None if position == 0 && turn == Turn::CurrentOnGemini => out.push_str(
+                    ",\"extra_content\":{\"google\":{\"thought_signature\":\"skip_thought_signature_validator\"}}",
+                ),
+                None => {}
+            }
+            out.push('}');
+        }
+        out.push(']');
+    }
+    out.push('}');
+}
+
+fn write_tool_result(
+    out: &mut String,
+    tool: &ToolMessage,
+    ids: Option<&WireIds<'_>>,
+    scratch: &mut String,
+) {
+    out.push_str("{\"role\":\"tool\",\"tool_call_id\":");
+    push_string(
+        out,
+        ids.map_or(tool.tool_call_id.as_str(), |ids| {
+            ids.get(&tool.tool_call_id)
+        }),
+    );
+    out.push_str(",\"content\":");
+    if tool.success {
+        push_string(out, &tool.content);
+    } else {
+        // OpenAI has no error flag on tool messages, so a failure is
+        // framed as a JSON error object the model cannot mistake for a
+        // result.
+        scratch.clear();
+        scratch.push_str("{\"error\":");
+        push_string(scratch, &tool.content);
+        scratch.push('}');
+        push_string(out, scratch);
+    }
+    out.push('}');
+}
+
+impl Tools<'_> {
+    /// Appends the list as [`Tools`]'s `Serialize` writes it.
+    fn push_to(&self, out: &mut String) {
+        out.push('[');
+        for (i, tool) in self.0.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(tool.rendered(TOOL_SHAPE, || openai_tool(tool)).get());
+        }
+        out.push(']');
+    }
+}
