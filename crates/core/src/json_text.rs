@@ -22,60 +22,58 @@ pub fn push_string(out: &mut String, text: &str) {
     let bytes = text.as_bytes();
     out.reserve(bytes.len() + 2);
     out.push('"');
-    // `copied` is where the text not yet appended starts. Every byte that
-    // needs an escape is ASCII, so each cut falls between characters.
-    let mut copied = 0;
-    // Eight bytes are looked at together (one word, no branch per byte),
-    // and only a word holding an escape byte by byte: ids, names and most
-    // text hold none, JSON text in a string a few.
-    let words = bytes.chunks_exact(WORD);
-    let tail = words.remainder();
-    for (number, word) in words.enumerate() {
-        let mut eight = [0u8; WORD];
-        eight.copy_from_slice(word);
-        if word_needs_escape(u64::from_le_bytes(eight)) {
-            escape_each(out, text, number * WORD, word, &mut copied);
-        }
+    let mut rest = text;
+    loop {
+        // `run` ends at an ASCII byte or at the end: a cut between
+        // characters.
+        let run = plain_run(rest.as_bytes());
+        out.push_str(rest.get(..run).unwrap_or_default());
+        let Some(&byte) = rest.as_bytes().get(run) else {
+            break;
+        };
+        push_escape(out, byte);
+        rest = rest.get(run + 1..).unwrap_or_default();
     }
-    escape_each(out, text, bytes.len() - tail.len(), tail, &mut copied);
-    out.push_str(text.get(copied..).unwrap_or_default());
     out.push('"');
 }
 
-const WORD: usize = 8;
-
-/// Whether any of the eight bytes of `word` is below 0x20, a quote or a
-/// backslash: `hasless` and `haszero` of "Bit Twiddling Hacks". A byte's
-/// top bit in `x - 0x01…01 & !x` is set where `x` has a zero byte (and a
-/// borrow may set it above one too), never in a word without one, so the
-/// answer is exact for the word.
-fn word_needs_escape(word: u64) -> bool {
-    const ONES: u64 = u64::MAX / 255;
-    const TOPS: u64 = ONES << 7;
-    let control = word.wrapping_sub(ONES * 0x20) & !word;
-    let quote = word ^ (ONES * u64::from(b'"'));
-    let quote = quote.wrapping_sub(ONES) & !quote;
-    let backslash = word ^ (ONES * u64::from(b'\\'));
-    let backslash = backslash.wrapping_sub(ONES) & !backslash;
-    (control | quote | backslash) & TOPS != 0
-}
-
-/// Appends the text before each byte of `part` (which starts at `start`
-/// in `text`) that needs an escape, and the escape; `copied` is where the
-/// text not yet appended starts.
-fn escape_each(out: &mut String, text: &str, start: usize, part: &[u8], copied: &mut usize) {
-    for (offset, &byte) in part.iter().enumerate() {
-        if needs_escape(byte) {
-            let at = start + offset;
-            out.push_str(text.get(*copied..at).unwrap_or_default());
-            push_escape(out, byte);
-            *copied = at + 1;
+/// How many bytes at the start of `bytes` a JSON string holds as they
+/// stand: up to the first quote, backslash or control character (what
+/// needs an escape when written, and ends a run when read). Eight bytes at
+/// a time: most of a string is plain text.
+pub fn plain_run(bytes: &[u8]) -> usize {
+    let mut run = 0;
+    while let Some(eight) = bytes.get(run..run + 8) {
+        let mut word = [0; 8];
+        word.copy_from_slice(eight);
+        let stops = stop_bytes(u64::from_le_bytes(word));
+        if stops != 0 {
+            // Little-endian: the first byte in the text is the lowest.
+            return run + (stops.trailing_zeros() / 8) as usize;
         }
+        run += 8;
     }
+    let rest = bytes.get(run..).unwrap_or_default();
+    run + rest
+        .iter()
+        .take_while(|&&b| b >= 0x20 && b != b'"' && b != b'\\')
+        .count()
 }
 
-fn needs_escape(byte: u8) -> bool {
-    byte < 0x20 || byte == b'"' || byte == b'\\'
+/// `0x80` in the first byte of `word` (the lowest) that ends a plain run,
+/// maybe in some after it, and `0` if none does ("Bit Twiddling Hacks":
+/// `hasless` and `haszero`). A borrow can flag a byte after a real stop,
+/// never one before: the lowest flag is exact.
+fn stop_bytes(word: u64) -> u64 {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
+    let quote = word ^ u64::from_ne_bytes([b'"'; 8]);
+    let backslash = word ^ u64::from_ne_bytes([b'\\'; 8]);
+    // A byte below 0x20, a zero byte in `quote` or in `backslash`.
+    ((word.wrapping_sub(ONES * 0x20) & !word)
+        | (quote.wrapping_sub(ONES) & !quote)
+        | (backslash.wrapping_sub(ONES) & !backslash))
+        & HIGHS
 }
 
 /// The escape serde_json writes for `byte`.

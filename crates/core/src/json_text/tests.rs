@@ -1,5 +1,7 @@
 #![allow(clippy::unwrap_used)] // a panic in a test is a test failure
 
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 use serde_json::json;
 
 use super::*;
@@ -132,5 +134,28 @@ fn messages_read_as_serde_writes_them() {
         assert_eq!(out, serde_json::to_string(message).unwrap());
         let back: Message = serde_json::from_str(&out).unwrap();
         assert_eq!(&back, message);
+    }
+}
+
+#[test]
+fn plain_runs_end_at_the_first_quote_backslash_or_control_byte() {
+    let naive = |bytes: &[u8]| {
+        bytes
+            .iter()
+            .take_while(|&&b| b >= 0x20 && b != b'"' && b != b'\\')
+            .count()
+    };
+    let mut rng = SmallRng::seed_from_u64(0x0E5C);
+    for _ in 0..20_000 {
+        let len = rng.random_range(0..40);
+        let bytes: Vec<u8> = (0..len)
+            .map(|_| match rng.random_range(0..8) {
+                0 => b"{}[]:,\"\\ 0-1e.nu\t\x01x"[rng.random_range(0..19)],
+                1 => rng.random_range(0x80..=0xFF),
+                2 => rng.random_range(0..0x21),
+                _ => rng.random_range(0x20..0x7F),
+            })
+            .collect();
+        assert_eq!(plain_run(&bytes), naive(&bytes), "{bytes:?}");
     }
 }

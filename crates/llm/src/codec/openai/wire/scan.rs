@@ -19,6 +19,7 @@
 //! edits of them.
 
 use super::{CallEntry, Choice, Chunk, Delta, FunctionPart, UsageCounts};
+use homeagent_core::json_text::plain_run;
 
 /// How deep a member nobody reads may nest here. Stepping over one
 /// recurses, so a deeper one is left to serde, which steps over members
@@ -472,43 +473,6 @@ fn unescape(inside: &str) -> Option<String> {
     }
     text.push_str(rest);
     pending_high.is_none().then_some(text)
-}
-
-/// How many bytes at the start of `bytes` a string holds as they stand:
-/// up to the first quote, backslash or control character. Eight bytes at a
-/// time: most of a chunk is string text.
-fn plain_run(bytes: &[u8]) -> usize {
-    let mut run = 0;
-    while let Some(eight) = bytes.get(run..run + 8) {
-        let mut word = [0; 8];
-        word.copy_from_slice(eight);
-        let stops = stop_bytes(u64::from_le_bytes(word));
-        if stops != 0 {
-            // Little-endian: the first byte in the text is the lowest.
-            return run + (stops.trailing_zeros() / 8) as usize;
-        }
-        run += 8;
-    }
-    let rest = bytes.get(run..).unwrap_or_default();
-    run + rest
-        .iter()
-        .take_while(|&&b| b >= 0x20 && b != b'"' && b != b'\\')
-        .count()
-}
-
-/// `0x80` in the first byte of `word` (the lowest) that ends a plain run,
-/// maybe in some after it, and `0` if none does. A borrow can flag a byte
-/// after a real stop, never one before: the lowest flag is exact.
-fn stop_bytes(word: u64) -> u64 {
-    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
-    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
-    let quote = word ^ u64::from_ne_bytes([b'"'; 8]);
-    let backslash = word ^ u64::from_ne_bytes([b'\\'; 8]);
-    // A byte below 0x20, a zero byte in `quote` or in `backslash`.
-    ((word.wrapping_sub(ONES * 0x20) & !word)
-        | (quote.wrapping_sub(ONES) & !quote)
-        | (backslash.wrapping_sub(ONES) & !backslash))
-        & HIGHS
 }
 
 #[cfg(test)]

@@ -178,29 +178,6 @@ fn edited_chunks_are_read_as_serde_reads_them_or_left_to_it() {
 }
 
 #[test]
-fn plain_runs_end_at_the_first_quote_backslash_or_control_byte() {
-    let naive = |bytes: &[u8]| {
-        bytes
-            .iter()
-            .take_while(|&&b| b >= 0x20 && b != b'"' && b != b'\\')
-            .count()
-    };
-    let mut rng = SmallRng::seed_from_u64(0x0E5C);
-    for _ in 0..20_000 {
-        let len = rng.random_range(0..40);
-        let bytes: Vec<u8> = (0..len)
-            .map(|_| match rng.random_range(0..8) {
-                0 => SIGNIFICANT[rng.random_range(0..SIGNIFICANT.len())],
-                1 => rng.random_range(0x80..=0xFF),
-                2 => rng.random_range(0..0x21),
-                _ => rng.random_range(0x20..0x7F),
-            })
-            .collect();
-        assert_eq!(super::plain_run(&bytes), naive(&bytes), "{bytes:?}");
-    }
-}
-
-#[test]
 fn escaped_strings_read_as_serde_reads_them() {
     let mut rng = SmallRng::seed_from_u64(0x00E5_CA9E);
     let (mut read, mut refused) = (0, 0);
