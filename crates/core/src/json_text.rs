@@ -79,23 +79,24 @@ fn stop_bytes(word: u64) -> u64 {
 /// The escape serde_json writes for `byte`.
 fn push_escape(out: &mut String, byte: u8) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let short = match byte {
-        b'"' => "\\\"",
-        b'\\' => "\\\\",
-        0x08 => "\\b",
-        0x0C => "\\f",
-        b'\n' => "\\n",
-        b'\r' => "\\r",
-        b'\t' => "\\t",
-        _ => "",
+    // Two pushes, not a `push_str`: a quote in JSON text inside a string
+    // is the common case, and a copy of two bytes costs more than it does.
+    out.push('\\');
+    let letter = match byte {
+        b'"' | b'\\' => byte,
+        0x08 => b'b',
+        0x0C => b'f',
+        b'\n' => b'n',
+        b'\r' => b'r',
+        b'\t' => b't',
+        _ => {
+            out.push_str("u00");
+            out.push(char::from(HEX[usize::from(byte >> 4)]));
+            out.push(char::from(HEX[usize::from(byte & 0xF)]));
+            return;
+        }
     };
-    if !short.is_empty() {
-        out.push_str(short);
-        return;
-    }
-    out.push_str("\\u00");
-    out.push(char::from(HEX[usize::from(byte >> 4)]));
-    out.push(char::from(HEX[usize::from(byte & 0xF)]));
+    out.push(char::from(letter));
 }
 
 /// Appends `value` as compact JSON.
