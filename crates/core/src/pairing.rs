@@ -9,6 +9,10 @@
 
 use std::collections::{HashMap, HashSet};
 
+/// The maps here hold call ids, built again for every request and turn:
+/// SipHash (std's default) was most of what they cost.
+type FastState = foldhash::fast::RandomState;
+
 use crate::message::Message;
 
 /// A history that must not be sent. Each variant names the message index.
@@ -60,7 +64,7 @@ enum IdScope {
 }
 
 fn check(messages: &[Message], scope: IdScope) -> Result<(), PairingError> {
-    let mut seen_ids: HashMap<&str, usize> = HashMap::new();
+    let mut seen_ids: HashMap<&str, usize, FastState> = HashMap::default();
     let mut open = OpenCalls::default();
     for (i, message) in messages.iter().enumerate() {
         match message {
@@ -202,11 +206,11 @@ pub fn remint_reused_ids(messages: &mut [Message]) -> Vec<(String, String)> {
 #[derive(Debug, Default, Clone)]
 pub struct IdReminter {
     /// Ids a fresh one must avoid.
-    used: HashSet<String>,
+    used: HashSet<String, FastState>,
     /// Ids of the calls processed so far (after renaming).
-    seen: HashSet<String>,
+    seen: HashSet<String, FastState>,
     /// The renames of the current turn, for the tool messages after it.
-    current: HashMap<String, String>,
+    current: HashMap<String, String, FastState>,
 }
 
 impl IdReminter {
@@ -252,7 +256,7 @@ impl IdReminter {
     }
 }
 
-fn fresh_id(old: &str, used: &HashSet<String>) -> String {
+fn fresh_id(old: &str, used: &HashSet<String, FastState>) -> String {
     (2..)
         .map(|n| format!("{old}_{n}"))
         .find(|candidate| !used.contains(candidate))

@@ -59,7 +59,9 @@ struct Gap {
 fn find_gaps(history: &[(i64, Message)]) -> Vec<Gap> {
     struct OpenTurn<'a> {
         calls: &'a [ToolCall],
-        answered: HashSet<&'a str>,
+        // Seeded foldhash, not SipHash: this runs over the whole history
+        // on every input.
+        answered: HashSet<&'a str, foldhash::fast::RandomState>,
         last_seq: i64,
     }
     fn close(turn: Option<OpenTurn<'_>>, gaps: &mut Vec<Gap>) {
@@ -96,7 +98,7 @@ fn find_gaps(history: &[(i64, Message)]) -> Vec<Gap> {
                 {
                     open = Some(OpenTurn {
                         calls: &assistant.tool_calls,
-                        answered: HashSet::new(),
+                        answered: HashSet::default(),
                         last_seq: *seq,
                     });
                 }
