@@ -111,16 +111,7 @@ pub fn push_value(out: &mut String, value: &Value) {
             let _ = write!(out, "{number}");
         }
         Value::String(text) => push_string(out, text),
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                push_value(out, item);
-            }
-            out.push(']');
-        }
+        Value::Array(items) => push_array(out, items, push_value),
         Value::Object(map) => {
             out.push('{');
             for (i, (key, item)) in map.iter().enumerate() {
@@ -134,6 +125,22 @@ pub fn push_value(out: &mut String, value: &Value) {
             out.push('}');
         }
     }
+}
+
+/// Appends `items` as a JSON array, each written by `each`.
+pub fn push_array<T>(
+    out: &mut String,
+    items: impl IntoIterator<Item = T>,
+    mut each: impl FnMut(&mut String, T),
+) {
+    out.push('[');
+    for (i, item) in items.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        each(out, item);
+    }
+    out.push(']');
 }
 
 /// Appends `,"key":` (or `"key":` first in an object). `key` needs no escape.
@@ -169,11 +176,7 @@ pub fn push_message(out: &mut String, message: &Message) {
             push_string(out, content);
             if !reasoning.is_empty() {
                 push_key(out, "reasoning", false);
-                out.push('[');
-                for (i, ReasoningPart { text, metadata }) in reasoning.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
+                push_array(out, reasoning, |out, ReasoningPart { text, metadata }| {
                     out.push('{');
                     push_key(out, "text", true);
                     push_string(out, text);
@@ -182,19 +185,11 @@ pub fn push_message(out: &mut String, message: &Message) {
                         push_value(out, metadata);
                     }
                     out.push('}');
-                }
-                out.push(']');
+                });
             }
             if !tool_calls.is_empty() {
                 push_key(out, "tool_calls", false);
-                out.push('[');
-                for (i, call) in tool_calls.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    push_call(out, call);
-                }
-                out.push(']');
+                push_array(out, tool_calls, push_call);
             }
         }
         Message::Tool(ToolMessage {

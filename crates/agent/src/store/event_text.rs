@@ -14,7 +14,7 @@
 //! holds the two side by side), so the reader, the schema and older
 //! files are unchanged.
 
-use homeagent_core::json_text::{push_string, push_value};
+use homeagent_core::json_text::{push_array, push_string, push_value};
 use homeagent_core::{CallStatus, ToolEvent};
 
 /// The element of a batch row for `event` stamped `at_ms`; `None` if
@@ -66,14 +66,8 @@ pub(super) fn element(event: &ToolEvent, at_ms: i64) -> Option<String> {
                 out.push_str(&serde_json::to_string(error).ok()?);
             }
             if !warnings.is_empty() {
-                out.push_str(r#","warnings":["#);
-                for (i, warning) in warnings.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    push_string(&mut out, warning);
-                }
-                out.push(']');
+                out.push_str(r#","warnings":"#);
+                push_array(&mut out, warnings, |out, warning| push_string(out, warning));
             }
         }
     }

@@ -12,7 +12,7 @@
 
 use std::borrow::Cow;
 
-use homeagent_core::json_text::{push_string, push_value};
+use homeagent_core::json_text::{push_array, push_string, push_value};
 use homeagent_core::{AssistantMessage, Message, ToolMessage};
 use serde::Serialize;
 use serde::ser::{SerializeSeq, Serializer};
@@ -216,12 +216,10 @@ fn write_messages(out: &mut String, messages: &[Message], gemini: bool, ids: Opt
     // One buffer for the JSON text that goes into a string (arguments, an
     // error's object), reused from call to call.
     let mut scratch = String::new();
-    out.push('[');
-    for (index, message) in messages.iter().enumerate() {
-        if index > 0 {
-            out.push(',');
-        }
-        match message {
+    push_array(
+        out,
+        messages.iter().enumerate(),
+        |out, (index, message)| match message {
             Message::System { content } | Message::User { content } => {
                 out.push_str("{\"role\":\"");
                 out.push_str(message.role());
@@ -238,9 +236,8 @@ fn write_messages(out: &mut String, messages: &[Message], gemini: bool, ids: Opt
                 write_assistant(out, assistant, turn, ids, &mut scratch);
             }
             Message::Tool(tool) => write_tool_result(out, tool, ids, &mut scratch),
-        }
-    }
-    out.push(']');
+        },
+    );
 }
 
 /// OpenAI has no input field for reasoning. DeepSeek's thinking mode wants
@@ -269,11 +266,9 @@ fn write_assistant(
         push_string(out, &reasoning);
     }
     if !message.tool_calls.is_empty() {
-        out.push_str(",\"tool_calls\":[");
-        for (position, call) in message.tool_calls.iter().enumerate() {
-            if position > 0 {
-                out.push(',');
-            }
+        out.push_str(",\"tool_calls\":");
+        let calls = message.tool_calls.iter().enumerate();
+        push_array(out, calls, |out, (position, call)| {
             let recorded = match turn {
                 Turn::Earlier => None,
                 Turn::Current | Turn::CurrentOnGemini => {
@@ -309,8 +304,7 @@ fn write_assistant(
                 None => {}
             }
             out.push('}');
-        }
-        out.push(']');
+        });
     }
     out.push('}');
 }
@@ -347,13 +341,8 @@ fn write_tool_result(
 impl Tools<'_> {
     /// Appends the list as [`Tools`]'s `Serialize` writes it.
     fn push_to(&self, out: &mut String) {
-        out.push('[');
-        for (i, tool) in self.0.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
+        push_array(out, self.0, |out, tool| {
             out.push_str(tool.rendered(TOOL_SHAPE, || openai_tool(tool)).get());
-        }
-        out.push(']');
+        });
     }
 }
