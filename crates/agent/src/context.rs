@@ -157,7 +157,11 @@ pub struct RequestMessages {
 
 impl RequestMessages {
     /// Brings `messages`, the request's list, up to date with `history`;
-    /// `budget` and `reserved` as for [`fit_history`].
+    /// `budget` and `reserved` as for [`fit_history`]. Returns how many
+    /// leading messages of the list it left as they were: all of them when
+    /// it only appended, none when it built the list afresh (what a
+    /// codec's kept text may be reused for,
+    /// [`RenderCache::keep_first`](homeagent_llm::RenderCache::keep_first)).
     pub fn update(
         &mut self,
         messages: &mut Vec<Message>,
@@ -165,7 +169,7 @@ impl RequestMessages {
         history: &CountedHistory,
         budget: usize,
         reserved: usize,
-    ) -> Result<(), PairingError> {
+    ) -> Result<usize, PairingError> {
         let keep_from = history.fit_start(budget, reserved);
         let all = history.messages();
         let first_new = keep_from + self.covered;
@@ -175,6 +179,7 @@ impl RequestMessages {
             // A turn's results never come without their calls.
             && !matches!(all.get(first_new), Some(Message::Tool(_)));
         self.keep_from = None;
+        let unchanged = if extends { messages.len() } else { 0 };
         if extends {
             let start = messages.len();
             let mut renamed = Vec::new();
@@ -205,7 +210,7 @@ impl RequestMessages {
         }
         self.keep_from = Some(keep_from);
         self.covered = all.len() - keep_from;
-        Ok(())
+        Ok(unchanged)
     }
 
     /// How many times the request was built afresh rather than extended.

@@ -15,6 +15,7 @@ pub mod config;
 pub mod context;
 pub mod demo_model;
 pub mod frames;
+mod kept_requests;
 mod request_base;
 pub mod runtime;
 pub mod scheduler;

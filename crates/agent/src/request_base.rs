@@ -28,6 +28,19 @@ pub(crate) struct RequestBase {
     pub reserved_tokens: usize,
 }
 
+impl RequestBase {
+    /// A base with no tools (tests of what is kept beside one).
+    #[cfg(test)]
+    pub(crate) fn bare(prompt: &str) -> Arc<RequestBase> {
+        Arc::new(RequestBase {
+            definitions: Vec::new(),
+            prompt: prompt.to_owned(),
+            tools: Vec::new(),
+            reserved_tokens: 0,
+        })
+    }
+}
+
 /// The bases of the agents that ran an input, kept until the tools change.
 #[derive(Debug, Default)]
 pub(crate) struct RequestBases {

@@ -47,6 +47,7 @@ use serde_json::{Map, Value};
 
 use crate::context::{CountedHistory, RequestMessages, approx_tokens};
 use crate::frames::{Frame, UsageFrame};
+use crate::kept_requests::{KeptRequest, KeptRequests};
 use crate::request_base::{Built, RequestBase, RequestBases};
 use crate::store::{EventRow, HeldWrite, OpenedInput, Store, StoreError};
 
@@ -106,6 +107,9 @@ pub struct Runtime {
     /// Shared with the runtime's other-approval copies: approval changes
     /// neither the prompt nor the tool list.
     request_bases: Arc<RequestBases>,
+    /// Each recent session's last request, for its next input (shared
+    /// with the other-approval copies, like the bases).
+    kept_requests: Arc<KeptRequests>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -130,6 +134,7 @@ impl Runtime {
             store,
             settings,
             request_bases: Arc::default(),
+            kept_requests: Arc::default(),
         }
     }
 
@@ -141,7 +146,14 @@ impl Runtime {
             store: Arc::clone(&self.store),
             settings: self.settings.clone(),
             request_bases: Arc::clone(&self.request_bases),
+            kept_requests: Arc::clone(&self.kept_requests),
         }
+    }
+
+    /// How many inputs started from their session's last request instead
+    /// of building it afresh (see `kept_requests`; diagnostics).
+    pub fn kept_request_reuses(&self) -> u64 {
+        self.kept_requests.reuses()
     }
 
     pub fn sources(&self) -> &Arc<Sources> {
@@ -240,6 +252,7 @@ impl Runtime {
         let OpenedInput {
             claim: _claim,
             mut history,
+            lineage,
         } = self
             .store
             .open_input_async(&input.session, &input.agent)
@@ -260,13 +273,14 @@ impl Runtime {
         history.push_stored(user, held.json_bytes().first().copied());
         let mut pending = Some(held);
         let outcome = self
-            .run_turns(input, control, sink, history, &mut pending)
+            .run_turns(input, control, sink, (history, lineage), &mut pending)
             .await;
         settle(&mut pending).await?;
         outcome
     }
 
     /// The model requests and tool batches of one input, until a reply.
+    /// `history` is the session's, with the lineage it was loaded under.
     /// `pending` is the input's last write, still held or committing: the
     /// next write carries it or waits for it.
     async fn run_turns(
@@ -274,7 +288,7 @@ impl Runtime {
         input: &TurnInput,
         control: &TurnControl,
         sink: &FrameSink,
-        mut history: CountedHistory,
+        (mut history, lineage): (CountedHistory, Option<u64>),
         pending: &mut Option<HeldWrite>,
     ) -> Result<Frame, Frame> {
         let recorded = EventBuffer::default();
@@ -284,15 +298,28 @@ impl Runtime {
         let base = self.request_base(&input.agent);
         let base_prompt = &base.prompt;
         let reserved = base.reserved_tokens;
-        let mut request = ChatRequest {
-            model: String::new(),
-            messages: Vec::new(),
-            tools: base.tools.clone(),
-            max_tokens: self.settings.max_tokens,
-            temperature: None,
-            stream: true,
-        };
-        let mut sent = RequestMessages::default();
+        // The session's last request, if its history only grew since:
+        // the first request then clones, checks and writes only what the
+        // last input added (see `kept_requests`).
+        let KeptRequest {
+            mut request,
+            mut sent,
+        } = self
+            .kept_requests
+            .take(&input.session, lineage, &base)
+            .unwrap_or_else(|| KeptRequest {
+                request: ChatRequest {
+                    model: String::new(),
+                    messages: Vec::new(),
+                    tools: base.tools.clone(),
+                    max_tokens: self.settings.max_tokens,
+                    temperature: None,
+                    stream: true,
+                    rendered: Default::default(),
+                },
+                sent: RequestMessages::default(),
+            });
+        request.max_tokens = self.settings.max_tokens;
         let mut usage = UsageFrame::default();
         let mut requests = 0u32;
         let mut batches = 0u32;
@@ -324,19 +351,30 @@ impl Runtime {
                     usage,
                 });
             }
-            sent.update(
-                &mut request.messages,
+            let unchanged = sent
+                .update(
+                    &mut request.messages,
+                    base_prompt,
+                    &history,
+                    self.settings.context_tokens,
+                    reserved,
+                )
+                .map_err(|e| {
+                    Frame::error(
+                        "pairing",
+                        format!("the history breaks the call/result pairing: {e}"),
+                    )
+                })?;
+            #[cfg(debug_assertions)]
+            check_request(
+                &request.messages,
                 base_prompt,
                 &history,
-                self.settings.context_tokens,
+                &self.settings,
                 reserved,
-            )
-            .map_err(|e| {
-                Frame::error(
-                    "pairing",
-                    format!("the history breaks the call/result pairing: {e}"),
-                )
-            })?;
+            );
+            // The codec copies what it wrote of those for the last request.
+            request.rendered.keep_first(unchanged);
             requests += 1;
             let turn = self
                 .stream_turn(&mut request, control, sink, &mut usage)
@@ -351,6 +389,12 @@ impl Runtime {
                     )
                     .await
                     .map_err(store_frame)?;
+                self.kept_requests.keep(
+                    &input.session,
+                    lineage,
+                    Arc::clone(&base),
+                    KeptRequest { request, sent },
+                );
                 return Ok(Frame::Response {
                     content: turn.text,
                     turns: requests,
@@ -537,6 +581,31 @@ impl Runtime {
 }
 
 /// A store failure as the input's error frame.
+/// Debug builds hold every request, kept from an earlier request or input
+/// or not, to the one built afresh from the same history: a kept request
+/// that strayed from the history would send the model another
+/// conversation.
+#[cfg(debug_assertions)]
+fn check_request(
+    messages: &[Message],
+    prompt: &str,
+    history: &CountedHistory,
+    settings: &AgentSettings,
+    reserved: usize,
+) {
+    let mut fresh = Vec::new();
+    let built = RequestMessages::default().update(
+        &mut fresh,
+        prompt,
+        history,
+        settings.context_tokens,
+        reserved,
+    );
+    if built.is_ok() {
+        assert_eq!(messages, fresh, "a kept request strayed from the history");
+    }
+}
+
 fn store_frame(error: StoreError) -> Frame {
     let code = match error {
         StoreError::SessionBusy { .. } => "session_busy",

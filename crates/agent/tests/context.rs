@@ -218,9 +218,16 @@ fn the_request_kept_from_turn_to_turn_is_the_one_built_afresh() {
     let mut starts: Vec<usize> = Vec::new();
     let mut ask = |history: &CountedHistory, request: &mut Vec<Message>, what: &str| {
         starts.push(fit_history(history.messages(), budget, 40).elided);
-        sent.update(request, "prompt", history, budget, 40).unwrap();
+        let before = request.clone();
+        let unchanged = sent.update(request, "prompt", history, budget, 40).unwrap();
         assert_eq!(*request, expected(history.messages(), budget), "{what}");
         check_pairing(request).unwrap();
+        // What the update says it left alone (for the codec's kept text):
+        // everything when the fit did not move, nothing when it did.
+        let moved = starts.len() == 1 || starts[starts.len() - 2] != starts[starts.len() - 1];
+        let left_alone = if moved { 0 } else { before.len() };
+        assert_eq!(unchanged, left_alone, "{what}");
+        assert_eq!(request[..unchanged], before[..unchanged], "{what}");
     };
     for n in 0..14 {
         if n % 2 == 1 {

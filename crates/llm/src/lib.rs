@@ -23,7 +23,7 @@ pub use codec::{
 };
 pub use error::CodecError;
 pub use lua::{AdapterError, LuaAdapter, LuaCodec};
-pub use request::{ChatRequest, ToolSpec};
+pub use request::{ChatRequest, RenderCache, ToolSpec};
 pub use source::{
     FallbackError, FallbackOptions, LocalModel, SourceConfig, SourceHealth, SourceProtocol,
     SourceSetup, SourceStream, Sources,

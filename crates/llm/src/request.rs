@@ -7,6 +7,11 @@ use serde::Serialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+mod rendered;
+
+pub use rendered::RenderCache;
+pub(crate) use rendered::RenderShape;
+
 /// A tool as the model sees it: name, description, argument schema. The
 /// scheduling declarations of [`ToolDef`] stay in the kernel.
 ///
@@ -142,6 +147,11 @@ pub struct ChatRequest {
     pub temperature: Option<f32>,
     /// Ask for a streamed response.
     pub stream: bool,
+    /// What a codec wrote of `messages` last time, for a caller that keeps
+    /// this request from one model request to the next and declares which
+    /// messages it left alone ([`RenderCache::keep_first`]); otherwise
+    /// `Default::default()`, which changes nothing.
+    pub rendered: RenderCache,
 }
 
 impl ChatRequest {
@@ -239,6 +249,7 @@ mod tests {
             max_tokens: 64,
             temperature: None,
             stream: true,
+            rendered: Default::default(),
         };
         let wire = codec.build_request(&endpoint, &request).unwrap();
         serde_json::from_slice::<Value>(wire.body.as_bytes()).unwrap()["tools"].take()
@@ -331,6 +342,7 @@ mod tests {
             max_tokens: 64,
             temperature: None,
             stream: true,
+            rendered: Default::default(),
         };
         let call = |i: usize, text: &str| ToolCall {
             id: format!("call_{i}"),

@@ -423,6 +423,7 @@ fn thinking_signatures_are_kept_and_replayed_verbatim() {
         max_tokens: 1024,
         temperature: None,
         stream: true,
+        rendered: Default::default(),
     };
     let wire = AnthropicCodec
         .build_request(&endpoint(None), &request)

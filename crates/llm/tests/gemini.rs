@@ -311,6 +311,7 @@ fn thought_signature_is_replayed_on_its_part_and_parallel_calls_stay_in_one_cont
         max_tokens: 1024,
         temperature: None,
         stream: true,
+        rendered: Default::default(),
     };
     let wire = GeminiCodec.build_request(&endpoint(), &request).unwrap();
     assert_eq!(
@@ -355,6 +356,7 @@ data: {"candidates": [{"content": {"parts": [{"text": "","thoughtSignature": "Ci
         max_tokens: 256,
         temperature: None,
         stream: false,
+        rendered: Default::default(),
     };
     let wire = GeminiCodec.build_request(&endpoint(), &request).unwrap();
     assert_eq!(

@@ -537,6 +537,7 @@ fn chat_request() -> ChatRequest {
         max_tokens: 100,
         temperature: None,
         stream: true,
+        rendered: Default::default(),
     }
 }
 

@@ -394,6 +394,7 @@ fn conversation() -> ChatRequest {
         max_tokens: 1024,
         temperature: Some(0.5),
         stream: true,
+        rendered: Default::default(),
     }
 }
 

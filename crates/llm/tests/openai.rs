@@ -17,6 +17,8 @@ use serde_json::Value;
 mod extra_content;
 #[path = "openai/mistral_ids.rs"]
 mod mistral_ids;
+#[path = "openai/rendered.rs"]
+mod rendered;
 #[path = "openai/request.rs"]
 mod request;
 #[path = "openai/stream.rs"]
@@ -34,6 +36,7 @@ pub fn body_for(base_url: &str, model: &str, messages: Vec<Message>, stream: boo
         max_tokens: 100,
         temperature: None,
         stream,
+        rendered: Default::default(),
     };
     encoded(base_url, &request)
 }

@@ -157,6 +157,7 @@ fn chat() -> ChatRequest {
         max_tokens: 256,
         temperature: None,
         stream: true,
+        rendered: Default::default(),
     }
 }
 

@@ -24,6 +24,7 @@ fn chat(text: &str) -> ChatRequest {
         max_tokens: 256,
         temperature: None,
         stream: true,
+        rendered: Default::default(),
     }
 }
 

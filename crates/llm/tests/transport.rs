@@ -52,6 +52,7 @@ fn chat(text: &str) -> ChatRequest {
         max_tokens: 512,
         temperature: None,
         stream: true,
+        rendered: Default::default(),
     }
 }
 
@@ -633,6 +634,7 @@ async fn a_lua_adapter_body_is_sent_exactly_as_the_adapter_wrote_and_signed_it()
         max_tokens: 16,
         temperature: None,
         stream: false,
+        rendered: Default::default(),
     };
     provider
         .complete(&request, CancellationToken::new())

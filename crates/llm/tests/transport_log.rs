@@ -40,6 +40,7 @@ fn chat(text: &str) -> ChatRequest {
         max_tokens: 512,
         temperature: None,
         stream: true,
+        rendered: Default::default(),
     }
 }
 

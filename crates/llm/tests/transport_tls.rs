@@ -288,6 +288,7 @@ fn chat() -> ChatRequest {
         max_tokens: 64,
         temperature: None,
         stream: true,
+        rendered: Default::default(),
     }
 }
 

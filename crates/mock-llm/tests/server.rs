@@ -47,6 +47,7 @@ fn chat(messages: Vec<Message>, stream: bool) -> ChatRequest {
         max_tokens: 512,
         temperature: None,
         stream,
+        rendered: Default::default(),
     }
 }
 

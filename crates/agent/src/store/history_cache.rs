@@ -39,8 +39,12 @@
 //! than the bound is not kept.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use homeagent_core::Message;
+
+/// Lineages are unique in the process, across caches and stores.
+static NEXT_LINEAGE: AtomicU64 = AtomicU64::new(1);
 
 /// The default bound: the JSON text of the messages held.
 pub(super) const DEFAULT_CAPACITY_BYTES: usize = 32 << 20;
@@ -56,6 +60,12 @@ pub(super) struct Remembered {
     pub messages: SeqHistory,
     pub bytes: usize,
     pub tokens: Vec<usize>,
+    /// Names this history from its full read on, in this process: every
+    /// load that finds the same lineage finds the messages an earlier one
+    /// found, in the same places, perhaps with more after them (see the
+    /// module docs for why the cache can say so). What the agent keeps of
+    /// a session's last request is reused only under the same lineage.
+    pub lineage: u64,
 }
 
 #[derive(Debug)]
@@ -126,7 +136,10 @@ impl HistoryCache {
                 self.bytes -= entry.history.bytes;
                 entry.history
             }
-            None => Remembered::default(),
+            None => Remembered {
+                lineage: NEXT_LINEAGE.fetch_add(1, Ordering::Relaxed),
+                ..Remembered::default()
+            },
         }
     }
 
@@ -193,6 +206,7 @@ mod tests {
             messages: vec![(1, Message::user("x"))],
             bytes,
             tokens: Vec::new(),
+            lineage: 0,
         }
     }
 
@@ -241,6 +255,34 @@ mod tests {
         cache.keep("c", history(10));
         cache.keep("c", history(15));
         assert_eq!(cache.bytes, 15);
+    }
+
+    /// A lineage names one remembered history from its full read on: kept
+    /// and taken again, it stays; read afresh (never remembered,
+    /// forgotten, dropped with the cache), it is a new one.
+    #[test]
+    fn a_history_keeps_its_lineage_until_it_is_read_afresh() {
+        let mut cache = HistoryCache::new(100);
+        cache.check_version(1);
+        let first = cache.take("a");
+        let lineage = first.lineage;
+        cache.keep("a", first);
+        let again = cache.take("a");
+        assert_eq!(again.lineage, lineage);
+        cache.keep("a", again);
+        cache.forget("a");
+        let after_forget = cache.take("a").lineage;
+        assert_ne!(after_forget, lineage);
+        assert_ne!(
+            cache.take("b").lineage,
+            cache.take("b").lineage,
+            "not kept in between"
+        );
+        let kept = cache.take("c");
+        let lineage = kept.lineage;
+        cache.keep("c", kept);
+        cache.check_version(2);
+        assert_ne!(cache.take("c").lineage, lineage, "another connection wrote");
     }
 
     #[test]

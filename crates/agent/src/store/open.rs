@@ -26,6 +26,11 @@ pub struct OpenedInput {
     /// Its history; empty for a session that does not exist yet (the
     /// input's first append creates it, `Store::append_async_creating`).
     pub history: CountedHistory,
+    /// Names the stored history this was loaded from while it only grows:
+    /// two inputs that open the same lineage saw the same messages, the
+    /// later perhaps with more after them. `None` when the history is not
+    /// remembered (a new session, one just repaired).
+    pub lineage: Option<u64>,
 }
 
 impl Store {
@@ -36,12 +41,16 @@ impl Store {
     /// async code use [`Store::open_input_async`].
     pub fn open_input(&self, session: &str, agent: &str) -> Result<OpenedInput, StoreError> {
         let claim = self.claim_session(session)?;
-        let history = if self.check_session_agent(session, agent)? {
-            self.load_counted(session)?
+        let (history, lineage) = if self.check_session_agent(session, agent)? {
+            self.load_lineage(session)?
         } else {
-            CountedHistory::default()
+            (CountedHistory::default(), None)
         };
-        Ok(OpenedInput { claim, history })
+        Ok(OpenedInput {
+            claim,
+            history,
+            lineage,
+        })
     }
 
     /// [`Store::open_input`] for async code: on the caller's worker when
@@ -79,14 +88,20 @@ impl Store {
         conn.busy_timeout(std::time::Duration::ZERO).ok()?;
         let opened = (|| {
             let claim = self.claim_session(session).ok()?;
-            let history = match read_agent(&conn, session).ok()? {
-                None => CountedHistory::default(),
+            let (history, lineage) = match read_agent(&conn, session).ok()? {
+                None => (CountedHistory::default(), None),
                 Some(existing) => {
                     is_agents(session, &existing, agent).ok()?;
-                    self.load_paired(&conn, session, Remembered::Only).ok()??
+                    let (history, lineage) =
+                        self.load_paired(&conn, session, Remembered::Only).ok()??;
+                    (history, Some(lineage))
                 }
             };
-            Some(OpenedInput { claim, history })
+            Some(OpenedInput {
+                claim,
+                history,
+                lineage,
+            })
         })();
         if conn.busy_timeout(BUSY_TIMEOUT).is_err() {
             return None;

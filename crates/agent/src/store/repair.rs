@@ -147,14 +147,24 @@ impl Store {
     /// session's estimates are kept with it, so each message is counted
     /// once, not once per input.
     pub fn load_counted(&self, session: &str) -> Result<CountedHistory, StoreError> {
+        self.load_lineage(session).map(|(history, _)| history)
+    }
+
+    /// [`Store::load_counted`], and the history's lineage when it is
+    /// remembered (see `history_cache::Remembered::lineage`); `None` after
+    /// a repair, which rewrites it.
+    pub(super) fn load_lineage(
+        &self,
+        session: &str,
+    ) -> Result<(CountedHistory, Option<u64>), StoreError> {
         validate_session_id(session)?;
         let mut conn = self.lock();
         // The common case, a paired history, needs no write lock: a plain
         // read, of only the messages added since the last load when the
         // session is remembered (`history_cache.rs`).
         require_session(&conn, session)?;
-        if let Some(loaded) = self.load_paired(&conn, session, Remembered::Any)? {
-            return Ok(loaded);
+        if let Some((loaded, lineage)) = self.load_paired(&conn, session, Remembered::Any)? {
+            return Ok((loaded, Some(lineage)));
         }
         // IMMEDIATE: no other writer may append between the check and the
         // repair; the history is read again under the lock for that reason.
@@ -162,7 +172,7 @@ impl Store {
         let history = self.read_history(&tx, session)?;
         let gaps = find_gaps(&history);
         if gaps.is_empty() {
-            return Ok(self.counted(paired(session, &history)?));
+            return Ok((self.counted(paired(session, &history)?), None));
         }
         let repaired = with_results(history, &gaps);
         check_history_pairing(&repaired).map_err(|source| StoreError::Unrepairable {
@@ -181,7 +191,7 @@ impl Store {
             calls,
             "answered tool calls left without results by an earlier crash with `cancelled`"
         );
-        Ok(self.counted(repaired))
+        Ok((self.counted(repaired), None))
     }
 
     /// The history of `session` (which exists) by a plain read, when it is
@@ -194,7 +204,7 @@ impl Store {
         conn: &Connection,
         session: &str,
         remembered: Remembered,
-    ) -> Result<Option<CountedHistory>, StoreError> {
+    ) -> Result<Option<(CountedHistory, u64)>, StoreError> {
         let mut histories = self.histories();
         histories.check_version(data_version(conn)?);
         if remembered == Remembered::Only && !histories.contains(session) {
@@ -218,8 +228,9 @@ impl Store {
         );
         self.count_tokens(messages.len().saturating_sub(counted));
         let loaded = CountedHistory::from_counted(messages, history.tokens.clone());
+        let lineage = history.lineage;
         histories.keep(session, history);
-        Ok(Some(loaded))
+        Ok(Some((loaded, lineage)))
     }
 
     /// `messages` with their token estimates, counted now.

@@ -52,6 +52,7 @@ fn request_has_the_documented_shape() {
         max_tokens: 2048,
         temperature: Some(0.7),
         stream: true,
+        rendered: Default::default(),
     };
     let wire = AnthropicCodec
         .build_request(&endpoint(Some("sk-ant-test")), &request)
@@ -104,6 +105,7 @@ fn minimal_request_omits_optional_fields_and_the_key_header() {
         max_tokens: 64,
         temperature: None,
         stream: false,
+        rendered: Default::default(),
     };
     let wire = AnthropicCodec
         .build_request(&endpoint(None), &request)
@@ -129,6 +131,7 @@ fn a_request_with_only_system_messages_cannot_be_encoded() {
         max_tokens: 64,
         temperature: None,
         stream: false,
+        rendered: Default::default(),
     };
     let err = AnthropicCodec
         .build_request(&endpoint(None), &request)
@@ -168,6 +171,7 @@ fn messages_sent(messages: Vec<Message>) -> serde_json::Value {
         max_tokens: 64,
         temperature: None,
         stream: false,
+        rendered: Default::default(),
     };
     let wire = AnthropicCodec
         .build_request(&endpoint(None), &request)
@@ -260,6 +264,7 @@ fn call_ids_are_sent_in_a_form_anthropic_accepts() {
         max_tokens: 64,
         temperature: None,
         stream: false,
+        rendered: Default::default(),
     };
     let body = AnthropicCodec
         .build_request(&endpoint(None), &request)

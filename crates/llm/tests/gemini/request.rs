@@ -72,6 +72,7 @@ fn request_has_the_documented_shape() {
         max_tokens: 1024,
         temperature: Some(0.2),
         stream: true,
+        rendered: Default::default(),
     };
     let wire = GeminiCodec.build_request(&endpoint(), &request).unwrap();
     assert_eq!(
@@ -179,6 +180,7 @@ fn schemas_lose_the_keywords_gemini_rejects() {
         max_tokens: 100,
         temperature: None,
         stream: false,
+        rendered: Default::default(),
     };
     let wire = GeminiCodec.build_request(&endpoint(), &request).unwrap();
     assert_eq!(
@@ -213,6 +215,7 @@ fn bad_model_names_are_refused() {
         max_tokens: 10,
         temperature: None,
         stream: true,
+        rendered: Default::default(),
     };
     assert!(matches!(
         GeminiCodec.build_request(&endpoint(), &request),
@@ -314,6 +317,7 @@ fn foreign_calls_of_the_current_turn_get_the_documented_signature() {
         max_tokens: 64,
         temperature: None,
         stream: true,
+        rendered: Default::default(),
     };
     let body = GeminiCodec
         .build_request(&endpoint(), &request)
@@ -363,6 +367,7 @@ fn contents_that_open_with_the_model_get_an_opening_user_note() {
             max_tokens: 64,
             temperature: None,
             stream: false,
+            rendered: Default::default(),
         };
         let wire = GeminiCodec.build_request(&endpoint(), &request).unwrap();
         wire.body_json().unwrap()["contents"].take()

@@ -66,6 +66,7 @@ fn parallel_batch_history() -> ChatRequest {
         max_tokens: 1024,
         temperature: Some(0.2),
         stream: true,
+        rendered: Default::default(),
     }
 }
 
@@ -135,6 +136,7 @@ fn request_without_key_tools_or_streaming() {
         max_tokens: 256,
         temperature: None,
         stream: false,
+        rendered: Default::default(),
     };
     let wire = OpenAiCodec.build_request(&endpoint, &request).unwrap();
     assert_eq!(wire.url, "http://127.0.0.1:8080/v1/chat/completions");
@@ -175,6 +177,7 @@ fn an_assistant_turn_with_text_and_calls_keeps_its_text() {
         max_tokens: 16,
         temperature: None,
         stream: false,
+        rendered: Default::default(),
     };
     let body = OpenAiCodec
         .build_request(&endpoint, &request)
@@ -245,6 +248,7 @@ fn reasoning_content_goes_back_in_the_current_turn_only() {
         max_tokens: 64,
         temperature: None,
         stream: false,
+        rendered: Default::default(),
     };
     let body = OpenAiCodec
         .build_request(
@@ -282,6 +286,7 @@ fn openai_itself_gets_max_completion_tokens_other_servers_max_tokens() {
         max_tokens: 300,
         temperature: None,
         stream: false,
+        rendered: Default::default(),
     };
     let limits = |base_url: &str| {
         let body = super::encoded(base_url, &request);

@@ -24,7 +24,7 @@ use super::decode::{is_reasoning_marker, recorded_extra};
 use crate::codec::wire_ids::{MistralIds, WireIds};
 use crate::codec::{Endpoint, JsonBody, WireRequest, temperature_json};
 use crate::error::CodecError;
-use crate::request::{ChatRequest, ToolSpec};
+use crate::request::{ChatRequest, RenderShape, ToolSpec};
 
 pub(super) fn build(endpoint: &Endpoint, request: &ChatRequest) -> Result<WireRequest, CodecError> {
     let url = format!(
@@ -181,7 +181,7 @@ fn write_body(
     out.push_str("{\"model\":");
     push_string(&mut out, &request.model);
     out.push_str(",\"messages\":");
-    write_messages(&mut out, &request.messages, gemini, ids);
+    write_messages(&mut out, request, gemini, ids);
     if !request.tools.is_empty() {
         out.push_str(",\"tools\":");
         Tools(&request.tools).push_to(&mut out);
@@ -207,36 +207,108 @@ fn write_body(
     out
 }
 
-fn write_messages(out: &mut String, messages: &[Message], gemini: bool, ids: Option<&WireIds<'_>>) {
+/// The `messages` array. Messages before the current turn are written the
+/// same way in every request, so their text is kept in the request's
+/// [`RenderCache`](crate::RenderCache) and, as far as its owner declares
+/// them unchanged, copied instead of written again. Not with Mistral's
+/// ids: those are renamed over the whole history.
+fn write_messages(
+    out: &mut String,
+    request: &ChatRequest,
+    gemini: bool,
+    ids: Option<&WireIds<'_>>,
+) {
+    let messages = &request.messages;
     // The current turn: what follows the last user message.
     let current_from = messages
         .iter()
         .rposition(|m| matches!(m, Message::User { .. }))
         .map_or(0, |last_user| last_user + 1);
+    let shape = if gemini {
+        RenderShape::OpenAiOnGemini
+    } else {
+        RenderShape::OpenAi
+    };
+    let keeps = ids.is_none();
+    let limit = if keeps { current_from } else { 0 };
+    let (mut kept, reused) = request.rendered.take(shape, limit);
+    #[cfg(debug_assertions)]
+    check_kept(&kept.text, &messages[..reused], gemini, current_from);
     // One buffer for the JSON text that goes into a string (arguments, an
     // error's object), reused from call to call.
     let mut scratch = String::new();
-    push_array(
-        out,
-        messages.iter().enumerate(),
-        |out, (index, message)| match message {
-            Message::System { content } | Message::User { content } => {
-                out.push_str("{\"role\":\"");
-                out.push_str(message.role());
-                out.push_str("\",\"content\":");
-                push_string(out, content);
-                out.push('}');
-            }
-            Message::Assistant(assistant) => {
-                let turn = match (index >= current_from, gemini) {
-                    (false, _) => Turn::Earlier,
-                    (true, false) => Turn::Current,
-                    (true, true) => Turn::CurrentOnGemini,
-                };
-                write_assistant(out, assistant, turn, ids, &mut scratch);
-            }
-            Message::Tool(tool) => write_tool_result(out, tool, ids, &mut scratch),
-        },
+    out.push('[');
+    out.push_str(&kept.text);
+    for (index, message) in messages.iter().enumerate().skip(reused) {
+        if index > 0 {
+            out.push(',');
+        }
+        let start = out.len();
+        write_message(out, index, message, current_from, gemini, ids, &mut scratch);
+        if keeps && index < current_from {
+            kept.push(&out[start..]);
+        }
+    }
+    out.push(']');
+    if keeps {
+        request.rendered.put(kept);
+    }
+}
+
+/// One message of the array; `index` is its place in it.
+fn write_message(
+    out: &mut String,
+    index: usize,
+    message: &Message,
+    current_from: usize,
+    gemini: bool,
+    ids: Option<&WireIds<'_>>,
+    scratch: &mut String,
+) {
+    match message {
+        Message::System { content } | Message::User { content } => {
+            out.push_str("{\"role\":\"");
+            out.push_str(message.role());
+            out.push_str("\",\"content\":");
+            push_string(out, content);
+            out.push('}');
+        }
+        Message::Assistant(assistant) => {
+            let turn = match (index >= current_from, gemini) {
+                (false, _) => Turn::Earlier,
+                (true, false) => Turn::Current,
+                (true, true) => Turn::CurrentOnGemini,
+            };
+            write_assistant(out, assistant, turn, ids, scratch);
+        }
+        Message::Tool(tool) => write_tool_result(out, tool, ids, scratch),
+    }
+}
+
+/// Debug builds hold every reuse to the contract: the kept text is what
+/// writing those messages now gives. A wrong [`RenderCache::keep_first`]
+/// (crate::RenderCache::keep_first) would send stale text.
+#[cfg(debug_assertions)]
+fn check_kept(kept: &str, messages: &[Message], gemini: bool, current_from: usize) {
+    let mut fresh = String::new();
+    let mut scratch = String::new();
+    for (index, message) in messages.iter().enumerate() {
+        if index > 0 {
+            fresh.push(',');
+        }
+        write_message(
+            &mut fresh,
+            index,
+            message,
+            current_from,
+            gemini,
+            None,
+            &mut scratch,
+        );
+    }
+    assert_eq!(
+        kept, fresh,
+        "RenderCache::keep_first declared messages unchanged that changed"
     );
 }
 

@@ -1,0 +1,283 @@
+//! Each recent session's last model request, kept for its next input.
+//!
+//! # Why
+//!
+//! Within an input, the request is kept from one model request to the next
+//! ([`RequestMessages`]): only the new messages are cloned, checked and
+//! written. Across inputs it was built afresh, which cloned, checked and
+//! wrote the session's whole history again on every input's first
+//! request: a cost growing with the session, about a fifth of an input's
+//! instructions at twelve inputs of history.
+//!
+//! # When a kept request is still the right start
+//!
+//! The next input's history must begin with the messages the kept request
+//! was built from. The store says so: a history it loads carries a
+//! *lineage* ([`OpenedInput::lineage`](crate::store::OpenedInput::lineage)),
+//! the same for every load that found the same messages in the same places
+//! (with perhaps more after them), and new whenever the history was read
+//! afresh, repaired or written by another connection. A kept request is
+//! taken only under the lineage it was kept with, and only with the very
+//! same request base (`Arc` identity: the same system prompt and tools);
+//! anything else starts afresh. Only an input that ended with the model's
+//! reply keeps its request; a failed or stopped one drops it. Debug builds
+//! compare every request built from a kept one with one built afresh.
+//!
+//! # Size
+//!
+//! Bounded by an estimate of the bytes held (the messages, and the text a
+//! codec kept of them): past the bound, the least recently kept go first,
+//! until a quarter is free.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use homeagent_llm::ChatRequest;
+
+use crate::context::RequestMessages;
+use crate::request_base::RequestBase;
+
+/// The default bound on the estimated bytes held.
+pub(crate) const DEFAULT_CAPACITY_BYTES: usize = 8 << 20;
+
+/// A session's request and what its messages were built from.
+#[derive(Debug)]
+pub(crate) struct KeptRequest {
+    pub request: ChatRequest,
+    pub sent: RequestMessages,
+}
+
+#[derive(Debug)]
+struct Entry {
+    kept: KeptRequest,
+    lineage: u64,
+    base: Arc<RequestBase>,
+    bytes: usize,
+    /// The keep count at the entry's keeping.
+    used: u64,
+}
+
+#[derive(Debug)]
+pub(crate) struct KeptRequests {
+    inner: Mutex<Inner>,
+    /// How many takes found their request (diagnostics, tests).
+    reuses: AtomicU64,
+}
+
+#[derive(Debug)]
+struct Inner {
+    entries: HashMap<String, Entry>,
+    bytes: usize,
+    capacity: usize,
+    keeps: u64,
+}
+
+impl Default for KeptRequests {
+    fn default() -> KeptRequests {
+        KeptRequests::new(DEFAULT_CAPACITY_BYTES)
+    }
+}
+
+impl KeptRequests {
+    pub fn new(capacity_bytes: usize) -> KeptRequests {
+        KeptRequests {
+            inner: Mutex::new(Inner {
+                entries: HashMap::new(),
+                bytes: 0,
+                capacity: capacity_bytes,
+                keeps: 0,
+            }),
+            reuses: AtomicU64::new(0),
+        }
+    }
+
+    /// Takes the session's kept request out if it was kept under `lineage`
+    /// with `base`; drops it otherwise (it can never match again).
+    pub fn take(
+        &self,
+        session: &str,
+        lineage: Option<u64>,
+        base: &Arc<RequestBase>,
+    ) -> Option<KeptRequest> {
+        let lineage = lineage?;
+        let mut inner = self.lock();
+        let entry = inner.entries.remove(session)?;
+        inner.bytes -= entry.bytes;
+        let reused = entry.lineage == lineage && Arc::ptr_eq(&entry.base, base);
+        if reused {
+            self.reuses.fetch_add(1, Ordering::Relaxed);
+        }
+        reused.then_some(entry.kept)
+    }
+
+    /// How many inputs started from a kept request.
+    pub fn reuses(&self) -> u64 {
+        self.reuses.load(Ordering::Relaxed)
+    }
+
+    /// Keeps `kept` as the session's request, built from a history of
+    /// `lineage` (nothing is kept without one: the next load could not
+    /// match it) and `base`.
+    pub fn keep(
+        &self,
+        session: &str,
+        lineage: Option<u64>,
+        base: Arc<RequestBase>,
+        kept: KeptRequest,
+    ) {
+        let Some(lineage) = lineage else {
+            return;
+        };
+        // The messages, and about as much again for the codec's text.
+        let bytes = kept.request.encoded_size_hint() * 2;
+        let mut inner = self.lock();
+        if let Some(old) = inner.entries.remove(session) {
+            inner.bytes -= old.bytes;
+        }
+        if bytes > inner.capacity {
+            return;
+        }
+        inner.keeps += 1;
+        inner.bytes += bytes;
+        let used = inner.keeps;
+        inner.entries.insert(
+            session.to_owned(),
+            Entry {
+                kept,
+                lineage,
+                base,
+                bytes,
+                used,
+            },
+        );
+        if inner.bytes > inner.capacity {
+            inner.evict(session);
+        }
+    }
+
+    /// How many sessions have a kept request (tests).
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.lock().entries.len()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        // Every change to the map is made in one step under the lock.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Inner {
+    /// Drops the least recently kept entries until a quarter of the
+    /// capacity is free, never `just_kept` (which fits on its own).
+    fn evict(&mut self, just_kept: &str) {
+        let target = self.capacity - self.capacity / 4;
+        let mut by_age: Vec<(u64, String)> = self
+            .entries
+            .iter()
+            .filter(|(session, _)| session.as_str() != just_kept)
+            .map(|(session, entry)| (entry.used, session.clone()))
+            .collect();
+        by_age.sort_unstable();
+        for (_, session) in by_age {
+            if self.bytes <= target {
+                break;
+            }
+            if let Some(entry) = self.entries.remove(&session) {
+                self.bytes -= entry.bytes;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // a panic in a test is a test failure
+    use homeagent_core::Message;
+
+    use super::*;
+
+    fn kept(text: &str) -> KeptRequest {
+        KeptRequest {
+            request: ChatRequest {
+                model: String::new(),
+                messages: vec![Message::system("p"), Message::user(text)],
+                tools: Vec::new(),
+                max_tokens: 64,
+                temperature: None,
+                stream: true,
+                rendered: Default::default(),
+            },
+            sent: RequestMessages::default(),
+        }
+    }
+
+    fn text(kept: &KeptRequest) -> &str {
+        match &kept.request.messages[1] {
+            Message::User { content } => content,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_request_is_taken_back_only_under_its_lineage_and_base() {
+        let requests = KeptRequests::default();
+        let base = RequestBase::bare("p");
+        requests.keep("s", Some(7), Arc::clone(&base), kept("one"));
+        assert_eq!(text(&requests.take("s", Some(7), &base).unwrap()), "one");
+        assert!(requests.take("s", Some(7), &base).is_none(), "taken once");
+
+        // Another lineage: the history was read afresh; dropped for good.
+        requests.keep("s", Some(7), Arc::clone(&base), kept("two"));
+        assert!(requests.take("s", Some(8), &base).is_none());
+        assert!(requests.take("s", Some(7), &base).is_none());
+        // Another base (the tools or the prompt changed), even an equal one.
+        requests.keep("s", Some(7), Arc::clone(&base), kept("three"));
+        assert!(
+            requests
+                .take("s", Some(7), &RequestBase::bare("p"))
+                .is_none()
+        );
+        assert_eq!(requests.len(), 0);
+        // No lineage (a new session): nothing to match later, not kept.
+        requests.keep("s", None, Arc::clone(&base), kept("four"));
+        assert_eq!(requests.len(), 0);
+        requests.keep("s", Some(7), Arc::clone(&base), kept("five"));
+        assert!(requests.take("s", None, &base).is_none());
+        // Other sessions are left alone.
+        requests.keep("a", Some(1), Arc::clone(&base), kept("a"));
+        requests.keep("b", Some(2), Arc::clone(&base), kept("b"));
+        assert!(requests.take("a", Some(2), &base).is_none());
+        assert_eq!(text(&requests.take("b", Some(2), &base).unwrap()), "b");
+    }
+
+    #[test]
+    fn past_the_bound_the_least_recently_kept_go_first() {
+        let base = RequestBase::bare("p");
+        let size = kept("x").request.encoded_size_hint() * 2;
+        let requests = KeptRequests::new(size * 4);
+        for session in ["a", "b", "c", "d"] {
+            requests.keep(session, Some(1), Arc::clone(&base), kept("x"));
+        }
+        assert_eq!(requests.len(), 4);
+        // "a" again: "b" is now the oldest. A fifth is over the bound:
+        // "b" and then "c" go, leaving three quarters.
+        let a = requests.take("a", Some(1), &base).unwrap();
+        requests.keep("a", Some(1), Arc::clone(&base), a);
+        requests.keep("e", Some(1), Arc::clone(&base), kept("x"));
+        assert_eq!(requests.len(), 3);
+        assert!(requests.take("b", Some(1), &base).is_none());
+        assert!(requests.take("c", Some(1), &base).is_none());
+        for session in ["a", "d", "e"] {
+            assert!(
+                requests.take(session, Some(1), &base).is_some(),
+                "{session}"
+            );
+        }
+        // One larger than the bound is not kept.
+        let small = KeptRequests::new(size - 1);
+        small.keep("a", Some(1), Arc::clone(&base), kept("x"));
+        assert_eq!(small.len(), 0);
+    }
+}
