@@ -112,6 +112,12 @@ impl CountedHistory {
         self.messages.push(message);
     }
 
+    /// Appends `more`, with the estimates counted for it.
+    pub fn append(&mut self, more: CountedHistory) {
+        self.messages.extend(more.messages);
+        self.tokens.extend(more.tokens);
+    }
+
     pub fn extend(&mut self, messages: impl IntoIterator<Item = Message>) {
         for message in messages {
             self.push(message);

@@ -35,17 +35,19 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use homeagent_llm::ChatRequest;
 
-use crate::context::RequestMessages;
+use crate::context::{CountedHistory, RequestMessages};
 use crate::request_base::RequestBase;
 
 /// The default bound on the estimated bytes held.
 pub(crate) const DEFAULT_CAPACITY_BYTES: usize = 8 << 20;
 
-/// A session's request and what its messages were built from.
+/// A session's history at the end of an input, its last request and what
+/// that request's messages were built from.
 #[derive(Debug)]
 pub(crate) struct KeptRequest {
     pub request: ChatRequest,
     pub sent: RequestMessages,
+    pub history: CountedHistory,
 }
 
 #[derive(Debug)]
@@ -92,23 +94,20 @@ impl KeptRequests {
         }
     }
 
-    /// Takes the session's kept request out if it was kept under `lineage`
-    /// with `base`; drops it otherwise (it can never match again).
-    pub fn take(
-        &self,
-        session: &str,
-        lineage: Option<u64>,
-        base: &Arc<RequestBase>,
-    ) -> Option<KeptRequest> {
-        let lineage = lineage?;
+    /// Takes the session's kept request out, with the lineage it was kept
+    /// under, if it was kept with `base`; drops it otherwise (it can never
+    /// match again). The caller uses it only if the store finds the same
+    /// lineage, and then says so ([`KeptRequests::reused`]).
+    pub fn take(&self, session: &str, base: &Arc<RequestBase>) -> Option<(u64, KeptRequest)> {
         let mut inner = self.lock();
         let entry = inner.entries.remove(session)?;
         inner.bytes -= entry.bytes;
-        let reused = entry.lineage == lineage && Arc::ptr_eq(&entry.base, base);
-        if reused {
-            self.reuses.fetch_add(1, Ordering::Relaxed);
-        }
-        reused.then_some(entry.kept)
+        Arc::ptr_eq(&entry.base, base).then_some((entry.lineage, entry.kept))
+    }
+
+    /// Counts an input that started from a kept request.
+    pub fn reused(&self) {
+        self.reuses.fetch_add(1, Ordering::Relaxed);
     }
 
     /// How many inputs started from a kept request.
@@ -129,8 +128,9 @@ impl KeptRequests {
         let Some(lineage) = lineage else {
             return;
         };
-        // The messages, and about as much again for the codec's text.
-        let bytes = kept.request.encoded_size_hint() * 2;
+        // The messages, about as much again for the codec's text, and the
+        // history.
+        let bytes = kept.request.encoded_size_hint() * 3;
         let mut inner = self.lock();
         if let Some(old) = inner.entries.remove(session) {
             inner.bytes -= old.bytes;
@@ -210,6 +210,7 @@ mod tests {
                 rendered: Default::default(),
             },
             sent: RequestMessages::default(),
+            history: CountedHistory::new(vec![Message::user(text)]),
         }
     }
 
@@ -221,41 +222,38 @@ mod tests {
     }
 
     #[test]
-    fn a_request_is_taken_back_only_under_its_lineage_and_base() {
+    fn a_request_is_taken_back_with_its_lineage_under_its_base_only() {
         let requests = KeptRequests::default();
         let base = RequestBase::bare("p");
         requests.keep("s", Some(7), Arc::clone(&base), kept("one"));
-        assert_eq!(text(&requests.take("s", Some(7), &base).unwrap()), "one");
-        assert!(requests.take("s", Some(7), &base).is_none(), "taken once");
-
-        // Another lineage: the history was read afresh; dropped for good.
+        let (lineage, one) = requests.take("s", &base).unwrap();
+        assert_eq!((lineage, text(&one)), (7, "one"));
+        assert!(requests.take("s", &base).is_none(), "taken once");
+        // Another base (the tools or the prompt changed), even an equal
+        // one: dropped for good.
         requests.keep("s", Some(7), Arc::clone(&base), kept("two"));
-        assert!(requests.take("s", Some(8), &base).is_none());
-        assert!(requests.take("s", Some(7), &base).is_none());
-        // Another base (the tools or the prompt changed), even an equal one.
-        requests.keep("s", Some(7), Arc::clone(&base), kept("three"));
-        assert!(
-            requests
-                .take("s", Some(7), &RequestBase::bare("p"))
-                .is_none()
-        );
+        assert!(requests.take("s", &RequestBase::bare("p")).is_none());
+        assert!(requests.take("s", &base).is_none());
         assert_eq!(requests.len(), 0);
         // No lineage (a new session): nothing to match later, not kept.
-        requests.keep("s", None, Arc::clone(&base), kept("four"));
+        requests.keep("s", None, Arc::clone(&base), kept("three"));
         assert_eq!(requests.len(), 0);
-        requests.keep("s", Some(7), Arc::clone(&base), kept("five"));
-        assert!(requests.take("s", None, &base).is_none());
         // Other sessions are left alone.
         requests.keep("a", Some(1), Arc::clone(&base), kept("a"));
         requests.keep("b", Some(2), Arc::clone(&base), kept("b"));
-        assert!(requests.take("a", Some(2), &base).is_none());
-        assert_eq!(text(&requests.take("b", Some(2), &base).unwrap()), "b");
+        let (lineage, b) = requests.take("b", &base).unwrap();
+        assert_eq!((lineage, text(&b)), (2, "b"));
+        assert_eq!(requests.len(), 1);
+        // Counted only when the caller says it used one.
+        assert_eq!(requests.reuses(), 0);
+        requests.reused();
+        assert_eq!(requests.reuses(), 1);
     }
 
     #[test]
     fn past_the_bound_the_least_recently_kept_go_first() {
         let base = RequestBase::bare("p");
-        let size = kept("x").request.encoded_size_hint() * 2;
+        let size = kept("x").request.encoded_size_hint() * 3;
         let requests = KeptRequests::new(size * 4);
         for session in ["a", "b", "c", "d"] {
             requests.keep(session, Some(1), Arc::clone(&base), kept("x"));
@@ -263,17 +261,14 @@ mod tests {
         assert_eq!(requests.len(), 4);
         // "a" again: "b" is now the oldest. A fifth is over the bound:
         // "b" and then "c" go, leaving three quarters.
-        let a = requests.take("a", Some(1), &base).unwrap();
+        let (_, a) = requests.take("a", &base).unwrap();
         requests.keep("a", Some(1), Arc::clone(&base), a);
         requests.keep("e", Some(1), Arc::clone(&base), kept("x"));
         assert_eq!(requests.len(), 3);
-        assert!(requests.take("b", Some(1), &base).is_none());
-        assert!(requests.take("c", Some(1), &base).is_none());
+        assert!(requests.take("b", &base).is_none());
+        assert!(requests.take("c", &base).is_none());
         for session in ["a", "d", "e"] {
-            assert!(
-                requests.take(session, Some(1), &base).is_some(),
-                "{session}"
-            );
+            assert!(requests.take(session, &base).is_some(), "{session}");
         }
         // One larger than the bound is not kept.
         let small = KeptRequests::new(size - 1);

@@ -49,7 +49,7 @@ use crate::context::{CountedHistory, RequestMessages, approx_tokens};
 use crate::frames::{Frame, UsageFrame};
 use crate::kept_requests::{KeptRequest, KeptRequests};
 use crate::request_base::{Built, RequestBase, RequestBases};
-use crate::store::{EventRow, HeldWrite, OpenedInput, Store, StoreError};
+use crate::store::{EventRow, HeldWrite, KnownHistory, OpenedInput, Store, StoreError};
 
 /// The loop's knobs (from `[agent]` and `[tools]`).
 #[derive(Debug, Clone)]
@@ -245,19 +245,58 @@ impl Runtime {
             ));
         }
         let user = Message::user(input.text.clone());
+        // The prompt and the tool list as of this input's start: kept per
+        // agent until the tools change, neither built nor measured again.
+        let base = self.request_base(&input.agent);
+        // The session's last input's history and request, if it kept them:
+        // the store then gives only what was added since, and the first
+        // request clones, checks and writes only that (see
+        // `kept_requests`).
+        let kept = self.kept_requests.take(&input.session, &base);
+        let known = kept.as_ref().map(|(lineage, kept)| KnownHistory {
+            lineage: *lineage,
+            len: kept.history.messages().len(),
+        });
         // The claim is held until this input ends: no other process runs the
         // session meanwhile (see `store::claim`). A new session is created
         // with the user message, in one commit (`hold_append_creating`);
         // opening refuses another agent's session first.
         let OpenedInput {
             claim: _claim,
-            mut history,
+            history: loaded,
             lineage,
+            from,
         } = self
             .store
-            .open_input_async(&input.session, &input.agent)
+            .open_input_after(&input.session, &input.agent, known)
             .await
             .map_err(store_frame)?;
+        let (mut history, kept) = match kept {
+            Some((kept_lineage, kept))
+                if from > 0
+                    && lineage == Some(kept_lineage)
+                    && from == kept.history.messages().len() =>
+            {
+                let KeptRequest {
+                    request,
+                    sent,
+                    mut history,
+                } = kept;
+                history.append(loaded);
+                self.kept_requests.reused();
+                (history, Some((request, sent)))
+            }
+            // The store gives a part only of the lineage it was told.
+            _ if from > 0 => {
+                return Err(Frame::error(
+                    "store",
+                    "the store gave part of a history the agent did not hold; please report this",
+                ));
+            }
+            _ => (loaded, None),
+        };
+        #[cfg(debug_assertions)]
+        check_history(&self.store, &input.session, &history).await;
         // A model request does not wait for the write before it (the user
         // message, a batch's results; with `sync = "full"`, an fsync). That
         // write is held for a moment (`store::HOLD`) and then committed on
@@ -273,14 +312,24 @@ impl Runtime {
         history.push_stored(user, held.json_bytes().first().copied());
         let mut pending = Some(held);
         let outcome = self
-            .run_turns(input, control, sink, (history, lineage), &mut pending)
+            .run_turns(
+                input,
+                control,
+                sink,
+                Start {
+                    history,
+                    lineage,
+                    base,
+                    kept,
+                },
+                &mut pending,
+            )
             .await;
         settle(&mut pending).await?;
         outcome
     }
 
     /// The model requests and tool batches of one input, until a reply.
-    /// `history` is the session's, with the lineage it was loaded under.
     /// `pending` is the input's last write, still held or committing: the
     /// next write carries it or waits for it.
     async fn run_turns(
@@ -288,37 +337,31 @@ impl Runtime {
         input: &TurnInput,
         control: &TurnControl,
         sink: &FrameSink,
-        (mut history, lineage): (CountedHistory, Option<u64>),
+        start: Start,
         pending: &mut Option<HeldWrite>,
     ) -> Result<Frame, Frame> {
+        let Start {
+            mut history,
+            lineage,
+            base,
+            kept,
+        } = start;
         let recorded = EventBuffer::default();
         let executor = self.executor(Some(self.event_sink(&recorded, sink)));
-        // The prompt and the tool list as of this input's start: kept per
-        // agent until the tools change, neither built nor measured again.
-        let base = self.request_base(&input.agent);
         let base_prompt = &base.prompt;
         let reserved = base.reserved_tokens;
-        // The session's last request, if its history only grew since:
-        // the first request then clones, checks and writes only what the
-        // last input added (see `kept_requests`).
-        let KeptRequest {
-            mut request,
-            mut sent,
-        } = self
-            .kept_requests
-            .take(&input.session, lineage, &base)
-            .unwrap_or_else(|| KeptRequest {
-                request: ChatRequest {
-                    model: String::new(),
-                    messages: Vec::new(),
-                    tools: base.tools.clone(),
-                    max_tokens: self.settings.max_tokens,
-                    temperature: None,
-                    stream: true,
-                    rendered: Default::default(),
-                },
-                sent: RequestMessages::default(),
-            });
+        let (mut request, mut sent) = kept.unwrap_or_else(|| {
+            let request = ChatRequest {
+                model: String::new(),
+                messages: Vec::new(),
+                tools: base.tools.clone(),
+                max_tokens: self.settings.max_tokens,
+                temperature: None,
+                stream: true,
+                rendered: Default::default(),
+            };
+            (request, RequestMessages::default())
+        });
         request.max_tokens = self.settings.max_tokens;
         let mut usage = UsageFrame::default();
         let mut requests = 0u32;
@@ -381,7 +424,8 @@ impl Runtime {
                 .await?;
             if turn.calls.is_empty() {
                 let message = Message::Assistant(turn.message());
-                self.store
+                let appended = self
+                    .store
                     .append_after(
                         pending.take(),
                         &input.session,
@@ -389,11 +433,18 @@ impl Runtime {
                     )
                     .await
                     .map_err(store_frame)?;
+                // Committed, carrying every earlier write of the input: the
+                // history as the store now holds it.
+                history.push_stored(message, appended.json_bytes.first().copied());
                 self.kept_requests.keep(
                     &input.session,
                     lineage,
                     Arc::clone(&base),
-                    KeptRequest { request, sent },
+                    KeptRequest {
+                        request,
+                        sent,
+                        history,
+                    },
                 );
                 return Ok(Frame::Response {
                     content: turn.text,
@@ -581,6 +632,31 @@ impl Runtime {
 }
 
 /// A store failure as the input's error frame.
+/// What an input's model requests start from.
+struct Start {
+    /// The session's history, loaded under `lineage`.
+    history: CountedHistory,
+    lineage: Option<u64>,
+    base: Arc<RequestBase>,
+    /// The session's last input's request and its state, when its history
+    /// continues `history`.
+    kept: Option<(ChatRequest, RequestMessages)>,
+}
+
+/// Debug builds hold the history an input starts from (its last input's,
+/// kept, and what the store added) to the stored one.
+#[cfg(debug_assertions)]
+async fn check_history(store: &Arc<Store>, session: &str, history: &CountedHistory) {
+    let owned = session.to_owned();
+    if let Ok(stored) = store.call(move |store| store.history(&owned)).await {
+        assert_eq!(
+            history.messages(),
+            stored,
+            "the history of {session} strayed from the store's"
+        );
+    }
+}
+
 /// Debug builds hold every request, kept from an earlier request or input
 /// or not, to the one built afresh from the same history: a kept request
 /// that strayed from the history would send the model another

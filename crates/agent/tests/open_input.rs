@@ -10,8 +10,9 @@ use std::sync::Arc;
 mod common;
 
 use common::TempDir;
-use homeagent_agent::store::{Store, StoreError, cancelled_result};
-use homeagent_core::{AssistantMessage, Message, ToolCall};
+use homeagent_agent::context::approx_tokens;
+use homeagent_agent::store::{KnownHistory, Store, StoreError, cancelled_result};
+use homeagent_core::{AssistantMessage, Message, PairingError, ToolCall, ToolMessage};
 
 fn opened_here(store: &Store) -> u64 {
     store.commit_places().inputs_opened_here
@@ -130,4 +131,109 @@ async fn another_agents_session_is_refused_and_nothing_stays_held() {
         store.open_input_async("../x", "main").await,
         Err(StoreError::InvalidSessionId { .. })
     ));
+}
+
+/// An input that still holds the start of the session's history (its
+/// last input's) names it by lineage and length, and gets only what was
+/// added since; anything else gets the whole history.
+#[tokio::test]
+async fn an_input_that_knows_the_start_gets_only_what_was_added() {
+    let dir = TempDir::new("open-known");
+    let store = Arc::new(Store::open(&dir.db()).unwrap());
+    store.ensure_session("s", "main").unwrap();
+    store
+        .append_messages("s", &[Message::user("hi"), reply("hello")])
+        .unwrap();
+    let first = store.open_input_async("s", "main").await.unwrap();
+    let lineage = first.lineage.expect("remembered from its full read");
+    assert_eq!(first.from, 0);
+    drop(first);
+    store
+        .append_messages("s", &[Message::user("again"), reply("and again")])
+        .unwrap();
+    let known = |len| Some(KnownHistory { lineage, len });
+
+    let opened = store.open_input_after("s", "main", known(2)).await.unwrap();
+    assert_eq!((opened.from, opened.lineage), (2, Some(lineage)));
+    assert_eq!(
+        opened.history.messages(),
+        [Message::user("again"), reply("and again")]
+    );
+    let counted: Vec<usize> = opened
+        .history
+        .messages()
+        .iter()
+        .map(approx_tokens)
+        .collect();
+    assert_eq!(opened.history.tokens(), counted);
+    drop(opened);
+
+    // Knowing less is fine: from there on.
+    let opened = store.open_input_after("s", "main", known(1)).await.unwrap();
+    assert_eq!(opened.from, 1);
+    assert_eq!(opened.history.messages().len(), 3);
+    drop(opened);
+
+    // Another lineage, or more than there is: the whole history.
+    let whole = [
+        Message::user("hi"),
+        reply("hello"),
+        Message::user("again"),
+        reply("and again"),
+    ];
+    for other in [
+        Some(KnownHistory {
+            lineage: lineage + 1,
+            len: 2,
+        }),
+        known(5),
+        None,
+    ] {
+        let opened = store.open_input_after("s", "main", other).await.unwrap();
+        assert_eq!(opened.from, 0, "{other:?}");
+        assert_eq!(opened.history.messages(), whole, "{other:?}");
+    }
+}
+
+fn result(id: &str) -> Message {
+    Message::Tool(ToolMessage {
+        tool_call_id: id.into(),
+        name: "demo_echo".into(),
+        content: "ok".into(),
+        success: true,
+    })
+}
+
+/// Only the messages added since the last load are checked for pairing,
+/// from the last step before them: a result that answers no call among
+/// them is still refused.
+#[tokio::test]
+async fn added_messages_are_still_checked_for_pairing() {
+    let dir = TempDir::new("open-known-check");
+    let store = Arc::new(Store::open(&dir.db()).unwrap());
+    store.ensure_session("s", "main").unwrap();
+    store
+        .append_messages(
+            "s",
+            &[Message::user("hi"), calling("call_1"), result("call_1")],
+        )
+        .unwrap();
+    let first = store.open_input_async("s", "main").await.unwrap();
+    let lineage = first.lineage.unwrap();
+    drop(first);
+    // A second result for the call of the last step: the check must look
+    // back to that step, not start at the new message.
+    store.append_messages("s", &[result("call_1")]).unwrap();
+    let known = Some(KnownHistory { lineage, len: 3 });
+    let refused = store.open_input_after("s", "main", known).await;
+    assert!(
+        matches!(
+            &refused,
+            Err(StoreError::Unrepairable {
+                source: PairingError::DuplicateResult { message: 3, .. },
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
 }

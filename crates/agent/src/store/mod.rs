@@ -103,7 +103,7 @@ pub use group::WriteStats;
 pub use held::{Appended, HOLD, HOLD_AT_MOST, HeldWrite};
 pub use messages::ReadStats;
 pub use open::OpenedInput;
-pub use repair::{CANCELLED_DETAIL, cancelled_result};
+pub use repair::{CANCELLED_DETAIL, KnownHistory, cancelled_result};
 pub use schema::{MIGRATIONS, SCHEMA_VERSION};
 pub use sessions::SessionInfo;
 

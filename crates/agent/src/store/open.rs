@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 use crate::context::CountedHistory;
 
 use super::claim::SessionClaim;
-use super::repair::Remembered;
+use super::repair::{KnownHistory, Loaded, Remembered};
 use super::sessions::{is_agents, read_agent, validate_agent_name};
 use super::{BUSY_TIMEOUT, Store, StoreError, validate_session_id};
 
@@ -31,6 +31,9 @@ pub struct OpenedInput {
     /// later perhaps with more after them. `None` when the history is not
     /// remembered (a new session, one just repaired).
     pub lineage: Option<u64>,
+    /// `history` holds the messages from this one on: the caller's
+    /// [`KnownHistory`] when it named this lineage, else 0 (all of them).
+    pub from: usize,
 }
 
 impl Store {
@@ -40,16 +43,33 @@ impl Store {
     /// claimed elsewhere too ([`StoreError::SessionBusy`]). Blocking: from
     /// async code use [`Store::open_input_async`].
     pub fn open_input(&self, session: &str, agent: &str) -> Result<OpenedInput, StoreError> {
+        self.open_input_known(session, agent, None)
+    }
+
+    /// [`Store::open_input`] for an input that holds the start of the
+    /// history already (its session's last input's): the history is then
+    /// given from message `known.len` on (see [`OpenedInput::from`]).
+    pub fn open_input_known(
+        &self,
+        session: &str,
+        agent: &str,
+        known: Option<KnownHistory>,
+    ) -> Result<OpenedInput, StoreError> {
         let claim = self.claim_session(session)?;
-        let (history, lineage) = if self.check_session_agent(session, agent)? {
-            self.load_lineage(session)?
+        let loaded = if self.check_session_agent(session, agent)? {
+            self.load_known(session, known)?
         } else {
-            (CountedHistory::default(), None)
+            Loaded {
+                history: CountedHistory::default(),
+                lineage: None,
+                from: 0,
+            }
         };
         Ok(OpenedInput {
             claim,
-            history,
-            lineage,
+            history: loaded.history,
+            lineage: loaded.lineage,
+            from: loaded.from,
         })
     }
 
@@ -61,11 +81,22 @@ impl Store {
         session: &str,
         agent: &str,
     ) -> Result<OpenedInput, StoreError> {
-        if let Some(opened) = self.open_input_here(session, agent) {
+        self.open_input_after(session, agent, None).await
+    }
+
+    /// [`Store::open_input_known`] for async code, as
+    /// [`Store::open_input_async`].
+    pub async fn open_input_after(
+        self: &Arc<Self>,
+        session: &str,
+        agent: &str,
+        known: Option<KnownHistory>,
+    ) -> Result<OpenedInput, StoreError> {
+        if let Some(opened) = self.open_input_here(session, agent, known) {
             return Ok(opened);
         }
         let (session, agent) = (session.to_owned(), agent.to_owned());
-        self.call(move |store| store.open_input(&session, &agent))
+        self.call(move |store| store.open_input_known(&session, &agent, known))
             .await
     }
 
@@ -74,7 +105,12 @@ impl Store {
     /// Only when no other input runs through this handle: under load the
     /// pool reads in parallel with the worker the inputs share (see
     /// `Store::lead_inline`).
-    fn open_input_here(&self, session: &str, agent: &str) -> Option<OpenedInput> {
+    fn open_input_here(
+        &self,
+        session: &str,
+        agent: &str,
+        known: Option<KnownHistory>,
+    ) -> Option<OpenedInput> {
         if self.claims.held() > 0 {
             return None;
         }
@@ -88,19 +124,23 @@ impl Store {
         conn.busy_timeout(std::time::Duration::ZERO).ok()?;
         let opened = (|| {
             let claim = self.claim_session(session).ok()?;
-            let (history, lineage) = match read_agent(&conn, session).ok()? {
-                None => (CountedHistory::default(), None),
+            let loaded = match read_agent(&conn, session).ok()? {
+                None => Loaded {
+                    history: CountedHistory::default(),
+                    lineage: None,
+                    from: 0,
+                },
                 Some(existing) => {
                     is_agents(session, &existing, agent).ok()?;
-                    let (history, lineage) =
-                        self.load_paired(&conn, session, Remembered::Only).ok()??;
-                    (history, Some(lineage))
+                    self.load_paired(&conn, session, Remembered::Only, known)
+                        .ok()??
                 }
             };
             Some(OpenedInput {
                 claim,
-                history,
-                lineage,
+                history: loaded.history,
+                lineage: loaded.lineage,
+                from: loaded.from,
             })
         })();
         if conn.busy_timeout(BUSY_TIMEOUT).is_err() {

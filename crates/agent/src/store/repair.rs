@@ -147,24 +147,24 @@ impl Store {
     /// session's estimates are kept with it, so each message is counted
     /// once, not once per input.
     pub fn load_counted(&self, session: &str) -> Result<CountedHistory, StoreError> {
-        self.load_lineage(session).map(|(history, _)| history)
+        self.load_known(session, None).map(|loaded| loaded.history)
     }
 
-    /// [`Store::load_counted`], and the history's lineage when it is
-    /// remembered (see `history_cache::Remembered::lineage`); `None` after
-    /// a repair, which rewrites it.
-    pub(super) fn load_lineage(
+    /// [`Store::load_counted`], from message `known.len` on when `known`
+    /// names the remembered history (see [`Loaded`]).
+    pub(super) fn load_known(
         &self,
         session: &str,
-    ) -> Result<(CountedHistory, Option<u64>), StoreError> {
+        known: Option<KnownHistory>,
+    ) -> Result<Loaded, StoreError> {
         validate_session_id(session)?;
         let mut conn = self.lock();
         // The common case, a paired history, needs no write lock: a plain
         // read, of only the messages added since the last load when the
         // session is remembered (`history_cache.rs`).
         require_session(&conn, session)?;
-        if let Some((loaded, lineage)) = self.load_paired(&conn, session, Remembered::Any)? {
-            return Ok((loaded, Some(lineage)));
+        if let Some(loaded) = self.load_paired(&conn, session, Remembered::Any, known)? {
+            return Ok(loaded);
         }
         // IMMEDIATE: no other writer may append between the check and the
         // repair; the history is read again under the lock for that reason.
@@ -172,7 +172,7 @@ impl Store {
         let history = self.read_history(&tx, session)?;
         let gaps = find_gaps(&history);
         if gaps.is_empty() {
-            return Ok((self.counted(paired(session, &history)?), None));
+            return Ok(Loaded::whole(self.counted(paired(session, &history)?)));
         }
         let repaired = with_results(history, &gaps);
         check_history_pairing(&repaired).map_err(|source| StoreError::Unrepairable {
@@ -191,52 +191,114 @@ impl Store {
             calls,
             "answered tool calls left without results by an earlier crash with `cancelled`"
         );
-        Ok((self.counted(repaired), None))
+        Ok(Loaded::whole(self.counted(repaired)))
     }
 
     /// The history of `session` (which exists) by a plain read, when it is
     /// paired; `None` when it needs a repair (or, with
     /// [`Remembered::Only`], when it is not remembered: reading a whole
     /// history may take long). Of a remembered session only the messages
-    /// added since its last load are read.
+    /// added since its last load are read, and checked for pairing from
+    /// the last step before them (the rest passed at an earlier load); of
+    /// a `known` one, only the messages after the known ones are cloned.
     pub(super) fn load_paired(
         &self,
         conn: &Connection,
         session: &str,
         remembered: Remembered,
-    ) -> Result<Option<(CountedHistory, u64)>, StoreError> {
+        known: Option<KnownHistory>,
+    ) -> Result<Option<Loaded>, StoreError> {
         let mut histories = self.histories();
         histories.check_version(data_version(conn)?);
         if remembered == Remembered::Only && !histories.contains(session) {
             return Ok(None);
         }
         let mut history = histories.take(session);
+        // Every message counted so far passed the check at an earlier load.
+        let checked = history.tokens.len();
         let after = history.messages.last().map_or(0, |(seq, _)| *seq);
         history.bytes += self.read_history_after(conn, session, after, &mut history.messages)?;
         if !find_gaps(&history.messages).is_empty() {
             // Not kept: a repair renumbers the messages.
             return Ok(None);
         }
-        let messages = paired(session, &history.messages)?;
-        let counted = history.tokens.len();
+        // The check starts afresh at every message that is not a result,
+        // so from the last such one before the new messages it finds what
+        // a check of the whole history would.
+        let check_from = history
+            .messages
+            .get(..checked)
+            .unwrap_or_default()
+            .iter()
+            .rposition(|(_, m)| !matches!(m, Message::Tool(_)))
+            .unwrap_or(0);
+        let from = known
+            .filter(|k| k.lineage == history.lineage && k.len <= history.messages.len())
+            .map_or(0, |k| k.len);
+        let start = check_from.min(from);
+        let mut messages: Vec<Message> = history
+            .messages
+            .get(start..)
+            .unwrap_or_default()
+            .iter()
+            .map(|(_, m)| m.clone())
+            .collect();
+        if check_history_pairing(messages.get(check_from - start..).unwrap_or_default()).is_err() {
+            // Numbered as in the whole history.
+            paired(session, &history.messages)?;
+        }
+        messages.drain(..from - start);
         history.tokens.extend(
-            messages
-                .get(counted..)
+            history
+                .messages
+                .get(checked..)
                 .unwrap_or_default()
                 .iter()
-                .map(approx_tokens),
+                .map(|(_, m)| approx_tokens(m)),
         );
-        self.count_tokens(messages.len().saturating_sub(counted));
-        let loaded = CountedHistory::from_counted(messages, history.tokens.clone());
-        let lineage = history.lineage;
+        self.count_tokens(history.messages.len().saturating_sub(checked));
+        let tokens = history.tokens.get(from..).unwrap_or_default().to_vec();
+        let loaded = Loaded {
+            history: CountedHistory::from_counted(messages, tokens),
+            lineage: Some(history.lineage),
+            from,
+        };
         histories.keep(session, history);
-        Ok(Some((loaded, lineage)))
+        Ok(Some(loaded))
     }
 
     /// `messages` with their token estimates, counted now.
     fn counted(&self, messages: Vec<Message>) -> CountedHistory {
         self.count_tokens(messages.len());
         CountedHistory::new(messages)
+    }
+}
+
+/// What an input knows of a session's history: the first `len` messages
+/// of the one loaded under `lineage` (see [`OpenedInput::lineage`](super::OpenedInput::lineage)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KnownHistory {
+    pub lineage: u64,
+    pub len: usize,
+}
+
+/// A loaded history: its messages from `from` on (the ones before are the
+/// caller's [`KnownHistory`]), and its lineage when it is remembered
+/// (`None` after a repair, which rewrites it).
+#[derive(Debug)]
+pub(super) struct Loaded {
+    pub history: CountedHistory,
+    pub lineage: Option<u64>,
+    pub from: usize,
+}
+
+impl Loaded {
+    fn whole(history: CountedHistory) -> Loaded {
+        Loaded {
+            history,
+            lineage: None,
+            from: 0,
+        }
     }
 }
 
