@@ -256,7 +256,22 @@ fn scripted_calls(after: &str) -> Result<Vec<ScriptedCall>, String> {
 /// Pure except for the nonce: every batch draws a fresh one, so two batches
 /// never share tags.
 pub fn respond(messages: &[Message], opts: &ScriptOptions) -> ScriptedTurn {
-    let prompt_bytes = messages.iter().map(message_bytes).sum();
+    respond_sized(messages, prompt_bytes(messages), opts)
+}
+
+/// The size of a prompt of `messages` that usage figures count: the texts
+/// of its messages and calls.
+pub fn prompt_bytes(messages: &[Message]) -> usize {
+    messages.iter().map(message_bytes).sum()
+}
+
+/// [`respond`] to `messages` whose whole prompt (perhaps longer: the
+/// messages before the current turn need not be given) is `prompt_bytes`.
+pub fn respond_sized(
+    messages: &[Message],
+    prompt_bytes: usize,
+    opts: &ScriptOptions,
+) -> ScriptedTurn {
     let Some(last_user) = messages
         .iter()
         .rposition(|m| matches!(m, Message::User { .. }))
@@ -540,7 +555,7 @@ fn finish_turn(
     }));
 }
 
-fn message_bytes(message: &Message) -> usize {
+pub(crate) fn message_bytes(message: &Message) -> usize {
     match message {
         Message::System { content } | Message::User { content } => content.len(),
         Message::Assistant(a) => {

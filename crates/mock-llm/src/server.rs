@@ -47,7 +47,7 @@ use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::mpsc;
 
 use crate::inputs::{InputLog, RequestKind};
-use crate::script::{Reply, ScriptOptions, Trigger, respond};
+use crate::script::{Reply, ScriptOptions, Trigger, respond_sized};
 use crate::stats::Stats;
 use crate::wire::{self, Ctx, ParsedRequest, Wire};
 
@@ -488,7 +488,11 @@ async fn chat(
     }
 
     let input = last_user_text(&request.messages).map(crate::inputs::input_key);
-    let turn = respond(&request.messages, &state.config.script);
+    let turn = respond_sized(
+        &request.messages,
+        request.prompt_bytes,
+        &state.config.script,
+    );
     let n = state.responses.fetch_add(1, Ordering::Relaxed) + 1;
     let ctx = Ctx {
         model: if request.model.is_empty() {

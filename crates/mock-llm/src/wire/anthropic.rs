@@ -40,12 +40,12 @@ pub(crate) fn parse(body: &Value) -> Result<ParsedRequest, String> {
             other => return Err(format!("unknown message role {other:?}")),
         }
     }
-    Ok(ParsedRequest {
-        model: str_field(body, "model").to_owned(),
+    Ok(ParsedRequest::new(
+        str_field(body, "model").to_owned(),
         messages,
-        stream: body.get("stream").and_then(Value::as_bool).unwrap_or(false),
-        include_usage: false,
-    })
+        body.get("stream").and_then(Value::as_bool).unwrap_or(false),
+        false,
+    ))
 }
 
 /// A user turn: its `tool_result` blocks become tool messages, its text

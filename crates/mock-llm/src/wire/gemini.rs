@@ -89,12 +89,7 @@ pub(crate) fn parse(body: &Value) -> Result<ParsedRequest, String> {
             }
         }
     }
-    Ok(ParsedRequest {
-        model: String::new(),
-        messages,
-        stream: false,
-        include_usage: false,
-    })
+    Ok(ParsedRequest::new(String::new(), messages, false, false))
 }
 
 fn parts_text(parts: Option<&Value>) -> String {

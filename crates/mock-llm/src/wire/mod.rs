@@ -38,13 +38,51 @@ impl Wire {
 }
 
 /// What the server needs from a request body.
+///
+/// The script reads only the current turn (the last user message and what
+/// follows it) and the size of the whole prompt, so that is all a request
+/// keeps: a blast re-sends every session's whole history with each
+/// request, and building every earlier message only to drop it was most
+/// of the mock's work (`wire::openai::parse_body` does not build them).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct ParsedRequest {
     pub model: String,
+    /// From the last user message on (all of them when there is none).
     pub messages: Vec<Message>,
+    /// [`crate::script::prompt_bytes`] of the whole history.
+    pub prompt_bytes: usize,
     pub stream: bool,
     /// OpenAI's `stream_options.include_usage`.
     pub include_usage: bool,
+}
+
+impl ParsedRequest {
+    /// A request of `messages`, the whole history, kept from its last
+    /// user message on.
+    pub fn new(
+        model: String,
+        mut messages: Vec<Message>,
+        stream: bool,
+        include_usage: bool,
+    ) -> Self {
+        let prompt_bytes = crate::script::prompt_bytes(&messages);
+        messages.drain(..current_turn_start(&messages));
+        ParsedRequest {
+            model,
+            messages,
+            prompt_bytes,
+            stream,
+            include_usage,
+        }
+    }
+}
+
+/// Where the current turn starts: the last user message, or 0.
+pub(crate) fn current_turn_start(messages: &[Message]) -> usize {
+    messages
+        .iter()
+        .rposition(|m| matches!(m, Message::User { .. }))
+        .unwrap_or(0)
 }
 
 /// Per-response values the encoders stamp into their bodies.

@@ -86,13 +86,13 @@ pub(crate) fn parse(body: &Value) -> Result<ParsedRequest, String> {
             other => return Err(format!("unknown message role {other:?}")),
         }
     }
-    Ok(ParsedRequest {
-        model: str_field(body, "model").to_owned(),
+    Ok(ParsedRequest::new(
+        str_field(body, "model").to_owned(),
         messages,
         // Ollama streams unless told not to.
-        stream: body.get("stream").and_then(Value::as_bool).unwrap_or(true),
-        include_usage: false,
-    })
+        body.get("stream").and_then(Value::as_bool).unwrap_or(true),
+        false,
+    ))
 }
 
 fn done_reason(finish: &str) -> &'static str {

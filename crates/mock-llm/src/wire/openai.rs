@@ -59,15 +59,14 @@ pub(crate) fn parse(body: &Value) -> Result<ParsedRequest, String> {
             return Err(format!("unknown message role {role:?}"));
         }
     }
-    Ok(ParsedRequest {
-        model: str_field(body, "model").to_owned(),
+    Ok(ParsedRequest::new(
+        str_field(body, "model").to_owned(),
         messages,
-        stream: body.get("stream").and_then(Value::as_bool).unwrap_or(false),
-        include_usage: body
-            .pointer("/stream_options/include_usage")
+        body.get("stream").and_then(Value::as_bool).unwrap_or(false),
+        body.pointer("/stream_options/include_usage")
             .and_then(Value::as_bool)
             .unwrap_or(false),
-    })
+    ))
 }
 
 /// One message as either reading finds it, before it becomes a [`Message`].
@@ -122,11 +121,25 @@ impl WireCall<'_> {
 /// The typed reading: `None` for any body it cannot read exactly as
 /// [`parse`] would (a member of another type, a repeated key, an unknown
 /// role), which then goes the `Value` way. Unknown members (`tools`, ...)
-/// are skipped without being built.
+/// are skipped without being built, and so are the messages before the
+/// current turn: only their size is counted ([`ParsedRequest`]).
 fn parse_typed(body: &[u8]) -> Option<ParsedRequest> {
-    let body: typed::Body<'_> = serde_json::from_slice(body).ok()?;
-    let mut messages = Vec::with_capacity(body.messages.len());
-    for item in &body.messages {
+    // Checked once, whole: reading bytes, serde checks every borrowed
+    // string again on its own.
+    let text = std::str::from_utf8(body).ok()?;
+    let body: typed::Body<'_> = serde_json::from_str(text).ok()?;
+    let start = body
+        .messages
+        .iter()
+        .rposition(|item| typed::text(&item.role) == "user")
+        .unwrap_or(0);
+    let (earlier, current) = body.messages.split_at(start);
+    let mut prompt_bytes = 0;
+    for item in earlier {
+        prompt_bytes += typed::size(item)?;
+    }
+    let mut messages = Vec::with_capacity(current.len());
+    for item in current {
         let calls = item.tool_calls.as_deref().unwrap_or_default();
         let item = WireMessage {
             role: typed::text(&item.role),
@@ -136,9 +149,11 @@ fn parse_typed(body: &[u8]) -> Option<ParsedRequest> {
         };
         item.push_to(&mut messages).ok()?;
     }
+    prompt_bytes += crate::script::prompt_bytes(&messages);
     Some(ParsedRequest {
         model: typed::text(&body.model).to_owned(),
         messages,
+        prompt_bytes,
         stream: body.stream.unwrap_or(false),
         include_usage: body
             .stream_options
@@ -210,6 +225,35 @@ mod typed {
                 name: function.map_or("", |f| text(&f.name)),
                 arguments: function.map_or("", |f| text(&f.arguments)),
             }
+        }
+    }
+
+    /// What [`crate::script::message_bytes`] counts of the message `item`
+    /// reads as, without building it; `None` for a role [`parse`] refuses.
+    pub(super) fn size(item: &Item<'_>) -> Option<usize> {
+        let content = content_len(item.content);
+        match text(&item.role) {
+            "system" | "developer" | "user" | "tool" => Some(content),
+            "assistant" => {
+                let calls = item.tool_calls.as_deref().unwrap_or_default();
+                let texts: usize = calls
+                    .iter()
+                    .map(|call| {
+                        let fields = call.fields();
+                        fields.name.len() + fields.arguments.len()
+                    })
+                    .sum();
+                Some(content + texts)
+            }
+            _ => None,
+        }
+    }
+
+    /// The length of [`content`]'s text, built only for escapes or parts.
+    fn content_len(raw: Option<&RawValue>) -> usize {
+        match raw.map(|raw| raw.get()) {
+            Some(text) if text.starts_with('"') && !text.contains('\\') => text.len() - 2,
+            _ => content(raw).len(),
         }
     }
 
@@ -547,6 +591,29 @@ mod tests {
         );
     }
 
+    /// Only the current turn is built; the messages before it count
+    /// toward the prompt's size by their texts, unescaped, as if built.
+    #[test]
+    fn earlier_messages_are_counted_not_built() {
+        let body = r#"{"model":"m","messages":[
+            {"role":"system","content":"abc"},
+            {"role":"user","content":"hi"},
+            {"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"demo_echo","arguments":"{\"a\":1}"}}]},
+            {"role":"tool","tool_call_id":"c1","content":"x\"y\u00e9"},
+            {"role":"developer","content":[{"type":"text","text":"ab"},"c"]},
+            {"role":"assistant","content":"ok"},
+            {"role":"user","content":"next"}]}"#;
+        // abc, hi, demo_echo + {"a":1}, x"yé (é is two bytes), abc, ok, next
+        let expected = 3 + 2 + (9 + 7) + 5 + 3 + 2 + 4;
+        for parsed in [
+            parse_typed(body.as_bytes()).unwrap(),
+            by_value(body).unwrap(),
+        ] {
+            assert_eq!(parsed.prompt_bytes, expected);
+            assert_eq!(parsed.messages, [Message::user("next")]);
+        }
+    }
+
     #[test]
     fn an_unusual_body_goes_the_value_path() {
         for body in [
@@ -558,6 +625,7 @@ mod tests {
             r#"{"messages":[{"role":"user","content":"x"}],"stream_options":{"include_usage":"yes"}}"#,
             r#"{"model":"a","model":"b","messages":[{"role":"user","content":"x"}]}"#,
             r#"{"messages":[{"role":"robot","content":"x"}]}"#,
+            r#"{"messages":[{"role":"robot","content":"x"},{"role":"user","content":"y"}]}"#,
             r#"{"model":"m"}"#,
         ] {
             assert_eq!(parse_typed(body.as_bytes()), None, "{body}");
