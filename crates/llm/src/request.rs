@@ -10,7 +10,7 @@ use serde_json::value::RawValue;
 mod rendered;
 
 pub use rendered::RenderCache;
-pub(crate) use rendered::RenderShape;
+pub(crate) use rendered::{RenderShape, Written};
 
 /// A tool as the model sees it: name, description, argument schema. The
 /// scheduling declarations of [`ToolDef`] stay in the kernel.
@@ -159,6 +159,12 @@ impl ChatRequest {
     /// its texts, its tools' schemas and a little per element. A body
     /// buffer starts this large; being a little off costs one regrowth.
     pub fn encoded_size_hint(&self) -> usize {
+        self.encoded_size_hint_from(0)
+    }
+
+    /// [`ChatRequest::encoded_size_hint`] counting the messages from
+    /// `first` on only (a codec copies the text of those before).
+    pub(crate) fn encoded_size_hint_from(&self, first: usize) -> usize {
         const PER_ELEMENT: usize = 64;
         let tools: usize = self
             .tools
@@ -168,6 +174,8 @@ impl ChatRequest {
             + self.tools.len() * PER_ELEMENT;
         let messages: usize = self
             .messages
+            .get(first..)
+            .unwrap_or_default()
             .iter()
             .map(|message| {
                 PER_ELEMENT
@@ -432,6 +440,34 @@ mod tests {
             ("calls", request(many_calls, Vec::new())),
             ("result", request(long_result, Vec::new())),
         ]
+    }
+
+    /// The hint from a message on counts that message and those after it
+    /// only: from the first it is the whole hint, past the last it is a
+    /// request without messages.
+    #[test]
+    fn the_size_hint_from_a_message_leaves_out_those_before() {
+        for (shape, request) in sized_requests() {
+            let len = request.messages.len();
+            assert_eq!(
+                request.encoded_size_hint_from(0),
+                request.encoded_size_hint()
+            );
+            let mut bare = request.clone();
+            bare.messages.clear();
+            assert_eq!(
+                request.encoded_size_hint_from(len),
+                bare.encoded_size_hint(),
+                "{shape}"
+            );
+            let mut tail = request.clone();
+            tail.messages.drain(..len / 2);
+            assert_eq!(
+                request.encoded_size_hint_from(len / 2),
+                tail.encoded_size_hint(),
+                "{shape}"
+            );
+        }
     }
 
     /// The body buffer starts large enough: no codec's body outgrows the

@@ -24,7 +24,7 @@ use super::decode::{is_reasoning_marker, recorded_extra};
 use crate::codec::wire_ids::{MistralIds, WireIds};
 use crate::codec::{Endpoint, JsonBody, WireRequest, temperature_json};
 use crate::error::CodecError;
-use crate::request::{ChatRequest, RenderShape, ToolSpec};
+use crate::request::{ChatRequest, RenderShape, ToolSpec, Written};
 
 pub(super) fn build(endpoint: &Endpoint, request: &ChatRequest) -> Result<WireRequest, CodecError> {
     let url = format!(
@@ -177,11 +177,14 @@ fn write_body(
     openai_itself: bool,
     temperature: Option<&Value>,
 ) -> String {
-    let mut out = String::with_capacity(request.encoded_size_hint());
+    let messages = KeptMessages::take(request, gemini, ids);
+    let mut out = String::with_capacity(
+        messages.kept.text.len() + request.encoded_size_hint_from(messages.reused),
+    );
     out.push_str("{\"model\":");
     push_string(&mut out, &request.model);
     out.push_str(",\"messages\":");
-    write_messages(&mut out, request, gemini, ids);
+    write_messages(&mut out, request, gemini, ids, messages);
     if !request.tools.is_empty() {
         out.push_str(",\"tools\":");
         Tools(&request.tools).push_to(&mut out);
@@ -217,21 +220,14 @@ fn write_messages(
     request: &ChatRequest,
     gemini: bool,
     ids: Option<&WireIds<'_>>,
+    KeptMessages {
+        mut kept,
+        reused,
+        current_from,
+        keeps,
+    }: KeptMessages,
 ) {
     let messages = &request.messages;
-    // The current turn: what follows the last user message.
-    let current_from = messages
-        .iter()
-        .rposition(|m| matches!(m, Message::User { .. }))
-        .map_or(0, |last_user| last_user + 1);
-    let shape = if gemini {
-        RenderShape::OpenAiOnGemini
-    } else {
-        RenderShape::OpenAi
-    };
-    let keeps = ids.is_none();
-    let limit = if keeps { current_from } else { 0 };
-    let (mut kept, reused) = request.rendered.take(shape, limit);
     #[cfg(debug_assertions)]
     check_kept(&kept.text, &messages[..reused], gemini, current_from);
     // One buffer for the JSON text that goes into a string (arguments, an
@@ -252,6 +248,41 @@ fn write_messages(
     out.push(']');
     if keeps {
         request.rendered.put(kept);
+    }
+}
+
+/// What a request's [`RenderCache`](crate::RenderCache) gives the writer.
+struct KeptMessages {
+    kept: Written,
+    /// How many messages `kept` holds the text of.
+    reused: usize,
+    /// The current turn: what follows the last user message.
+    current_from: usize,
+    /// Whether the text written now is kept (not with Mistral's ids).
+    keeps: bool,
+}
+
+impl KeptMessages {
+    fn take(request: &ChatRequest, gemini: bool, ids: Option<&WireIds<'_>>) -> KeptMessages {
+        let current_from = request
+            .messages
+            .iter()
+            .rposition(|m| matches!(m, Message::User { .. }))
+            .map_or(0, |last_user| last_user + 1);
+        let shape = if gemini {
+            RenderShape::OpenAiOnGemini
+        } else {
+            RenderShape::OpenAi
+        };
+        let keeps = ids.is_none();
+        let limit = if keeps { current_from } else { 0 };
+        let (kept, reused) = request.rendered.take(shape, limit);
+        KeptMessages {
+            kept,
+            reused,
+            current_from,
+            keeps,
+        }
     }
 }
 
