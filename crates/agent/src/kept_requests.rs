@@ -36,6 +36,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use homeagent_llm::ChatRequest;
 
 use crate::context::{CountedHistory, RequestMessages};
+use crate::lru::evict_oldest;
 use crate::request_base::RequestBase;
 
 /// The default bound on the estimated bytes held.
@@ -152,7 +153,20 @@ impl KeptRequests {
             },
         );
         if inner.bytes > inner.capacity {
-            inner.evict(session);
+            let Inner {
+                entries,
+                bytes,
+                capacity,
+                ..
+            } = &mut *inner;
+            evict_oldest(
+                entries,
+                bytes,
+                *capacity,
+                session,
+                |entry| entry.used,
+                |entry| entry.bytes,
+            );
         }
     }
 
@@ -165,29 +179,6 @@ impl KeptRequests {
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         // Every change to the map is made in one step under the lock.
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-impl Inner {
-    /// Drops the least recently kept entries until a quarter of the
-    /// capacity is free, never `just_kept` (which fits on its own).
-    fn evict(&mut self, just_kept: &str) {
-        let target = self.capacity - self.capacity / 4;
-        let mut by_age: Vec<(u64, String)> = self
-            .entries
-            .iter()
-            .filter(|(session, _)| session.as_str() != just_kept)
-            .map(|(session, entry)| (entry.used, session.clone()))
-            .collect();
-        by_age.sort_unstable();
-        for (_, session) in by_age {
-            if self.bytes <= target {
-                break;
-            }
-            if let Some(entry) = self.entries.remove(&session) {
-                self.bytes -= entry.bytes;
-            }
-        }
     }
 }
 

@@ -16,6 +16,7 @@ pub mod context;
 pub mod demo_model;
 pub mod frames;
 mod kept_requests;
+mod lru;
 mod request_base;
 pub mod runtime;
 pub mod scheduler;

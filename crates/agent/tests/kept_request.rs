@@ -61,9 +61,9 @@ fn last_sent_and_stored(model: &EchoThenAnswer, store: &Store) -> (Vec<Message>,
     (sent, stored)
 }
 
-#[tokio::test]
-async fn an_input_starts_from_the_last_input_s_request_while_the_history_only_grew() {
-    let dir = TempDir::new("kept-request");
+/// A runtime over a fresh store, answered by an [`EchoThenAnswer`].
+fn setup(label: &str) -> (TempDir, Arc<Store>, Arc<EchoThenAnswer>, Runtime) {
+    let dir = TempDir::new(label);
     let store = Arc::new(Store::open(&dir.db()).unwrap());
     let model = Arc::new(EchoThenAnswer::default());
     let runtime = local_runtime(
@@ -71,6 +71,12 @@ async fn an_input_starts_from_the_last_input_s_request_while_the_history_only_gr
         Arc::clone(&store),
         AgentSettings::default(),
     );
+    (dir, store, model, runtime)
+}
+
+#[tokio::test]
+async fn an_input_starts_from_the_last_input_s_request_while_the_history_only_grew() {
+    let (_dir, store, model, runtime) = setup("kept-request");
     for n in 0..5 {
         say(&runtime, &format!("input {n}")).await;
         let (sent, stored) = last_sent_and_stored(&model, &store);
@@ -83,14 +89,7 @@ async fn an_input_starts_from_the_last_input_s_request_while_the_history_only_gr
 
 #[tokio::test]
 async fn a_history_rewritten_elsewhere_starts_the_next_input_afresh() {
-    let dir = TempDir::new("kept-request-rewritten");
-    let store = Arc::new(Store::open(&dir.db()).unwrap());
-    let model = Arc::new(EchoThenAnswer::default());
-    let runtime = local_runtime(
-        Arc::clone(&model) as Arc<dyn LocalModel>,
-        Arc::clone(&store),
-        AgentSettings::default(),
-    );
+    let (dir, store, model, runtime) = setup("kept-request-rewritten");
     for n in 0..3 {
         say(&runtime, &format!("input {n}")).await;
     }

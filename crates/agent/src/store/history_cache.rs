@@ -43,6 +43,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use homeagent_core::Message;
 
+use crate::lru::evict_oldest;
+
 /// Lineages are unique in the process, across caches and stores.
 static NEXT_LINEAGE: AtomicU64 = AtomicU64::new(1);
 
@@ -159,7 +161,14 @@ impl HistoryCache {
             },
         );
         if self.bytes > self.capacity {
-            self.evict(session);
+            evict_oldest(
+                &mut self.entries,
+                &mut self.bytes,
+                self.capacity,
+                session,
+                |entry| entry.used,
+                |entry| entry.history.bytes,
+            );
         }
     }
 
@@ -167,25 +176,6 @@ impl HistoryCache {
     pub fn forget(&mut self, session: &str) {
         if let Some(entry) = self.entries.remove(session) {
             self.bytes -= entry.history.bytes;
-        }
-    }
-
-    /// Drops the least recently used entries until a quarter of the
-    /// capacity is free, never `just_kept` (which fits on its own).
-    fn evict(&mut self, just_kept: &str) {
-        let target = self.capacity - self.capacity / 4;
-        let mut by_age: Vec<(u64, String)> = self
-            .entries
-            .iter()
-            .filter(|(session, _)| session.as_str() != just_kept)
-            .map(|(session, entry)| (entry.used, session.clone()))
-            .collect();
-        by_age.sort_unstable();
-        for (_, session) in by_age {
-            if self.bytes <= target {
-                break;
-            }
-            self.forget(&session);
         }
     }
 
