@@ -97,11 +97,6 @@ impl RenderCache {
         state.declared = Some(state.declared.map_or(count, |before| before.min(count)));
     }
 
-    /// Forgets the kept text and any declaration.
-    pub fn clear(&self) {
-        *self.lock() = State::default();
-    }
-
     /// How many messages the last build took from the kept text instead
     /// of writing them (for tests and diagnostics).
     pub fn reused(&self) -> usize {
@@ -161,5 +156,42 @@ impl std::fmt::Debug for RenderCache {
             )
             .field("declared", &state.declared)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cache_with(messages: &[&str]) -> RenderCache {
+        let cache = RenderCache::default();
+        let mut written = Written::new(RenderShape::OpenAi);
+        for text in messages {
+            written.push(text);
+        }
+        cache.put(written);
+        cache
+    }
+
+    /// A clone starts empty, and the cache never makes two requests
+    /// unequal: it is not part of what a request asks.
+    #[test]
+    fn a_clone_is_empty_and_equal() {
+        let cache = cache_with(&["{\"a\":1}", "{\"b\":2}"]);
+        cache.keep_first(2);
+        let copy = cache.clone();
+        assert_eq!(
+            format!("{copy:?}"),
+            "RenderCache { messages: 0, declared: None }"
+        );
+        assert_eq!(
+            format!("{cache:?}"),
+            "RenderCache { messages: 2, declared: Some(2) }"
+        );
+        assert!(cache == copy);
+        let (written, reused) = cache.take(RenderShape::OpenAi, 5);
+        assert_eq!((written.text.as_str(), reused), ("{\"a\":1},{\"b\":2}", 2));
+        let (written, reused) = copy.take(RenderShape::OpenAi, 5);
+        assert_eq!((written.text.as_str(), reused), ("", 0));
     }
 }
