@@ -261,6 +261,12 @@ mod tests {
         for session in ["a", "d", "e"] {
             assert!(requests.take(session, &base).is_some(), "{session}");
         }
+        // Keeping a session again replaces it: counted once.
+        let two = KeptRequests::new(size * 2);
+        for session in ["a", "a", "a", "b"] {
+            two.keep(session, Some(1), Arc::clone(&base), kept("x"));
+        }
+        assert_eq!(two.len(), 2);
         // One larger than the bound is not kept.
         let small = KeptRequests::new(size - 1);
         small.keep("a", Some(1), Arc::clone(&base), kept("x"));
