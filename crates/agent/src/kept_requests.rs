@@ -267,9 +267,12 @@ mod tests {
             two.keep(session, Some(1), Arc::clone(&base), kept("x"));
         }
         assert_eq!(two.len(), 2);
-        // One larger than the bound is not kept.
+        // One larger than the bound is not kept; one exactly as large is.
         let small = KeptRequests::new(size - 1);
         small.keep("a", Some(1), Arc::clone(&base), kept("x"));
         assert_eq!(small.len(), 0);
+        let exact = KeptRequests::new(size);
+        exact.keep("a", Some(1), Arc::clone(&base), kept("x"));
+        assert_eq!(exact.len(), 1);
     }
 }
