@@ -78,6 +78,23 @@ fn setup(label: &str) -> (TempDir, Arc<Store>, Arc<EchoThenAnswer>, Runtime) {
 async fn an_input_starts_from_the_last_input_s_request_while_the_history_only_grew() {
     let (_dir, store, model, runtime) = setup("kept-request");
     for n in 0..5 {
+        if n == 4 {
+            // Written through the same store between two inputs (as the
+            // dashboard could): the history only grew, so the request is
+            // still kept, and the store gives these two with the input.
+            store
+                .append_messages(
+                    "s",
+                    &[
+                        Message::user("written between"),
+                        Message::Assistant(AssistantMessage {
+                            content: "noted".into(),
+                            ..AssistantMessage::default()
+                        }),
+                    ],
+                )
+                .unwrap();
+        }
         say(&runtime, &format!("input {n}")).await;
         let (sent, stored) = last_sent_and_stored(&model, &store);
         assert_eq!(sent, stored, "input {n}");

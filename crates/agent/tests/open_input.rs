@@ -237,3 +237,42 @@ async fn added_messages_are_still_checked_for_pairing() {
         "{refused:?}"
     );
 }
+
+/// The check looks back to the last step before the added messages, and
+/// no further forward: a duplicate result right after a step that closed
+/// at the last load is refused even when more follows it.
+#[tokio::test]
+async fn a_duplicate_result_after_the_last_step_is_refused() {
+    let dir = TempDir::new("open-known-check-late");
+    let store = Arc::new(Store::open(&dir.db()).unwrap());
+    store.ensure_session("s", "main").unwrap();
+    store
+        .append_messages(
+            "s",
+            &[
+                Message::user("hi"),
+                reply("hello"),
+                calling("call_1"),
+                result("call_1"),
+            ],
+        )
+        .unwrap();
+    let first = store.open_input_async("s", "main").await.unwrap();
+    let lineage = first.lineage.unwrap();
+    drop(first);
+    store
+        .append_messages("s", &[result("call_1"), reply("after")])
+        .unwrap();
+    let known = Some(KnownHistory { lineage, len: 4 });
+    let refused = store.open_input_after("s", "main", known).await;
+    assert!(
+        matches!(
+            &refused,
+            Err(StoreError::Unrepairable {
+                source: PairingError::DuplicateResult { message: 4, .. },
+                ..
+            })
+        ),
+        "{refused:?}"
+    );
+}
