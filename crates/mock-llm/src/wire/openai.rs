@@ -229,7 +229,7 @@ mod typed {
     }
 
     /// What [`crate::script::message_bytes`] counts of the message `item`
-    /// reads as, without building it; `None` for a role [`parse`] refuses.
+    /// reads as, without building it; `None` for a role [`parse`](super::parse) refuses.
     pub(super) fn size(item: &Item<'_>) -> Option<usize> {
         let content = content_len(item.content);
         match text(&item.role) {

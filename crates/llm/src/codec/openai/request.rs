@@ -317,8 +317,9 @@ fn write_message(
 }
 
 /// Debug builds hold every reuse to the contract: the kept text is what
-/// writing those messages now gives. A wrong [`RenderCache::keep_first`]
-/// (crate::RenderCache::keep_first) would send stale text.
+/// writing those messages now gives. A wrong
+/// [`RenderCache::keep_first`](crate::RenderCache::keep_first) would send
+/// stale text.
 #[cfg(debug_assertions)]
 fn check_kept(kept: &str, messages: &[Message], gemini: bool, current_from: usize) {
     let mut fresh = String::new();
