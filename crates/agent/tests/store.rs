@@ -677,20 +677,122 @@ fn loading_a_session_again_parses_only_its_new_messages() {
     assert_eq!(store.load_session("c").unwrap(), history);
     assert_eq!(parsed(&store), 10);
 
-    let more = vec![
+    // What this handle writes is remembered as it commits (see
+    // `messages_this_handle_appends_are_not_read_back`), unless it would
+    // read back different: a write holding reasoning metadata that is
+    // `null` (stored as none) is read by the next load.
+    let thought = |metadata| {
+        Message::Assistant(AssistantMessage {
+            content: "thought".into(),
+            reasoning: vec![ReasoningPart {
+                text: "hm".into(),
+                metadata,
+            }],
+            tool_calls: Vec::new(),
+        })
+    };
+    let call_and_answer = [
         assistant_calling("", vec![call("k1", "demo_echo", json!({"text": "x"}))]),
         answer("k1", "demo_echo", "x"),
-        Message::user("again"),
     ];
+    let mut more = call_and_answer.to_vec();
+    more.push(thought(Some(serde_json::Value::Null)));
+    more.push(Message::user("again"));
     store.append_messages("c", &more).unwrap();
-    history.extend(more);
+    history.extend(call_and_answer);
+    history.push(thought(None));
+    history.push(Message::user("again"));
     assert_eq!(store.load_session("c").unwrap(), history);
-    assert_eq!(parsed(&store), 13, "only the 3 new messages are parsed");
+    assert_eq!(parsed(&store), 14, "only the 4 new messages are parsed");
 
     assert_eq!(store.load_session("c").unwrap(), history);
-    assert_eq!(parsed(&store), 13, "nothing new, nothing parsed");
+    assert_eq!(parsed(&store), 14, "nothing new, nothing parsed");
     // A viewer's read is not cached, and the cache does not change it.
     assert_eq!(store.history("c").unwrap(), history);
+}
+
+/// What this handle commits to a remembered session is remembered as it
+/// commits: the next load reads none of it back, and returns what a fresh
+/// read of the file returns.
+#[test]
+fn messages_this_handle_appends_are_not_read_back() {
+    let dir = TempDir::new("cache-own");
+    let (store, mut history) = session_of_ten_messages(&dir);
+    let parsed = |store: &Store| store.read_stats().messages_parsed;
+    assert_eq!(store.load_session("c").unwrap(), history);
+    assert_eq!(parsed(&store), 10);
+
+    let more = vec![
+        assistant_calling(
+            "",
+            vec![call("k1", "demo_echo", json!({"x": 0.1, "n": -3}))],
+        ),
+        answer("k1", "demo_echo", "x"),
+    ];
+    store.append_messages("c", &more).unwrap();
+    store
+        .append_messages("c", &[Message::user("again")])
+        .unwrap();
+    history.extend(more);
+    history.push(Message::user("again"));
+    assert_eq!(store.load_session("c").unwrap(), history);
+    assert_eq!(parsed(&store), 10, "nothing this handle wrote is parsed");
+    assert_eq!(store.history("c").unwrap(), history);
+}
+
+/// A message whose stored form reads back different from it (reasoning
+/// metadata that is `null` reads back as none) is not remembered as it
+/// was written: the load returns what is stored.
+#[test]
+fn a_message_that_reads_back_different_is_remembered_as_stored() {
+    let dir = TempDir::new("cache-lossy");
+    let (store, mut history) = session_of_ten_messages(&dir);
+    assert_eq!(store.load_session("c").unwrap(), history);
+
+    let written = Message::Assistant(AssistantMessage {
+        content: "thought".into(),
+        reasoning: vec![ReasoningPart {
+            text: "hm".into(),
+            metadata: Some(serde_json::Value::Null),
+        }],
+        tool_calls: Vec::new(),
+    });
+    store.append_messages("c", &[written]).unwrap();
+    history.push(Message::Assistant(AssistantMessage {
+        content: "thought".into(),
+        reasoning: vec![ReasoningPart {
+            text: "hm".into(),
+            metadata: None,
+        }],
+        tool_calls: Vec::new(),
+    }));
+    assert_eq!(store.history("c").unwrap(), history, "as stored");
+    assert_eq!(store.load_session("c").unwrap(), history);
+}
+
+/// A write that is remembered after one that was not (it reads back
+/// different) leaves the remembered history with a hole: it is not
+/// remembered either, and the next load reads both.
+#[test]
+fn a_write_after_one_not_remembered_is_read_with_it() {
+    let dir = TempDir::new("cache-hole");
+    let (store, _) = session_of_ten_messages(&dir);
+    store.load_session("c").unwrap();
+    let null_metadata = Message::Assistant(AssistantMessage {
+        content: "thought".into(),
+        reasoning: vec![ReasoningPart {
+            text: "hm".into(),
+            metadata: Some(serde_json::Value::Null),
+        }],
+        tool_calls: Vec::new(),
+    });
+    store.append_messages("c", &[null_metadata]).unwrap();
+    store
+        .append_messages("c", &[Message::user("after")])
+        .unwrap();
+    let loaded = store.load_session("c").unwrap();
+    assert_eq!(loaded.len(), 12);
+    assert_eq!(loaded, store.history("c").unwrap());
 }
 
 /// The agent's load carries each message's token estimate too, counted

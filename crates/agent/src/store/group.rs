@@ -49,10 +49,11 @@ use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+use homeagent_core::Message;
 use rusqlite::Connection;
 
 use super::events::{EventRow, insert_events};
-use super::messages::{MessageRow, insert_rows, max_seq};
+use super::messages::{MessageRow, insert_rows, max_seq, stored_len};
 use super::sessions::{SessionInfo, create_or_get, insert_if_new, touch};
 use super::{Store, StoreError, end_open_transaction};
 
@@ -76,6 +77,10 @@ pub(super) enum WriteOp {
         session: String,
         create_for: Option<String>,
         rows: Vec<MessageRow>,
+        /// The rows' messages, for the history cache once they commit;
+        /// `None` when they are to be read back (see
+        /// `messages::remembered_as_written`).
+        remember: Option<Vec<Message>>,
         events: Vec<EventRow>,
         events_rule: EventsRule,
     },
@@ -115,6 +120,7 @@ impl WriteOp {
                     session,
                     create_for,
                     mut rows,
+                    remember,
                     events,
                     events_rule,
                 },
@@ -122,11 +128,16 @@ impl WriteOp {
                     session: next_session,
                     create_for: None,
                     rows: next_rows,
+                    remember: next_remember,
                     events: next_events,
                     events_rule: next_rule,
                 },
             ) if session == next_session && (events.is_empty() || next_events.is_empty()) => {
                 rows.extend(next_rows);
+                let remember = remember.zip(next_remember).map(|(mut first, next)| {
+                    first.extend(next);
+                    first
+                });
                 let (events, events_rule) = if events.is_empty() {
                     (next_events, next_rule)
                 } else {
@@ -136,6 +147,7 @@ impl WriteOp {
                     session,
                     create_for,
                     rows,
+                    remember,
                     events,
                     events_rule,
                 })
@@ -168,6 +180,9 @@ pub(super) enum WriteDone {
 #[derive(Debug)]
 pub(super) struct Job {
     op: WriteOp,
+    /// The append's messages for the history cache, taken out of `op`
+    /// (the op stays shared with its caller while it commits).
+    remember: Mutex<Option<Vec<Message>>>,
     answer: Mutex<Option<Result<WriteDone, StoreError>>>,
     /// Fired with the answer, for a caller waiting in async code.
     answered: tokio::sync::Notify,
@@ -199,6 +214,21 @@ impl Job {
                 return answer;
             }
             self.answered.notified().await;
+        }
+    }
+
+    /// Once the job's append has committed at `appended`, gives its
+    /// messages to the history cache (see `Store::remember_committed`).
+    fn remember(&self, store: &Store, answer: &Result<WriteDone, StoreError>) {
+        if let (WriteOp::Append { session, rows, .. }, Ok(WriteDone::Appended(appended))) =
+            (&self.op, answer)
+            && let Some(messages) = self
+                .remember
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take()
+        {
+            store.remember_committed(session, *appended.start(), messages, stored_len(rows));
         }
     }
 
@@ -321,9 +351,14 @@ impl Store {
     /// leads next ([`Store::submit`]) or the leader task ([`Store::lead`])
     /// takes it. Queueing first, from async code too, lets a write join a
     /// group before its caller has a thread to wait on.
-    pub(super) fn queue(&self, op: WriteOp) -> Arc<Job> {
+    pub(super) fn queue(&self, mut op: WriteOp) -> Arc<Job> {
+        let remember = match &mut op {
+            WriteOp::Append { remember, .. } => remember.take(),
+            _ => None,
+        };
         let job = Arc::new(Job {
             op,
+            remember: Mutex::new(remember),
             answer: Mutex::new(None),
             answered: tokio::sync::Notify::new(),
         });
@@ -443,6 +478,7 @@ impl Store {
             Ok(answers) => {
                 self.count_commit(answers.iter().filter(|a| a.is_ok()).count());
                 for (job, answer) in group.iter().zip(answers) {
+                    job.remember(self, &answer);
                     job.answer(answer);
                 }
                 return;
@@ -475,6 +511,7 @@ impl Store {
             if answer.is_ok() {
                 self.count_commit(1);
             }
+            job.remember(self, &answer);
             job.answer(answer);
         }
     }
@@ -616,6 +653,7 @@ fn apply(conn: &Connection, op: &WriteOp) -> Result<WriteDone, StoreError> {
             rows,
             events,
             events_rule,
+            ..
         } => {
             // One statement checks and stamps the session in the common
             // case (it exists and is the agent's); only a miss pays for
@@ -759,18 +797,33 @@ mod tests {
         store: &Arc<Store>,
         sessions: &[&str],
     ) -> Vec<Result<RangeInclusive<i64>, StoreError>> {
-        let held = store.lock();
-        let threads: Vec<_> = sessions
+        let texts: Vec<String> = sessions.iter().map(|s| format!("to {s}")).collect();
+        let writes: Vec<(&str, Vec<&str>)> = sessions
             .iter()
-            .map(|session| {
+            .zip(&texts)
+            .map(|(session, text)| (*session, vec![text.as_str()]))
+            .collect();
+        let writes: Vec<(&str, &[&str])> = writes.iter().map(|(s, t)| (*s, t.as_slice())).collect();
+        append_while_held_texts(store, &writes)
+    }
+
+    /// Appends each write's user messages from a thread of its own, all
+    /// queued while the connection is held, so that they form one group.
+    fn append_while_held_texts(
+        store: &Arc<Store>,
+        writes: &[(&str, &[&str])],
+    ) -> Vec<Result<RangeInclusive<i64>, StoreError>> {
+        let held = store.lock();
+        let threads: Vec<_> = writes
+            .iter()
+            .map(|(session, texts)| {
                 let store = Arc::clone(store);
                 let session = (*session).to_owned();
-                std::thread::spawn(move || {
-                    store.append_messages(&session, &[Message::user(format!("to {session}"))])
-                })
+                let messages: Vec<Message> = texts.iter().map(|t| Message::user(*t)).collect();
+                std::thread::spawn(move || store.append_messages(&session, &messages))
             })
             .collect();
-        while store.writes.len() < sessions.len() {
+        while store.writes.len() < writes.len() {
             std::thread::sleep(Duration::from_millis(2));
         }
         drop(held);
@@ -872,6 +925,103 @@ mod tests {
             vec![Message::user("third")]
         );
         assert!(temp.store.session("missing").unwrap().is_none());
+    }
+
+    /// Loads `sessions` so that the history cache holds them, and returns
+    /// how many messages the store has parsed.
+    fn remembered(store: &Store, sessions: &[&str]) -> u64 {
+        for session in sessions {
+            store.load_session(session).unwrap();
+        }
+        store.read_stats().messages_parsed
+    }
+
+    /// The writes of a group are remembered as they commit, and only the
+    /// ones that commit: a later load reads nothing back, and returns
+    /// what is stored.
+    #[test]
+    fn a_groups_committed_writes_are_remembered_and_its_failed_one_is_not() {
+        let temp = temp_store("isolate-cache");
+        for session in ["a", "b", "c"] {
+            temp.store.ensure_session(session, "main").unwrap();
+            temp.store
+                .append_messages(session, &[Message::user("before")])
+                .unwrap();
+        }
+        let parsed = remembered(&temp.store, &["a", "b", "c"]);
+        temp.refuse_messages_containing("poison", "poisoned row");
+        let answers = append_while_held_texts(
+            &temp.store,
+            &[
+                ("a", &["first"]),
+                ("b", &["fine", "poison"]),
+                ("c", &["third"]),
+            ],
+        );
+        assert!(answers[1].is_err(), "{answers:?}");
+        let loaded: Vec<Vec<Message>> = ["a", "b", "c"]
+            .iter()
+            .map(|session| temp.store.load_session(session).unwrap())
+            .collect();
+        assert_eq!(temp.store.read_stats().messages_parsed, parsed);
+        let stored: Vec<Vec<Message>> = ["a", "b", "c"]
+            .iter()
+            .map(|session| temp.store.history(session).unwrap())
+            .collect();
+        assert_eq!(loaded, stored);
+        assert_eq!(loaded[1], [Message::user("before")]);
+    }
+
+    /// The same when the group's transaction fails and each write is
+    /// retried alone (a trigger that rolls back the whole transaction).
+    #[test]
+    fn writes_retried_alone_are_remembered_as_they_commit() {
+        let temp = temp_store("retry-cache");
+        for session in ["a", "b", "c"] {
+            temp.store.ensure_session(session, "main").unwrap();
+            temp.store
+                .append_messages(session, &[Message::user("before")])
+                .unwrap();
+        }
+        let parsed = remembered(&temp.store, &["a", "b", "c"]);
+        temp.store
+            .lock()
+            .execute_batch(
+                "CREATE TRIGGER roll_back BEFORE INSERT ON messages
+                 WHEN NEW.body LIKE '%poison%'
+                 BEGIN SELECT RAISE(ROLLBACK, 'everything rolled back'); END;",
+            )
+            .unwrap();
+        let attempts = temp.store.writes.attempts.load(Ordering::Relaxed);
+        let answers = append_while_held_texts(
+            &temp.store,
+            &[("a", &["first"]), ("b", &["poison"]), ("c", &["third"])],
+        );
+        // The group, then each write alone.
+        assert_eq!(
+            temp.store.writes.attempts.load(Ordering::Relaxed),
+            attempts + 4
+        );
+        assert!(
+            answers[0].is_ok() && answers[1].is_err() && answers[2].is_ok(),
+            "{answers:?}"
+        );
+        let loaded: Vec<Vec<Message>> = ["a", "b", "c"]
+            .iter()
+            .map(|session| temp.store.load_session(session).unwrap())
+            .collect();
+        assert_eq!(temp.store.read_stats().messages_parsed, parsed);
+        for ((session, after), loaded) in [("a", "first"), ("b", ""), ("c", "third")]
+            .into_iter()
+            .zip(loaded)
+        {
+            let mut expected = vec![Message::user("before")];
+            if !after.is_empty() {
+                expected.push(Message::user(after));
+            }
+            assert_eq!(temp.store.history(session).unwrap(), expected);
+            assert_eq!(loaded, expected);
+        }
     }
 
     #[test]

@@ -172,6 +172,46 @@ impl HistoryCache {
         }
     }
 
+    /// Adds `messages`, just committed through this connection as the
+    /// session's messages numbered from `first` in `bytes` of text, to its
+    /// remembered history, when that ends right before them. Otherwise
+    /// (not remembered, or a write in between that was not added) nothing
+    /// changes: the next load reads whatever the history lacks, as it
+    /// reads another connection's writes.
+    ///
+    /// Only with the connection held, so that no load, repair or deletion
+    /// comes between the commit and this.
+    pub fn extend_committed(
+        &mut self,
+        session: &str,
+        first: i64,
+        messages: Vec<Message>,
+        bytes: usize,
+    ) {
+        let Some(entry) = self.entries.get_mut(session) else {
+            return;
+        };
+        let last = entry.history.messages.last().map_or(0, |(seq, _)| *seq);
+        if last != first - 1 {
+            return;
+        }
+        entry.history.messages.extend((first..).zip(messages));
+        entry.history.bytes += bytes;
+        self.bytes += bytes;
+        if entry.history.bytes > self.capacity {
+            self.forget(session);
+        } else if self.bytes > self.capacity {
+            evict_oldest(
+                &mut self.entries,
+                &mut self.bytes,
+                self.capacity,
+                session,
+                |entry| entry.used,
+                |entry| entry.history.bytes,
+            );
+        }
+    }
+
     /// Drops the session's entry, if any.
     pub fn forget(&mut self, session: &str) {
         if let Some(entry) = self.entries.remove(session) {
@@ -273,6 +313,40 @@ mod tests {
         cache.keep("c", kept);
         cache.check_version(2);
         assert_ne!(cache.take("c").lineage, lineage, "another connection wrote");
+    }
+
+    /// Committed messages join a remembered history that ends right
+    /// before them, charged their bytes, under the cache's bound.
+    #[test]
+    fn committed_messages_extend_a_history_that_ends_before_them() {
+        let mut cache = HistoryCache::new(100);
+        cache.check_version(1);
+        cache.keep("a", history(10)); // message 1
+        cache.extend_committed("a", 2, vec![Message::user("y"), Message::user("z")], 20);
+        cache.extend_committed("a", 5, vec![Message::user("after a hole")], 7);
+        cache.extend_committed("unknown", 1, vec![Message::user("w")], 5);
+        assert_eq!(cache.sessions(), ["a"]);
+        assert_eq!(cache.bytes, 30);
+        let a = cache.take("a");
+        assert_eq!(a.bytes, 30);
+        let seqs: Vec<i64> = a.messages.iter().map(|(seq, _)| *seq).collect();
+        assert_eq!(seqs, [1, 2, 3]);
+        assert_eq!(a.messages[2].1, Message::user("z"));
+        assert_eq!(cache.bytes, 0);
+
+        // Past the bound the others go, least recently kept first ...
+        cache.keep("b", history(40));
+        cache.keep("c", history(40));
+        cache.extend_committed("c", 2, vec![Message::user("y")], 21);
+        assert_eq!(cache.sessions(), ["c"]);
+        assert_eq!(cache.bytes, 61);
+        // ... exactly the bound is kept, and one that outgrows it alone goes.
+        cache.extend_committed("c", 3, vec![Message::user("y")], 39);
+        assert_eq!(cache.sessions(), ["c"]);
+        assert_eq!(cache.bytes, 100);
+        cache.extend_committed("c", 4, vec![Message::user("y")], 1);
+        assert!(cache.sessions().is_empty());
+        assert_eq!(cache.bytes, 0);
     }
 
     #[test]

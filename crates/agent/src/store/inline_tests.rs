@@ -347,6 +347,21 @@ async fn a_remembered_history_is_charged_its_bytes() {
     assert_eq!(temp.store.commit_places().inputs_opened_here, 1);
     let second = temp.store.histories().bytes();
     assert!(second >= first + 500, "{first} -> {second}");
+    // Remembered as they commit: charged the text they are stored as, a
+    // write of several messages one row.
+    temp.store
+        .append_messages("s", &[Message::user("z"), Message::user("zz")])
+        .unwrap();
+    let stored_text: usize = temp
+        .store
+        .conn
+        .lock()
+        .unwrap()
+        .query_row("SELECT SUM(length(body)) FROM messages", [], |row| {
+            row.get::<_, i64>(0)
+        })
+        .unwrap() as usize;
+    assert_eq!(temp.store.histories().bytes(), stored_text);
 }
 
 /// A transaction a panic left open on the connection is not read through

@@ -184,13 +184,59 @@ pub(super) fn append_op(
     events: Vec<EventRow>,
 ) -> Result<WriteOp, StoreError> {
     validate_session_id(session)?;
+    let rows = encode_messages(messages);
     Ok(WriteOp::Append {
         session: session.to_owned(),
         create_for: None,
-        rows: encode_messages(messages),
+        remember: remembered_as_written(messages, &rows),
+        rows,
         events,
         events_rule: EventsRule::WithMessages,
     })
+}
+
+/// `messages` as the history cache may remember them once they commit
+/// (see `HistoryCache::extend_committed`), or `None` when one of them
+/// would read back different from its row: the next load reads the write
+/// then, as it reads another connection's.
+///
+/// The one such message is reasoning metadata that is `null`: it is
+/// written as `null` and read as none. Numbers read back as written
+/// (serde_json's `float_roundtrip`, asked for by the workspace). Debug
+/// builds check every message remembered against its row.
+fn remembered_as_written(messages: &[Message], rows: &[MessageRow]) -> Option<Vec<Message>> {
+    let lossy = |message: &Message| match message {
+        Message::Assistant(turn) => turn.reasoning.iter().any(|part| {
+            part.metadata
+                .as_ref()
+                .is_some_and(serde_json::Value::is_null)
+        }),
+        _ => false,
+    };
+    if messages.iter().any(lossy) {
+        return None;
+    }
+    #[cfg(debug_assertions)]
+    for (message, row) in messages.iter().zip(rows) {
+        let read_back: Result<Message, _> = serde_json::from_str(&row.body);
+        assert!(
+            read_back.as_ref().is_ok_and(|read| read == message),
+            "a message the history cache would remember reads back different from its row:\n\
+             written {message:?}\nread    {read_back:?}"
+        );
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = rows;
+    Some(messages.to_vec())
+}
+
+/// The length of the text `insert_rows` stores for `rows`, as
+/// `Store::read_history_after` counts it.
+pub(super) fn stored_len(rows: &[MessageRow]) -> usize {
+    match rows {
+        [only] => only.body.len(),
+        rows => rows.iter().map(|row| row.body.len() + 1).sum::<usize>() + 1,
+    }
 }
 
 /// The write that appends a tool batch's `results` to `session` with its

@@ -267,6 +267,20 @@ impl Store {
         Ok(Some(loaded))
     }
 
+    /// Gives the history cache the messages of an append that has just
+    /// committed at `first` (see `HistoryCache::extend_committed`); the
+    /// caller holds the connection.
+    pub(super) fn remember_committed(
+        &self,
+        session: &str,
+        first: i64,
+        messages: Vec<Message>,
+        bytes: usize,
+    ) {
+        self.histories()
+            .extend_committed(session, first, messages, bytes);
+    }
+
     /// `messages` with their token estimates, counted now.
     fn counted(&self, messages: Vec<Message>) -> CountedHistory {
         self.count_tokens(messages.len());
