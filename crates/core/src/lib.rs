@@ -41,6 +41,7 @@ pub use pairing::{
 pub use prompt::{execution_order_section, execution_order_section_for};
 pub use registry::{Registry, RegistryError, ToolContext, ToolFuture, ToolHandler, ToolSource};
 pub use stream::{FinishReason, StreamEvent, ToolCallFragment, Usage};
-/// Re-exported so tool authors need not depend on tokio-util for the stop switch.
-pub use tokio_util::sync::CancellationToken;
+/// Re-exported so tool authors need not depend on tokio-util for the stop
+/// switch (and its owned waiter, which a long-lived reader keeps).
+pub use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 pub use tool::{OrderKey, Renderings, ToolDef, ToolNameError, check_tool_name};

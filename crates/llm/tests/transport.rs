@@ -208,6 +208,42 @@ async fn hang_is_cut_by_the_idle_timeout(protocol: Protocol) {
     server.shutdown().await.unwrap();
 }
 
+/// The idle timeout is silence between pieces of the body, not the length
+/// of the stream: a stream whose chunks keep coming, each well within the
+/// timeout, runs to its end however long it takes in all. (The timeout is
+/// the transport's, the same for every protocol; OpenAI's stream has the
+/// most chunks for one prompt.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steady_stream_outlives_the_idle_timeout() {
+    let protocol = Protocol::Openai;
+    let server = start_mock(ServerConfig {
+        chunk_delay_ms: 200,
+        ..ServerConfig::default()
+    })
+    .await;
+    let idle = Duration::from_millis(500);
+    let options = Options {
+        stream_idle_timeout: idle,
+        ..Options::default()
+    };
+    let provider = provider(&server.url(), protocol, options);
+    let started = Instant::now();
+    let events = provider
+        .stream(&chat("!batch2"), CancellationToken::new())
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    assert!(
+        started.elapsed() > idle,
+        "the stream must outlast the timeout for this test to mean anything: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(assemble(events).calls.len(), 2);
+    server.shutdown().await.unwrap();
+}
+
 /// Cancelling mid-stream ends the stream with `Cancelled` and drops the
 /// connection, though the caller still holds the stream. `!hang` sends part
 /// of a body and then stalls forever, so the mock's in-flight count drops

@@ -2,6 +2,7 @@
 //! and the cancel token, deciding how the stream ended.
 
 use super::*;
+use homeagent_core::WaitForCancellationFutureOwned;
 
 /// The events of one streamed response, in wire order.
 ///
@@ -59,8 +60,7 @@ pub(super) struct BodyReader {
     pub(super) decoder: Box<dyn StreamDecoder>,
     pub(super) has_end_marker: bool,
     pub(super) protocol: Protocol,
-    pub(super) cancel: CancellationToken,
-    pub(super) idle: Duration,
+    pub(super) watch: BodyWatch,
     pub(super) frame_buf: Vec<Frame>,
     /// Decoded, not yet handed out.
     pub(super) events: VecDeque<StreamEvent>,
@@ -96,7 +96,7 @@ impl BodyReader {
             return;
         };
         let mut frames = std::mem::take(&mut self.frame_buf);
-        let body_ended = match next_chunk(response, &self.cancel, self.idle).await {
+        let body_ended = match self.watch.next_chunk(response).await {
             Ok(Some(bytes)) => {
                 self.frames.feed(&bytes, &mut frames);
                 false
@@ -185,21 +185,89 @@ impl BodyReader {
     }
 }
 
-/// The next piece of a body, under the idle timeout and the cancel token.
-pub(super) async fn next_chunk(
-    response: &mut reqwest::Response,
-    cancel: &CancellationToken,
+/// Watches the reading of one body: the idle timeout between its pieces
+/// and the cancel token.
+///
+/// One timer and one cancellation waiter serve the whole body. A fresh
+/// timer and waiter for every network read put the timer wheel's insert
+/// and removal and the token's waiter list in every read, a few hundred
+/// instructions each time, and a streamed tool call takes about three
+/// reads. The timer moves lazily instead: a piece only notes when it came,
+/// and when the timer fires it is set again to the real deadline (the
+/// last piece plus the timeout) unless that has passed.
+pub(super) struct BodyWatch {
+    cancelled: Pin<Box<WaitForCancellationFutureOwned>>,
+    timer: Pin<Box<tokio::time::Sleep>>,
     idle: Duration,
-) -> Result<Option<Bytes>, ProviderError> {
-    tokio::select! {
-        biased;
-        () = cancel.cancelled() => Err(ProviderError::Cancelled),
-        read = tokio::time::timeout(idle, response.chunk()) => match read {
-            Err(_) => Err(ProviderError::IdleTimeout { after: idle }),
-            Ok(Err(err)) => Err(ProviderError::Cut {
-                detail: format!("the connection broke mid-body: {}", describe(&err)),
-            }),
-            Ok(Ok(chunk)) => Ok(chunk),
-        },
+    last_piece: tokio::time::Instant,
+}
+
+impl BodyWatch {
+    pub(super) fn new(cancel: CancellationToken, idle: Duration) -> BodyWatch {
+        let now = tokio::time::Instant::now();
+        BodyWatch {
+            cancelled: Box::pin(cancel.cancelled_owned()),
+            timer: Box::pin(tokio::time::sleep_until(deadline(now, idle))),
+            idle,
+            last_piece: now,
+        }
+    }
+
+    /// The next piece of `response`'s body (`None` at its end), or the
+    /// error that stops reading it: cancelled, silent for the idle
+    /// timeout since the last piece, or broken.
+    pub(super) async fn next_chunk(
+        &mut self,
+        response: &mut reqwest::Response,
+    ) -> Result<Option<Bytes>, ProviderError> {
+        loop {
+            tokio::select! {
+                biased;
+                () = self.cancelled.as_mut() => return Err(ProviderError::Cancelled),
+                read = response.chunk() => {
+                    self.last_piece = tokio::time::Instant::now();
+                    return read.map_err(|err| ProviderError::Cut {
+                        detail: format!("the connection broke mid-body: {}", describe(&err)),
+                    });
+                }
+                () = self.timer.as_mut() => {
+                    let due = deadline(self.last_piece, self.idle);
+                    if tokio::time::Instant::now() >= due {
+                        return Err(ProviderError::IdleTimeout { after: self.idle });
+                    }
+                    // A piece came since the timer was set.
+                    self.timer.as_mut().reset(due);
+                }
+            }
+        }
+    }
+}
+
+/// `idle` after `from`; a timeout too long to add is one that never comes
+/// (as `tokio::time::timeout` treats it).
+fn deadline(from: tokio::time::Instant, idle: Duration) -> tokio::time::Instant {
+    const NEVER: Duration = Duration::from_secs(86_400 * 365 * 30);
+    from.checked_add(idle).unwrap_or_else(|| from + NEVER)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A timeout too long to add to the clock (a config's "never") waits
+    /// as long as the clock allows instead of panicking.
+    #[test]
+    fn a_timeout_too_long_to_add_is_far_away() {
+        let now = tokio::time::Instant::now();
+        let far = deadline(now, Duration::MAX);
+        assert!(
+            far >= now + Duration::from_secs(86_400 * 365),
+            "{:?}",
+            far - now
+        );
+        assert_eq!(
+            deadline(now, Duration::from_millis(5)),
+            now + Duration::from_millis(5)
+        );
     }
 }

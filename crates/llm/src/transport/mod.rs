@@ -69,7 +69,7 @@ mod error;
 mod url_memo;
 
 pub use body::EventStream;
-use body::{BodyReader, next_chunk};
+use body::{BodyReader, BodyWatch};
 pub use error::{ProviderError, SetupError};
 use url_memo::UrlMemo;
 
@@ -203,8 +203,7 @@ impl HttpProvider {
             // Gemini's body ends where its stream ends; the others say so.
             has_end_marker: self.codec.protocol() != Protocol::Gemini,
             protocol: self.codec.protocol(),
-            cancel,
-            idle: self.options.stream_idle_timeout,
+            watch: BodyWatch::new(cancel, self.options.stream_idle_timeout),
             frame_buf: Vec::new(),
             events: VecDeque::new(),
             error: None,
@@ -232,10 +231,10 @@ impl HttpProvider {
     ) -> Result<Vec<StreamEvent>, ProviderError> {
         let request = with_stream(request, false);
         let mut response = self.send(&request, &cancel).await?;
-        let idle = self.options.stream_idle_timeout;
         let limit = self.options.max_body_bytes;
         let mut body = Vec::new();
-        while let Some(chunk) = next_chunk(&mut response, &cancel, idle).await? {
+        let mut watch = BodyWatch::new(cancel, self.options.stream_idle_timeout);
+        while let Some(chunk) = watch.next_chunk(&mut response).await? {
             if body.len() + chunk.len() > limit {
                 return Err(ProviderError::Codec(CodecError::MalformedResponse {
                     protocol: self.codec.protocol().as_str(),
@@ -340,10 +339,10 @@ impl HttpProvider {
             .get(RETRY_AFTER)
             .and_then(|value| value.to_str().ok())
             .and_then(|value| parse_retry_after(value, SystemTime::now()));
-        let idle = self.options.stream_idle_timeout;
         let mut body = Vec::new();
+        let mut watch = BodyWatch::new(cancel.clone(), self.options.stream_idle_timeout);
         loop {
-            match next_chunk(&mut response, cancel, idle).await {
+            match watch.next_chunk(&mut response).await {
                 Ok(Some(chunk)) => {
                     let room = MAX_ERROR_BODY_BYTES.saturating_sub(body.len());
                     body.extend_from_slice(&chunk[..chunk.len().min(room)]);
