@@ -104,6 +104,17 @@ impl ToolSpec {
     }
 }
 
+impl ToolSpec {
+    /// Whether `other` is this definition or a clone of it (not merely
+    /// equal): their texts, and so their renderings, are the same ones.
+    pub(crate) fn is_same(&self, other: &ToolSpec) -> bool {
+        Arc::ptr_eq(&self.name, &other.name)
+            && Arc::ptr_eq(&self.description, &other.description)
+            && Arc::ptr_eq(&self.parameters, &other.parameters)
+            && Arc::ptr_eq(&self.renderings, &other.renderings)
+    }
+}
+
 impl PartialEq for ToolSpec {
     fn eq(&self, other: &Self) -> bool {
         self.name == other.name

@@ -1,4 +1,5 @@
-//! What a codec wrote of a request's messages, kept for the next request.
+//! What a codec wrote of a request's messages and tools, kept for the next
+//! request.
 //!
 //! # Why
 //!
@@ -24,8 +25,18 @@
 //!
 //! A clone of a request starts with an empty cache: the clone's messages
 //! may be changed apart from the original's.
+//!
+//! # The tool list
+//!
+//! The tool list's text is kept too ([`RenderCache::push_tools`]): every
+//! request of a session carries the same list, and writing it took a
+//! lookup of each tool's kept form and a copy (about 6 k instructions a
+//! request for the demo's tools). It needs no declaration: the list is
+//! reused only when it holds the very definitions it was written from.
 
 use std::sync::{Mutex, PoisonError};
+
+use super::ToolSpec;
 
 /// Which writing the kept text is: a codec, and its options that change
 /// how a message is written (see [`RenderCache`]).
@@ -51,6 +62,18 @@ struct State {
     declared: Option<usize>,
     /// How many messages the last build took from the kept text.
     reused: usize,
+    /// The text of the last tool list written, and its tools.
+    tools: Option<KeptTools>,
+    /// Whether the last build took its tool list from `tools`.
+    tools_reused: bool,
+}
+
+/// A tool list's text and the definitions it was written from: clones,
+/// so that none of them is freed and another allocated in its place while
+/// kept (an identity must not be handed on).
+struct KeptTools {
+    specs: Vec<ToolSpec>,
+    text: String,
 }
 
 /// The JSON of messages `0..ends.len()`, comma-separated, as one shape
@@ -118,6 +141,51 @@ impl RenderCache {
         written.truncate(reuse);
         state.reused = reuse;
         (written, reuse)
+    }
+
+    /// Appends the text of the tool list `tools` as `write` writes it: the
+    /// text of the last build's list when it was the same definitions (the
+    /// same [`ToolSpec`]s or clones of them, which never change), else
+    /// what `write` writes, kept for the next build. Unlike the messages,
+    /// this needs no declaration: a definition's identity says it all.
+    /// Debug builds check a reused text against a fresh writing.
+    pub(crate) fn push_tools(
+        &self,
+        tools: &[ToolSpec],
+        out: &mut String,
+        write: impl Fn(&mut String),
+    ) {
+        let mut state = self.lock();
+        let same = state.tools.as_ref().is_some_and(|kept| {
+            kept.specs.len() == tools.len()
+                && kept.specs.iter().zip(tools).all(|(a, b)| a.is_same(b))
+        });
+        state.tools_reused = same;
+        if let (true, Some(kept)) = (same, &state.tools) {
+            out.push_str(&kept.text);
+            #[cfg(debug_assertions)]
+            {
+                let mut fresh = String::new();
+                write(&mut fresh);
+                assert_eq!(
+                    kept.text, fresh,
+                    "a kept tool list differs from a fresh one"
+                );
+            }
+            return;
+        }
+        let start = out.len();
+        write(out);
+        state.tools = Some(KeptTools {
+            specs: tools.to_vec(),
+            text: out.get(start..).unwrap_or_default().to_owned(),
+        });
+    }
+
+    /// Whether the last build took its tool list from the one before (for
+    /// tests and diagnostics).
+    pub fn tools_reused(&self) -> bool {
+        self.lock().tools_reused
     }
 
     /// Keeps `written` for the next build.

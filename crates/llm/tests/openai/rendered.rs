@@ -4,7 +4,7 @@
 
 use homeagent_core::{AssistantMessage, Message, ReasoningPart, ToolCall, ToolMessage};
 use homeagent_llm::codec::openai::OpenAiCodec;
-use homeagent_llm::{ChatRequest, Endpoint, WireCodec};
+use homeagent_llm::{ChatRequest, Endpoint, ToolSpec, WireCodec};
 use serde_json::json;
 
 fn endpoint(base_url: &str) -> Endpoint {
@@ -200,4 +200,45 @@ fn text_written_for_another_shape_is_not_reused() {
     request.rendered.keep_first(len);
     assert_eq!(body(mistral, &request), fresh(mistral, &request));
     assert_eq!(request.rendered.reused(), 0);
+}
+
+fn tool(name: &str, description: &str) -> ToolSpec {
+    ToolSpec::new(
+        name,
+        description,
+        &json!({"type": "object", "properties": {"tag": {"type": "string"}}}),
+    )
+}
+
+/// The tool list is written once for a request built again with the same
+/// tools (the same `ToolSpec`s or clones of them); another list, even of
+/// equal tools, is written afresh, and every body is a fresh request's.
+#[test]
+fn the_tool_list_is_written_once_for_the_same_tools() {
+    let mut request = start();
+    request.tools = vec![tool("demo_echo", "Echoes."), tool("demo_sleep", "Sleeps.")];
+    let check = |request: &ChatRequest, reused: bool| {
+        let expected = fresh(LOCAL, request);
+        let written = body(LOCAL, request);
+        assert_eq!(
+            String::from_utf8_lossy(&written),
+            String::from_utf8_lossy(&expected)
+        );
+        assert_eq!(request.rendered.tools_reused(), reused);
+    };
+    check(&request, false);
+    check(&request, true);
+    // Clones are the same definitions.
+    request.tools = request.tools.clone();
+    check(&request, true);
+    // Equal, but other definitions: written afresh (and right).
+    request.tools[1] = tool("demo_sleep", "Sleeps.");
+    check(&request, false);
+    check(&request, true);
+    request.tools[1] = tool("demo_sleep", "Sleeps for a while.");
+    check(&request, false);
+    request.tools.pop();
+    check(&request, false);
+    request.tools.clear();
+    check(&request, false);
 }

@@ -187,7 +187,11 @@ fn write_body(
     write_messages(&mut out, request, gemini, ids, messages);
     if !request.tools.is_empty() {
         out.push_str(",\"tools\":");
-        Tools(&request.tools).push_to(&mut out);
+        request
+            .rendered
+            .push_tools(&request.tools, &mut out, |out| {
+                Tools(&request.tools).push_to(out);
+            });
     }
     let limit = if openai_itself {
         ",\"max_completion_tokens\":"
