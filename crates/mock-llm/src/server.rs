@@ -49,6 +49,7 @@ use tokio::sync::mpsc;
 use crate::inputs::{InputLog, RequestKind};
 use crate::script::{Reply, ScriptOptions, Trigger, respond_sized};
 use crate::stats::Stats;
+use crate::wire::members::ToolsMemo;
 use crate::wire::{self, Ctx, ParsedRequest, Wire};
 
 /// Request bodies up to this size are accepted (long benchmark sessions).
@@ -148,6 +149,7 @@ pub async fn serve(
         peak: AtomicU64::new(0),
         responses: AtomicU64::new(0),
         stop: stop.clone(),
+        tools: ToolsMemo::default(),
     });
     let trigger = stop.clone();
     tokio::spawn(async move {
@@ -191,6 +193,8 @@ struct ServerState {
     peak: AtomicU64,
     responses: AtomicU64,
     stop: CancellationToken,
+    /// The last OpenAI tool list read, to recognise the next by.
+    tools: wire::members::ToolsMemo,
 }
 
 impl ServerState {
@@ -400,9 +404,9 @@ fn request_json(body: &[u8]) -> Result<Value, serde_json::Error> {
 
 /// Reads a request body in `wire`'s shape. OpenAI's, the one the bench
 /// and most clients use, has a typed reading of its own.
-fn parse(wire: Wire, body: &[u8]) -> Result<ParsedRequest, String> {
+fn parse(wire: Wire, body: &[u8], tools: &ToolsMemo) -> Result<ParsedRequest, String> {
     let read = match wire {
-        Wire::OpenAi => return wire::openai::parse_body(body),
+        Wire::OpenAi => return wire::openai::parse_body(body, tools),
         Wire::Anthropic => wire::anthropic::parse,
         Wire::Gemini => wire::gemini::parse,
         Wire::Ollama => wire::ollama::parse,
@@ -460,7 +464,7 @@ async fn chat(
 ) -> Response {
     let guard = state.enter();
     let started = Instant::now();
-    let mut request = match parse(wire, &body) {
+    let mut request = match parse(wire, &body, &state.tools) {
         Ok(request) => request,
         Err(problem) => {
             state.with_stats(|s| s.bad_requests += 1);

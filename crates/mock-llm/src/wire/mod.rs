@@ -14,6 +14,7 @@ use serde_json::Value;
 
 pub(crate) mod anthropic;
 pub(crate) mod gemini;
+pub(crate) mod members;
 pub(crate) mod ollama;
 pub(crate) mod openai;
 

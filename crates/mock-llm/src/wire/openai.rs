@@ -11,13 +11,14 @@ use homeagent_core::{AssistantMessage, Message, StreamEvent, ToolCall, ToolMessa
 use serde::Serialize;
 use serde_json::{Value, json};
 
+use super::members::ToolsMemo;
 use super::{Collected, Ctx, ParsedRequest, collect, is_error_payload, sse, str_field, text_of};
 
 /// Reads a request body: typed when it has the usual shape (the hot path:
 /// every request of a blast re-sends its session's whole history), else
 /// as a `Value`, whose reading is the reference for every odd case.
-pub(crate) fn parse_body(body: &[u8]) -> Result<ParsedRequest, String> {
-    if let Some(parsed) = parse_typed(body) {
+pub(crate) fn parse_body(body: &[u8], tools: &ToolsMemo) -> Result<ParsedRequest, String> {
+    if let Some(parsed) = parse_typed(body, tools) {
         return Ok(parsed);
     }
     let value = serde_json::from_slice::<Value>(body)
@@ -121,13 +122,14 @@ impl WireCall<'_> {
 /// The typed reading: `None` for any body it cannot read exactly as
 /// [`parse`] would (a member of another type, a repeated key, an unknown
 /// role), which then goes the `Value` way. Unknown members (`tools`, ...)
-/// are skipped without being built, and so are the messages before the
-/// current turn: only their size is counted ([`ParsedRequest`]).
-fn parse_typed(body: &[u8]) -> Option<ParsedRequest> {
+/// are skipped without being built (the tool list recognised when it is
+/// the last one read, see [`ToolsMemo`]), and so are the messages before
+/// the current turn: only their size is counted ([`ParsedRequest`]).
+fn parse_typed(body: &[u8], tools: &ToolsMemo) -> Option<ParsedRequest> {
     // Checked once, whole: reading bytes, serde checks every borrowed
     // string again on its own.
     let text = std::str::from_utf8(body).ok()?;
-    let body: typed::Body<'_> = serde_json::from_str(text).ok()?;
+    let body = typed::Body::read(text, tools)?;
     let start = body
         .messages
         .iter()
@@ -168,20 +170,68 @@ mod typed {
     use std::borrow::Cow;
 
     use serde::Deserialize;
+    use serde::de::IgnoredAny;
     use serde_json::Value;
     use serde_json::value::RawValue;
 
     use super::WireCall;
+    use crate::wire::members::{ToolsMemo, members, value};
     use crate::wire::text_of;
 
-    #[derive(Deserialize)]
+    /// The members of a body the mock reads.
     pub(super) struct Body<'a> {
-        #[serde(borrow)]
         pub model: Option<Cow<'a, str>>,
-        #[serde(borrow)]
         pub messages: Vec<Item<'a>>,
         pub stream: Option<bool>,
         pub stream_options: Option<StreamOptions>,
+    }
+
+    impl<'a> Body<'a> {
+        /// `text` read as serde would read it into these members (a struct
+        /// that ignores the others), member by member; `None` where serde
+        /// would fail (a repeated member, no `messages`, a member of
+        /// another type) or [`members`] gives up. The tool list is stepped
+        /// over by comparison when it is the last one read whole.
+        ///
+        /// One difference from a whole-body parse: each member's value
+        /// starts at depth 0 of serde_json's nesting limit (128), one level
+        /// more than inside the body; only a member nested to the limit
+        /// exactly reads here and fails there.
+        pub(super) fn read(text: &'a str, tools: &ToolsMemo) -> Option<Body<'a>> {
+            let (mut model, mut messages, mut stream, mut stream_options) =
+                (None, None, None, None);
+            members(text, |key, rest| {
+                fn once<'a, T: Deserialize<'a>>(
+                    slot: &mut Option<T>,
+                    rest: &'a str,
+                ) -> Option<usize> {
+                    if slot.is_some() {
+                        return None;
+                    }
+                    let (read, len) = value::<T>(rest)?;
+                    *slot = Some(read);
+                    Some(len)
+                }
+                match key {
+                    "model" => once(&mut model, rest),
+                    "messages" => once(&mut messages, rest),
+                    "stream" => once(&mut stream, rest),
+                    "stream_options" => once(&mut stream_options, rest),
+                    "tools" => tools.known(rest).or_else(|| {
+                        let (_, len) = value::<IgnoredAny>(rest)?;
+                        tools.keep(rest.get(..len)?);
+                        Some(len)
+                    }),
+                    _ => value::<IgnoredAny>(rest).map(|(_, len)| len),
+                }
+            })?;
+            Some(Body {
+                model: model.flatten(),
+                messages: messages?,
+                stream: stream.flatten(),
+                stream_options: stream_options.flatten(),
+            })
+        }
     }
 
     #[derive(Deserialize)]
@@ -496,10 +546,13 @@ mod tests {
     #[test]
     fn the_typed_path_reads_a_body_as_the_value_path_does() {
         for body in TYPED {
-            let typed = parse_typed(body.as_bytes());
+            let typed = parse_typed(body.as_bytes(), &ToolsMemo::default());
             assert!(typed.is_some(), "not read typed: {body}");
             assert_eq!(typed, Some(by_value(body).unwrap()), "{body}");
-            assert_eq!(parse_body(body.as_bytes()), by_value(body));
+            assert_eq!(
+                parse_body(body.as_bytes(), &ToolsMemo::default()),
+                by_value(body)
+            );
         }
     }
 
@@ -572,7 +625,7 @@ mod tests {
 
     #[test]
     fn a_tool_result_failed_only_when_it_is_an_error_payload() {
-        let parsed = parse_body(TYPED[0].as_bytes()).unwrap();
+        let parsed = parse_body(TYPED[0].as_bytes(), &ToolsMemo::default()).unwrap();
         let results: Vec<(&str, &str, bool)> = parsed
             .messages
             .iter()
@@ -606,7 +659,7 @@ mod tests {
         // abc, hi, demo_echo + {"a":1}, x"yé (é is two bytes), abc, ok, next
         let expected = 3 + 2 + (9 + 7) + 5 + 3 + 2 + 4;
         for parsed in [
-            parse_typed(body.as_bytes()).unwrap(),
+            parse_typed(body.as_bytes(), &ToolsMemo::default()).unwrap(),
             by_value(body).unwrap(),
         ] {
             assert_eq!(parsed.prompt_bytes, expected);
@@ -628,10 +681,105 @@ mod tests {
             r#"{"messages":[{"role":"robot","content":"x"},{"role":"user","content":"y"}]}"#,
             r#"{"model":"m"}"#,
         ] {
-            assert_eq!(parse_typed(body.as_bytes()), None, "{body}");
-            assert_eq!(parse_body(body.as_bytes()), by_value(body), "{body}");
+            assert_eq!(
+                parse_typed(body.as_bytes(), &ToolsMemo::default()),
+                None,
+                "{body}"
+            );
+            assert_eq!(
+                parse_body(body.as_bytes(), &ToolsMemo::default()),
+                by_value(body),
+                "{body}"
+            );
         }
-        assert!(parse_body(b"[1]").is_err());
-        assert!(parse_body(br#"{"model": "m","#).is_err());
+        assert!(parse_body(b"[1]", &ToolsMemo::default()).is_err());
+        assert!(parse_body(br#"{"model": "m","#, &ToolsMemo::default()).is_err());
+    }
+
+    /// `parse_body`'s reading without the typed path: the reference.
+    fn reference(body: &[u8]) -> Result<ParsedRequest, String> {
+        let value = serde_json::from_slice::<Value>(body)
+            .map_err(|err| format!("the request body is not JSON: {err}"))?;
+        parse(&value)
+    }
+
+    /// A tool list read whole is recognised in the next body (not parsed
+    /// again), and only when it is the very same text up to the end of
+    /// its member: a changed list, or one that goes on, is read anew.
+    #[test]
+    fn the_last_tool_list_is_recognised_not_parsed() {
+        let memo = ToolsMemo::default();
+        let body = TYPED[0];
+        assert_eq!(
+            parse_body(body.as_bytes(), &memo),
+            reference(body.as_bytes())
+        );
+        assert_eq!(memo.hits(), 0);
+        assert_eq!(
+            parse_body(body.as_bytes(), &memo),
+            reference(body.as_bytes())
+        );
+        assert_eq!(memo.hits(), 1);
+        let tools =
+            r#"[{"type":"function","function":{"name":"t","parameters":{"type":"object"}}}]"#;
+        assert!(body.contains(tools));
+        for changed in [
+            // Another list: read whole, and kept instead.
+            body.replace(tools, r#"[{"type":"function","function":{"name":"u"}}]"#),
+            // The same list and more: not that list.
+            body.replace(tools, &format!("{tools}[]")),
+            body.replace(tools, &format!("{tools} 1")),
+            body.replace(tools, &tools[..tools.len() - 1]),
+        ] {
+            assert_eq!(
+                parse_body(changed.as_bytes(), &memo),
+                reference(changed.as_bytes()),
+                "{changed}"
+            );
+        }
+    }
+
+    /// Random edits of a body (bytes dropped, doubled or replaced by JSON's
+    /// structural characters) read as the reference reads them, with the
+    /// original's tool list remembered.
+    #[test]
+    fn an_edited_body_reads_as_the_reference_reads_it() {
+        let body = TYPED[0].as_bytes();
+        let memo = ToolsMemo::default();
+        assert!(parse_body(body, &memo).is_ok());
+        let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut next = |bound: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % bound as u64) as usize
+        };
+        let marks = b"{}[],:\" 0a\n";
+        let mut typed = 0;
+        for _ in 0..4000 {
+            let mut edited = body.to_vec();
+            for _ in 0..1 + next(2) {
+                let at = next(edited.len());
+                match next(3) {
+                    0 => {
+                        edited.remove(at);
+                    }
+                    1 => edited.insert(at, edited[at]),
+                    _ => edited[at] = marks[next(marks.len())],
+                }
+            }
+            let read = parse_body(&edited, &memo);
+            assert_eq!(
+                read,
+                reference(&edited),
+                "{}",
+                String::from_utf8_lossy(&edited)
+            );
+            typed += usize::from(read.is_ok());
+            // Keep the original list remembered for the next edit.
+            assert!(parse_body(body, &memo).is_ok());
+        }
+        assert!(typed > 100, "only {typed} edits were still bodies");
+        assert!(memo.hits() > 1000, "{}", memo.hits());
     }
 }
