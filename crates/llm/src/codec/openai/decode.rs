@@ -44,6 +44,8 @@ pub(super) struct ChunkDecoder {
     skipped: u64,
     calls: OpeningTracker,
     turn: TurnMetadata,
+    /// The envelope members the last chunk had, to step over in the next.
+    envelope: wire::SkippedRun,
 }
 
 /// What a turn has to send back besides its text and calls, recorded as
@@ -166,7 +168,8 @@ impl StreamDecoder for ChunkDecoder {
             return Ok(Flow::Done);
         }
         if frame.event.as_deref() != Some("error")
-            && let Some(chunk) = wire::scan(data).or_else(|| typed_frame::<wire::Chunk>(data))
+            && let Some(chunk) = wire::scan_with(data, &mut self.envelope)
+                .or_else(|| typed_frame::<wire::Chunk>(data))
             && chunk.error.is_none()
         {
             self.decode_typed(chunk, out);

@@ -127,4 +127,4 @@ fn non_empty(text: Option<String>) -> Option<String> {
 }
 
 mod scan;
-pub(super) use scan::scan;
+pub(super) use scan::{SkippedRun, scan_with};

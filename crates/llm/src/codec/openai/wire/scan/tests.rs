@@ -8,7 +8,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use super::super::Chunk;
-use super::scan;
+use super::{SkippedRun, scan, scan_with};
 use crate::codec::typed_frame;
 
 /// Chunks as servers send them; the scanner must take every one.
@@ -162,6 +162,13 @@ fn edited_chunks_are_read_as_serde_reads_them_or_left_to_it() {
             data = mutate(&data, &mut rng);
         }
         let expected = serde(&data);
+        // With the original's skipped members remembered, too.
+        let mut primed = SkippedRun::default();
+        scan_with(base, &mut primed);
+        match scan_with(&data, &mut primed) {
+            Some(chunk) => assert_eq!(Some(chunk), expected, "{data}"),
+            None => assert!(scan(&data).is_none() || expected.is_some(), "{data}"),
+        }
         match scan(&data) {
             Some(chunk) => {
                 assert_eq!(Some(chunk), expected, "{data}");
@@ -206,4 +213,54 @@ fn escaped_strings_read_as_serde_reads_them() {
         }
     }
     assert!(read > 5_000 && refused > 1_000, "{read} {refused}");
+}
+
+/// The members a chunk has and nobody reads are stepped over in the next
+/// chunk when they are the same text; every chunk still reads as serde
+/// reads it.
+#[test]
+fn the_last_chunks_skipped_members_are_jumped() {
+    let mut skipped = SkippedRun::default();
+    for data in &COMMON[..4] {
+        assert_eq!(scan_with(data, &mut skipped), serde(data), "{data}");
+    }
+    assert_eq!(
+        skipped.jumps, 3,
+        "the mock's envelope, after the first chunk"
+    );
+    // OpenAI's envelope comes first, and `usage` after the choices.
+    let openai = COMMON[4];
+    for _ in 0..2 {
+        assert_eq!(scan_with(openai, &mut skipped), serde(openai));
+    }
+    assert_eq!(skipped.jumps, 4);
+
+    let base = r#"{"choices":[],"created":17,"id":"x"}"#;
+    let mut skipped = SkippedRun::default();
+    assert!(scan_with(base, &mut skipped).is_some());
+    for (data, jumped) in [
+        // The same members, then another: jumped, and the rest read.
+        (r#"{"choices":[],"created":17,"id":"x","model":"m"}"#, true),
+        // A number that goes on, a string that does not end there.
+        (r#"{"choices":[],"created":17,"id":"x"1}"#, false),
+        (r#"{"choices":[],"created":170,"id":"x"}"#, false),
+        // A member read after the jump, twice: refused as serde refuses it.
+        (r#"{"choices":[],"created":17,"id":"x","choices":[]}"#, true),
+        (r#"{"created":17,"id":"x","choices":[{"index":0}]}"#, true),
+        (r#"{"created":17,"id":"x"}"#, true),
+        (r#"{"created":17,"id":"x","usage":{}}"#, true),
+    ] {
+        let before = skipped.jumps;
+        assert_eq!(scan_with(data, &mut skipped), serde(data), "{data}");
+        assert_eq!(skipped.jumps > before, jumped, "{data}");
+        // Back to the base's run for the next case.
+        assert!(scan_with(base, &mut skipped).is_some());
+    }
+    // A run that ends with a number is that run only where the number ends.
+    let mut skipped = SkippedRun::default();
+    assert!(scan_with(r#"{"choices":[],"id":"x","created":17}"#, &mut skipped).is_some());
+    let longer = r#"{"choices":[],"id":"x","created":170}"#;
+    assert_eq!(scan_with(longer, &mut skipped), serde(longer));
+    assert!(serde(longer).is_some());
+    assert_eq!(skipped.jumps, 0);
 }
