@@ -729,7 +729,7 @@ mod tests {
 
     use super::*;
 
-    use crate::store::testing::temp_store;
+    use crate::store::testing::{TempStore, temp_store};
 
     /// rusqlite clears a statement's bindings when it returns to the cache.
     /// Unless the query planner is held stable (QPSG), SQLite then marks
@@ -927,13 +927,20 @@ mod tests {
         assert!(temp.store.session("missing").unwrap().is_none());
     }
 
-    /// Loads `sessions` so that the history cache holds them, and returns
-    /// how many messages the store has parsed.
-    fn remembered(store: &Store, sessions: &[&str]) -> u64 {
-        for session in sessions {
-            store.load_session(session).unwrap();
+    /// A store with sessions "a", "b" and "c" of one message each, loaded
+    /// so that the history cache holds them, and how many messages it has
+    /// parsed by then.
+    fn three_remembered_sessions(label: &str) -> (TempStore, u64) {
+        let temp = temp_store(label);
+        for session in ["a", "b", "c"] {
+            temp.store.ensure_session(session, "main").unwrap();
+            temp.store
+                .append_messages(session, &[Message::user("before")])
+                .unwrap();
+            temp.store.load_session(session).unwrap();
         }
-        store.read_stats().messages_parsed
+        let parsed = temp.store.read_stats().messages_parsed;
+        (temp, parsed)
     }
 
     /// The writes of a group are remembered as they commit, and only the
@@ -941,14 +948,7 @@ mod tests {
     /// what is stored.
     #[test]
     fn a_groups_committed_writes_are_remembered_and_its_failed_one_is_not() {
-        let temp = temp_store("isolate-cache");
-        for session in ["a", "b", "c"] {
-            temp.store.ensure_session(session, "main").unwrap();
-            temp.store
-                .append_messages(session, &[Message::user("before")])
-                .unwrap();
-        }
-        let parsed = remembered(&temp.store, &["a", "b", "c"]);
+        let (temp, parsed) = three_remembered_sessions("isolate-cache");
         temp.refuse_messages_containing("poison", "poisoned row");
         let answers = append_while_held_texts(
             &temp.store,
@@ -976,14 +976,7 @@ mod tests {
     /// retried alone (a trigger that rolls back the whole transaction).
     #[test]
     fn writes_retried_alone_are_remembered_as_they_commit() {
-        let temp = temp_store("retry-cache");
-        for session in ["a", "b", "c"] {
-            temp.store.ensure_session(session, "main").unwrap();
-            temp.store
-                .append_messages(session, &[Message::user("before")])
-                .unwrap();
-        }
-        let parsed = remembered(&temp.store, &["a", "b", "c"]);
+        let (temp, parsed) = three_remembered_sessions("retry-cache");
         temp.store
             .lock()
             .execute_batch(

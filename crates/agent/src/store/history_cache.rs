@@ -160,16 +160,7 @@ impl HistoryCache {
                 used: self.loads,
             },
         );
-        if self.bytes > self.capacity {
-            evict_oldest(
-                &mut self.entries,
-                &mut self.bytes,
-                self.capacity,
-                session,
-                |entry| entry.used,
-                |entry| entry.history.bytes,
-            );
-        }
+        self.evict_beyond_capacity(session);
     }
 
     /// Adds `messages`, just committed through this connection as the
@@ -200,12 +191,20 @@ impl HistoryCache {
         self.bytes += bytes;
         if entry.history.bytes > self.capacity {
             self.forget(session);
-        } else if self.bytes > self.capacity {
+        } else {
+            self.evict_beyond_capacity(session);
+        }
+    }
+
+    /// Past the bound, drops the least recently loaded histories but
+    /// `keep`'s (see the module docs).
+    fn evict_beyond_capacity(&mut self, keep: &str) {
+        if self.bytes > self.capacity {
             evict_oldest(
                 &mut self.entries,
                 &mut self.bytes,
                 self.capacity,
-                session,
+                keep,
                 |entry| entry.used,
                 |entry| entry.history.bytes,
             );
