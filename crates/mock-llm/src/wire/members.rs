@@ -160,6 +160,8 @@ mod tests {
             ]))
         );
         assert_eq!(walk("{ }"), Some(Vec::new()));
+        // A space is plain text in a key; a control character is not JSON.
+        assert_eq!(walk("{\"a b\":1}"), Some(pairs(&[("a b", "1")])));
         for odd in [
             "",
             "[]",
@@ -169,6 +171,7 @@ mod tests {
             "{\"a\":1}x",
             "{\"a\":1 \"b\":2}",
             "{\"a\\u0062\":1}",
+            "{\"a\u{1f}\":1}",
             "{a:1}",
             "{\"a\":}",
             "{} {}",
