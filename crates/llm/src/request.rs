@@ -274,6 +274,44 @@ mod tests {
         serde_json::from_slice::<Value>(wire.body.as_bytes()).unwrap()["tools"].take()
     }
 
+    /// The same definition is the same four texts: sharing some of them
+    /// (as two conversions of one `ToolDef` share its schema and its
+    /// renderings) is not enough.
+    #[test]
+    fn a_definition_is_the_same_only_with_all_its_texts() {
+        let spec = ToolSpec::new(
+            "t",
+            "d",
+            &json!({"type": "object", "properties": {"a": {}}}),
+        );
+        assert!(spec.is_same(&spec.clone()));
+        let fresh = ToolSpec::new(
+            "t",
+            "d",
+            &json!({"type": "object", "properties": {"a": {}}}),
+        );
+        for shared in 0..4 {
+            // `fresh` with only the `shared`-th text taken from `spec`.
+            let mut mixed = fresh.clone();
+            match shared {
+                0 => mixed.name = Arc::clone(&spec.name),
+                1 => mixed.description = Arc::clone(&spec.description),
+                2 => mixed.parameters = Arc::clone(&spec.parameters),
+                _ => mixed.renderings = Arc::clone(&spec.renderings),
+            }
+            assert!(!spec.is_same(&mixed), "only text {shared} shared");
+            // And all but that one.
+            let mut most = spec.clone();
+            match shared {
+                0 => most.name = Arc::clone(&fresh.name),
+                1 => most.description = Arc::clone(&fresh.description),
+                2 => most.parameters = Arc::clone(&fresh.parameters),
+                _ => most.renderings = Arc::clone(&fresh.renderings),
+            }
+            assert!(!spec.is_same(&most), "all but text {shared} shared");
+        }
+    }
+
     #[test]
     fn a_definition_is_rendered_once_per_wire_shape_and_reused_by_later_requests() {
         use crate::codec::{

@@ -256,6 +256,29 @@ fn the_last_chunks_skipped_members_are_jumped() {
         // Back to the base's run for the next case.
         assert!(scan_with(base, &mut skipped).is_some());
     }
+    // A chunk without a run keeps the one remembered for the next.
+    let mut skipped = SkippedRun::default();
+    let bare = r#"{"choices":[]}"#;
+    for data in [base, bare, base] {
+        assert_eq!(scan_with(data, &mut skipped), serde(data));
+    }
+    assert_eq!(skipped.jumps, 1);
+    // The longest run is remembered, the first of equally long ones.
+    let mut skipped = SkippedRun::default();
+    assert!(scan_with(openai, &mut skipped).is_some());
+    assert!(skipped.text.starts_with(r#""id":"#), "{}", skipped.text);
+    assert!(
+        skipped
+            .text
+            .ends_with(r#""system_fingerprint":"fp_eb9dce56a8""#)
+    );
+    assert!(scan_with(r#"{"a":1,"choices":[],"b":2}"#, &mut skipped).is_some());
+    assert_eq!(skipped.text, r#""a":1"#);
+    let mut skipped = SkippedRun::default();
+    assert!(scan_with(r#"{"c":1,"choices":[],"d":2,"usage":null}"#, &mut skipped).is_some());
+    assert_eq!(skipped.text, r#""c":1"#);
+    assert!(scan_with(r#"{"a":1,"choices":[],"bb":2}"#, &mut skipped).is_some());
+    assert_eq!(skipped.text, r#""bb":2"#);
     // A run that ends with a number is that run only where the number ends.
     let mut skipped = SkippedRun::default();
     assert!(scan_with(r#"{"choices":[],"id":"x","created":17}"#, &mut skipped).is_some());
