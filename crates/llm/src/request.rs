@@ -290,25 +290,22 @@ mod tests {
             "d",
             &json!({"type": "object", "properties": {"a": {}}}),
         );
+        // `base` with its `i`-th text taken from `from`.
+        let with_text = |base: &ToolSpec, from: &ToolSpec, i: usize| {
+            let mut spec = base.clone();
+            match i {
+                0 => spec.name = Arc::clone(&from.name),
+                1 => spec.description = Arc::clone(&from.description),
+                2 => spec.parameters = Arc::clone(&from.parameters),
+                _ => spec.renderings = Arc::clone(&from.renderings),
+            }
+            spec
+        };
         for shared in 0..4 {
-            // `fresh` with only the `shared`-th text taken from `spec`.
-            let mut mixed = fresh.clone();
-            match shared {
-                0 => mixed.name = Arc::clone(&spec.name),
-                1 => mixed.description = Arc::clone(&spec.description),
-                2 => mixed.parameters = Arc::clone(&spec.parameters),
-                _ => mixed.renderings = Arc::clone(&spec.renderings),
-            }
-            assert!(!spec.is_same(&mixed), "only text {shared} shared");
-            // And all but that one.
-            let mut most = spec.clone();
-            match shared {
-                0 => most.name = Arc::clone(&fresh.name),
-                1 => most.description = Arc::clone(&fresh.description),
-                2 => most.parameters = Arc::clone(&fresh.parameters),
-                _ => most.renderings = Arc::clone(&fresh.renderings),
-            }
-            assert!(!spec.is_same(&most), "all but text {shared} shared");
+            let only = with_text(&fresh, &spec, shared);
+            assert!(!spec.is_same(&only), "only text {shared} shared");
+            let all_but = with_text(&spec, &fresh, shared);
+            assert!(!spec.is_same(&all_but), "all but text {shared} shared");
         }
     }
 
