@@ -666,6 +666,19 @@ fn session_of_ten_messages(dir: &TempDir) -> (Store, Vec<Message>) {
     (store, history)
 }
 
+/// An assistant message with one piece of reasoning carrying `metadata`:
+/// `null` metadata is stored as none, so it reads back different.
+fn thought(metadata: Option<serde_json::Value>) -> Message {
+    Message::Assistant(AssistantMessage {
+        content: "thought".into(),
+        reasoning: vec![ReasoningPart {
+            text: "hm".into(),
+            metadata,
+        }],
+        tool_calls: Vec::new(),
+    })
+}
+
 /// A session's next load parses only the messages added since its last
 /// one, and still returns the whole history.
 #[test]
@@ -681,16 +694,6 @@ fn loading_a_session_again_parses_only_its_new_messages() {
     // `messages_this_handle_appends_are_not_read_back`), unless it would
     // read back different: a write holding reasoning metadata that is
     // `null` (stored as none) is read by the next load.
-    let thought = |metadata| {
-        Message::Assistant(AssistantMessage {
-            content: "thought".into(),
-            reasoning: vec![ReasoningPart {
-                text: "hm".into(),
-                metadata,
-            }],
-            tool_calls: Vec::new(),
-        })
-    };
     let call_and_answer = [
         assistant_calling("", vec![call("k1", "demo_echo", json!({"text": "x"}))]),
         answer("k1", "demo_echo", "x"),
@@ -749,23 +752,9 @@ fn a_message_that_reads_back_different_is_remembered_as_stored() {
     let (store, mut history) = session_of_ten_messages(&dir);
     assert_eq!(store.load_session("c").unwrap(), history);
 
-    let written = Message::Assistant(AssistantMessage {
-        content: "thought".into(),
-        reasoning: vec![ReasoningPart {
-            text: "hm".into(),
-            metadata: Some(serde_json::Value::Null),
-        }],
-        tool_calls: Vec::new(),
-    });
+    let written = thought(Some(serde_json::Value::Null));
     store.append_messages("c", &[written]).unwrap();
-    history.push(Message::Assistant(AssistantMessage {
-        content: "thought".into(),
-        reasoning: vec![ReasoningPart {
-            text: "hm".into(),
-            metadata: None,
-        }],
-        tool_calls: Vec::new(),
-    }));
+    history.push(thought(None));
     assert_eq!(store.history("c").unwrap(), history, "as stored");
     assert_eq!(store.load_session("c").unwrap(), history);
 }
@@ -778,14 +767,7 @@ fn a_write_after_one_not_remembered_is_read_with_it() {
     let dir = TempDir::new("cache-hole");
     let (store, _) = session_of_ten_messages(&dir);
     store.load_session("c").unwrap();
-    let null_metadata = Message::Assistant(AssistantMessage {
-        content: "thought".into(),
-        reasoning: vec![ReasoningPart {
-            text: "hm".into(),
-            metadata: Some(serde_json::Value::Null),
-        }],
-        tool_calls: Vec::new(),
-    });
+    let null_metadata = thought(Some(serde_json::Value::Null));
     store.append_messages("c", &[null_metadata]).unwrap();
     store
         .append_messages("c", &[Message::user("after")])
