@@ -12,7 +12,7 @@
 //! Failures are real SQLite errors, injected with a trigger that aborts the
 //! insert of one marked row in the middle of the transaction.
 
-mod common;
+use crate::common;
 
 use common::{TempDir, local_runtime, refuse_inserts};
 use std::path::Path;

@@ -10,7 +10,7 @@
 //! write (the calls, the reply) carry them in its commit. The counts below
 //! come from the store's own group-commit counters, not from the runtime.
 
-mod common;
+use crate::common;
 
 use common::{TempDir, local_runtime, refuse_inserts, user_texts};
 use std::sync::Arc;

@@ -944,7 +944,7 @@ and each model source names the variable holding its key (`api_key_env`).
 `homeagent config check` shows what a config resolves to (secrets as set/not
 set); `homeagent config example` prints the example below. This file is
 generated from the same definitions the parser uses: regenerate it with
-`HOMEAGENT_UPDATE_DOCS=1 cargo test -p homeagent-agent --test config`.
+`HOMEAGENT_UPDATE_DOCS=1 cargo test -p homeagent-agent --test it config::`.
 
 ";
 
@@ -959,7 +959,7 @@ fn docs_config_md_is_the_generated_example() {
     assert!(
         actual == expected,
         "docs/CONFIG.md is out of date with the config types; regenerate it with \
-         `HOMEAGENT_UPDATE_DOCS=1 cargo test -p homeagent-agent --test config`"
+         `HOMEAGENT_UPDATE_DOCS=1 cargo test -p homeagent-agent --test it config::`"
     );
 }
 

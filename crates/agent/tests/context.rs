@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-mod common;
+use crate::common;
 
 use common::{Recorder, local_runtime};
 use homeagent_agent::context::{

@@ -5,7 +5,7 @@
 
 use std::sync::{Arc, Mutex};
 
-mod common;
+use crate::common;
 
 use common::{TempDir, local_runtime};
 use homeagent_agent::store::Store;

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-mod common;
+use crate::common;
 
 use common::TempDir;
 use homeagent_agent::context::approx_tokens;

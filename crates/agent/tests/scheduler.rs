@@ -4,7 +4,7 @@
 //! skip reasons when provoked, interrupts and stops, and the history
 //! staying paired through all of it.
 
-mod common;
+use crate::common;
 
 use common::{runtime_over, user_texts};
 use std::path::PathBuf;

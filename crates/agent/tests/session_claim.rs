@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
-mod common;
+use crate::common;
 
 use common::{TempDir, local_runtime};
 use homeagent_agent::store::{Store, StoreError};
@@ -66,7 +66,16 @@ fn a_process_that_dies_holding_a_claim_gives_it_back() {
     let dir = TempDir::new("crash");
     let store = Store::open(&dir.db()).unwrap();
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_claim_holder", "--ignored", "--nocapture"])
+        .args([
+            "--exact",
+            // libtest names it by its module path within tests/it.rs.
+            &format!(
+                "{}::child_claim_holder",
+                module_path!().trim_start_matches("it::")
+            ),
+            "--ignored",
+            "--nocapture",
+        ])
         .env(CHILD_DB, dir.db())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())

@@ -1180,7 +1180,16 @@ const CHILD_BATCHES: usize = 50;
 
 fn spawn_child(mode: &str, db: &Path) -> std::process::Child {
     Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", CHILD_TEST, "--ignored", "--nocapture"])
+        .args([
+            "--exact",
+            // libtest names it by its module path within tests/it.rs.
+            &format!(
+                "{}::{CHILD_TEST}",
+                module_path!().trim_start_matches("it::")
+            ),
+            "--ignored",
+            "--nocapture",
+        ])
         .env(CHILD_MODE, mode)
         .env(CHILD_DB, db)
         .stdout(Stdio::piped())

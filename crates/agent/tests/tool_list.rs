@@ -4,7 +4,7 @@
 //! is offered from the next input on, a removed one is no longer offered,
 //! and each agent sees only the tools its grant allows.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -6,7 +6,7 @@
 //! only once their server runs, so `<server>__<tool>` of a configured
 //! server is taken on trust.
 
-mod common;
+use crate::common;
 
 use common::TempDir;
 use homeagent_agent::config::{Config, ConfigPaths};

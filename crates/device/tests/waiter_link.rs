@@ -2,7 +2,7 @@
 //! The waiter's link: bind, refusals, reconnects, keepalive, frame limits,
 //! against a scripted server on a real loopback WebSocket.
 
-mod waiter_support;
+use crate::waiter_support;
 
 use std::time::Duration;
 

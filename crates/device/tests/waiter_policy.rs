@@ -2,7 +2,7 @@
 //! The device-side policy, end to end: a real waiter over a real WebSocket
 //! on loopback, the test playing the server, real programs running.
 
-mod waiter_support;
+use crate::waiter_support;
 
 use std::time::{Duration, Instant};
 

@@ -4,7 +4,7 @@
 //! binds and commands run; without it the handshake is refused before any
 //! frame (and so before the token) is sent.
 
-mod waiter_support;
+use crate::waiter_support;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -7,7 +7,7 @@
 //! a FIFO that only the other device's command writes, so the batch can
 //! only finish if the two commands overlap.
 
-mod common;
+use crate::common;
 
 use common::{Proc, temp_dir};
 use std::io::{BufRead, BufReader};

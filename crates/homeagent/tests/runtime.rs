@@ -5,7 +5,7 @@
 //! `[runtime]`), as its runtime reports them in `/api/v1/status`, and a
 //! count out of range stops it with the key named.
 
-mod common;
+use crate::common;
 
 use common::{Proc, temp_dir};
 use std::io::{BufRead, BufReader, Read};

@@ -15,7 +15,6 @@ use homeagent_llm::{
 use serde_json::json;
 
 /// Request building and HTTP error bodies.
-#[path = "anthropic/request.rs"]
 mod request;
 
 /// Splits a well-formed SSE transcript into frames: blank-line separated

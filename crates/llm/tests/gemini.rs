@@ -16,7 +16,6 @@ use homeagent_llm::{
 use serde_json::{Value, json};
 
 /// Request building, schemas and HTTP error bodies.
-#[path = "gemini/request.rs"]
 mod request;
 
 /// Splits a well-formed SSE transcript into frames (independent of the

@@ -11,19 +11,12 @@ use homeagent_llm::framing::FrameReader;
 use homeagent_llm::{ChatRequest, Endpoint, WireCodec};
 use serde_json::Value;
 
-// Split by topic to keep files short; a test crate root finds its modules
-// beside itself, hence the paths.
-#[path = "openai/extra_content.rs"]
+// Split by topic to keep files short.
 mod extra_content;
-#[path = "openai/mistral_ids.rs"]
 mod mistral_ids;
-#[path = "openai/rendered.rs"]
 mod rendered;
-#[path = "openai/request.rs"]
 mod request;
-#[path = "openai/stream.rs"]
 mod stream;
-#[path = "openai/whole.rs"]
 mod whole;
 
 /// The JSON body the codec writes for `messages` to `base_url` (no key,

@@ -411,7 +411,11 @@ async fn run_child(url: &str, cert_file: Option<&Path>, cert_dir: Option<&Path>)
     command
         .args([
             "--exact",
-            "child_trusts_ssl_cert_file",
+            // libtest names it by its module path within tests/it.rs.
+            &format!(
+                "{}::child_trusts_ssl_cert_file",
+                module_path!().trim_start_matches("it::")
+            ),
             "--ignored",
             "--nocapture",
         ])

@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a test failure
 //! What `homeagent seq …` prints and returns.
 
-mod common;
+use crate::common;
 
 use common::harness;
 use homeagent_core::ToolSource;

@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a test failure
 //! The engine against real tools in a real registry behind the gate.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a test failure
 
-mod common;
+use crate::common;
 
 use common::{TempDir, seq};
 use homeagent_seq::{SeqStore, StoreError, Warning};

@@ -2,7 +2,7 @@
 //! The seq tools called the way the model calls them: through the gated
 //! ToolApi, as an agent.
 
-mod common;
+use crate::common;
 
 use common::{LIMITED, harness};
 use homeagent_core::{ErrorReason, ToolSource};

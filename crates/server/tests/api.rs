@@ -2,7 +2,7 @@
 
 //! Auth, the listen-address rule, body limits and request checking.
 
-mod common;
+use crate::common;
 
 use common::{KEY, Setup, body_json, start};
 use homeagent_server::{ServeError, ServerOptions, bind};

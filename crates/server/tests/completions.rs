@@ -3,7 +3,7 @@
 //! `POST /v1/chat/completions`, whole and streamed, stateless and with
 //! `X-Session-Id`; a client that disconnects mid-stream stops its turn.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! explicit gap for a client the ring no longer covers, and 1,000
 //! subscribers at once.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 

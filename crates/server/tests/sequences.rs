@@ -3,7 +3,7 @@
 //! The sequences API: create (with the same checks as seq_create), list,
 //! read back, delete; a bad sequence is a 400 naming the problem.
 
-mod common;
+use crate::common;
 
 use common::{Setup, body_json, start};
 use serde_json::json;

@@ -3,7 +3,7 @@
 //! The sessions API: frames over SSE, history, stop, delete; and the load
 //! test (24 clients × 12 requests, every one answered once).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 

@@ -3,7 +3,7 @@
 //! Graceful shutdown: a running turn gets the grace period, then is
 //! stopped with its outcomes stored; event streams end; `serve` returns.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 
