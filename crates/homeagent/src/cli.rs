@@ -1,5 +1,8 @@
 //! The command line, as clap derive definitions. What each command does
 //! lives in the module it names.
+// The doc comments below are the `--help` text, where `<data dir>` is the
+// usual placeholder, not an HTML tag.
+#![allow(rustdoc::invalid_html_tags)]
 
 use clap::{Args, Parser, Subcommand};
 use homeagent_mock_llm::DEFAULT_TOOL_SLEEP_MS;

@@ -19,15 +19,13 @@ pub(crate) use rendered::{RenderShape, Written};
 /// it is written per request that can be written once. The schema is held
 /// as JSON text: copying, writing and dropping each schema as a `Value`
 /// tree was a third of the agent's work per input. And each codec writes
-/// the whole tool in its wire's shape once per definition ([`rendered`]),
+/// the whole tool in its wire's shape once per definition (`rendered`),
 /// shared with the [`ToolDef`] the spec came from. Escaping every
 /// description again for every request was an eighth of the agent's work
 /// per input with the demo tools; fitting every schema to Gemini's subset
 /// again was more than half of it on that wire.
 ///
 /// The parts are read-only, so a rendering can never disagree with them.
-///
-/// [`rendered`]: ToolSpec::rendered
 #[derive(Debug, Clone)]
 pub struct ToolSpec {
     // Shared text: an agent's tool list is cloned into every request.

@@ -5,7 +5,7 @@
 //! honestly: how many tools *really* executed for it (the script's count of
 //! distinct done-tags, not the agent's own report) and how long the mock
 //! itself spent serving it (so the agent's added latency is the reply time
-//! minus this). The aggregate counters in [`crate::stats::Stats`] cannot be
+//! minus this). The aggregate counters in `stats::Stats` cannot be
 //! correlated with one input when many run at once, so the log keys every
 //! record by the input's text, which load drivers already make unique
 //! (`!batch2-<session>-<i>`). One input usually means two model requests

@@ -6,7 +6,7 @@
 //! saves one once (`seq_create`) and runs it by name (`seq_run`).
 //!
 //! - [`split`]: the `tools` string → one piece per tool, with byte positions.
-//! - [`format`]: the strict JSON model with actionable errors → [`model`].
+//! - [`format`](mod@format): the strict JSON model with actionable errors → [`model`].
 //! - [`check`]: the create-time rules (errors and warnings).
 //! - [`cond`]: the condition language of `when` and `seq_when_call`.
 //! - [`subst`]: `$args.K` substitution.

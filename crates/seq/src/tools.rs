@@ -6,7 +6,7 @@
 //! ## The late-bound backend
 //!
 //! The running tools (`seq_run`, `seq_call`, `seq_when_call`) call tools
-//! through a [`ToolApi`] over the agent's gated source — but that source is
+//! through a [`ToolApi`](homeagent_tools::ToolApi) over the agent's gated source — but that source is
 //! built *after* the tools are registered (it wraps the registry they are
 //! registered in). So registration takes a [`BackendSlot`], an
 //! `Arc<OnceLock<SeqBackend>>`, and the embedder fills it once the runtime

@@ -7,7 +7,7 @@
 //!   semantic checks and secret overrides from the environment.
 //! - [`example`]: `homeagent config example` and docs/CONFIG.md, generated
 //!   by walking the JSON schema of [`Config`].
-//! - [`describe`]: the report of `homeagent config check`.
+//! - [`describe`](mod@describe): the report of `homeagent config check`.
 //! - [`duration`], [`secret`]: the value types with their own rules.
 
 pub mod describe;

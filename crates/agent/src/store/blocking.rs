@@ -78,7 +78,7 @@ impl Store {
     /// [`Store::append_messages_with_events`] for async code. The write
     /// joins the group-commit queue at once and the caller waits for its
     /// answer without holding a place or a thread; one leader task at a
-    /// time ([`Store::lead`]) commits group after group on the blocking
+    /// time (`Store::lead`) commits group after group on the blocking
     /// pool. While one group commits every session's write waits for the
     /// next, and that group carries them all with one fsync. With
     /// [`Durability::Normal`](super::Durability::Normal) the caller commits

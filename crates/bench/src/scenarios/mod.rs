@@ -1,4 +1,4 @@
-//! The scenarios of issue 8, each a function from a running [`Stack`] to
+//! The scenarios of issue 8, each a function from a running [`Stack`](crate::procs::Stack) to
 //! its part of the report. Every input carries a unique text
 //! (`!slowbatch4-p4-r2-<run>`), which is how the bench finds the mock's own
 //! record of it: the tools that really ran and the mock's time.

@@ -47,7 +47,7 @@ use crate::protocol::{
 #[derive(Debug, Clone)]
 pub struct WaiterOptions {
     /// `ws://HOST:PORT` or `wss://HOST:PORT`; the device path
-    /// ([`DEVICE_WS_PATH`]) is added when the URL has no path.
+    /// ([`DEVICE_WS_PATH`](crate::protocol::DEVICE_WS_PATH)) is added when the URL has no path.
     pub server: String,
     pub token: Secret,
     pub hello: Hello,

@@ -8,8 +8,8 @@ use serde::de::IgnoredAny;
 use crate::error::CodecError;
 
 /// The exact JSON text a request sends. It is made only by serializing a
-/// value ([`JsonBody::encode`], what most codecs do), by writing it with
-/// [`homeagent_core::json_text`] ([`JsonBody::written`], the OpenAI
+/// value (`JsonBody::encode`, what most codecs do), by writing it with
+/// [`homeagent_core::json_text`] (`JsonBody::written`, the OpenAI
 /// codec) or by checking text ([`JsonBody::parse`], what a Lua adapter's
 /// body goes through), so it is always one well-formed JSON value; it is
 /// sent byte for byte.

@@ -335,7 +335,7 @@ impl McpManager {
     /// Closes every server and stops their supervisors: rmcp closes a
     /// stdio server's stdin, waits for it to exit, then sends SIGTERM and
     /// at last SIGKILL (some seconds each), so this waits up to
-    /// [`CLOSE_WAIT`] for all of them, side by side, before returning;
+    /// `CLOSE_WAIT` for all of them, side by side, before returning;
     /// whatever is left then dies with the process.
     pub async fn shutdown(&self) {
         self.shared.shutdown.cancel();

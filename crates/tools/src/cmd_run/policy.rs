@@ -240,7 +240,7 @@ pub struct CmdRunPolicy {
     /// The most a call may ask for; longer requests are capped to this.
     pub max_timeout: Duration,
     /// Extra variable names passed through from the agent's environment.
-    /// Names [`is_dangerous_env_name`] rejects are skipped.
+    /// Names `is_dangerous_env_name` rejects are skipped.
     pub env: Vec<String>,
     /// Bytes kept per stream (stdout, stderr); the rest is counted and
     /// replaced by a truncation marker.

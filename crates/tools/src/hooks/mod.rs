@@ -28,8 +28,8 @@
 //!
 //! Matchers are regular expressions on the whole tool name ([`Matcher`]).
 //!
-//! The hooks implement the kernel's [`PreToolHook`](homeagent_core::PreToolHook)
-//! and [`PostToolHook`](homeagent_core::PostToolHook), so attached to the
+//! The hooks implement the kernel's [`PreToolHook`]
+//! and [`PostToolHook`], so attached to the
 //! runtime's executor they see every path that runs a tool: the model's
 //! calls and [`ToolApi`](crate::ToolApi) calls (sequences, `mcp-serve`).
 
