@@ -743,6 +743,38 @@ fn messages_this_handle_appends_are_not_read_back() {
     assert_eq!(store.history("c").unwrap(), history);
 }
 
+/// A remembered session's load checks the messages added since its last
+/// load for unanswered calls, from the last one before them that is not a
+/// tool result (a turn may straddle the two), not the whole history again:
+/// a load's cost does not grow with the session.
+#[test]
+fn a_remembered_session_is_checked_only_from_its_last_step() {
+    let dir = TempDir::new("cache-check");
+    let (store, mut history) = session_of_ten_messages(&dir);
+    let checked = |store: &Store| store.read_stats().messages_checked;
+    assert_eq!(store.load_session("c").unwrap(), history);
+    assert_eq!(checked(&store), 10, "a first load checks everything");
+
+    let more = vec![
+        assistant_calling("", vec![call("k1", "demo_echo", json!({}))]),
+        answer("k1", "demo_echo", "x"),
+    ];
+    store.append_messages("c", &more).unwrap();
+    history.extend(more);
+    assert_eq!(store.load_session("c").unwrap(), history);
+    // "message 9", then the two new ones.
+    assert_eq!(checked(&store), 10 + 3);
+
+    // A turn left open among new messages is still found and answered.
+    let open = assistant_calling("", vec![call("k2", "demo_echo", json!({}))]);
+    store
+        .append_messages("c", &[Message::user("more"), open.clone()])
+        .unwrap();
+    history.extend([Message::user("more"), open, cancelled("k2", "demo_echo")]);
+    assert_eq!(store.load_session("c").unwrap(), history);
+    assert_eq!(store.history("c").unwrap(), history);
+}
+
 /// A message whose stored form reads back different from it (reasoning
 /// metadata that is `null` reads back as none) is not remembered as it
 /// was written: the load returns what is stored.

@@ -62,7 +62,13 @@ impl Store {
         ReadStats {
             messages_parsed: self.messages_parsed.load(Ordering::Relaxed),
             messages_counted: self.messages_counted.load(Ordering::Relaxed),
+            messages_checked: self.messages_checked.load(Ordering::Relaxed),
         }
+    }
+
+    /// Records `n` messages scanned by a load's checks.
+    pub(super) fn count_checked(&self, n: usize) {
+        self.messages_checked.fetch_add(n as u64, Ordering::Relaxed);
     }
 
     /// Records `n` token estimates made by a load.
@@ -151,6 +157,9 @@ pub struct ReadStats {
     /// Token estimates made by [`Store::load_counted`] (and
     /// [`Store::load_session`]) since the handle was opened.
     pub messages_counted: u64,
+    /// Messages loads scanned for calls left unanswered and for broken
+    /// pairing since the handle was opened.
+    pub messages_checked: u64,
 }
 
 /// The highest `seq` of the session, 0 when it has no messages.

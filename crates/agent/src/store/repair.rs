@@ -170,7 +170,7 @@ impl Store {
         // repair; the history is read again under the lock for that reason.
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let history = self.read_history(&tx, session)?;
-        let gaps = find_gaps(&history);
+        let gaps = self.find_gaps(&history);
         if gaps.is_empty() {
             return Ok(Loaded::whole(self.counted(paired(session, &history)?)));
         }
@@ -218,13 +218,10 @@ impl Store {
         let checked = history.tokens.len();
         let after = history.messages.last().map_or(0, |(seq, _)| *seq);
         history.bytes += self.read_history_after(conn, session, after, &mut history.messages)?;
-        if !find_gaps(&history.messages).is_empty() {
-            // Not kept: a repair renumbers the messages.
-            return Ok(None);
-        }
-        // The check starts afresh at every message that is not a result,
-        // so from the last such one before the new messages it finds what
-        // a check of the whole history would.
+        // Both checks start afresh at every message that is not a result,
+        // so from the last such one before the new messages they find what
+        // a check of the whole history would: a load's cost stays the same
+        // however long the session grows.
         let check_from = history
             .messages
             .get(..checked)
@@ -232,6 +229,11 @@ impl Store {
             .iter()
             .rposition(|(_, m)| !matches!(m, Message::Tool(_)))
             .unwrap_or(0);
+        let to_check = history.messages.get(check_from..).unwrap_or_default();
+        if !self.find_gaps(to_check).is_empty() {
+            // Not kept: a repair renumbers the messages.
+            return Ok(None);
+        }
         let from = known
             .filter(|k| k.lineage == history.lineage && k.len <= history.messages.len())
             .map_or(0, |k| k.len);
@@ -279,6 +281,12 @@ impl Store {
     ) {
         self.histories()
             .extend_committed(session, first, messages, bytes);
+    }
+
+    /// [`find_gaps`], counted in [`Store::read_stats`].
+    fn find_gaps(&self, history: &[(i64, Message)]) -> Vec<Gap> {
+        self.count_checked(history.len());
+        find_gaps(history)
     }
 
     /// `messages` with their token estimates, counted now.
