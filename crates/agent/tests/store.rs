@@ -1184,11 +1184,17 @@ fn two_handles_in_two_threads_append_to_one_file() {
             let barrier = barrier.clone();
             std::thread::spawn(move || {
                 barrier.wait();
-                let store = Store::open(&path).unwrap();
-                store.ensure_session("shared", "main").unwrap();
                 let own = format!("own-{writer}");
-                store.ensure_session(&own, "main").unwrap();
+                let opened = Store::open(&path).and_then(|store| {
+                    store.ensure_session("shared", "main")?;
+                    store.ensure_session(&own, "main")?;
+                    Ok(store)
+                });
+                // Both reach the second barrier whatever happened, so that
+                // a failure fails the test instead of leaving the other
+                // thread waiting forever.
                 barrier.wait();
+                let store = opened.unwrap_or_else(|e| panic!("{writer}: {e}"));
                 let ranges = append_batches(&store, "shared", writer, BATCHES);
                 append_batches(&store, &own, writer, BATCHES);
                 ranges
@@ -1445,6 +1451,32 @@ fn the_config_store_sync_reaches_the_store_the_agent_opens() {
             expected,
             "{toml:?}"
         );
+    }
+}
+
+/// Handles opening one new file at the same moment (`serve` and `chat`
+/// started together on a fresh data dir) all open it: switching the file
+/// to WAL takes an exclusive lock that SQLite refuses at once, without
+/// waiting, to all but one of several readers asking together.
+#[test]
+fn handles_opening_one_new_file_at_once_all_open_it() {
+    let racers = 6;
+    for round in 0..10 {
+        let dir = TempDir::new(&format!("open-race-{round}"));
+        let barrier = Arc::new(Barrier::new(racers));
+        let handles: Vec<_> = (0..racers)
+            .map(|_| {
+                let (path, barrier) = (dir.db(), Arc::clone(&barrier));
+                std::thread::spawn(move || {
+                    barrier.wait();
+                    Store::open(&path).map(|store| store.durability().is_ok())
+                })
+            })
+            .collect();
+        for handle in handles {
+            let opened = handle.join().unwrap();
+            assert!(matches!(opened, Ok(true)), "round {round}: {opened:?}");
+        }
     }
 }
 

@@ -89,10 +89,10 @@ mod testing;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use rusqlite::Connection;
 use rusqlite::config::DbConfig;
+use rusqlite::{Connection, ErrorCode};
 
 pub use blocking::{CALLS_AT_ONCE, QueuedAppend};
 pub use checkpoint::{CHECKPOINT_PAGES, CommitPlaces};
@@ -308,8 +308,7 @@ fn configure(
     // The journal mode is stored in the file; switching an existing WAL file
     // is a no-op. It reports the resulting mode, which is checked because a
     // file system without shared memory support silently keeps the old one.
-    let mode: String =
-        conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))?;
+    let mode = switch_to_wal(conn)?;
     if !mode.eq_ignore_ascii_case("wal") {
         tracing::warn!(
             mode,
@@ -325,6 +324,30 @@ fn configure(
         Ok(())
     }))?;
     Ok(())
+}
+
+/// Sets the journal mode to WAL and returns the mode the file has then.
+/// The switch needs an exclusive lock, and when several connections ask
+/// for it together (a fresh file opened by `serve` and `chat` at once)
+/// SQLite refuses all but one of them at once, without its busy handler
+/// (their shared locks would otherwise wait on each other forever). So a
+/// refused switch is tried again, for up to [`BUSY_TIMEOUT`] like any
+/// other lock; the winner has made the file WAL by then, which the retry
+/// finds with no lock to take.
+fn switch_to_wal(conn: &Connection) -> rusqlite::Result<String> {
+    let deadline = Instant::now() + BUSY_TIMEOUT;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        match conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0)) {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == ErrorCode::DatabaseBusy && Instant::now() < deadline =>
+            {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(50));
+            }
+            switched => return switched,
+        }
+    }
 }
 
 /// Checks a session id: 1 to 128 characters from `[A-Za-z0-9._:-]`.
