@@ -1480,6 +1480,28 @@ fn handles_opening_one_new_file_at_once_all_open_it() {
     }
 }
 
+/// The same, made certain: while another connection holds the write lock
+/// of the new file, the switch to WAL is refused at once (the opening
+/// connection already reads the file, so SQLite does not wait); the store
+/// opens once the other commits.
+#[test]
+fn a_store_opens_while_another_connection_writes_its_new_file() {
+    let dir = TempDir::new("open-busy");
+    let path = dir.db();
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let writer = rusqlite::Connection::open(&path).unwrap();
+    writer
+        .execute_batch("BEGIN IMMEDIATE; CREATE TABLE elsewhere (x);")
+        .unwrap();
+    let opening = std::thread::spawn(move || Store::open(&path).map(|s| s.durability().is_ok()));
+    // Long enough for the open to meet the lock (were it later, it would
+    // meet none, and pass without showing anything).
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    writer.execute_batch("COMMIT").unwrap();
+    let opened = opening.join().unwrap();
+    assert!(matches!(opened, Ok(true)), "{opened:?}");
+}
+
 /// Two first requests naming the same new session, each with the earlier
 /// messages of its own client: one creates and seeds it, the other finds it
 /// and writes nothing; the history holds one seed, never both.

@@ -336,14 +336,12 @@ fn configure(
 /// finds with no lock to take.
 fn switch_to_wal(conn: &Connection) -> rusqlite::Result<String> {
     let deadline = Instant::now() + BUSY_TIMEOUT;
-    let mut pause = Duration::from_millis(1);
     loop {
         match conn.pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0)) {
             Err(rusqlite::Error::SqliteFailure(e, _))
                 if e.code == ErrorCode::DatabaseBusy && Instant::now() < deadline =>
             {
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_millis(50));
+                std::thread::sleep(Duration::from_millis(5));
             }
             switched => return switched,
         }
