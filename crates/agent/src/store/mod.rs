@@ -327,13 +327,13 @@ fn configure(
 }
 
 /// Sets the journal mode to WAL and returns the mode the file has then.
-/// The switch needs an exclusive lock, and when several connections ask
-/// for it together (a fresh file opened by `serve` and `chat` at once)
-/// SQLite refuses all but one of them at once, without its busy handler
-/// (their shared locks would otherwise wait on each other forever). So a
-/// refused switch is tried again, for up to [`BUSY_TIMEOUT`] like any
-/// other lock; the winner has made the file WAL by then, which the retry
-/// finds with no lock to take.
+/// The switch takes the write lock while the connection already reads the
+/// file, and SQLite refuses that at once, without its busy handler, when
+/// another connection holds or wants the lock too (waiting could
+/// deadlock): a fresh file opened by `serve` and `chat` together, or one
+/// another program is writing. So a refused switch is tried again, for up
+/// to [`BUSY_TIMEOUT`] like any other lock; once the other has made the
+/// file WAL, the retry finds it so with no lock to take.
 fn switch_to_wal(conn: &Connection) -> rusqlite::Result<String> {
     let deadline = Instant::now() + BUSY_TIMEOUT;
     loop {
