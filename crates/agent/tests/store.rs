@@ -1502,6 +1502,33 @@ fn a_store_opens_while_another_connection_writes_its_new_file() {
     assert!(matches!(opened, Ok(true)), "{opened:?}");
 }
 
+/// A file that is not a database is refused with SQLite's reason and
+/// left as it was; only a lock is waited for.
+#[test]
+fn a_file_that_is_not_a_database_is_refused_and_kept() {
+    let dir = TempDir::new("not-a-db");
+    let path = dir.db();
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let text = "notes, not a database\n".repeat(200);
+    std::fs::write(&path, &text).unwrap();
+    let err = Store::open(&path)
+        .err()
+        .expect("a text file must not open as the store");
+    assert!(
+        matches!(
+            &err,
+            StoreError::Open { source: rusqlite::Error::SqliteFailure(e, _), .. }
+                if e.code == rusqlite::ErrorCode::NotADatabase
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains(&path.display().to_string()),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+}
+
 /// Two first requests naming the same new session, each with the earlier
 /// messages of its own client: one creates and seeds it, the other finds it
 /// and writes nothing; the history holds one seed, never both.
