@@ -1511,9 +1511,9 @@ fn a_file_that_is_not_a_database_is_refused_and_kept() {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     let text = "notes, not a database\n".repeat(200);
     std::fs::write(&path, &text).unwrap();
-    let err = Store::open(&path)
-        .err()
-        .expect("a text file must not open as the store");
+    let Err(err) = Store::open(&path) else {
+        panic!("a text file must not open as the store");
+    };
     assert!(
         matches!(
             &err,
