@@ -235,6 +235,13 @@ fn fit_counted(history: &[Message], tokens: &[usize], budget: usize, reserved: u
 
 /// Where the kept part of `history` starts.
 fn fit_start(history: &[Message], tokens: &[usize], budget: usize, reserved: usize) -> usize {
+    let available = budget.saturating_sub(reserved);
+    // Nearly always the whole history fits: then every turn is kept, and
+    // a sum over the estimates says so without finding the turns (this
+    // runs before every model request, over the whole history).
+    if tokens.iter().sum::<usize>() <= available {
+        return 0;
+    }
     let starts: Vec<usize> = history
         .iter()
         .enumerate()
@@ -247,7 +254,6 @@ fn fit_start(history: &[Message], tokens: &[usize], budget: usize, reserved: usi
     if bounds.first().is_none_or(|first| *first != 0) {
         bounds.insert(0, 0);
     }
-    let available = budget.saturating_sub(reserved);
     let mut keep_from = history.len();
     let mut used = 0usize;
     for (n, &start) in bounds.iter().enumerate().rev() {
