@@ -1454,6 +1454,18 @@ fn the_config_store_sync_reaches_the_store_the_agent_opens() {
     }
 }
 
+/// The store's path in `dir`, with its directory made and no file yet.
+fn directory_without_store(dir: &TempDir) -> PathBuf {
+    let path = dir.db();
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    path
+}
+
+/// Opens the store at `path` and reads a setting back through it.
+fn opens_usable(path: &Path) -> Result<bool, StoreError> {
+    Store::open(path).map(|store| store.durability().is_ok())
+}
+
 /// Handles opening one new file at the same moment (`serve` and `chat`
 /// started together on a fresh data dir) all open it: switching the file
 /// to WAL takes an exclusive lock that SQLite refuses at once, without
@@ -1469,7 +1481,7 @@ fn handles_opening_one_new_file_at_once_all_open_it() {
                 let (path, barrier) = (dir.db(), Arc::clone(&barrier));
                 std::thread::spawn(move || {
                     barrier.wait();
-                    Store::open(&path).map(|store| store.durability().is_ok())
+                    opens_usable(&path)
                 })
             })
             .collect();
@@ -1487,13 +1499,12 @@ fn handles_opening_one_new_file_at_once_all_open_it() {
 #[test]
 fn a_store_opens_while_another_connection_writes_its_new_file() {
     let dir = TempDir::new("open-busy");
-    let path = dir.db();
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let path = directory_without_store(&dir);
     let writer = rusqlite::Connection::open(&path).unwrap();
     writer
         .execute_batch("BEGIN IMMEDIATE; CREATE TABLE elsewhere (x);")
         .unwrap();
-    let opening = std::thread::spawn(move || Store::open(&path).map(|s| s.durability().is_ok()));
+    let opening = std::thread::spawn(move || opens_usable(&path));
     // Long enough for the open to meet the lock (were it later, it would
     // meet none, and pass without showing anything).
     std::thread::sleep(std::time::Duration::from_millis(300));
@@ -1507,8 +1518,7 @@ fn a_store_opens_while_another_connection_writes_its_new_file() {
 #[test]
 fn a_file_that_is_not_a_database_is_refused_and_kept() {
     let dir = TempDir::new("not-a-db");
-    let path = dir.db();
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let path = directory_without_store(&dir);
     let text = "notes, not a database\n".repeat(200);
     std::fs::write(&path, &text).unwrap();
     let Err(err) = Store::open(&path) else {
