@@ -685,6 +685,7 @@ fn check_request(
 fn store_frame(error: StoreError) -> Frame {
     let code = match error {
         StoreError::SessionBusy { .. } => "session_busy",
+        StoreError::AgentMismatch { .. } => "session_conflict",
         _ => "store",
     };
     Frame::error(code, error.to_string())

@@ -80,6 +80,8 @@ pub fn terminal_error(frame: &Frame) -> Option<ApiError> {
                 "stopped" => (StatusCode::CONFLICT, "stopped"),
                 "preempted" => (StatusCode::CONFLICT, "preempted"),
                 "agent" => (StatusCode::BAD_REQUEST, "unknown_agent"),
+                "session_conflict" => (StatusCode::CONFLICT, "session_conflict"),
+                "session_busy" => (StatusCode::CONFLICT, "session_busy"),
                 _ => (StatusCode::INTERNAL_SERVER_ERROR, "turn_failed"),
             };
             Some(ApiError::new(status, code, message.clone()))

@@ -601,33 +601,105 @@ async fn a_request_without_earlier_messages_costs_one_commit_for_a_quick_text_an
     }
 }
 
-/// A session of another agent is refused before anything is stored.
+/// A session of another agent is refused before anything is stored,
+/// streamed or not, with earlier messages or without.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_of_another_agent_is_refused_with_409_and_nothing_stored() {
     let server = start(Setup::default()).await;
     let store = server.state.runtime().store();
     store.ensure_session("theirs", "other-agent").unwrap();
     let before = store.write_stats().commits;
-    for prior in [json!([]), json!([{"role": "user", "content": "earlier"}])] {
-        let mut messages = prior.as_array().unwrap().clone();
-        messages.push(json!({"role": "user", "content": "hello"}));
-        let response = server
-            .post_json(
-                "/v1/chat/completions",
-                &request(Value::Array(messages), false),
-            )
-            .header("x-session-id", "theirs")
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 409);
-        assert_eq!(
-            body_json(response).await["error"]["code"],
-            "session_conflict"
-        );
+    for stream in [false, true] {
+        for prior in [json!([]), json!([{"role": "user", "content": "earlier"}])] {
+            let mut messages = prior.as_array().unwrap().clone();
+            messages.push(json!({"role": "user", "content": "hello"}));
+            let response = server
+                .post_json(
+                    "/v1/chat/completions",
+                    &request(Value::Array(messages), stream),
+                )
+                .header("x-session-id", "theirs")
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 409, "stream {stream}, prior {prior}");
+            assert_eq!(
+                body_json(response).await["error"]["code"],
+                "session_conflict",
+                "stream {stream}, prior {prior}"
+            );
+        }
     }
     assert_eq!(store.write_stats().commits, before);
     assert!(store.history("theirs").unwrap().is_empty());
+}
+
+/// A session another process is running (its claim held through a second
+/// handle on the same file) refuses the input with 409 `session_busy`, not
+/// a server error, and stores nothing; once free, it answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_running_elsewhere_is_refused_with_409_session_busy() {
+    let server = start(Setup::default()).await;
+    let store = server.state.runtime().store();
+    store.ensure_session("shared", "main").unwrap();
+    let elsewhere = homeagent_agent::store::Store::open(store.path()).unwrap();
+    let claim = elsewhere.claim_session("shared").unwrap();
+    let send = || {
+        server
+            .post_json(
+                "/v1/chat/completions",
+                &request(json!([{"role": "user", "content": "!text hi"}]), false),
+            )
+            .header("x-session-id", "shared")
+            .send()
+    };
+    let refused = send().await.unwrap();
+    assert_eq!(refused.status(), 409);
+    assert_eq!(body_json(refused).await["error"]["code"], "session_busy");
+    assert!(store.history("shared").unwrap().is_empty());
+    drop(claim);
+    assert_eq!(send().await.unwrap().status(), 200);
+    assert_eq!(store.history("shared").unwrap().len(), 2);
+}
+
+/// A whole (not streamed) answer to a session the request names reads
+/// the session's agent once: the input's own load checks it under the
+/// session's claim (and refuses another agent's with the same 409,
+/// above). A streamed answer starts before the input runs, so it checks
+/// first as well.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_streamed_answer_checks_a_named_sessions_agent_before_its_input() {
+    let server = start(Setup::default()).await;
+    let store = server.state.runtime().store();
+    store.ensure_session("mine", "main").unwrap();
+    // The first input reads the whole history on the blocking pool after
+    // its quick path found it not remembered: a read more, once.
+    for (stream, checks) in [
+        (false, None),
+        (false, Some(1)),
+        (true, Some(2)),
+        (false, Some(1)),
+    ] {
+        let before = store.read_stats().sessions_checked;
+        let response = server
+            .post_json(
+                "/v1/chat/completions",
+                &request(json!([{"role": "user", "content": "!text hi"}]), stream),
+            )
+            .header("x-session-id", "mine")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "stream {stream}");
+        let _ = response.text().await.unwrap();
+        if let Some(checks) = checks {
+            assert_eq!(
+                store.read_stats().sessions_checked - before,
+                checks,
+                "stream {stream}"
+            );
+        }
+    }
 }
 
 /// A chat UI often opens its history with the assistant's greeting.

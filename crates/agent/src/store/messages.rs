@@ -63,6 +63,7 @@ impl Store {
             messages_parsed: self.messages_parsed.load(Ordering::Relaxed),
             messages_counted: self.messages_counted.load(Ordering::Relaxed),
             messages_checked: self.messages_checked.load(Ordering::Relaxed),
+            sessions_checked: self.sessions_checked.load(Ordering::Relaxed),
         }
     }
 
@@ -160,6 +161,10 @@ pub struct ReadStats {
     /// Messages loads scanned for calls left unanswered and for broken
     /// pairing since the handle was opened.
     pub messages_checked: u64,
+    /// Sessions whose agent was read to check it, by
+    /// [`Store::check_session_agent`] or by an input's load, since the
+    /// handle was opened.
+    pub sessions_checked: u64,
 }
 
 /// The highest `seq` of the session, 0 when it has no messages.

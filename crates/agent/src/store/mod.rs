@@ -151,6 +151,7 @@ pub struct Store {
     messages_parsed: AtomicU64,
     messages_counted: AtomicU64,
     messages_checked: AtomicU64,
+    sessions_checked: AtomicU64,
     /// Places for [`Store::call`]s on the blocking pool (`blocking.rs`).
     calls_at_once: Arc<tokio::sync::Semaphore>,
     /// Sessions claimed through this handle (`claim.rs`).
@@ -215,6 +216,7 @@ impl Store {
             messages_parsed: AtomicU64::new(0),
             messages_counted: AtomicU64::new(0),
             messages_checked: AtomicU64::new(0),
+            sessions_checked: AtomicU64::new(0),
             calls_at_once: Arc::new(tokio::sync::Semaphore::new(blocking::CALLS_AT_ONCE)),
             claims: Arc::new(claim::ClaimTable::beside(path)),
             wal,

@@ -15,7 +15,7 @@ use crate::context::CountedHistory;
 
 use super::claim::SessionClaim;
 use super::repair::{KnownHistory, Loaded, Remembered};
-use super::sessions::{is_agents, read_agent, validate_agent_name};
+use super::sessions::{is_agents, validate_agent_name};
 use super::{BUSY_TIMEOUT, Store, StoreError, validate_session_id};
 
 /// What an input starts from.
@@ -124,7 +124,7 @@ impl Store {
         conn.busy_timeout(std::time::Duration::ZERO).ok()?;
         let opened = (|| {
             let claim = self.claim_session(session).ok()?;
-            let loaded = match read_agent(&conn, session).ok()? {
+            let loaded = match self.read_agent_checked(&conn, session).ok()? {
                 None => Loaded {
                     history: CountedHistory::default(),
                     lineage: None,

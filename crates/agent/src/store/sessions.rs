@@ -1,5 +1,7 @@
 //! Sessions: one conversation each, owned by one agent.
 
+use std::sync::atomic::Ordering;
+
 use homeagent_core::Message;
 use rusqlite::{Connection, OptionalExtension, Row};
 use serde::Serialize;
@@ -112,6 +114,18 @@ pub(super) fn is_agents(id: &str, existing: &str, agent: &str) -> Result<(), Sto
 
 /// The agent of session `id`, if it exists: all an input checks before it
 /// runs ([`read_one`] also counts the session's messages).
+impl Store {
+    /// [`read_agent`], counted in [`ReadStats::sessions_checked`](super::ReadStats::sessions_checked).
+    pub(super) fn read_agent_checked(
+        &self,
+        conn: &Connection,
+        id: &str,
+    ) -> Result<Option<String>, StoreError> {
+        self.sessions_checked.fetch_add(1, Ordering::Relaxed);
+        read_agent(conn, id)
+    }
+}
+
 pub(super) fn read_agent(conn: &Connection, id: &str) -> Result<Option<String>, StoreError> {
     Ok(conn
         .prepare_cached("SELECT agent FROM sessions WHERE id = ?1")?
@@ -155,7 +169,7 @@ impl Store {
     pub fn check_session_agent(&self, id: &str, agent: &str) -> Result<bool, StoreError> {
         validate_session_id(id)?;
         validate_agent_name(agent)?;
-        match read_agent(&self.lock(), id)? {
+        match self.read_agent_checked(&self.lock(), id)? {
             Some(existing) => is_agents(id, &existing, agent).map(|()| true),
             None => Ok(false),
         }

@@ -87,7 +87,7 @@ async fn completions_inner(
     // Counted in before the session is created or seeded: a request the
     // client limit refuses stores nothing.
     let guard = state.begin_turn(client.ip(), &session)?;
-    prepare_session(state, &session, named, &agent, prior).await?;
+    prepare_session(state, &session, named && request.stream, &agent, prior).await?;
     let turn::Started { frames, guard } =
         turn::submit(state, guard, &session, &agent, request.input.clone(), false);
     let completion_id = state.fresh_id("chatcmpl");
@@ -153,17 +153,24 @@ fn session_id(state: &ServerState, headers: &HeaderMap) -> Result<String, ApiErr
 ///
 /// Without earlier messages there is nothing to seed, and no commit is
 /// spent on an empty session: the input's first commit creates it with
-/// the user message (`Store::append_async_creating`). A session the
-/// request names is still checked by a read, so another agent's is
-/// refused here (409) before anything runs; a fresh id needs no check.
+/// the user message (`Store::append_async_creating`).
+///
+/// `check_first`: read the session's agent now, so another agent's is
+/// refused (409) before the answer starts. A streamed answer needs it: its
+/// `200` goes out before the input runs. A whole answer does not: the
+/// input's load checks the agent anyway, under the session's claim, and
+/// refuses another agent's before anything is stored, with a
+/// `session_conflict` frame that answers the same 409 (`terminal_error`).
+/// The read saved is a trip to the blocking pool per input of a named
+/// session (docs/BENCHMARKS.md). A fresh id needs no check.
 async fn prepare_session(
     state: &ServerState,
     session: &str,
-    named: bool,
+    check_first: bool,
     agent: &str,
     prior: Vec<homeagent_core::Message>,
 ) -> Result<(), ApiError> {
-    if prior.is_empty() && !named {
+    if prior.is_empty() && !check_first {
         return Ok(());
     }
     let (session, agent) = (session.to_owned(), agent.to_owned());
