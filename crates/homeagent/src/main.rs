@@ -30,6 +30,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
     let hardened = keep_secrets_from_children();
+    no_transparent_huge_pages();
     let cli = Cli::parse();
     // Logs go to stderr only when RUST_LOG asks for them (stdout carries
     // replies and `--json` frames). Nothing logged ever holds a key.
@@ -108,6 +109,25 @@ fn keep_secrets_from_children() -> Result<(), String> {
     #[cfg(not(target_os = "linux"))]
     {
         Ok(())
+    }
+}
+
+/// Turns transparent huge pages off for this process (`PR_SET_THP_DISABLE`,
+/// which since Linux 4.13 also covers the mappings made before it; Redis
+/// and MongoDB advise against THP for the same reason). mimalloc asks the kernel for huge pages on
+/// its arenas, and then every 2 MiB region it touches fresh is a huge page
+/// the kernel zeroes whole, however little of it is used: under a burst of
+/// sessions that zeroing was a third of `serve`'s CPU and tripled its
+/// tail latency (docs/BENCHMARKS.md). The agent's heap is small, so the
+/// TLB gains nothing worth it. The flag is inherited by the programs it
+/// runs (tools, hooks, MCP servers): they get ordinary pages too, the
+/// system default for programs that do not ask for huge pages. Failing
+/// (an old kernel, a seccomp filter) costs only that CPU, so it is not
+/// reported.
+fn no_transparent_huge_pages() {
+    #[cfg(target_os = "linux")]
+    {
+        let _ = nix::sys::prctl::set_thp_disable(true);
     }
 }
 
@@ -231,5 +251,12 @@ mod tests {
     fn the_process_is_made_non_dumpable() {
         super::keep_secrets_from_children().unwrap();
         assert!(!nix::sys::prctl::get_dumpable().unwrap());
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn transparent_huge_pages_are_turned_off() {
+        super::no_transparent_huge_pages();
+        assert!(nix::sys::prctl::get_thp_disable().unwrap());
     }
 }

@@ -101,3 +101,30 @@ fn serve_refuses_a_worker_count_out_of_range_by_its_key() {
     assert!(stderr.contains("runtime.worker_threads"), "{stderr}");
     assert!(stderr.contains("between 1 and 256"), "{stderr}");
 }
+
+/// The running binary has transparent huge pages turned off for itself
+/// (`PR_SET_THP_DISABLE`, shown as `THP_enabled: 0` in its
+/// `/proc/<pid>/status`): with them, every fresh or purged 2 MiB region the
+/// allocator touched was a huge page to zero, which was a third of
+/// `serve`'s CPU in the blast (docs/BENCHMARKS.md).
+#[cfg(target_os = "linux")]
+#[test]
+fn serve_runs_without_transparent_huge_pages() {
+    let dir = temp_dir("runtime-e2e");
+    let mut child = serve(&dir.0, "", None)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let child = Proc(child);
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).unwrap();
+    assert!(line.starts_with("HomeAgent listening on "), "{line:?}");
+    let status = std::fs::read_to_string(format!("/proc/{}/status", child.0.id())).unwrap();
+    let thp = status
+        .lines()
+        .find_map(|l| l.strip_prefix("THP_enabled:"))
+        .unwrap_or_else(|| panic!("no THP_enabled line in {status}"));
+    assert_eq!(thp.trim(), "0", "{status}");
+}
