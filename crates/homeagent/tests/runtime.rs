@@ -7,7 +7,7 @@
 
 use crate::common;
 
-use common::{Proc, temp_dir};
+use common::{Dir, Proc, temp_dir};
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -37,8 +37,10 @@ fn serve(dir: &Path, config: &str, tokio_env: Option<&str>) -> Command {
     command
 }
 
-/// The worker threads a running `serve` reports.
-async fn reported_workers(config: &str, tokio_env: Option<&str>) -> u64 {
+/// A `serve` (see [`serve`]) that has said it listens, with its directory
+/// and the URL it gave. Bound in this order, the process is dropped (and
+/// killed) before its directory.
+fn listening(config: &str, tokio_env: Option<&str>) -> (Dir, Proc, String) {
     let dir = temp_dir("runtime-e2e");
     let mut child = serve(&dir.0, config, tokio_env)
         .stdout(Stdio::piped())
@@ -54,6 +56,12 @@ async fn reported_workers(config: &str, tokio_env: Option<&str>) -> u64 {
         .strip_prefix("HomeAgent listening on ")
         .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
         .to_owned();
+    (dir, child, url)
+}
+
+/// The worker threads a running `serve` reports.
+async fn reported_workers(config: &str, tokio_env: Option<&str>) -> u64 {
+    let (_dir, child, url) = listening(config, tokio_env);
     homeagent_llm::transport::install_crypto_provider();
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
     let status: Value = http
@@ -110,17 +118,7 @@ fn serve_refuses_a_worker_count_out_of_range_by_its_key() {
 #[cfg(target_os = "linux")]
 #[test]
 fn serve_runs_without_transparent_huge_pages() {
-    let dir = temp_dir("runtime-e2e");
-    let mut child = serve(&dir.0, "", None)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let child = Proc(child);
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).unwrap();
-    assert!(line.starts_with("HomeAgent listening on "), "{line:?}");
+    let (_dir, child, _url) = listening("", None);
     let status = std::fs::read_to_string(format!("/proc/{}/status", child.0.id())).unwrap();
     let thp = status
         .lines()
