@@ -192,3 +192,32 @@ fn deleting_a_claimed_session_leaves_the_claim_in_force() {
     drop(claim);
     drop(other.claim_session("held").unwrap());
 }
+
+/// An input for a session another agent owns fails with
+/// `session_conflict` (which the HTTP API answers with 409), names the
+/// session, and stores nothing.
+#[tokio::test]
+async fn an_input_for_another_agents_session_is_refused_as_a_conflict() {
+    let dir = TempDir::new("runtime");
+    let store = Arc::new(Store::open(&dir.db()).unwrap());
+    store.ensure_session("theirs", "other").unwrap();
+    let runtime = local_runtime(
+        Arc::new(DemoModel::default()),
+        Arc::clone(&store),
+        AgentSettings::default(),
+    );
+    let sink: FrameSink = Arc::new(|_| {});
+    let input = TurnInput {
+        session: "theirs".into(),
+        agent: "main".into(),
+        text: "hello".into(),
+    };
+    match runtime.run(&input, &TurnControl::default(), &sink).await {
+        Frame::Error { code, message } => {
+            assert_eq!(code, "session_conflict", "{message}");
+            assert!(message.contains("theirs"), "{message}");
+        }
+        other => panic!("expected an error frame, got {other:?}"),
+    }
+    assert!(store.history("theirs").unwrap().is_empty());
+}
