@@ -135,7 +135,9 @@ pub struct RuntimeSection {
     /// than it computes, and one thread needs no wake-ups between threads:
     /// on a 2-core machine it cut the context switches per input from
     /// about 50 to 20 and the time per turn by about a quarter
-    /// (docs/BENCHMARKS.md). Raise it for many busy sessions on many cores.
+    /// (docs/BENCHMARKS.md). Raise it when many sessions run at once: on
+    /// the same machine, 2 halved the p99 latency of a burst of 240
+    /// sessions, while inputs that come one at a time cost more.
     pub worker_threads: u16,
     /// Threads for blocking work at most (1 to 512): the store's calls
     /// (four at a time), file tools, name lookups. With tokio's default of
