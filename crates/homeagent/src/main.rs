@@ -114,16 +114,16 @@ fn keep_secrets_from_children() -> Result<(), String> {
 
 /// Turns transparent huge pages off for this process (`PR_SET_THP_DISABLE`,
 /// which since Linux 4.13 also covers the mappings made before it; Redis
-/// and MongoDB advise against THP for the same reason). mimalloc asks the kernel for huge pages on
-/// its arenas, and then every 2 MiB region it touches fresh is a huge page
-/// the kernel zeroes whole, however little of it is used: under a burst of
-/// sessions that zeroing was a third of `serve`'s CPU and tripled its
-/// tail latency (docs/BENCHMARKS.md). The agent's heap is small, so the
-/// TLB gains nothing worth it. The flag is inherited by the programs it
-/// runs (tools, hooks, MCP servers): they get ordinary pages too, the
-/// system default for programs that do not ask for huge pages. Failing
-/// (an old kernel, a seccomp filter) costs only that CPU, so it is not
-/// reported.
+/// and MongoDB advise against THP for the same reason). mimalloc asks the
+/// kernel for huge pages on its arenas, and then every 2 MiB region it
+/// touches fresh is a huge page the kernel zeroes whole, however little of
+/// it is used: under a burst of sessions that zeroing was a third of
+/// `serve`'s CPU and tripled its tail latency (docs/BENCHMARKS.md). The
+/// agent's heap is small, and inputs that come one at a time ran no slower
+/// without them. The flag is inherited by the programs it runs (tools,
+/// hooks, MCP servers): they get ordinary pages too, the system default
+/// for programs that do not ask for huge pages. Failing (an old kernel, a
+/// seccomp filter) costs only that CPU, so it is not reported.
 fn no_transparent_huge_pages() {
     #[cfg(target_os = "linux")]
     {

@@ -112,10 +112,9 @@ pub(super) fn is_agents(id: &str, existing: &str, agent: &str) -> Result<(), Sto
     Ok(())
 }
 
-/// The agent of session `id`, if it exists: all an input checks before it
-/// runs ([`read_one`] also counts the session's messages).
 impl Store {
-    /// [`read_agent`], counted in [`ReadStats::sessions_checked`](super::ReadStats::sessions_checked).
+    /// [`read_agent`], counted in
+    /// [`ReadStats::sessions_checked`](super::ReadStats::sessions_checked).
     pub(super) fn read_agent_checked(
         &self,
         conn: &Connection,
@@ -126,6 +125,8 @@ impl Store {
     }
 }
 
+/// The agent of session `id`, if it exists: all an input checks before it
+/// runs ([`read_one`] also counts the session's messages).
 pub(super) fn read_agent(conn: &Connection, id: &str) -> Result<Option<String>, StoreError> {
     Ok(conn
         .prepare_cached("SELECT agent FROM sessions WHERE id = ?1")?
