@@ -158,6 +158,7 @@ dedup_window = "1500ms"
 
 [runtime]
 worker_threads = 3
+serve_threads = 4
 
 [llm]
 stream_idle_timeout = "2m"
@@ -218,6 +219,7 @@ fn every_section_is_read() {
     assert_eq!(config.scheduler.max_concurrent_sessions, 2);
     assert_eq!(config.scheduler.queue_capacity, 5);
     assert_eq!(config.runtime.worker_threads, 3);
+    assert_eq!(config.runtime.serve_threads, 4);
     assert_eq!(
         config
             .scheduler
@@ -458,6 +460,22 @@ fn worker_threads_outside_1_to_256_is_refused_by_name() {
     }
     let (_, _, message) = parse_error("[runtime]\nworker_thread = 2\n");
     assert!(message.contains("worker_threads"), "{message}");
+}
+
+#[test]
+fn serve_threads_outside_1_to_64_is_refused_by_name() {
+    assert_eq!(parse("").unwrap().runtime.serve_threads, 2);
+    for bad in ["0", "65", "1000"] {
+        let (key, message) = invalid_key(&format!("[runtime]\nserve_threads = {bad}\n"));
+        assert_eq!(key, "runtime.serve_threads", "{bad}");
+        assert!(message.contains("between 1 and 64"), "{bad}: {message}");
+    }
+    for good in [1_u16, 3, 64] {
+        let config = parse(&format!("[runtime]\nserve_threads = {good}\n")).unwrap();
+        assert_eq!(config.runtime.serve_threads, good);
+    }
+    let (_, _, message) = parse_error("[runtime]\nserve_thread = 2\n");
+    assert!(message.contains("serve_threads"), "{message}");
 }
 
 #[test]
@@ -764,7 +782,7 @@ fn describe_reports_sources_agents_and_tools_without_keys() {
             dir.0.join("data").join("files").display()
         ),
         "scheduler: 2 concurrent sessions, queue 5 per session, dedup 1500ms".to_owned(),
-        "runtime: 3 worker thread(s), at most 8 for blocking work".to_owned(),
+        "runtime: 3 worker thread(s), at most 8 for blocking work; serve on 4 thread(s)".to_owned(),
         "server: listen 0.0.0.0:9000".to_owned(),
         "  api key: set ($HOMEAGENT_API_KEY or server.api_key)".to_owned(),
     ];

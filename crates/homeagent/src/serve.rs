@@ -11,7 +11,7 @@
 use anyhow::Context as _;
 use homeagent_agent::Agent;
 use homeagent_agent::config::LoadedConfig;
-use homeagent_server::{ServerOptions, ServerState, bind, serve};
+use homeagent_server::{ServeThreads, ServerOptions, ServerState, bind, serve_threads};
 
 pub async fn run(
     agent: &Agent,
@@ -66,7 +66,11 @@ pub async fn run(
             ..ServerOptions::default()
         },
     );
-    serve(listener, state, shutdown_signal("the server")).await?;
+    let threads = ServeThreads {
+        threads: usize::from(loaded.config.runtime.serve_threads),
+        blocking_threads: usize::from(loaded.config.runtime.blocking_threads),
+    };
+    serve_threads(listener, state, shutdown_signal("the server"), threads).await?;
     eprintln!("HomeAgent stopped");
     Ok(())
 }

@@ -89,6 +89,33 @@ async fn serve_runs_on_the_configured_worker_threads() {
     assert_eq!(reported_workers("", Some("4")).await, 1);
 }
 
+/// The threads of a running `serve` named for serving connections
+/// (`homeagent-serve-N`, which `/proc` cuts to 15 bytes), counted once it
+/// answered a request: the threads are started before the first accept.
+#[cfg(target_os = "linux")]
+async fn serving_threads(config: &str) -> usize {
+    let (_dir, child, url) = listening(config, None);
+    homeagent_llm::transport::install_crypto_provider();
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let answered = http.get(format!("{url}/api/v1/status")).send().await;
+    assert_eq!(answered.unwrap().status(), 200);
+    let tasks = std::fs::read_dir(format!("/proc/{}/task", child.0.id())).unwrap();
+    tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .filter(|name| name.trim() == "homeagent-serve")
+        .count()
+}
+
+/// `[runtime] serve_threads` starts that many threads less the caller's:
+/// each a thread running a runtime, and that runtime's one worker.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn serve_starts_the_configured_serving_threads() {
+    assert_eq!(serving_threads("[runtime]\nserve_threads = 1\n").await, 0);
+    assert_eq!(serving_threads("").await, 2);
+    assert_eq!(serving_threads("[runtime]\nserve_threads = 3\n").await, 4);
+}
+
 #[test]
 fn serve_refuses_a_worker_count_out_of_range_by_its_key() {
     let dir = temp_dir("runtime-e2e");

@@ -16,4 +16,5 @@ mod source;
 mod source_setup;
 mod transport;
 mod transport_log;
+mod transport_threads;
 mod transport_tls;

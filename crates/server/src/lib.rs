@@ -45,9 +45,10 @@ mod sequences;
 mod sessions;
 pub mod state;
 mod status;
+mod threads;
 mod turn;
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -63,6 +64,7 @@ pub use events::{EventHub, Read, Subscriber};
 use homeagent_device::protocol::DEVICE_WS_PATH;
 pub use http::TOKEN_COOKIE;
 pub use state::{ServerOptions, ServerState};
+pub use threads::ServeThreads;
 
 /// The dashboard page, compiled into the binary.
 pub const DASHBOARD_HTML: &str = include_str!("dashboard.html");
@@ -177,25 +179,33 @@ fn listen_on(addr: SocketAddr) -> std::io::Result<TcpListener> {
 
 /// Serves until `shutdown` completes, then shuts down gracefully (see the
 /// module docs). Returns once every connection is closed or the linger
-/// after the grace period ran out.
+/// after the grace period ran out. Connections are served on the caller's
+/// thread; [`serve_threads`] spreads them over more.
 pub async fn serve(
     listener: TcpListener,
     state: ServerState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServeError> {
+    serve_threads(listener, state, shutdown, ServeThreads::default()).await
+}
+
+/// [`serve`], with connections served on `threads` (see [`ServeThreads`]).
+pub async fn serve_threads(
+    listener: TcpListener,
+    state: ServerState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    threads: ServeThreads,
+) -> Result<(), ServeError> {
     let token = state.shutdown_token().clone();
+    state.set_serve_threads(threads.threads.max(1));
     let app = router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
     let stopping = token.clone();
-    // TCP_NODELAY: streamed answers (SSE) are many small writes; with
-    // Nagle's algorithm each waits for the client's delayed ACK (~40 ms).
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
-        let _ = tcp.set_nodelay(true);
-    });
-    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+    tokio::spawn(async move {
         shutdown.await;
         tracing::info!("shutting down: no new connections");
         stopping.cancel();
     });
+    let server = threads::serve_on_threads(listener, app, threads, token.clone());
     let drain = async {
         token.cancelled().await;
         let grace = state.options().shutdown_grace;
@@ -210,7 +220,7 @@ pub async fn serve(
         tokio::time::sleep(SHUTDOWN_LINGER).await;
     };
     tokio::select! {
-        result = server.into_future() => result.map_err(ServeError::Io),
+        result = server => result.map_err(ServeError::Io),
         () = drain => {
             tracing::warn!("connections still open after the shutdown linger; exiting anyway");
             Ok(())

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -99,6 +99,11 @@ struct Inner {
     shutdown: CancellationToken,
     turns: Mutex<Turns>,
     next_id: AtomicU64,
+    /// Workers of the runtime the state was made on (the agent's), for
+    /// status: a request served on another thread sees its own runtime.
+    workers: usize,
+    /// Threads serving connections (set by `serve_threads`).
+    serve_threads: AtomicUsize,
 }
 
 #[derive(Default)]
@@ -140,8 +145,26 @@ impl ServerState {
                 shutdown: CancellationToken::new(),
                 turns: Mutex::new(Turns::default()),
                 next_id: AtomicU64::new(1),
+                workers: tokio::runtime::Handle::try_current()
+                    .map_or(0, |runtime| runtime.metrics().num_workers()),
+                serve_threads: AtomicUsize::new(1),
             }),
         }
+    }
+
+    /// The worker threads of the runtime this state was made on (0 when
+    /// it was made outside one).
+    pub fn worker_threads(&self) -> usize {
+        self.inner.workers
+    }
+
+    /// The threads serving connections.
+    pub fn serve_threads(&self) -> usize {
+        self.inner.serve_threads.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_serve_threads(&self, threads: usize) {
+        self.inner.serve_threads.store(threads, Ordering::Relaxed);
     }
 
     pub fn scheduler(&self) -> &Scheduler {

@@ -44,9 +44,13 @@ pub async fn status(State(state): State<ServerState>) -> Response {
     let store_writes = state.runtime().store().write_stats();
     json_ok(&json!({
         "uptime_ms": u64::try_from(state.uptime().as_millis()).unwrap_or(u64::MAX),
-        // The threads the async runtime really runs on (`[runtime]
-        // worker_threads` for `homeagent serve`), read from the runtime.
-        "runtime": {"worker_threads": tokio::runtime::Handle::current().metrics().num_workers()},
+        // The threads the agent's async runtime really runs on (`[runtime]
+        // worker_threads` for `homeagent serve`), read from that runtime,
+        // and the threads serving connections (`serve_threads`).
+        "runtime": {
+            "worker_threads": state.worker_threads(),
+            "serve_threads": state.serve_threads(),
+        },
         "scheduler": state.scheduler().counters(),
         // Average group size = writes / commits (see the store's group commit).
         "store": {

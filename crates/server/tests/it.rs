@@ -14,3 +14,4 @@ mod events;
 mod sequences;
 mod sessions;
 mod shutdown;
+mod threads;

@@ -127,8 +127,10 @@ pub fn describe(loaded: &LoadedConfig) -> String {
     );
     let _ = writeln!(
         out,
-        "runtime: {} worker thread(s), at most {} for blocking work",
-        config.runtime.worker_threads, config.runtime.blocking_threads
+        "runtime: {} worker thread(s), at most {} for blocking work; serve on {} thread(s)",
+        config.runtime.worker_threads,
+        config.runtime.blocking_threads,
+        config.runtime.serve_threads
     );
 
     let secret_state = |secret: &Option<_>| if secret.is_some() { "set" } else { "not set" };

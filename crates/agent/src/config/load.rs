@@ -13,7 +13,9 @@ use std::path::{Path, PathBuf};
 use homeagent_llm::SourceProtocol;
 
 use super::secret::Secret;
-use super::types::{Config, MAX_BLOCKING_THREADS, MAX_WORKER_THREADS, RuntimeSection};
+use super::types::{
+    Config, MAX_BLOCKING_THREADS, MAX_SERVE_THREADS, MAX_WORKER_THREADS, RuntimeSection,
+};
 
 /// Names the config file (overridden by `--config`).
 pub const ENV_CONFIG: &str = "HOMEAGENT_CONFIG";
@@ -336,6 +338,12 @@ impl Config {
             self.runtime.blocking_threads,
             MAX_BLOCKING_THREADS,
             defaults.blocking_threads,
+        )?;
+        threads(
+            "serve_threads",
+            self.runtime.serve_threads,
+            MAX_SERVE_THREADS,
+            defaults.serve_threads,
         )?;
         for (index, source) in self.llm.sources.iter().enumerate() {
             if let Some(first) = self.llm.sources[..index]

@@ -27,7 +27,7 @@ pub use load::{
 pub use secret::Secret;
 pub use types::{
     AgentEntry, AgentSection, CmdRunSection, Config, DEFAULT_AGENT, DeviceEntry, FilesSection,
-    HookEntry, HooksSection, LlmSection, MAX_BLOCKING_THREADS, MAX_WORKER_THREADS, McpSection,
-    McpServerEntry, RuntimeSection, SchedulerSection, ServerSection, StoreSection, StoreSync,
-    ToolsSection,
+    HookEntry, HooksSection, LlmSection, MAX_BLOCKING_THREADS, MAX_SERVE_THREADS,
+    MAX_WORKER_THREADS, McpSection, McpServerEntry, RuntimeSection, SchedulerSection,
+    ServerSection, StoreSection, StoreSync, ToolsSection,
 };

@@ -147,6 +147,16 @@ pub struct RuntimeSection {
     /// quarter there (docs/BENCHMARKS.md). Work beyond the limit waits for
     /// a thread. Raise it for many file tools at once on slow storage.
     pub blocking_threads: u16,
+    /// Threads that serve `homeagent serve`'s connections (1 to 64). One
+    /// task accepts and hands each connection to one of them in turn; the
+    /// first is the runtime above, each other one a runtime of one worker
+    /// (and `blocking_threads`) of its own. Everything a connection starts
+    /// stays on its thread, so an input that comes alone costs what it
+    /// costs with one thread, while inputs on different connections run
+    /// side by side: on a 2-core machine, 2 lowered the p99 latency of the
+    /// bench's burst of 240 sessions by about a fifth (docs/BENCHMARKS.md).
+    /// More than the machine's cores buys nothing.
+    pub serve_threads: u16,
 }
 
 /// Above this, a typo (an extra digit) is more likely than a machine.
@@ -155,11 +165,16 @@ pub const MAX_WORKER_THREADS: u16 = 256;
 /// tokio's own default: more would only be a typo.
 pub const MAX_BLOCKING_THREADS: u16 = 512;
 
+/// More serving threads than this would be more than any machine that
+/// runs a home agent has cores.
+pub const MAX_SERVE_THREADS: u16 = 64;
+
 impl Default for RuntimeSection {
     fn default() -> Self {
         RuntimeSection {
             worker_threads: 1,
             blocking_threads: 8,
+            serve_threads: 2,
         }
     }
 }

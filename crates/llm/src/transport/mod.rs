@@ -66,6 +66,7 @@ use crate::request::ChatRequest;
 
 mod body;
 mod error;
+mod thread_clients;
 mod url_memo;
 
 pub use body::EventStream;
@@ -127,7 +128,7 @@ pub fn install_crypto_provider() {
 pub struct HttpProvider {
     codec: Box<dyn WireCodec>,
     endpoint: Endpoint,
-    client: reqwest::Client,
+    clients: thread_clients::ThreadClients,
     options: Options,
     url: UrlMemo,
 }
@@ -159,11 +160,13 @@ impl HttpProvider {
         endpoint: Endpoint,
         options: Options,
     ) -> Result<Self, SetupError> {
-        let client = build_client(&options)?;
+        let first = build_client(&options)?;
+        let again = options.clone();
+        let clients = thread_clients::ThreadClients::new(first, move || build_client(&again).ok());
         Ok(HttpProvider {
             codec,
             endpoint,
-            client,
+            clients,
             options,
             url: UrlMemo::default(),
         })
@@ -268,9 +271,10 @@ impl HttpProvider {
         let protocol = self.codec.protocol();
         let wire = self.codec.build_request(&self.endpoint, request)?;
         let body = wire.body.into_bytes();
+        let client = self.clients.here();
         let builder = match self.url.parse(&wire.url) {
-            Some(url) => self.client.post(url),
-            None => self.client.post(&wire.url),
+            Some(url) => client.post(url),
+            None => client.post(&wire.url),
         };
         // Every codec names the content type (a Lua adapter may name its
         // own); a header added here as well went out twice, and a server

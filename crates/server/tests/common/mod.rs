@@ -11,7 +11,7 @@ use std::time::Duration;
 use homeagent_agent::config::{Config, ConfigPaths};
 use homeagent_agent::{Agent, BuildOptions, DemoModel, build};
 use homeagent_mock_llm::script::ScriptOptions;
-use homeagent_server::{ServeError, ServerOptions, ServerState, bind, serve};
+use homeagent_server::{ServeError, ServeThreads, ServerOptions, ServerState, bind, serve_threads};
 use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -80,6 +80,8 @@ pub struct Setup {
     pub extra_toml: &'static str,
     /// `BuildOptions::write_hold`.
     pub write_hold: Option<std::time::Duration>,
+    /// `ServeThreads::threads`.
+    pub threads: usize,
 }
 
 impl Default for Setup {
@@ -90,6 +92,7 @@ impl Default for Setup {
             options: ServerOptions::default(),
             extra_toml: "",
             write_hold: None,
+            threads: 1,
         }
     }
 }
@@ -157,9 +160,14 @@ pub async fn start(setup: Setup) -> TestServer {
     let url = format!("http://{}", listener.local_addr().unwrap());
     let state = ServerState::new(&agent, options);
     let (tx, rx) = oneshot::channel();
-    let task = tokio::spawn(serve(listener, state.clone(), async move {
+    let threads = ServeThreads {
+        threads: setup.threads,
+        ..ServeThreads::default()
+    };
+    let shutdown = async move {
         let _ = rx.await;
-    }));
+    };
+    let task = tokio::spawn(serve_threads(listener, state.clone(), shutdown, threads));
     TestServer {
         url,
         dir,
