@@ -111,18 +111,9 @@ async fn status_reports_the_agents_runtime_from_any_serving_thread() {
         ..Setup::default()
     })
     .await;
-    // Two connections: one on each thread.
+    // Two connections (`get` makes a client each time): one on each thread.
     for _ in 0..2 {
-        let status: serde_json::Value = server
-            .client()
-            .get(format!("{}/api/v1/status", server.url))
-            .bearer_auth(common::KEY)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let status = common::body_json(server.get("/api/v1/status").send().await.unwrap()).await;
         assert_eq!(
             status["runtime"],
             json!({"worker_threads": 3, "serve_threads": 2}),

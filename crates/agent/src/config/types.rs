@@ -153,9 +153,11 @@ pub struct RuntimeSection {
     /// (and `blocking_threads`) of its own. Everything a connection starts
     /// stays on its thread, so an input that comes alone costs what it
     /// costs with one thread, while inputs on different connections run
-    /// side by side: on a 2-core machine, 2 lowered the p99 latency of the
-    /// bench's burst of 240 sessions by about a fifth (docs/BENCHMARKS.md).
-    /// More than the machine's cores buys nothing.
+    /// side by side: on a 2-core machine, 2 took the p99 latency of the
+    /// bench's burst of 240 sessions from 66–118 ms to 55–69 ms, with
+    /// inputs that come alone as fast as before (docs/BENCHMARKS.md).
+    /// More than the machine's cores buys nothing; 1 serves every
+    /// connection on the runtime above.
     pub serve_threads: u16,
 }
 
