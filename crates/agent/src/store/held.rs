@@ -61,7 +61,9 @@ pub const HOLD: Duration = Duration::from_millis(5);
 /// that work is small next to the commit it saves (with `sync = "full"`,
 /// an fsync); a larger one (the results of a big batch: 64 calls' results
 /// and events are about 32 kB) costs SQLite more than the commit, and is
-/// queued at once, as if no hold existed.
+/// queued at once, as if no hold existed. A batch's calls are held
+/// whatever their size ([`Store::hold_after`]): their results' write,
+/// which comes next and carries them, is the one this limit applies to.
 pub const HOLD_AT_MOST: usize = 8 * 1024;
 
 /// A write held back for the input's next write (see the module docs).
@@ -173,14 +175,23 @@ impl Store {
     /// next write to carry in turn. For calls that change nothing, which
     /// need not be stored before they run (see `Runtime::run_turns`): the
     /// calls, their results and the reply then take one commit.
+    ///
+    /// Held whatever their size: the write that comes next is their
+    /// results, which [`HOLD_AT_MOST`] sends to the disk at once when the
+    /// two are large, beside the model's work; calls committed on their
+    /// own were one more commit for the results and the reply to wait for
+    /// (with `sync = "full"`, an fsync: 64 calls made three commits an
+    /// input instead of two).
     pub async fn hold_after(
         self: &Arc<Self>,
         held: Option<HeldWrite>,
         session: &str,
         messages: &[Message],
     ) -> Result<HeldWrite, StoreError> {
-        self.hold_behind(held, append_op(session, messages, Vec::new())?)
-            .await
+        let next = append_op(session, messages, Vec::new())?;
+        let json_bytes = next.json_bytes();
+        let op = self.behind(held, next).await?;
+        Ok(self.hold_with(op, json_bytes, usize::MAX))
     }
 
     /// [`Store::hold_results`] behind `held`, as [`Store::hold_after`]
@@ -204,7 +215,7 @@ impl Store {
     ) -> Result<HeldWrite, StoreError> {
         let json_bytes = next.json_bytes();
         let op = self.behind(held, next).await?;
-        Ok(self.hold_with(op, json_bytes))
+        Ok(self.hold_with(op, json_bytes, HOLD_AT_MOST))
     }
 
     /// `next` as the write to make after `held`: one write with it while
@@ -238,12 +249,18 @@ impl Store {
     /// is larger than [`HOLD_AT_MOST`].
     fn hold(self: &Arc<Self>, op: WriteOp) -> HeldWrite {
         let json_bytes = op.json_bytes();
-        self.hold_with(op, json_bytes)
+        self.hold_with(op, json_bytes, HOLD_AT_MOST)
     }
 
-    /// [`Store::hold`], with the lengths [`HeldWrite::json_bytes`] gives.
-    fn hold_with(self: &Arc<Self>, op: WriteOp, json_bytes: Vec<usize>) -> HeldWrite {
-        if op.stored_bytes() > HOLD_AT_MOST {
+    /// [`Store::hold`], with the lengths [`HeldWrite::json_bytes`] gives,
+    /// queuing `op` at once when it is larger than `at_most` bytes.
+    fn hold_with(
+        self: &Arc<Self>,
+        op: WriteOp,
+        json_bytes: Vec<usize>,
+        at_most: usize,
+    ) -> HeldWrite {
+        if op.stored_bytes() > at_most {
             return HeldWrite {
                 store: Arc::clone(self),
                 slot: Arc::new(Mutex::new(Slot::Queued(self.start_commit_after_yield(op)))),
@@ -593,6 +610,39 @@ mod tests {
             ]
         );
         assert_eq!(temp.store.tool_events("s").unwrap().len(), 1);
+    }
+
+    /// Calls held behind the user message stay held whatever their size:
+    /// the next write (their results) takes them, and the size limit
+    /// applies to that write, which carries them.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn held_calls_above_the_limit_wait_for_their_results() {
+        let temp = long_hold("held-big-calls");
+        let first = temp
+            .store
+            .hold_append_creating("s", "main", &[user("question")])
+            .unwrap();
+        let big = user(&"c".repeat(HOLD_AT_MOST));
+        let calls = temp
+            .store
+            .hold_after(Some(first), "s", std::slice::from_ref(&big))
+            .await
+            .unwrap();
+        assert_eq!(commits(&temp), 0, "calls above the limit still held");
+        // The results with the calls carried are above the limit: queued at
+        // once, one commit for all three writes.
+        let results = temp
+            .store
+            .hold_results_after(Some(calls), "s", &[user("result")], Vec::new())
+            .await
+            .unwrap();
+        let stored = results.committed().await.unwrap();
+        assert_eq!(stored, 1..=3);
+        assert_eq!(commits(&temp), 1);
+        assert_eq!(
+            temp.store.history("s").unwrap(),
+            [user("question"), big, user("result")]
+        );
     }
 
     /// A write behind one already queued waits for its commit, and fails
