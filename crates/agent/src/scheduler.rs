@@ -351,6 +351,16 @@ impl Scheduler {
         cancelled
     }
 
+    /// The sessions with an input running or queued, whoever submitted
+    /// it (a server's client may have gone away while its input runs on).
+    pub fn busy_sessions(&self) -> Vec<String> {
+        self.sessions()
+            .iter()
+            .filter(|(_, s)| s.running.is_some() || !s.queue.is_empty())
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
     pub fn counters(&self) -> SchedulerCounters {
         let counts = &self.inner.counts;
         let sessions = self.sessions();

@@ -33,8 +33,11 @@
 //!
 //! [`serve`] runs until its shutdown future completes, then stops accepting,
 //! ends event streams, gives running turns [`ServerOptions::shutdown_grace`]
-//! to finish, stops the ones still running (their outcomes are committed,
-//! so the stored history stays paired) and returns.
+//! to finish, stops the ones still running and returns once they have
+//! ended, their outcomes committed (so the stored history stays paired),
+//! or after a linger. A turn counts whether or not its client is still
+//! connected: one whose client left is stopped at once, and its commit
+//! may still be waiting for the disk or another writer.
 
 mod device;
 pub mod error;
@@ -205,25 +208,53 @@ pub async fn serve_threads(
         tracing::info!("shutting down: no new connections");
         stopping.cancel();
     });
-    let server = threads::serve_on_threads(listener, app, threads, token.clone());
-    let drain = async {
-        token.cancelled().await;
-        let grace = state.options().shutdown_grace;
-        let deadline = tokio::time::Instant::now() + grace;
-        while !state.sessions_running().is_empty() && tokio::time::Instant::now() < deadline {
+    // The serving threads' runtimes outlive their connections until this
+    // returns: a turn whose client went away runs on there until it ends.
+    let release = homeagent_core::CancellationToken::new();
+    let _release_on_return = release.clone().drop_guard();
+    let server = threads::serve_on_threads(listener, app, threads, token.clone(), release);
+    tokio::pin!(server);
+    let turns = stop_turns(&state, &token);
+    tokio::pin!(turns);
+    tokio::select! {
+        // Every connection closed: turns whose clients left may still run.
+        result = &mut server => {
+            turns.await;
+            result.map_err(ServeError::Io)
+        }
+        () = &mut turns => match tokio::time::timeout(SHUTDOWN_LINGER, server).await {
+            Ok(result) => result.map_err(ServeError::Io),
+            Err(_) => {
+                tracing::warn!("connections still open after the shutdown linger; exiting anyway");
+                Ok(())
+            }
+        },
+    }
+}
+
+/// Once `token` fires: gives the running turns the grace period, stops the
+/// ones still running, and waits (for at most the linger) until they have
+/// ended, their outcomes committed. A turn counts whether or not its
+/// client is still connected: the scheduler's busy sessions, not only the
+/// server's.
+async fn stop_turns(state: &ServerState, token: &homeagent_core::CancellationToken) {
+    token.cancelled().await;
+    let busy = || {
+        let mut sessions = state.sessions_running();
+        sessions.extend(state.scheduler().busy_sessions());
+        sessions.sort_unstable();
+        sessions.dedup();
+        sessions
+    };
+    let until = |deadline: tokio::time::Instant| async move {
+        while !busy().is_empty() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        for session in state.sessions_running() {
-            tracing::info!(%session, "shutdown grace over: stopping its turn");
-            state.scheduler().stop(&session);
-        }
-        tokio::time::sleep(SHUTDOWN_LINGER).await;
     };
-    tokio::select! {
-        result = server => result.map_err(ServeError::Io),
-        () = drain => {
-            tracing::warn!("connections still open after the shutdown linger; exiting anyway");
-            Ok(())
-        }
+    until(tokio::time::Instant::now() + state.options().shutdown_grace).await;
+    for session in busy() {
+        tracing::info!(%session, "shutdown grace over: stopping its turn");
+        state.scheduler().stop(&session);
     }
+    until(tokio::time::Instant::now() + SHUTDOWN_LINGER).await;
 }

@@ -178,12 +178,14 @@ fn is_connection_error(error: &io::Error) -> bool {
 
 /// Serves `app` on `listener` with `threads` until `stop` fires and every
 /// thread's connections have closed. The first thread is the caller's; the
-/// others are started here, each with a runtime of one worker.
+/// others are started here, each with a runtime of one worker, which runs
+/// on (for the tasks it started) until `release` fires.
 pub(crate) async fn serve_on_threads(
     listener: TcpListener,
     app: App,
     threads: ServeThreads,
     stop: CancellationToken,
+    release: CancellationToken,
 ) -> io::Result<()> {
     let local = listener.local_addr()?;
     let (here_tx, here_rx) = mpsc::unbounded_channel();
@@ -202,11 +204,17 @@ pub(crate) async fn serve_on_threads(
         let (done_tx, done_rx) = oneshot::channel();
         let app = app.clone();
         let stop = stop.clone();
+        let release = release.clone();
         std::thread::Builder::new()
             .name(format!("homeagent-serve-{index}"))
             .spawn(move || {
-                let served = runtime.block_on(serve_handed(rx, local, app, stop));
-                let _ = done_tx.send(served);
+                runtime.block_on(async move {
+                    let served = serve_handed(rx, local, app, stop).await;
+                    let _ = done_tx.send(served);
+                    // Tasks this thread started (a turn whose client left)
+                    // keep running until the server is done with them.
+                    release.cancelled().await;
+                });
                 // The runtime is dropped here, outside any async context.
             })?;
         senders.push(tx);

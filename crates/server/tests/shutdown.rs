@@ -15,8 +15,20 @@ use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_stops_a_turn_after_the_grace_period_and_the_history_stays_paired() {
+    stops_a_turn_after_the_grace_period(1).await;
+}
+
+/// The same with two serving threads: the event stream's connection is
+/// served on the first, the turn's on the second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_stops_a_turn_on_another_serving_thread_the_same_way() {
+    stops_a_turn_after_the_grace_period(2).await;
+}
+
+async fn stops_a_turn_after_the_grace_period(threads: usize) {
     let grace = Duration::from_millis(600);
     let mut server = start(Setup {
+        threads,
         tool_sleep_ms: 60_000,
         options: ServerOptions {
             shutdown_grace: grace,
@@ -102,4 +114,84 @@ async fn a_turn_that_finishes_within_the_grace_period_is_answered_normally() {
     let last = json(&rest.last().unwrap().data);
     assert_eq!(last["type"], "response", "{last}");
     assert!(last["content"].as_str().unwrap().contains("executed=2"));
+}
+
+/// A turn whose client went away is stopped, and shutdown waits until its
+/// outcomes are stored, even when that commit waits for another writer,
+/// on whichever serving thread it runs (a serving thread's runtime
+/// outlives its connections until the server has shut down).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_whose_client_left_is_stopped_and_stored_on_any_serving_thread() {
+    for threads in [1, 2] {
+        let mut server = start(Setup {
+            threads,
+            tool_sleep_ms: 50_000,
+            options: ServerOptions {
+                shutdown_grace: Duration::from_millis(300),
+                ..ServerOptions::default()
+            },
+            ..Setup::default()
+        })
+        .await;
+        // The first connection (the first thread) only watches the events.
+        let mut events = SseReader::new(server.get("/api/v1/events").send().await.unwrap());
+        let response = server
+            .post_json(
+                "/api/v1/sessions/left/messages",
+                &json!({"text": "!slowbatch2"}),
+            )
+            .send()
+            .await
+            .unwrap();
+        let mut starts = 0;
+        while starts < 2 {
+            let event = events.next_within(30).await.unwrap();
+            if json(&event.data)["frame"]["phase"] == "start" {
+                starts += 1;
+            }
+        }
+        // Another connection holds SQLite's write lock for a while, so the
+        // stopped turn's commit has to wait for it: shutdown must wait too.
+        let lock = rusqlite::Connection::open(&server.agent.store_path).unwrap();
+        lock.busy_timeout(Duration::from_secs(10)).unwrap();
+        lock.execute_batch("BEGIN IMMEDIATE").unwrap();
+        drop(response);
+        drop(events);
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(500));
+            lock.execute_batch("COMMIT").unwrap();
+        });
+        server.shutdown().await.unwrap();
+        // Read at once (a reader does not wait for the lock): the input was
+        // committed before `serve` returned.
+        let reader = rusqlite::Connection::open(&server.agent.store_path).unwrap();
+        let stored: i64 = reader
+            .query_row("SELECT count(*) FROM sessions WHERE id = 'left'", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(
+            stored, 1,
+            "threads {threads}: not committed when serve returned"
+        );
+        release.join().unwrap();
+        let store = Store::open(&server.agent.store_path).unwrap();
+        let history = store
+            .history("left")
+            .unwrap_or_else(|e| panic!("threads {threads}: {e}"));
+        let results: Vec<String> = history
+            .iter()
+            .filter_map(|m| match m {
+                Message::Tool(t) => Some(t.content.to_string()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(results.len(), 2, "threads {threads}: {history:?}");
+        assert!(
+            results
+                .iter()
+                .all(|r| r.contains("cancelled") || r.contains("stopped")),
+            "threads {threads}: {results:?}"
+        );
+    }
 }
