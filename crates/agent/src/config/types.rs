@@ -146,6 +146,8 @@ pub struct RuntimeSection {
     /// the agent's CPU per input by about a tenth and its memory by a
     /// quarter there (docs/BENCHMARKS.md). Work beyond the limit waits for
     /// a thread. Raise it for many file tools at once on slow storage.
+    /// Each runtime has its own pool: with `serve_threads`, every serving
+    /// thread's runtime has up to this many too.
     pub blocking_threads: u16,
     /// Threads that serve `homeagent serve`'s connections (1 to 64). One
     /// task accepts and hands each connection to one of them in turn; the
