@@ -263,6 +263,41 @@ async fn stop_cancels_running_tools_and_answers_every_queued_input() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
+/// `busy_sessions` lists the sessions with an input running or waiting,
+/// and forgets them once their inputs have ended (a server's shutdown
+/// waits on it for inputs whose client went away).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_sessions_are_those_with_an_input_running_or_waiting() {
+    let (runtime, dir) = runtime(demo_sources(), AgentSettings::default());
+    let scheduler = Scheduler::new(
+        Arc::clone(&runtime),
+        SchedulerOptions {
+            max_concurrent_sessions: 1,
+            ..SchedulerOptions::default()
+        },
+    );
+    let done = drain(scheduler.submit(submission("done", "!text"))).await;
+    assert!(
+        matches!(done.last(), Some(Frame::Response { .. })),
+        "{done:#?}"
+    );
+    let running = scheduler.submit(submission(
+        "running",
+        r#"!calls [{"name":"demo_sleep","arguments":{"ms":5000,"tag":"a"}}]"#,
+    ));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // One session at a time: this one waits behind the running one.
+    let waiting = scheduler.submit(submission("waiting", "!text"));
+    let mut busy = scheduler.busy_sessions();
+    busy.sort();
+    assert_eq!(busy, ["running", "waiting"]);
+    scheduler.stop("running");
+    drain(running).await;
+    drain(waiting).await;
+    assert_eq!(scheduler.busy_sessions(), Vec::<String>::new());
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 /// Cancelling one input touches no other input of its session: a queued
 /// one is dropped from the queue (and answered `stopped`), a running one is
 /// stopped and the queue behind it runs on. This is what a server does when

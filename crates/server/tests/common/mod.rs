@@ -11,7 +11,9 @@ use std::time::Duration;
 use homeagent_agent::config::{Config, ConfigPaths};
 use homeagent_agent::{Agent, BuildOptions, DemoModel, build};
 use homeagent_mock_llm::script::ScriptOptions;
-use homeagent_server::{ServeError, ServeThreads, ServerOptions, ServerState, bind, serve_threads};
+use homeagent_server::{
+    ServeError, ServeThreads, ServerOptions, ServerState, bind, serve, serve_threads,
+};
 use serde_json::Value;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -160,14 +162,20 @@ pub async fn start(setup: Setup) -> TestServer {
     let url = format!("http://{}", listener.local_addr().unwrap());
     let state = ServerState::new(&agent, options);
     let (tx, rx) = oneshot::channel();
-    let threads = ServeThreads {
-        threads: setup.threads,
-        ..ServeThreads::default()
-    };
     let shutdown = async move {
         let _ = rx.await;
     };
-    let task = tokio::spawn(serve_threads(listener, state.clone(), shutdown, threads));
+    // `serve` is the one-thread form; the tests that ask for more threads
+    // go through `serve_threads`.
+    let task = if setup.threads == 1 {
+        tokio::spawn(serve(listener, state.clone(), shutdown))
+    } else {
+        let threads = ServeThreads {
+            threads: setup.threads,
+            ..ServeThreads::default()
+        };
+        tokio::spawn(serve_threads(listener, state.clone(), shutdown, threads))
+    };
     TestServer {
         url,
         dir,
