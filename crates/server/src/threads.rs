@@ -130,11 +130,9 @@ async fn accept(
         let (stream, peer) = match accepted {
             Ok(accepted) => accepted,
             Err(error) => {
-                if !is_connection_error(&error) {
-                    // Out of descriptors or memory: let some close first
-                    // (as axum's own listener does).
+                if let Some(pause) = pause_after(&error) {
                     tracing::error!(%error, "accepting connections failed; trying again in 1 s");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    tokio::time::sleep(pause).await;
                 }
                 continue;
             }
@@ -151,7 +149,7 @@ async fn accept(
         let mut handed = Some((stream, peer));
         for _ in 0..threads.len() {
             let thread = &threads[next % threads.len()];
-            next = (next + 1) % threads.len();
+            next = next.wrapping_add(1);
             let Some(connection) = handed.take() else {
                 break;
             };
@@ -167,13 +165,18 @@ async fn accept(
     }
 }
 
-fn is_connection_error(error: &io::Error) -> bool {
-    matches!(
+/// How long to wait before accepting again after `error`: nothing when
+/// only that one connection failed (it was reset or refused before it was
+/// taken), a second when the process is out of descriptors or memory, to
+/// let some connections close first (as axum's own listener does).
+fn pause_after(error: &io::Error) -> Option<Duration> {
+    let one_connection = matches!(
         error.kind(),
         io::ErrorKind::ConnectionRefused
             | io::ErrorKind::ConnectionAborted
             | io::ErrorKind::ConnectionReset
-    )
+    );
+    (!one_connection).then_some(Duration::from_secs(1))
 }
 
 /// Serves `app` on `listener` with `threads` until `stop` fires and every
@@ -229,4 +232,26 @@ pub(crate) async fn serve_on_threads(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_error_of_the_whole_listener_pauses_accepting() {
+        for kind in [
+            io::ErrorKind::ConnectionRefused,
+            io::ErrorKind::ConnectionAborted,
+            io::ErrorKind::ConnectionReset,
+        ] {
+            assert_eq!(pause_after(&io::Error::from(kind)), None, "{kind:?}");
+        }
+        // EMFILE: the process is out of file descriptors.
+        let out_of_descriptors = io::Error::from_raw_os_error(24);
+        assert_eq!(
+            pause_after(&out_of_descriptors),
+            Some(Duration::from_secs(1))
+        );
+    }
 }
