@@ -431,51 +431,42 @@ fn semantic_errors_name_the_key() {
     assert_eq!(key, "scheduler.max_concurrent_sessions");
 }
 
+/// A `[runtime]` thread count: `max` and a few values inside are read,
+/// 0 and values above `max` are refused naming the key and the range, and
+/// the key misspelt (a letter short) is refused by name.
+fn thread_count_is_bounded(key: &str, max: u16, read: fn(&Config) -> u16) {
+    for bad in [0, u32::from(max) + 1, 10 * u32::from(max)] {
+        let (found, message) = invalid_key(&format!("[runtime]\n{key} = {bad}\n"));
+        assert_eq!(found, format!("runtime.{key}"), "{bad}");
+        assert!(
+            message.contains(&format!("between 1 and {max}")),
+            "{bad}: {message}"
+        );
+    }
+    for good in [1, 2, max] {
+        let config = parse(&format!("[runtime]\n{key} = {good}\n")).unwrap();
+        assert_eq!(read(&config), good, "{key}");
+    }
+    let misspelt = &key[..key.len() - 1];
+    let (_, _, message) = parse_error(&format!("[runtime]\n{misspelt} = 2\n"));
+    assert!(message.contains(key), "{message}");
+}
+
 #[test]
 fn blocking_threads_default_to_8_and_outside_1_to_512_are_refused_by_name() {
     assert_eq!(parse("").unwrap().runtime.blocking_threads, 8);
-    for bad in ["0", "513", "4096"] {
-        let (key, message) = invalid_key(&format!("[runtime]\nblocking_threads = {bad}\n"));
-        assert_eq!(key, "runtime.blocking_threads", "{bad}");
-        assert!(message.contains("between 1 and 512"), "{bad}: {message}");
-    }
-    for good in [1_u16, 8, 512] {
-        let config = parse(&format!("[runtime]\nblocking_threads = {good}\n")).unwrap();
-        assert_eq!(config.runtime.blocking_threads, good);
-    }
-    let (_, _, message) = parse_error("[runtime]\nblocking_thread = 2\n");
-    assert!(message.contains("blocking_threads"), "{message}");
+    thread_count_is_bounded("blocking_threads", 512, |c| c.runtime.blocking_threads);
 }
 
 #[test]
 fn worker_threads_outside_1_to_256_is_refused_by_name() {
-    for bad in ["0", "257", "1000"] {
-        let (key, message) = invalid_key(&format!("[runtime]\nworker_threads = {bad}\n"));
-        assert_eq!(key, "runtime.worker_threads", "{bad}");
-        assert!(message.contains("between 1 and 256"), "{bad}: {message}");
-    }
-    for good in [1_u16, 2, 256] {
-        let config = parse(&format!("[runtime]\nworker_threads = {good}\n")).unwrap();
-        assert_eq!(config.runtime.worker_threads, good);
-    }
-    let (_, _, message) = parse_error("[runtime]\nworker_thread = 2\n");
-    assert!(message.contains("worker_threads"), "{message}");
+    thread_count_is_bounded("worker_threads", 256, |c| c.runtime.worker_threads);
 }
 
 #[test]
-fn serve_threads_outside_1_to_64_is_refused_by_name() {
+fn serve_threads_default_to_2_and_outside_1_to_64_are_refused_by_name() {
     assert_eq!(parse("").unwrap().runtime.serve_threads, 2);
-    for bad in ["0", "65", "1000"] {
-        let (key, message) = invalid_key(&format!("[runtime]\nserve_threads = {bad}\n"));
-        assert_eq!(key, "runtime.serve_threads", "{bad}");
-        assert!(message.contains("between 1 and 64"), "{bad}: {message}");
-    }
-    for good in [1_u16, 3, 64] {
-        let config = parse(&format!("[runtime]\nserve_threads = {good}\n")).unwrap();
-        assert_eq!(config.runtime.serve_threads, good);
-    }
-    let (_, _, message) = parse_error("[runtime]\nserve_thread = 2\n");
-    assert!(message.contains("serve_threads"), "{message}");
+    thread_count_is_bounded("serve_threads", 64, |c| c.runtime.serve_threads);
 }
 
 #[test]
