@@ -217,10 +217,13 @@ pub async fn serve_threads(
     let turns = stop_turns(&state, &token);
     tokio::pin!(turns);
     tokio::select! {
-        // Every connection closed: turns whose clients left may still run.
+        // Every connection closed after the shutdown began: turns whose
+        // clients left may still run. (An error, such as a serving thread
+        // that could not start, comes before any shutdown: return it.)
         result = &mut server => {
+            result.map_err(ServeError::Io)?;
             turns.await;
-            result.map_err(ServeError::Io)
+            Ok(())
         }
         () = &mut turns => match tokio::time::timeout(SHUTDOWN_LINGER, server).await {
             Ok(result) => result.map_err(ServeError::Io),
