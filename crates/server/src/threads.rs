@@ -194,7 +194,7 @@ pub(crate) async fn serve_on_threads(
     let (here_tx, here_rx) = mpsc::unbounded_channel();
     let mut senders = vec![here_tx];
     let mut others: Vec<oneshot::Receiver<io::Result<()>>> = Vec::new();
-    for index in 1..threads.threads.max(1) {
+    for index in 1..threads.threads {
         // Built here, so a runtime that cannot start fails the server at
         // once instead of leaving a thread that serves nothing.
         let runtime = tokio::runtime::Builder::new_multi_thread()

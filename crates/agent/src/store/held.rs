@@ -188,10 +188,8 @@ impl Store {
         session: &str,
         messages: &[Message],
     ) -> Result<HeldWrite, StoreError> {
-        let next = append_op(session, messages, Vec::new())?;
-        let json_bytes = next.json_bytes();
-        let op = self.behind(held, next).await?;
-        Ok(self.hold_with(op, json_bytes, usize::MAX))
+        self.hold_behind(held, append_op(session, messages, Vec::new())?, usize::MAX)
+            .await
     }
 
     /// [`Store::hold_results`] behind `held`, as [`Store::hold_after`]
@@ -203,19 +201,21 @@ impl Store {
         results: &[Message],
         events: Vec<EventRow>,
     ) -> Result<HeldWrite, StoreError> {
-        self.hold_behind(held, results_op(session, results, events)?)
+        self.hold_behind(held, results_op(session, results, events)?, HOLD_AT_MOST)
             .await
     }
 
-    /// Holds `next` behind `held`; [`HeldWrite::json_bytes`] are `next`'s.
+    /// Holds `next` behind `held`, queued at once above `at_most` bytes;
+    /// [`HeldWrite::json_bytes`] are `next`'s.
     async fn hold_behind(
         self: &Arc<Self>,
         held: Option<HeldWrite>,
         next: WriteOp,
+        at_most: usize,
     ) -> Result<HeldWrite, StoreError> {
         let json_bytes = next.json_bytes();
         let op = self.behind(held, next).await?;
-        Ok(self.hold_with(op, json_bytes, HOLD_AT_MOST))
+        Ok(self.hold_with(op, json_bytes, at_most))
     }
 
     /// `next` as the write to make after `held`: one write with it while
