@@ -113,24 +113,33 @@ async fn an_input_that_opens_a_session_commits_the_session_with_its_first_messag
     assert_eq!(store.history("fourth").unwrap().len(), 5);
 }
 
-/// A small batch's results (eight calls: about 4 kB with their events)
-/// are held for the reply; a big batch's (64 calls: about 32 kB) are
-/// committed on their own while the model works, since writing them costs
-/// more than the commit holding them would save (`store::HOLD_AT_MOST`).
-/// Both batches call `demo_echo`, which changes nothing, so their calls
-/// are not committed before they run: they are held whatever their size
-/// (64 calls are a message above the limit) and ride with the results,
-/// since the results' write comes next and goes to the disk beside the
-/// model's work anyway. Committed alone, 64 calls were a third commit the
-/// results and the reply waited for.
+/// A batch's results are held for the reply when the commit holding them
+/// saves is worth more than the overlap it costs. With `sync = "full"` a
+/// commit is an fsync, and a big batch's results (64 calls: about 42 kB
+/// with their events and calls, under `store::HOLD_AT_MOST_FULL`) ride
+/// with the reply too: one commit per input. With `normal` a commit is only SQLite's
+/// work, and results above `store::HOLD_AT_MOST` (8 KiB) commit on their
+/// own while the model works. Both batches call `demo_echo`, which changes
+/// nothing, so their calls are not committed before they run: they are
+/// held whatever their size and ride with the results (committed alone,
+/// 64 calls were a third commit the results and the reply waited for).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn small_results_ride_with_the_reply_and_big_ones_commit_on_their_own() {
-    let dir = TempDir::new("commits-batch-sizes");
-    let mut store = Store::open(&dir.db()).unwrap();
-    store.set_write_hold(std::time::Duration::from_secs(60));
-    let store = Arc::new(store);
-    let runtime = runtime(Arc::clone(&store));
-    for (n, commits) in [(8, 1), (64, 2)] {
+async fn results_ride_with_the_reply_up_to_the_durabilitys_limit() {
+    use homeagent_agent::store::Durability;
+    for (durability, big_batch_commits) in [(Durability::Full, 1), (Durability::Normal, 2)] {
+        let dir = TempDir::new(&format!("commits-batch-sizes-{durability:?}"));
+        let mut store = Store::open_with(&dir.db(), durability).unwrap();
+        store.set_write_hold(std::time::Duration::from_secs(60));
+        let store = Arc::new(store);
+        batches_commit(&store, &[(8, 1), (64, big_batch_commits)]).await;
+    }
+}
+
+/// Runs `!batchN` on a session of its own for each `(N, commits)` and
+/// checks the commits it cost and what it stored.
+async fn batches_commit(store: &Arc<Store>, expected: &[(usize, u64)]) {
+    let runtime = runtime(Arc::clone(store));
+    for &(n, commits) in expected {
         let session = format!("batch{n}");
         let before = store.write_stats().commits;
         let terminal = run(&runtime, &session, "main", &format!("!batch{n}")).await;

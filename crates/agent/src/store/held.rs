@@ -45,7 +45,7 @@ use homeagent_core::Message;
 use super::blocking::QueuedAppend;
 use super::group::WriteOp;
 use super::messages::{append_creating_op, append_op, results_op};
-use super::{EventRow, Store, StoreError};
+use super::{Durability, EventRow, Store, StoreError};
 
 /// How long a held write waits for the input's next write before it is
 /// committed on its own, unless the store says otherwise
@@ -55,16 +55,35 @@ use super::{EventRow, Store, StoreError};
 /// anything a person or another process could see.
 pub const HOLD: Duration = Duration::from_millis(5);
 
-/// The largest write held, in bytes of stored JSON (messages and events).
-/// Holding a write saves a commit, but puts the write's own work after
-/// the model's answer instead of beside it. For a write of a page or two
-/// that work is small next to the commit it saves (with `sync = "full"`,
-/// an fsync); a larger one (the results of a big batch: 64 calls' results
-/// and events are about 32 kB) costs SQLite more than the commit, and is
-/// queued at once, as if no hold existed. A batch's calls are held
-/// whatever their size ([`Store::hold_after`]): their results' write,
-/// which comes next and carries them, is the one this limit applies to.
+/// The largest write held with `sync = "normal"`, in bytes of stored JSON
+/// (messages and events). Holding a write saves a commit, but puts the
+/// write's own work after the model's answer instead of beside it. For a
+/// write of a page or two that work is small next to the commit it saves;
+/// a larger one (the results of a big batch: 64 calls' results and events
+/// are about 32 kB) costs SQLite more than a commit that waits for no
+/// disk, and is queued at once, as if no hold existed (alternating pairs
+/// at N = 64 ran slower held). A batch's calls are held whatever their
+/// size ([`Store::hold_after`]): their results' write, which comes next
+/// and carries them, is the one this limit applies to.
 pub const HOLD_AT_MOST: usize = 8 * 1024;
+
+/// The largest write held with `sync = "full"`, where the commit a hold
+/// saves is an fsync: 0.14–0.3 ms on the benchmark machine's disk (more
+/// on an SD card), against about 9 k instructions (2–3 µs there) of
+/// SQLite's work per kB held, which holding moves behind the model's
+/// answer. 64 calls' results with their calls and events (about 42 kB),
+/// held, made every input at N = 64 faster in seven alternating pairs
+/// (docs/BENCHMARKS.md); a write past this limit (files read whole) is
+/// queued at once, beside the model's work.
+pub const HOLD_AT_MOST_FULL: usize = 64 * 1024;
+
+/// The largest write a store of this durability holds.
+pub(super) fn hold_limit(durability: Durability) -> usize {
+    match durability {
+        Durability::Full => HOLD_AT_MOST_FULL,
+        Durability::Normal => HOLD_AT_MOST,
+    }
+}
 
 /// A write held back for the input's next write (see the module docs).
 /// Dropped while still held, it is committed when its hold runs out.
@@ -177,8 +196,9 @@ impl Store {
     /// calls, their results and the reply then take one commit.
     ///
     /// Held whatever their size: the write that comes next is their
-    /// results, which [`HOLD_AT_MOST`] sends to the disk at once when the
-    /// two are large, beside the model's work; calls committed on their
+    /// results, which the store's hold limit ([`HOLD_AT_MOST`],
+    /// [`HOLD_AT_MOST_FULL`]) sends to the disk at once when the two are
+    /// large, beside the model's work; calls committed on their
     /// own were one more commit for the results and the reply to wait for
     /// (with `sync = "full"`, an fsync: 64 calls made three commits an
     /// input instead of two).
@@ -201,8 +221,12 @@ impl Store {
         results: &[Message],
         events: Vec<EventRow>,
     ) -> Result<HeldWrite, StoreError> {
-        self.hold_behind(held, results_op(session, results, events)?, HOLD_AT_MOST)
-            .await
+        self.hold_behind(
+            held,
+            results_op(session, results, events)?,
+            self.hold_at_most,
+        )
+        .await
     }
 
     /// Holds `next` behind `held`, queued at once above `at_most` bytes;
@@ -246,10 +270,10 @@ impl Store {
     }
 
     /// Holds `op`, and sets its hold running; queues it at once when it
-    /// is larger than [`HOLD_AT_MOST`].
+    /// is larger than the store's hold limit.
     fn hold(self: &Arc<Self>, op: WriteOp) -> HeldWrite {
         let json_bytes = op.json_bytes();
-        self.hold_with(op, json_bytes, HOLD_AT_MOST)
+        self.hold_with(op, json_bytes, self.hold_at_most)
     }
 
     /// [`Store::hold`], with the lengths [`HeldWrite::json_bytes`] gives,
@@ -306,7 +330,12 @@ mod tests {
     /// A store whose held writes wait for a minute: whether the next
     /// write carries one does not depend on how fast the machine is.
     fn long_hold(label: &str) -> TempStore {
-        temp_store_holding(label, Duration::from_secs(60))
+        long_hold_with(label, Durability::Full)
+    }
+
+    /// [`long_hold`] with the given durability.
+    fn long_hold_with(label: &str, durability: Durability) -> TempStore {
+        temp_store_holding(label, Duration::from_secs(60), durability)
     }
 
     fn commits(temp: &TempStore) -> u64 {
@@ -455,32 +484,39 @@ mod tests {
     }
 
     /// A large write (a big batch's results) is queued at once: its own
-    /// work runs while the model works, instead of after its answer.
+    /// work runs while the model works, instead of after its answer. The
+    /// limit is larger when the commit a hold saves is an fsync.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_write_larger_than_the_limit_is_queued_at_once() {
-        let temp = long_hold("held-large");
-        temp.store.ensure_session("s", "main").unwrap();
-        let before = commits(&temp);
-        let large = user(&"x".repeat(HOLD_AT_MOST));
-        let held = temp.store.hold_results("s", &[large], Vec::new()).unwrap();
-        let appended = temp
-            .store
-            .append_after(Some(held), "s", &[user("reply")])
-            .await
-            .unwrap();
-        assert_eq!(appended.seqs, 2..=2);
-        assert_eq!(commits(&temp) - before, 2);
+        for (durability, limit) in [
+            (Durability::Normal, 8 * 1024),
+            (Durability::Full, 64 * 1024),
+        ] {
+            let temp = long_hold_with(&format!("held-large-{durability:?}"), durability);
+            assert_eq!(temp.store.hold_at_most, limit, "{durability:?}");
+            temp.store.ensure_session("s", "main").unwrap();
+            let before = commits(&temp);
+            let large = user(&"x".repeat(limit));
+            let held = temp.store.hold_results("s", &[large], Vec::new()).unwrap();
+            let appended = temp
+                .store
+                .append_after(Some(held), "s", &[user("reply")])
+                .await
+                .unwrap();
+            assert_eq!(appended.seqs, 2..=2);
+            assert_eq!(commits(&temp) - before, 2, "{durability:?}");
 
-        // Just under the limit (the JSON around the text counts): held.
-        let wrapping = r#"{"role":"user","content":""}"#.len();
-        let small = user(&"x".repeat(HOLD_AT_MOST - wrapping));
-        let held = temp.store.hold_results("s", &[small], Vec::new()).unwrap();
-        assert_eq!(held.json_bytes(), [HOLD_AT_MOST]);
-        temp.store
-            .append_after(Some(held), "s", &[user("reply")])
-            .await
-            .unwrap();
-        assert_eq!(commits(&temp) - before, 3);
+            // Just under the limit (the JSON around the text counts): held.
+            let wrapping = r#"{"role":"user","content":""}"#.len();
+            let small = user(&"x".repeat(limit - wrapping));
+            let held = temp.store.hold_results("s", &[small], Vec::new()).unwrap();
+            assert_eq!(held.json_bytes(), [limit]);
+            temp.store
+                .append_after(Some(held), "s", &[user("reply")])
+                .await
+                .unwrap();
+            assert_eq!(commits(&temp) - before, 3, "{durability:?}");
+        }
     }
 
     /// A write's events count toward the limit: a batch's results are
@@ -493,7 +529,7 @@ mod tests {
         let start = ToolEvent::Start {
             call_id: "c1".into(),
             tool: "demo_echo".into(),
-            args: serde_json::json!({ "text": "x".repeat(HOLD_AT_MOST) }),
+            args: serde_json::json!({ "text": "x".repeat(temp.store.hold_at_most) }),
             batch_id: "b1".into(),
             batch_size: 1,
             parallel: false,
@@ -622,7 +658,7 @@ mod tests {
             .store
             .hold_append_creating("s", "main", &[user("question")])
             .unwrap();
-        let big = user(&"c".repeat(HOLD_AT_MOST));
+        let big = user(&"c".repeat(temp.store.hold_at_most));
         let calls = temp
             .store
             .hold_after(Some(first), "s", std::slice::from_ref(&big))
@@ -653,7 +689,7 @@ mod tests {
         temp.store.ensure_session("s", "main").unwrap();
         temp.refuse_messages_containing("poison", "refused by a trigger");
         // Larger than a write is held: queued at once, and refused.
-        let large = user(&format!("poison {}", "x".repeat(HOLD_AT_MOST)));
+        let large = user(&format!("poison {}", "x".repeat(temp.store.hold_at_most)));
         let poisoned = temp.store.hold_results("s", &[large], Vec::new()).unwrap();
         let error = temp
             .store

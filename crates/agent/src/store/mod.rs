@@ -100,7 +100,7 @@ pub use claim::{SessionClaim, claim_slot};
 pub use error::StoreError;
 pub use events::{EventPhase, EventRow, ToolEventRecord};
 pub use group::WriteStats;
-pub use held::{Appended, HOLD, HOLD_AT_MOST, HeldWrite};
+pub use held::{Appended, HOLD, HOLD_AT_MOST, HOLD_AT_MOST_FULL, HeldWrite};
 pub use messages::ReadStats;
 pub use open::OpenedInput;
 pub use repair::{CANCELLED_DETAIL, KnownHistory, cancelled_result};
@@ -165,6 +165,9 @@ pub struct Store {
     /// How long a held write waits for the input's next write
     /// (`held.rs`).
     write_hold: std::time::Duration,
+    /// The largest write held (`held::hold_limit`): larger when a commit
+    /// waits for the disk.
+    hold_at_most: usize,
     path: PathBuf,
 }
 
@@ -222,6 +225,7 @@ impl Store {
             wal,
             commits_inline: durability == Durability::Normal,
             write_hold: HOLD,
+            hold_at_most: held::hold_limit(durability),
             path: path.to_owned(),
         })
     }

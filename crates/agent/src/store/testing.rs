@@ -47,10 +47,14 @@ pub(super) fn temp_store_with(label: &str, durability: Durability) -> TempStore 
     TempStore { dir, store }
 }
 
-/// [`temp_store`] whose held writes wait `hold` (`Store::set_write_hold`).
-pub(super) fn temp_store_holding(label: &str, hold: std::time::Duration) -> TempStore {
+/// [`temp_store_with`] whose held writes wait `hold` (`Store::set_write_hold`).
+pub(super) fn temp_store_holding(
+    label: &str,
+    hold: std::time::Duration,
+    durability: Durability,
+) -> TempStore {
     let dir = temp_dir(label);
-    let mut store = Store::open(&dir.join("store.db")).unwrap();
+    let mut store = Store::open_with(&dir.join("store.db"), durability).unwrap();
     store.set_write_hold(hold);
     TempStore {
         dir,
