@@ -556,7 +556,7 @@ fn tool_events_round_trip_in_order() {
     // Stored as the same words the JSON events use.
     let status: String = raw(&dir.db())
         .query_row(
-            "SELECT json_extract(events, '$[0].event.status') FROM tool_event_batches
+            "SELECT json_extract(events, '$.events[0].status') FROM tool_event_batches
              ORDER BY id DESC LIMIT 1",
             [],
             |r| r.get(0),
@@ -954,7 +954,7 @@ fn a_version_1_database_is_migrated_and_keeps_its_rows() {
         .unwrap();
     }
     let store = Store::open(&dir.db()).unwrap();
-    assert_eq!(store.schema_version().unwrap(), 5);
+    assert_eq!(store.schema_version().unwrap(), 6);
     assert_eq!(
         store.history("old").unwrap(),
         vec![Message::user("from v1")]
@@ -1017,7 +1017,7 @@ fn events_written_one_per_row_before_version_3_are_read_before_later_batches() {
         .unwrap();
     }
     let store = Store::open(&dir.db()).unwrap();
-    assert_eq!(store.schema_version().unwrap(), 5);
+    assert_eq!(store.schema_version().unwrap(), 6);
     let new_start = ToolEvent::Start {
         call_id: "new1".into(),
         tool: "demo_sleep".into(),
@@ -1074,7 +1074,7 @@ fn an_empty_version_0_file_is_migrated_to_the_current_version() {
         .execute_batch("CREATE TABLE unrelated (x INTEGER);")
         .unwrap();
     let store = Store::open(&dir.db()).unwrap();
-    assert_eq!(store.schema_version().unwrap(), 5);
+    assert_eq!(store.schema_version().unwrap(), 6);
     store.ensure_session("s", "main").unwrap();
 }
 
@@ -1091,7 +1091,7 @@ fn a_database_from_a_newer_version_is_refused_and_not_touched() {
             err,
             StoreError::NewerSchema {
                 found: 99,
-                supported: 5,
+                supported: 6,
                 ..
             }
         ),

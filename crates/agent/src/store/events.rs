@@ -14,13 +14,23 @@
 //! are all in the event, and storing them beside it again was 40 % of
 //! every row. Elements of schema 3 (whole [`ToolEventRecord`]s) are still
 //! read, and a record whose body is no kernel event is written that way.
+//!
+//! Since schema 6 a row of kernel events is an object that names its
+//! batch once, `{"batch_id", "batch_size", "parallel", "at_ms", "events":
+//! [..]}`, each event keeping only its call, tool, outcome and its time
+//! after the row's first (`event_text`): the batch's members in every
+//! event were a third of every row. A write whose events come from
+//! several batches stores a row per run of one batch; records that are no
+//! kernel event are an array row of whole records, as in schema 3. Rows
+//! of schemas 3 and 4 are still read.
 
-use homeagent_core::{CallStatus, ToolEvent};
+use homeagent_core::{CallStatus, ToolError, ToolEvent};
 use rusqlite::{Connection, TransactionBehavior};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{Store, StoreError, event_text, now_ms, require_session, validate_session_id};
+use super::event_text::{self, BatchKey};
+use super::{Store, StoreError, now_ms, require_session, validate_session_id};
 
 /// Whether an event opens or closes a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -70,15 +80,18 @@ impl ToolEventRecord {
 }
 
 /// A tool event ready to insert: already rendered as the element of a
-/// batch row's JSON array that [`ToolEventRecord`] reads back. The agent
-/// makes one per kernel event while a batch runs and stores them with the
-/// batch's results ([`Store::append_messages_with_events`]), so the commit,
-/// which holds the connection, only joins texts. Rendering straight from
-/// the event, in one pass, also skips the `Value` tree a record holds and
-/// a second serialization of the event's ids and body.
+/// batch row that [`ToolEventRecord`] reads back. The agent makes one per
+/// kernel event while a batch runs and stores them with the batch's
+/// results ([`Store::append_messages_with_events`]), so the commit, which
+/// holds the connection, only joins texts. Rendering straight from the
+/// event, in one pass, also skips the `Value` tree a record holds and a
+/// second serialization of the event's ids and body.
 #[derive(Debug, Clone)]
 pub struct EventRow {
+    /// With `batch`, the open element of a schema-6 row (`event_text`);
+    /// without, a whole element of an array row (schema 3).
     text: String,
+    batch: Option<BatchKey>,
     /// Milliseconds since the Unix epoch.
     at_ms: i64,
 }
@@ -94,17 +107,25 @@ impl EventRow {
         EventRow::compact(event, now_ms())
     }
 
-    /// The element of schema 4: the event and its time.
+    /// The element of schema 6: the event without its batch.
     fn compact(event: &ToolEvent, at_ms: i64) -> Self {
-        // Written by hand ([`event_text`]), as serde would. Plain data
-        // (strings, numbers, JSON values): serialising cannot fail; were it
-        // ever to, the element keeps its columns and a null
-        // body, and failing that it is empty and `insert_events` leaves it
-        // out.
-        let text = event_text::element(event, at_ms)
-            .or_else(|| serde_json::to_string(&StoredEvent::of(event, at_ms).columns()).ok())
-            .unwrap_or_default();
-        EventRow { text, at_ms }
+        // Written by hand ([`event_text`]). Plain data (strings, numbers,
+        // JSON values): rendering cannot fail; were it ever to, the
+        // element keeps its columns and a null body, and failing that it
+        // is empty and `insert_events` leaves it out.
+        match event_text::open_element(event) {
+            Some(text) => EventRow {
+                text,
+                batch: Some(BatchKey::of(event)),
+                at_ms,
+            },
+            None => EventRow {
+                text: serde_json::to_string(&StoredEvent::of(event, at_ms).columns())
+                    .unwrap_or_default(),
+                batch: None,
+                at_ms,
+            },
+        }
     }
 
     /// The element of schema 3: the whole record.
@@ -114,6 +135,7 @@ impl EventRow {
             .unwrap_or_default();
         EventRow {
             text,
+            batch: None,
             at_ms: stored.at_ms,
         }
     }
@@ -188,13 +210,18 @@ impl Store {
         })?;
         for row in rows {
             let (id, text) = row?;
-            let batch: Vec<StoredElement> =
-                serde_json::from_str(&text).map_err(|source| StoreError::Corrupt {
-                    session: session.to_owned(),
-                    what: "tool event batch",
-                    row: id,
-                    source,
-                })?;
+            let corrupt = |source| StoreError::Corrupt {
+                session: session.to_owned(),
+                what: "tool event batch",
+                row: id,
+                source,
+            };
+            if text.trim_start().starts_with('{') {
+                let batch: BatchRow = serde_json::from_str(&text).map_err(corrupt)?;
+                events.extend(batch.records());
+                continue;
+            }
+            let batch: Vec<StoredElement> = serde_json::from_str(&text).map_err(corrupt)?;
             events.extend(batch.into_iter().map(|element| match element {
                 StoredElement::Compact { event, at_ms } => ToolEventRecord::stamped(&event, at_ms),
                 StoredElement::Whole(record) => record,
@@ -264,6 +291,105 @@ fn legacy_events(conn: &Connection, session: &str) -> Result<Vec<ToolEventRecord
         });
     }
     Ok(events)
+}
+
+/// A batch row of schema 6, as read (see the module docs).
+#[derive(Deserialize)]
+struct BatchRow {
+    batch_id: String,
+    batch_size: usize,
+    parallel: bool,
+    /// The first event's time; the others' are `after_ms` from it.
+    at_ms: i64,
+    events: Vec<BatchEvent>,
+}
+
+/// An event of a schema-6 row: which member names the call says which
+/// kind it is.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum BatchEvent {
+    Start {
+        start: String,
+        tool: String,
+        args: Value,
+        #[serde(default)]
+        after_ms: i64,
+    },
+    End {
+        end: String,
+        tool: String,
+        status: CallStatus,
+        success: bool,
+        duration_ms: u64,
+        #[serde(default)]
+        error: Option<ToolError>,
+        #[serde(default)]
+        warnings: Vec<String>,
+        #[serde(default)]
+        after_ms: i64,
+    },
+}
+
+impl BatchRow {
+    /// The row's events as records, in order.
+    fn records(self) -> impl Iterator<Item = ToolEventRecord> {
+        let BatchRow {
+            batch_id,
+            batch_size,
+            parallel,
+            at_ms,
+            events,
+        } = self;
+        events.into_iter().map(move |event| {
+            let batch_id = batch_id.clone();
+            let (event, after_ms) = match event {
+                BatchEvent::Start {
+                    start,
+                    tool,
+                    args,
+                    after_ms,
+                } => (
+                    ToolEvent::Start {
+                        call_id: start,
+                        tool,
+                        args,
+                        batch_id,
+                        batch_size,
+                        parallel,
+                    },
+                    after_ms,
+                ),
+                BatchEvent::End {
+                    end,
+                    tool,
+                    status,
+                    success,
+                    duration_ms,
+                    error,
+                    warnings,
+                    after_ms,
+                } => (
+                    ToolEvent::End {
+                        call_id: end,
+                        tool,
+                        batch_id,
+                        batch_size,
+                        parallel,
+                        status,
+                        success,
+                        duration_ms,
+                        error,
+                        warnings,
+                    },
+                    after_ms,
+                ),
+            };
+            // Wrapping, as the writer took the difference: exact for
+            // any two times.
+            ToolEventRecord::stamped(&event, at_ms.wrapping_add(after_ms))
+        })
+    }
 }
 
 /// An element of a batch row as read: schema 4's, or schema 3's whole
@@ -349,32 +475,56 @@ impl<'a, B> StoredEvent<'a, B> {
     }
 }
 
-/// Stores `events` as one batch row, in slice order (nothing for an empty
-/// slice); the caller holds the transaction.
+/// Stores `events` in slice order (nothing for an empty slice): a row per
+/// run of events of one batch (schema 6), and an array row per run of
+/// whole records. The caller holds the transaction.
 pub(super) fn insert_events(
     conn: &Connection,
     session: &str,
     events: &[EventRow],
 ) -> Result<(), StoreError> {
-    let Some(last) = events.last() else {
-        return Ok(());
-    };
-    let length: usize = events.iter().map(|e| e.text.len() + 1).sum();
-    let mut text = String::with_capacity(length + 1);
-    text.push('[');
-    // An event that could not be rendered at all (see `EventRow::render`)
-    // is left out: an empty element would make the whole row unreadable.
-    for (i, event) in events.iter().filter(|e| !e.text.is_empty()).enumerate() {
-        if i > 0 {
-            text.push(',');
+    for run in events.chunk_by(|a, b| a.batch == b.batch) {
+        // An event that could not be rendered at all (see
+        // `EventRow::compact`) is left out: an empty element would make
+        // the whole row unreadable.
+        let mut rendered = run.iter().filter(|e| !e.text.is_empty()).peekable();
+        let (Some(first), Some(last)) = (rendered.peek().copied(), run.last()) else {
+            continue;
+        };
+        let length: usize = run.iter().map(|e| e.text.len() + 16).sum();
+        let mut text = String::with_capacity(length + 128);
+        match &first.batch {
+            Some(batch) => {
+                batch.push_head(&mut text);
+                text.push_str(itoa::Buffer::new().format(first.at_ms));
+                text.push_str(r#","events":["#);
+                for (i, event) in rendered.enumerate() {
+                    if i > 0 {
+                        text.push(',');
+                    }
+                    text.push_str(&event.text);
+                    // Wrapping, as the reader adds it back: exact for any
+                    // two times.
+                    event_text::close_element(&mut text, event.at_ms.wrapping_sub(first.at_ms));
+                }
+                text.push_str("]}");
+            }
+            None => {
+                text.push('[');
+                for (i, event) in rendered.enumerate() {
+                    if i > 0 {
+                        text.push(',');
+                    }
+                    text.push_str(&event.text);
+                }
+                text.push(']');
+            }
         }
-        text.push_str(&event.text);
+        conn.prepare_cached(
+            "INSERT INTO tool_event_batches (session_id, events, at) VALUES (?1, ?2, ?3)",
+        )?
+        .execute(rusqlite::params![session, text, last.at_ms])?;
     }
-    text.push(']');
-    conn.prepare_cached(
-        "INSERT INTO tool_event_batches (session_id, events, at) VALUES (?1, ?2, ?3)",
-    )?
-    .execute(rusqlite::params![session, text, last.at_ms])?;
     Ok(())
 }
 
@@ -384,6 +534,80 @@ mod tests {
 
     use super::*;
     use homeagent_core::Message;
+
+    fn temp_store(label: &str) -> (std::path::PathBuf, Store) {
+        let dir = std::env::temp_dir().join(format!(
+            "homeagent-events-{label}-{}-{:?}",
+            std::process::id(),
+            std::time::SystemTime::now()
+        ));
+        let store = Store::open(&dir.join("store.db")).unwrap();
+        store.ensure_session("s", "main").unwrap();
+        (dir, store)
+    }
+
+    /// Every kind of event, with text that needs escaping, errors and
+    /// warnings, and times far apart (both ends of `i64`), reads back as
+    /// it was recorded from a schema-6 row.
+    #[test]
+    fn every_event_reads_back_from_a_batch_row() {
+        use homeagent_core::ErrorReason;
+        let awkward = "quote \" back \\ tab \t nl \n bell \u{7} del \u{7f} é 雪 🎉 /";
+        let mut detailed = ToolError::new(ErrorReason::InvalidArguments, awkward);
+        detailed.field = Some("/tag".into());
+        detailed.hint = Some("pass a \"tag\"".into());
+        let end =
+            |status: CallStatus, error: Option<ToolError>, warnings: &[&str]| ToolEvent::End {
+                call_id: awkward.into(),
+                tool: "tool\u{1}\"".into(),
+                batch_id: awkward.into(),
+                batch_size: 7,
+                parallel: false,
+                status,
+                success: status == CallStatus::Ok,
+                duration_ms: 1_234,
+                error,
+                warnings: warnings.iter().map(|w| (*w).to_owned()).collect(),
+            };
+        let events = [
+            ToolEvent::Start {
+                call_id: "call_0".into(),
+                tool: "demo_echo".into(),
+                args: serde_json::json!({"tag": "done-1", "n": -3, "x": 0.5, "deep": [null, true, {"k": awkward}]}),
+                batch_id: awkward.into(),
+                batch_size: 7,
+                parallel: false,
+            },
+            end(CallStatus::Ok, None, &[]),
+            end(CallStatus::Error, Some(ToolError::execution("boom")), &[]),
+            end(CallStatus::Denied, None, &["coerced \"n\"", ""]),
+            end(CallStatus::Cancelled, Some(detailed), &[awkward]),
+            end(CallStatus::Timeout, None, &["one"]),
+        ];
+        let times = [
+            0,
+            1_796_171_026_607,
+            -5,
+            i64::MAX,
+            i64::MIN,
+            1_796_171_026_607,
+        ];
+        let records: Vec<ToolEventRecord> = events
+            .iter()
+            .zip(times)
+            .map(|(event, at_ms)| ToolEventRecord::stamped(event, at_ms))
+            .collect();
+        let (dir, store) = temp_store("awkward");
+        store.record_tool_events("s", &records).unwrap();
+        assert_eq!(store.tool_events("s").unwrap(), records);
+        let rows: i64 = store
+            .lock()
+            .query_row("SELECT count(*) FROM tool_event_batches", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(rows, 1, "one batch, one row");
+        drop(store);
+        let _ = std::fs::remove_dir_all(dir);
+    }
 
     /// An event rendered as nothing (which serde should never cause) is
     /// left out of its batch row; the others stay readable.
@@ -408,6 +632,7 @@ mod tests {
         };
         let empty = EventRow {
             text: String::new(),
+            batch: None,
             at_ms: 0,
         };
         store

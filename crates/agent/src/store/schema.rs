@@ -71,6 +71,9 @@ pub const MIGRATIONS: &[&str] = &[
     // JSON array numbered by its last message (see `messages::insert_rows`).
     // No table changes, as for 4.
     "",
+    // 5 → 6: a row of `tool_event_batches` may be an object that names
+    // its batch once (see `events.rs`). No table changes, as for 4.
+    "",
 ];
 
 /// The schema version this build writes.
