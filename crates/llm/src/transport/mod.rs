@@ -45,7 +45,9 @@
 //! *instead of* the system bundle when they are set (as OpenSSL does). On
 //! platforms where the verifier ignores `SSL_CERT_FILE`, this module loads
 //! that file itself as extra roots. [`Options::extra_ca_pem`] adds custom CA
-//! certificates on top, everywhere.
+//! certificates on top, everywhere. The rustls config holding that
+//! verifier is made once per provider and shared by its clients (one per
+//! sending thread): making it reads the system's CA bundle, some 7 ms.
 
 use std::borrow::Cow;
 use std::collections::VecDeque;
@@ -160,9 +162,15 @@ impl HttpProvider {
         endpoint: Endpoint,
         options: Options,
     ) -> Result<Self, SetupError> {
-        let first = build_client(&options)?;
+        // One TLS config for all of the provider's clients: its verifier
+        // reads the platform's CA roots when it is made (~19 M
+        // instructions, some 7 ms, for the system bundle), which a
+        // serving thread's first request would otherwise pay again.
+        let tls = tls_config(&options)?;
+        let first = build_client(&options, &tls)?;
         let again = options.clone();
-        let clients = thread_clients::ThreadClients::new(first, move || build_client(&again).ok());
+        let clients =
+            thread_clients::ThreadClients::new(first, move || build_client(&again, &tls).ok());
         Ok(HttpProvider {
             codec,
             endpoint,
@@ -415,8 +423,14 @@ fn describe(error: &dyn std::error::Error) -> String {
     text
 }
 
-fn build_client(options: &Options) -> Result<reqwest::Client, SetupError> {
+/// The rustls settings of a provider's clients: what reqwest builds for
+/// its rustls backend by default (the platform verifier, with the
+/// configured CA files as extra roots; TLS 1.2 and 1.3; HTTP/1.1 by ALPN),
+/// made once and handed to every client.
+fn tls_config(options: &Options) -> Result<rustls::ClientConfig, SetupError> {
     install_crypto_provider();
+    #[cfg(test)]
+    tests::TLS_CONFIGS_MADE.with(|made| made.set(made.get() + 1));
     let mut roots = Vec::new();
     for path in &options.extra_ca_pem {
         roots.extend(load_ca_file(path)?);
@@ -432,23 +446,74 @@ fn build_client(options: &Options) -> Result<reqwest::Client, SetupError> {
     if let Some(path) = std::env::var_os("SSL_CERT_FILE") {
         roots.extend(load_ca_file(std::path::Path::new(&path))?);
     }
+    let provider = rustls::crypto::CryptoProvider::get_default()
+        .cloned()
+        .unwrap_or_else(|| std::sync::Arc::new(rustls::crypto::ring::default_provider()));
+    let client_error = |detail: String| SetupError::Client { detail };
+    let verifier = if roots.is_empty() {
+        rustls_platform_verifier::Verifier::new(provider.clone())
+    } else {
+        extra_roots_verifier(roots, provider.clone())
+    }
+    .map_err(|err| client_error(format!("cannot set up certificate verification: {err}")))?;
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|err| client_error(format!("no TLS version to offer: {err}")))?
+        .dangerous()
+        .with_custom_certificate_verifier(std::sync::Arc::new(verifier))
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+/// The platform verifier with `roots` trusted as well, where it can take
+/// extra roots.
+#[cfg(any(all(unix, not(target_os = "android")), target_os = "windows"))]
+fn extra_roots_verifier(
+    roots: Vec<rustls::pki_types::CertificateDer<'static>>,
+    provider: std::sync::Arc<rustls::crypto::CryptoProvider>,
+) -> Result<rustls_platform_verifier::Verifier, rustls::Error> {
+    rustls_platform_verifier::Verifier::new_with_extra_roots(roots, provider)
+}
+
+#[cfg(not(any(all(unix, not(target_os = "android")), target_os = "windows")))]
+fn extra_roots_verifier(
+    _roots: Vec<rustls::pki_types::CertificateDer<'static>>,
+    _provider: std::sync::Arc<rustls::crypto::CryptoProvider>,
+) -> Result<rustls_platform_verifier::Verifier, rustls::Error> {
+    Err(rustls::Error::General(
+        "this platform's verifier cannot trust extra CA certificates".into(),
+    ))
+}
+
+/// A client with `tls` (cheap: the config's parts are shared) and a pool
+/// of its own.
+fn build_client(
+    options: &Options,
+    tls: &rustls::ClientConfig,
+) -> Result<reqwest::Client, SetupError> {
     reqwest::Client::builder()
         .connect_timeout(options.connect_timeout)
-        .tls_certs_merge(roots)
+        .tls_backend_preconfigured(tls.clone())
         .build()
         .map_err(|err| SetupError::Client {
             detail: describe(&err),
         })
 }
 
-fn load_ca_file(path: &std::path::Path) -> Result<Vec<reqwest::Certificate>, SetupError> {
+fn load_ca_file(
+    path: &std::path::Path,
+) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, SetupError> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
     let ca_error = |detail: String| SetupError::CaFile {
         path: path.to_owned(),
         detail,
     };
     let pem = std::fs::read(path).map_err(|err| ca_error(err.to_string()))?;
-    let certs =
-        reqwest::Certificate::from_pem_bundle(&pem).map_err(|err| ca_error(describe(&err)))?;
+    let certs = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|err| ca_error(format!("not a PEM certificate bundle: {err}")))?;
     if certs.is_empty() {
         return Err(ca_error("no PEM certificate in the file".into()));
     }
@@ -458,6 +523,43 @@ fn load_ca_file(path: &std::path::Path) -> Result<Vec<reqwest::Certificate>, Set
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    thread_local! {
+        /// The TLS configs [`tls_config`] made on this thread.
+        pub(super) static TLS_CONFIGS_MADE: std::cell::Cell<usize> =
+            const { std::cell::Cell::new(0) };
+    }
+
+    /// A provider reads the platform's CA roots once: a thread's first
+    /// request builds that thread's client with the provider's TLS config
+    /// instead of making another.
+    #[test]
+    fn a_provider_makes_its_tls_config_once_for_every_thread() {
+        let provider = HttpProvider::new(
+            Protocol::Openai,
+            Endpoint {
+                base_url: "http://127.0.0.1:9/v1".into(),
+                api_key: None,
+            },
+            Options::default(),
+        )
+        .unwrap_or_else(|err| panic!("{err}"));
+        assert_eq!(TLS_CONFIGS_MADE.with(std::cell::Cell::get), 1);
+        let provider = std::sync::Arc::new(provider);
+        let _ = provider.clients.here();
+        for _ in 0..2 {
+            let provider = std::sync::Arc::clone(&provider);
+            let made = std::thread::spawn(move || {
+                let _ = provider.clients.here();
+                TLS_CONFIGS_MADE.with(std::cell::Cell::get)
+            })
+            .join()
+            .unwrap_or_else(|_| panic!("the thread panicked"));
+            assert_eq!(made, 0, "a thread's client made a TLS config of its own");
+        }
+        assert_eq!(provider.clients.taken(), 3);
+        assert_eq!(TLS_CONFIGS_MADE.with(std::cell::Cell::get), 1);
+    }
 
     #[test]
     fn retry_after_reads_seconds_and_http_dates() {
@@ -527,7 +629,7 @@ mod tests {
             extra_ca_pem: vec![PathBuf::from("/nonexistent/homeagent-ca.pem")],
             ..Options::default()
         };
-        let err = build_client(&options).err();
+        let err = tls_config(&options).err();
         assert!(
             matches!(&err, Some(SetupError::CaFile { path, .. }) if path.ends_with("homeagent-ca.pem")),
             "{err:?}"
