@@ -533,18 +533,8 @@ mod tests {
     #![allow(clippy::unwrap_used)] // a panic in a test is a test failure
 
     use super::*;
+    use crate::store::testing::temp_store;
     use homeagent_core::Message;
-
-    fn temp_store(label: &str) -> (std::path::PathBuf, Store) {
-        let dir = std::env::temp_dir().join(format!(
-            "homeagent-events-{label}-{}-{:?}",
-            std::process::id(),
-            std::time::SystemTime::now()
-        ));
-        let store = Store::open(&dir.join("store.db")).unwrap();
-        store.ensure_session("s", "main").unwrap();
-        (dir, store)
-    }
 
     /// Every kind of event, with text that needs escaping, errors and
     /// warnings, and times far apart (both ends of `i64`), reads back as
@@ -597,28 +587,24 @@ mod tests {
             .zip(times)
             .map(|(event, at_ms)| ToolEventRecord::stamped(event, at_ms))
             .collect();
-        let (dir, store) = temp_store("awkward");
-        store.record_tool_events("s", &records).unwrap();
-        assert_eq!(store.tool_events("s").unwrap(), records);
-        let rows: i64 = store
+        let temp = temp_store("events-awkward");
+        temp.store.ensure_session("s", "main").unwrap();
+        temp.store.record_tool_events("s", &records).unwrap();
+        assert_eq!(temp.store.tool_events("s").unwrap(), records);
+        let rows: i64 = temp
+            .store
             .lock()
             .query_row("SELECT count(*) FROM tool_event_batches", [], |r| r.get(0))
             .unwrap();
         assert_eq!(rows, 1, "one batch, one row");
-        drop(store);
-        let _ = std::fs::remove_dir_all(dir);
     }
 
     /// An event rendered as nothing (which serde should never cause) is
     /// left out of its batch row; the others stay readable.
     #[test]
     fn an_unrendered_event_does_not_spoil_its_batch() {
-        let dir = std::env::temp_dir().join(format!(
-            "homeagent-events-{}-{:?}",
-            std::process::id(),
-            std::time::SystemTime::now()
-        ));
-        let store = Store::open(&dir.join("store.db")).unwrap();
+        let temp = temp_store("events-unrendered");
+        let store = &temp.store;
         store.ensure_session("s", "main").unwrap();
         let event = |call: &str| {
             EventRow::from_event(&ToolEvent::Start {
@@ -649,7 +635,5 @@ mod tests {
             .map(|e| e.call_id)
             .collect();
         assert_eq!(calls, ["a", "b"]);
-        drop(store);
-        let _ = std::fs::remove_dir_all(dir);
     }
 }
