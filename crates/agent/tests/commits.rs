@@ -115,7 +115,7 @@ async fn an_input_that_opens_a_session_commits_the_session_with_its_first_messag
 
 /// A batch's results are held for the reply when the commit holding them
 /// saves is worth more than the overlap it costs. With `sync = "full"` a
-/// commit is an fsync, and a big batch's results (64 calls: about 42 kB
+/// commit is an fsync, and a big batch's results (64 calls: about 28 kB
 /// with their events and calls, under `store::HOLD_AT_MOST_FULL`) ride
 /// with the reply too: one commit per input. With `normal` a commit is only SQLite's
 /// work, and results above `store::HOLD_AT_MOST` (8 KiB) commit on their

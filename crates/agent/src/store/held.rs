@@ -59,9 +59,9 @@ pub const HOLD: Duration = Duration::from_millis(5);
 /// (messages and events). Holding a write saves a commit, but puts the
 /// write's own work after the model's answer instead of beside it. For a
 /// write of a page or two that work is small next to the commit it saves;
-/// a larger one (the results of a big batch: 64 calls' results and events
-/// are about 32 kB) costs SQLite more than a commit that waits for no
-/// disk, and is queued at once, as if no hold existed (alternating pairs
+/// a larger one (the results of a big batch: 64 calls' results, calls
+/// and events are about 28 kB) costs SQLite more than a commit that waits
+/// for no disk, and is queued at once, as if no hold existed (alternating pairs
 /// at N = 64 ran slower held). A batch's calls are held whatever their
 /// size ([`Store::hold_after`]): their results' write, which comes next
 /// and carries them, is the one this limit applies to.
@@ -71,9 +71,9 @@ pub const HOLD_AT_MOST: usize = 8 * 1024;
 /// saves is an fsync: 0.14–0.3 ms on the benchmark machine's disk (more
 /// on an SD card), against about 9 k instructions (2–3 µs there) of
 /// SQLite's work per kB held, which holding moves behind the model's
-/// answer. 64 calls' results with their calls and events (about 42 kB),
-/// held, made every input at N = 64 faster in seven alternating pairs
-/// (docs/BENCHMARKS.md); a write past this limit (files read whole) is
+/// answer. 64 calls' results with their calls and events (42 kB before
+/// schema 6, 28 kB since), held, made every input at N = 64 faster in ten
+/// alternating pairs (docs/BENCHMARKS.md); a write past this limit (files read whole) is
 /// queued at once, beside the model's work.
 pub const HOLD_AT_MOST_FULL: usize = 64 * 1024;
 
