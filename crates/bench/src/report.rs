@@ -172,6 +172,10 @@ pub struct BlastResult {
     pub p50_added_ms: f64,
     pub p95_added_ms: f64,
     pub p99_added_ms: f64,
+    /// Where the slowest inputs were: sessions' first inputs (all sent at
+    /// once) or later ones. Flattened beside the latencies.
+    #[serde(flatten)]
+    pub tail: BlastTail,
     pub wall_s: f64,
     /// CPU each process used over the blast ([`crate::cpu`]): whether the
     /// latency is the agent's or a full machine's. Flattened, so the JSON
@@ -191,6 +195,22 @@ pub struct BlastResult {
     pub after: Counters,
     pub status: Status,
     pub problems: Vec<String>,
+}
+
+/// The blast's slowest inputs, split by whether each was its session's
+/// first. Every session sends its first input at the start, so the first
+/// round is the blast's burst; later inputs come as answers do.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct BlastTail {
+    /// How many inputs the slowest 1 % is: ⌈answered / 100⌉.
+    pub slowest_1pct: usize,
+    /// How many of those were a session's first input.
+    pub slowest_1pct_first_inputs: usize,
+    /// The added latency's p99 and maximum over every session's inputs
+    /// after its first, and the maximum over first inputs (ms).
+    pub p99_added_ms_later_inputs: Option<f64>,
+    pub max_added_ms_later_inputs: Option<f64>,
+    pub max_added_ms_first_inputs: Option<f64>,
 }
 
 /// Scenario 3.

@@ -84,6 +84,7 @@ pub fn render(report: &BenchReport) -> String {
             b.after.queued,
             b.after.running_sessions
         );
+        let _ = writeln!(out, "{}", blast_tail_line(&b.tail));
         let _ = writeln!(out, "{}", blast_cpu_line(b, s.cpus));
     }
     if let Some(st) = &report.stability {
@@ -195,6 +196,20 @@ fn render_overhead(out: &mut String, title: &str, rows: &[OverheadRow]) {
             verdict(r.status)
         );
     }
+}
+
+/// Where the blast's slowest inputs were: its first round (every
+/// session's first input, sent at once) or later.
+fn blast_tail_line(t: &crate::report::BlastTail) -> String {
+    let ms = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.2} ms"));
+    format!(
+        "   slowest 1 %: {} inputs, {} of them a session's first; later inputs: p99 {}, max {}; first inputs: max {}",
+        t.slowest_1pct,
+        t.slowest_1pct_first_inputs,
+        ms(t.p99_added_ms_later_inputs),
+        ms(t.max_added_ms_later_inputs),
+        ms(t.max_added_ms_first_inputs)
+    )
 }
 
 fn blast_cpu_line(b: &BlastResult, cpus: usize) -> String {
@@ -375,6 +390,13 @@ mod tests {
             p50_added_ms: 1.0,
             p95_added_ms: 2.0,
             p99_added_ms: 3.0,
+            tail: crate::report::BlastTail {
+                slowest_1pct: 3,
+                slowest_1pct_first_inputs: 2,
+                p99_added_ms_later_inputs: Some(2.5),
+                max_added_ms_later_inputs: Some(2.75),
+                max_added_ms_first_inputs: None,
+            },
             wall_s: 4.0,
             cpu: CpuUse {
                 cpu_s_serve: Some(2.88),
@@ -426,6 +448,19 @@ mod tests {
             ..blast()
         };
         assert!(blast_cpu_line(&b, 2).ends_with("15 threads"));
+    }
+
+    #[test]
+    fn the_blast_says_where_its_slowest_inputs_were() {
+        assert_eq!(
+            blast_tail_line(&blast().tail),
+            "   slowest 1 %: 3 inputs, 2 of them a session's first; \
+             later inputs: p99 2.50 ms, max 2.75 ms; first inputs: max -"
+        );
+        let value = serde_json::to_value(blast()).unwrap_or_default();
+        assert_eq!(value["slowest_1pct_first_inputs"], serde_json::json!(2));
+        assert_eq!(value["p99_added_ms_later_inputs"], serde_json::json!(2.5));
+        assert!(value.get("tail").is_none(), "{value}");
     }
 
     #[test]

@@ -18,7 +18,7 @@ use crate::error::BenchError;
 use crate::math;
 use crate::netstat;
 use crate::procs::{Stack, process_peak};
-use crate::report::{BlastResult, Counters, status_of};
+use crate::report::{BlastResult, BlastTail, Counters, status_of};
 
 use super::{Progress, outcome};
 
@@ -102,13 +102,17 @@ pub async fn blast(
     let mut problems = Vec::new();
     let mut answered = 0;
     let mut added_ms = Vec::new();
+    // (input number in its session, from 1; added ms)
+    let mut numbered = Vec::new();
     for (session, sent) in &results {
-        for (text, reply) in sent {
+        for (number, (text, reply)) in (1..).zip(sent) {
             let o = outcome(text, reply, &log);
             let found = o.problems(2);
             if found.is_empty() {
                 answered += 1;
-                added_ms.push((o.reply_s - o.mock_s) * 1000.0);
+                let added = (o.reply_s - o.mock_s) * 1000.0;
+                added_ms.push(added);
+                numbered.push((number, added));
             }
             problems.extend(found.into_iter().map(|p| format!("{text}: {p}")));
         }
@@ -131,6 +135,7 @@ pub async fn blast(
         p50_added_ms: math::percentile(&added_ms, 50.0).unwrap_or(0.0),
         p95_added_ms: math::percentile(&added_ms, 95.0).unwrap_or(0.0),
         p99_added_ms: math::percentile(&added_ms, 99.0).unwrap_or(0.0),
+        tail: tail(&numbered),
         wall_s,
         cpu: CpuUse::between(&cpu_before, &cpu_after, inputs, wall_s),
         serve_peak_rss_kb: peak.map(|p| p.peak_rss_kb),
@@ -141,6 +146,34 @@ pub async fn blast(
         status: status_of(&problems),
         problems,
     })
+}
+
+/// Where the slowest 1 % of `added` (each input's number in its session,
+/// from 1, and its added ms) were, and the later inputs' own tail.
+pub fn tail(added: &[(usize, f64)]) -> BlastTail {
+    let mut by_latency: Vec<&(usize, f64)> = added.iter().collect();
+    by_latency.sort_by(|a, b| b.1.total_cmp(&a.1));
+    let slowest_1pct = added.len().div_ceil(100);
+    let later: Vec<f64> = added
+        .iter()
+        .filter(|(number, _)| *number > 1)
+        .map(|(_, ms)| *ms)
+        .collect();
+    let max = |values: &mut dyn Iterator<Item = f64>| values.reduce(f64::max);
+    BlastTail {
+        slowest_1pct,
+        slowest_1pct_first_inputs: by_latency
+            .iter()
+            .take(slowest_1pct)
+            .filter(|(number, _)| *number == 1)
+            .count(),
+        p99_added_ms_later_inputs: math::percentile(&later, 99.0),
+        max_added_ms_later_inputs: max(&mut later.iter().copied()),
+        max_added_ms_first_inputs: max(&mut added
+            .iter()
+            .filter(|(number, _)| *number == 1)
+            .map(|(_, ms)| *ms)),
+    }
 }
 
 /// The counters once no session is running any more (a worker gives its
@@ -213,6 +246,30 @@ mod tests {
             source_address(253 * 24, 2400 * 10),
             Some(IpAddr::V4(Ipv4Addr::new(127, 0, 1, 1)))
         );
+    }
+
+    /// The slowest 1 % is ⌈n/100⌉ inputs; which of them were first
+    /// inputs, and the later inputs' own p99 and maximum.
+    #[test]
+    fn the_tail_says_how_many_of_the_slowest_were_first_inputs() {
+        // 250 inputs: ⌈2.5⌉ = 3 slowest. Sessions' first inputs (number 1)
+        // at 90, 80 and 70 ms (the fourth slowest); later ones 0.1..=24.6
+        // ms, and one at 85.
+        let mut added: Vec<(usize, f64)> = vec![(1, 90.0), (1, 80.0), (1, 70.0), (4, 85.0)];
+        added.extend((1..=246_u32).map(|i| (2 + (i % 11) as usize, f64::from(i) / 10.0)));
+        let found = tail(&added);
+        assert_eq!(found.slowest_1pct, 3);
+        // 90 (first), 85 (later), 80 (first).
+        assert_eq!(found.slowest_1pct_first_inputs, 2);
+        // Later inputs: 247 of them, the 85 and 0.1..=24.6; rank ⌈0.99 × 247⌉
+        // = 245 of the sorted values 0.1, 0.2, ..., 24.6, 85 is 24.5.
+        assert_eq!(found.p99_added_ms_later_inputs, Some(24.5));
+        assert_eq!(found.max_added_ms_later_inputs, Some(85.0));
+        assert_eq!(found.max_added_ms_first_inputs, Some(90.0));
+
+        let none = tail(&[]);
+        assert_eq!((none.slowest_1pct, none.slowest_1pct_first_inputs), (0, 0));
+        assert_eq!(none.p99_added_ms_later_inputs, None);
     }
 
     #[test]
