@@ -154,12 +154,13 @@ pub fn tail(added: &[(usize, f64)]) -> BlastTail {
     let mut by_latency: Vec<&(usize, f64)> = added.iter().collect();
     by_latency.sort_by(|a, b| b.1.total_cmp(&a.1));
     let slowest_1pct = added.len().div_ceil(100);
-    let later: Vec<f64> = added
-        .iter()
-        .filter(|(number, _)| *number > 1)
-        .map(|(_, ms)| *ms)
-        .collect();
-    let max = |values: &mut dyn Iterator<Item = f64>| values.reduce(f64::max);
+    let of_inputs = |first: bool| {
+        added
+            .iter()
+            .filter(move |(number, _)| (*number == 1) == first)
+            .map(|(_, ms)| *ms)
+    };
+    let later: Vec<f64> = of_inputs(false).collect();
     BlastTail {
         slowest_1pct,
         slowest_1pct_first_inputs: by_latency
@@ -168,11 +169,8 @@ pub fn tail(added: &[(usize, f64)]) -> BlastTail {
             .filter(|(number, _)| *number == 1)
             .count(),
         p99_added_ms_later_inputs: math::percentile(&later, 99.0),
-        max_added_ms_later_inputs: max(&mut later.iter().copied()),
-        max_added_ms_first_inputs: max(&mut added
-            .iter()
-            .filter(|(number, _)| *number == 1)
-            .map(|(_, ms)| *ms)),
+        max_added_ms_later_inputs: later.iter().copied().reduce(f64::max),
+        max_added_ms_first_inputs: of_inputs(true).reduce(f64::max),
     }
 }
 
