@@ -426,6 +426,27 @@ fn coerce(schema: &Value, value: &mut Value, depth: usize) {
 /// declared property.
 fn coerce_object(schema: &Value, map: &mut Map<String, Value>, depth: usize) {
     let properties = schema.get("properties").and_then(Value::as_object);
+    // Nearly every call sends no null: skip the lists built to drop them
+    // (this runs before every call, and its cost grew with the schema).
+    if map.values().any(Value::is_null) {
+        drop_meaningless_nulls(schema, properties, map, depth);
+    }
+    if let Some(properties) = properties {
+        for (key, sub) in properties {
+            if let Some(v) = map.get_mut(key) {
+                coerce(sub, v, depth + 1);
+            }
+        }
+    }
+}
+
+/// The null-dropping half of [`coerce_object`].
+fn drop_meaningless_nulls(
+    schema: &Value,
+    properties: Option<&Map<String, Value>>,
+    map: &mut Map<String, Value>,
+    depth: usize,
+) {
     let required: Vec<&str> = schema
         .get("required")
         .and_then(Value::as_array)
@@ -448,13 +469,6 @@ fn coerce_object(schema: &Value, map: &mut Map<String, Value>, depth: usize) {
         .collect();
     for key in drop {
         map.remove(&key);
-    }
-    if let Some(properties) = properties {
-        for (key, sub) in properties {
-            if let Some(v) = map.get_mut(key) {
-                coerce(sub, v, depth + 1);
-            }
-        }
     }
 }
 
@@ -492,6 +506,12 @@ fn allows_null(schema: &Value, depth: usize) -> bool {
 /// `"true"`/`"false"` for booleans and numeric strings for numbers, only when
 /// the schema does not also accept a string.
 fn coerce_string(schema: &Value, s: &str) -> Option<Value> {
+    // Most strings are declared strings: answered without listing the types.
+    if let Some(Value::String(only)) = schema.get("type")
+        && only == "string"
+    {
+        return None;
+    }
     let types = plain_types(schema)?;
     if types.contains(&"string") {
         return None;
