@@ -252,32 +252,6 @@ async fn a_commit_on_the_pool_asks_for_a_checkpoint_where_sqlite_would() {
     assert_eq!(stored(&temp).len(), 3);
 }
 
-/// A checkpoint on the checkpointer's connection changes no data: the
-/// remembered histories (emptied whenever another connection commits)
-/// stay, and the next load parses nothing it already had.
-#[tokio::test]
-async fn a_checkpoint_keeps_the_remembered_histories() {
-    let temp = store("checkpoint-cache", Durability::Full);
-    let gate = temp.store.wal.hold_checkpoints();
-    append(&temp, &past_checkpoint_size()).await;
-    temp.store.load_session("s").unwrap();
-    append(&temp, "after").await;
-    let parsed = temp.store.read_stats().messages_parsed;
-    // The checkpoint runs between the load that filled the cache and the
-    // next one.
-    gate.started
-        .recv_timeout(Duration::from_secs(20))
-        .expect("no checkpoint started on the checkpointer");
-    gate.release.send(()).unwrap();
-    checkpoints_reach(&temp, 1).await;
-    assert_eq!(temp.store.load_session("s").unwrap().len(), 2);
-    assert_eq!(
-        temp.store.read_stats().messages_parsed,
-        parsed,
-        "the load parsed again what the cache held"
-    );
-}
-
 /// A checkpoint writes pages and syncs the database file: milliseconds,
 /// or far more on a home server's SD card. It runs on its own connection,
 /// so no commit and no load waits for it.
