@@ -230,6 +230,14 @@ impl Store {
         if self.give_up_lead() {
             self.spawn_leader();
         }
+        if self.wal.take_due() {
+            let store = Arc::clone(self);
+            tokio::spawn(async move {
+                if let Err(error) = store.call(Store::checkpoint_wal).await {
+                    tracing::debug!(%error, "a WAL checkpoint put off by a commit did not run");
+                }
+            });
+        }
         true
     }
 

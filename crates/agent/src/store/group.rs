@@ -394,8 +394,8 @@ impl Store {
     /// holds the leader's role on an async worker, when that cannot block:
     /// the connection is free and SQLite's write lock is had at once
     /// (another process holding it would otherwise stall the worker for up
-    /// to [`BUSY_TIMEOUT`](super::BUSY_TIMEOUT)). A checkpoint the commit
-    /// asks for runs elsewhere (`checkpoint.rs`). Only for
+    /// to [`BUSY_TIMEOUT`](super::BUSY_TIMEOUT)). WAL checkpoints are put
+    /// off meanwhile (`checkpoint.rs`). Only for
     /// [`Durability::Normal`](super::Durability::Normal), where a commit
     /// waits for no disk; see `Store::append_async`. False, with nothing
     /// taken from the queue, when it could not.
@@ -415,6 +415,7 @@ impl Store {
             return false;
         }
         let group = self.writes.drain();
+        let _deferring = self.wal.defer();
         self.commit_group(&mut conn, &group, Begin::Done);
         self.writes.inline.fetch_add(1, Ordering::Relaxed);
         true

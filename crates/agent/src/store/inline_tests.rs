@@ -1,5 +1,5 @@
 //! Commits made on the async caller's worker (`Store::commit_inline`) and
-//! the WAL checkpoints they ask for (`checkpoint.rs`).
+//! the WAL checkpoints they put off (`checkpoint.rs`).
 //!
 //! Each test runs on a current-thread runtime: the one thread is the
 //! worker, so anything that blocked it would stop every other task, and
@@ -195,82 +195,45 @@ fn past_checkpoint_size() -> String {
     "x".repeat(CHECKPOINT_PAGES as usize * 4096 + 4096)
 }
 
-/// Waits (up to 20 s) until the checkpointer has run `count` checkpoints.
-async fn checkpoints_reach(temp: &TempStore, count: u64) {
-    let started = Instant::now();
-    while temp.store.commit_places().checkpoints < count
-        && started.elapsed() < Duration::from_secs(20)
-    {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(temp.store.commit_places().checkpoints, count);
-}
-
-fn wal_len(temp: &TempStore) -> u64 {
-    let mut wal = temp.store.path().as_os_str().to_owned();
-    wal.push("-wal");
-    std::fs::metadata(wal).map_or(0, |m| m.len())
-}
-
 #[tokio::test]
-async fn a_checkpoint_due_after_a_commit_on_the_worker_runs_on_the_checkpointer() {
+async fn a_checkpoint_due_after_a_commit_on_the_worker_runs_on_the_pool() {
     let temp = store("inline-checkpoint", Durability::Normal);
     append(&temp, &past_checkpoint_size()).await;
-    // Nothing ran on the worker, and this task has not yielded since.
+    // Nothing ran on the worker: the checkpoint only waits for the pool,
+    // and this task has not yielded since.
     assert_eq!(
         temp.store.commit_places(),
         CommitPlaces {
             inline_commits: 1,
-            checkpoints_asked: 1,
+            checkpoints_deferred: 1,
             checkpoints: 0,
             inputs_opened_here: 0,
         }
     );
-    checkpoints_reach(&temp, 1).await;
+    let started = Instant::now();
+    while temp.store.commit_places().checkpoints == 0 && started.elapsed() < Duration::from_secs(20)
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(temp.store.commit_places().checkpoints, 1);
     assert_eq!(stored(&temp).len(), 1);
 }
 
 #[tokio::test]
-async fn a_commit_on_the_pool_asks_for_a_checkpoint_where_sqlite_would() {
+async fn a_commit_on_the_pool_checkpoints_as_sqlite_would() {
     let temp = store("pool-checkpoint", Durability::Full);
     append(&temp, "small").await;
-    assert_eq!(temp.store.commit_places().checkpoints_asked, 0);
-    append(&temp, &past_checkpoint_size()).await;
-    assert_eq!(temp.store.commit_places().checkpoints_asked, 1);
-    assert_eq!(temp.store.commit_places().inline_commits, 0);
-    checkpoints_reach(&temp, 1).await;
-    // The checkpoint moved every page into the database: the next commit
-    // starts the WAL over instead of growing it.
-    let before = wal_len(&temp);
-    assert!(before > u64::from(CHECKPOINT_PAGES.unsigned_abs()) * 4096);
-    append(&temp, "after").await;
-    assert_eq!(
-        wal_len(&temp),
-        before,
-        "the WAL grew: it was not checkpointed"
-    );
-    assert_eq!(stored(&temp).len(), 3);
-}
-
-/// A checkpoint writes pages and syncs the database file: milliseconds,
-/// or far more on a home server's SD card. It runs on its own connection,
-/// so no commit and no load waits for it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn commits_and_loads_go_on_while_a_checkpoint_runs() {
-    let temp = store("checkpoint-beside", Durability::Full);
-    let gate = temp.store.wal.hold_checkpoints();
-    append(&temp, &past_checkpoint_size()).await;
-    gate.started
-        .recv_timeout(Duration::from_secs(20))
-        .expect("no checkpoint started on the checkpointer");
-    // The checkpoint is held half way; the store goes on.
-    append(&temp, "during").await;
-    assert_eq!(stored(&temp).len(), 2);
-    let loaded = temp.store.load_session("s").unwrap();
-    assert_eq!(loaded.len(), 2);
     assert_eq!(temp.store.commit_places().checkpoints, 0);
-    gate.release.send(()).unwrap();
-    checkpoints_reach(&temp, 1).await;
+    append(&temp, &past_checkpoint_size()).await;
+    assert_eq!(
+        temp.store.commit_places(),
+        CommitPlaces {
+            inline_commits: 0,
+            checkpoints_deferred: 0,
+            checkpoints: 1,
+            inputs_opened_here: 0,
+        }
+    );
 }
 
 /// The connection held by another thread: opening an input does not wait
@@ -327,6 +290,41 @@ async fn with_other_inputs_running_commits_and_opens_go_to_the_pool() {
     assert_eq!(
         stored(&temp),
         [Message::user("alone"), Message::user("beside another")]
+    );
+}
+
+/// Checkpoints are put off only during a commit on the worker: none is
+/// handed to the pool when none was due, and a later commit on the pool
+/// checkpoints in the commit again.
+#[tokio::test]
+async fn after_a_commit_on_the_worker_the_pool_checkpoints_in_its_commit_again() {
+    let temp = store("inline-then-pool", Durability::Normal);
+    append(&temp, "small").await;
+    // Time for a checkpoint task, had one been started, to run.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        temp.store.commit_places(),
+        CommitPlaces {
+            inline_commits: 1,
+            checkpoints_deferred: 0,
+            checkpoints: 0,
+            inputs_opened_here: 0,
+        }
+    );
+    // Two inputs running: the next commit goes to the pool.
+    let _running = (
+        temp.store.claim_session("a").unwrap(),
+        temp.store.claim_session("b").unwrap(),
+    );
+    append(&temp, &past_checkpoint_size()).await;
+    assert_eq!(
+        temp.store.commit_places(),
+        CommitPlaces {
+            inline_commits: 1,
+            checkpoints_deferred: 0,
+            checkpoints: 1,
+            inputs_opened_here: 0,
+        }
     );
 }
 

@@ -55,8 +55,8 @@
 //! [`Durability::Normal`] a commit waits for no disk, so an async append
 //! commits right on its worker when the connection and SQLite's write lock
 //! are free at once (`Store::commit_inline`), saving the thread switches of
-//! a trip to the pool. WAL checkpoints run on a thread and a connection
-//! of their own, never inside a commit (`checkpoint.rs`). A worker never waits for a lock or a
+//! a trip to the pool; the WAL checkpoints such a commit would run are put
+//! off to the pool (`checkpoint.rs`). A worker never waits for a lock or a
 //! disk. An input's writes that nothing waits for yet (its user message,
 //! a batch's results) are held for a moment so that its next write can
 //! carry them in one commit (`held.rs`). The [`Store`] is
@@ -157,8 +157,7 @@ pub struct Store {
     /// Sessions claimed through this handle (`claim.rs`).
     claims: Arc<claim::ClaimTable>,
     /// When the WAL is checkpointed (`checkpoint.rs`); the connection's
-    /// WAL hook holds the other reference. After `conn`, so that the
-    /// checkpointer stops once the connection is closed.
+    /// WAL hook holds the other reference.
     wal: Arc<checkpoint::WalWatch>,
     /// Whether async callers' commits may run on their worker
     /// (`Store::commit_inline`): only when a commit waits for no disk.
@@ -207,7 +206,7 @@ impl Store {
             source,
         };
         let mut conn = Connection::open(path).map_err(open_failed)?;
-        let wal = Arc::new(checkpoint::WalWatch::new(path, durability));
+        let wal = Arc::new(checkpoint::WalWatch::default());
         configure(&mut conn, durability, Arc::clone(&wal)).map_err(open_failed)?;
         schema::migrate(&mut conn, path)?;
         tracing::debug!(path = %path.display(), "store opened");
@@ -324,10 +323,10 @@ fn configure(
     }
     conn.pragma_update(None, "synchronous", durability.pragma())?;
     conn.pragma_update(None, "foreign_keys", true)?;
-    // Replaces SQLite's automatic checkpoint, which would hold this
-    // connection while it runs (`checkpoint.rs`).
-    conn.wal_hook(Some(move |_: &mut rusqlite::hooks::Wal, pages| {
-        wal.after_commit(pages);
+    // Replaces SQLite's automatic checkpoint, which would run inside a
+    // commit made on an async worker (`checkpoint.rs`).
+    conn.wal_hook(Some(move |log: &mut rusqlite::hooks::Wal, pages| {
+        wal.after_commit(log, pages);
         Ok(())
     }))?;
     Ok(())
