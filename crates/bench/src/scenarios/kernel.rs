@@ -20,7 +20,9 @@ use super::{Progress, outcome};
 pub const WARMUP: usize = 3;
 
 /// Median overhead per input for each batch size; per call from the
-/// difference to the first size.
+/// difference to the first size. The sizes take turns round by round
+/// ([`schedule`]); each input's CPU and context switches are counted
+/// around it and summed per size.
 pub async fn overhead(
     stack: &Stack,
     sizes: &[usize],
@@ -30,29 +32,39 @@ pub async fn overhead(
 ) -> Result<Vec<OverheadRow>, BenchError> {
     let agent = AgentClient::new(&stack.serve_url, None)?;
     let mock = MockClient::new(&stack.mock_url)?;
-    let mut rows: Vec<OverheadRow> = Vec::new();
+    progress.message(format!("kernel overhead, N = {sizes:?} in turn"));
     for &n in sizes {
-        progress.message(format!("kernel overhead, N = {n}"));
         for w in 0..WARMUP {
             agent.send(None, &format!("!batch{n}-warm{w}-{run}")).await;
             progress.inc();
         }
-        mock.clear().await?;
-        let mut sent = Vec::new();
+    }
+    mock.clear().await?;
+    let mut measured: Vec<Measured> = sizes.iter().map(|_| Measured::default()).collect();
+    for (round, n) in schedule(sizes, rounds) {
+        let Some(slot) = sizes.iter().position(|&size| size == n) else {
+            continue;
+        };
+        let text = format!("!batch{n}-ov{n}-r{round}-{run}");
         let switches_before = context_switches(stack.serve_pid);
         let cpu_before = cpu_ns(stack.serve_pid);
-        for round in 1..=rounds {
-            let text = format!("!batch{n}-ov{n}-r{round}-{run}");
-            let reply = agent.send(None, &text).await;
-            progress.inc();
-            sent.push((text, reply));
-        }
-        let switches_after = context_switches(stack.serve_pid);
-        let cpu_after = cpu_ns(stack.serve_pid);
-        let log = mock.inputs().await?;
+        let reply = agent.send(None, &text).await;
+        let counted = &mut measured[slot];
+        counted.switches = add_delta(
+            counted.switches,
+            switches_before,
+            context_switches(stack.serve_pid),
+        );
+        counted.cpu_ns = add_delta(counted.cpu_ns, cpu_before, cpu_ns(stack.serve_pid));
+        counted.sent.push((text, reply));
+        progress.inc();
+    }
+    let log = mock.inputs().await?;
+    let mut rows: Vec<OverheadRow> = Vec::new();
+    for (&n, measured) in sizes.iter().zip(measured) {
         let mut problems = Vec::new();
         let (mut overheads, mut replies, mut mocks) = (Vec::new(), Vec::new(), Vec::new());
-        for (round, (text, reply)) in sent.iter().enumerate() {
+        for (round, (text, reply)) in measured.sent.iter().enumerate() {
             let o = outcome(text, reply, &log);
             problems.extend(
                 o.problems(n as u64)
@@ -75,13 +87,44 @@ pub async fn overhead(
             per_call_us,
             median_reply_us: math::median(&replies).unwrap_or(0.0),
             median_mock_us: math::median(&mocks).unwrap_or(0.0),
-            switches_per_input: math::per_round(switches_before, switches_after, rounds),
-            cpu_us_per_input: math::us_per_round(cpu_before, cpu_after, rounds),
+            switches_per_input: math::per_round(Some(0), measured.switches, rounds),
+            cpu_us_per_input: math::us_per_round(Some(0), measured.cpu_ns, rounds),
             status: status_of(&problems),
             problems,
         });
     }
     Ok(rows)
+}
+
+/// What one size's inputs were sent and cost.
+struct Measured {
+    sent: Vec<(String, crate::client::Reply)>,
+    /// Summed over the inputs; `None` once `/proc` could not tell.
+    switches: Option<u64>,
+    cpu_ns: Option<u64>,
+}
+
+impl Default for Measured {
+    fn default() -> Measured {
+        Measured {
+            sent: Vec::new(),
+            switches: Some(0),
+            cpu_ns: Some(0),
+        }
+    }
+}
+
+/// `total` plus `after - before`; `None` from the first unknown on.
+fn add_delta(total: Option<u64>, before: Option<u64>, after: Option<u64>) -> Option<u64> {
+    Some(total? + after?.saturating_sub(before?))
+}
+
+/// The order of the measured inputs: `(round, size)`, every size once per
+/// round, in the order given.
+fn schedule(sizes: &[usize], rounds: usize) -> Vec<(usize, usize)> {
+    (1..=rounds)
+        .flat_map(|round| sizes.iter().map(move |&n| (round, n)))
+        .collect()
 }
 
 /// The agent's RSS idle, then after `sessions` sessions with one finished
@@ -148,4 +191,43 @@ pub async fn memory(
         status: status_of(&problems),
         problems,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every round sends one input of each size before the next round
+    /// starts: a slow spell of the machine falls on all sizes alike
+    /// instead of on one size's block, and the per-call figure (a
+    /// difference of two sizes' medians) does not swing with it.
+    #[test]
+    fn the_rounds_take_the_sizes_in_turn() {
+        let order = schedule(&[1, 8, 64], 3);
+        assert_eq!(
+            order,
+            [
+                (1, 1),
+                (1, 8),
+                (1, 64),
+                (2, 1),
+                (2, 8),
+                (2, 64),
+                (3, 1),
+                (3, 8),
+                (3, 64)
+            ]
+        );
+        assert!(schedule(&[1, 8], 0).is_empty());
+    }
+
+    #[test]
+    fn a_count_is_summed_over_the_inputs_until_proc_cannot_tell() {
+        let total = add_delta(Some(0), Some(10), Some(15));
+        assert_eq!(total, Some(5));
+        assert_eq!(add_delta(total, Some(100), Some(103)), Some(8));
+        let lost = add_delta(Some(8), None, Some(3));
+        assert_eq!(lost, None);
+        assert_eq!(add_delta(lost, Some(1), Some(2)), None, "stays unknown");
+    }
 }
