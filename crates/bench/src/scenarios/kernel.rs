@@ -21,7 +21,7 @@ pub const WARMUP: usize = 3;
 
 /// Median overhead per input for each batch size; per call from the
 /// difference to the first size. The sizes take turns round by round
-/// ([`schedule`]); each input's CPU and context switches are counted
+/// (`schedule`); each input's CPU and context switches are counted
 /// around it and summed per size.
 pub async fn overhead(
     stack: &Stack,
