@@ -743,6 +743,35 @@ mod tests {
         assert_eq!(err.field.as_deref(), Some("count"));
     }
 
+    /// Coercion walks schema and arguments together by recursion, so it
+    /// stops at `MAX_DEPTH` levels: what lies deeper is left as sent (and
+    /// validated as sent).
+    #[test]
+    fn coercion_stops_at_the_depth_limit() {
+        fn nested(levels: usize, leaf_schema: Value, leaf: Value) -> (Value, Value) {
+            let mut schema = json!({"type": "object", "properties": {"n": leaf_schema}});
+            let mut args = json!({"n": leaf});
+            for _ in 0..levels {
+                schema = json!({"type": "object", "properties": {"a": schema}});
+                args = json!({"a": args});
+            }
+            (schema, args)
+        }
+        let leaf = |args: &Value, levels: usize| {
+            let mut at = args;
+            for _ in 0..levels {
+                at = &at["a"];
+            }
+            at["n"].clone()
+        };
+        let (schema, mut shallow) = nested(10, json!({"type": "integer"}), json!("5"));
+        coerce(&schema, &mut shallow, 0);
+        assert_eq!(leaf(&shallow, 10), json!(5));
+        let (schema, mut deep) = nested(MAX_DEPTH + 5, json!({"type": "integer"}), json!("5"));
+        coerce(&schema, &mut deep, 0);
+        assert_eq!(leaf(&deep, MAX_DEPTH + 5), json!("5"));
+    }
+
     #[test]
     fn lenient_forms_are_coerced_in_place() {
         let (warnings, args) = pass(
