@@ -21,8 +21,9 @@ pub const WARMUP: usize = 3;
 
 /// Median overhead per input for each batch size; per call from the
 /// difference to the first size. The sizes take turns round by round
-/// (`schedule`); each input's CPU and context switches are counted
-/// around it and summed per size.
+/// (`schedule`); serve's CPU and context switches from one input's send to
+/// the next one's are that input's (`charge`), summed per size, so work
+/// serve does after a reply is counted too.
 pub async fn overhead(
     stack: &Stack,
     sizes: &[usize],
@@ -40,29 +41,26 @@ pub async fn overhead(
         }
     }
     mock.clear().await?;
-    let mut measured: Vec<Measured> = sizes.iter().map(|_| Measured::default()).collect();
+    let mut sent: Vec<Vec<(String, crate::client::Reply)>> = vec![Vec::new(); sizes.len()];
+    let (mut switches, mut cpu) = (Vec::new(), Vec::new());
     for (round, slot) in schedule(sizes.len(), rounds) {
         let n = sizes[slot];
         let text = format!("!batch{n}-ov{n}-r{round}-{run}");
-        let switches_before = context_switches(stack.serve_pid);
-        let cpu_before = cpu_ns(stack.serve_pid);
+        switches.push((slot, context_switches(stack.serve_pid)));
+        cpu.push((slot, cpu_ns(stack.serve_pid)));
         let reply = agent.send(None, &text).await;
-        let counted = &mut measured[slot];
-        counted.switches = add_delta(
-            counted.switches,
-            switches_before,
-            context_switches(stack.serve_pid),
-        );
-        counted.cpu_ns = add_delta(counted.cpu_ns, cpu_before, cpu_ns(stack.serve_pid));
-        counted.sent.push((text, reply));
+        sent[slot].push((text, reply));
         progress.inc();
     }
+    // After this round trip the last input's work is done too.
     let log = mock.inputs().await?;
+    let switches = charge(sizes.len(), &switches, context_switches(stack.serve_pid));
+    let cpu = charge(sizes.len(), &cpu, cpu_ns(stack.serve_pid));
     let mut rows: Vec<OverheadRow> = Vec::new();
-    for (&n, measured) in sizes.iter().zip(measured) {
+    for (((&n, sent), switches), cpu_ns) in sizes.iter().zip(sent).zip(switches).zip(cpu) {
         let mut problems = Vec::new();
         let (mut overheads, mut replies, mut mocks) = (Vec::new(), Vec::new(), Vec::new());
-        for (round, (text, reply)) in measured.sent.iter().enumerate() {
+        for (round, (text, reply)) in sent.iter().enumerate() {
             let o = outcome(text, reply, &log);
             problems.extend(
                 o.problems(n as u64)
@@ -85,8 +83,8 @@ pub async fn overhead(
             per_call_us,
             median_reply_us: math::median(&replies).unwrap_or(0.0),
             median_mock_us: math::median(&mocks).unwrap_or(0.0),
-            switches_per_input: math::per_round(Some(0), measured.switches, rounds),
-            cpu_us_per_input: math::us_per_round(Some(0), measured.cpu_ns, rounds),
+            switches_per_input: math::per_round(Some(0), switches, rounds),
+            cpu_us_per_input: math::us_per_round(Some(0), cpu_ns, rounds),
             status: status_of(&problems),
             problems,
         });
@@ -94,22 +92,19 @@ pub async fn overhead(
     Ok(rows)
 }
 
-/// What one size's inputs were sent and cost.
-struct Measured {
-    sent: Vec<(String, crate::client::Reply)>,
-    /// Summed over the inputs; `None` once `/proc` could not tell.
-    switches: Option<u64>,
-    cpu_ns: Option<u64>,
-}
-
-impl Default for Measured {
-    fn default() -> Measured {
-        Measured {
-            sent: Vec::new(),
-            switches: Some(0),
-            cpu_ns: Some(0),
+/// Splits a counter among the sizes: each reading, taken as an input of
+/// size `slot` was sent, charges that size with what the counter grew
+/// until the next reading (`end` after the last). A size whose window
+/// starts or ends at a reading `/proc` could not give is `None`.
+fn charge(sizes: usize, readings: &[(usize, Option<u64>)], end: Option<u64>) -> Vec<Option<u64>> {
+    let mut totals = vec![Some(0); sizes];
+    let nexts = readings.iter().skip(1).map(|&(_, at)| at).chain([end]);
+    for (&(slot, at), next) in readings.iter().zip(nexts) {
+        if let Some(total) = totals.get_mut(slot) {
+            *total = add_delta(*total, at, next);
         }
     }
+    totals
 }
 
 /// `total` plus `after - before`; `None` from the first unknown on.
@@ -217,6 +212,21 @@ mod tests {
             ]
         );
         assert!(schedule(2, 0).is_empty());
+    }
+
+    /// Each input is charged with what serve did from its send to the
+    /// next send (its reply, and any work after it), the last one up to
+    /// the end.
+    #[test]
+    fn each_input_is_charged_until_the_next_one_is_sent() {
+        let readings = [(0, Some(10)), (1, Some(15)), (0, Some(30)), (1, Some(32))];
+        assert_eq!(charge(2, &readings, Some(40)), [Some(5 + 2), Some(15 + 8)]);
+        // A missing reading leaves both windows it bounds unknown.
+        let lost = [(0, Some(10)), (1, None), (0, Some(30)), (1, Some(33))];
+        assert_eq!(charge(2, &lost, Some(40)), [None, None]);
+        let last_lost = [(0, Some(10)), (1, Some(12))];
+        assert_eq!(charge(2, &last_lost, None), [Some(2), None]);
+        assert_eq!(charge(2, &[], Some(5)), [Some(0), Some(0)]);
     }
 
     #[test]
