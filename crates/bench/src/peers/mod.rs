@@ -292,10 +292,14 @@ pub async fn overhead(
 ) -> Result<(), BenchError> {
     let framework = report.kind;
     let id = framework.id();
-    let texts: Vec<String> = sizes
+    // The sizes in turn, as HomeAgent's own rounds run.
+    let order = crate::scenarios::kernel::schedule(sizes.len(), rounds);
+    let texts: Vec<String> = order
         .iter()
-        .flat_map(|n| (1..=rounds).map(move |r| (n, r)))
-        .map(|(n, r)| format!("!batch{n}-{id}-ov{n}-r{r}-{run}"))
+        .map(|&(r, slot)| {
+            let n = sizes[slot];
+            format!("!batch{n}-{id}-ov{n}-r{r}-{run}")
+        })
         .collect();
     let result = match run_driver(
         &env.python,
@@ -313,14 +317,13 @@ pub async fn overhead(
     report.version.get_or_insert(result.version.clone());
     report.python.get_or_insert(result.python.clone());
     let all = outcomes(stack, &result.replies).await?;
-    let per_size: Vec<(usize, Vec<InputOutcome>)> = sizes
-        .iter()
-        .enumerate()
-        .map(|(i, &n)| {
-            let slice = all.get(i * rounds..(i + 1) * rounds).unwrap_or_default();
-            (n, slice.iter().map(|(o, _)| o.clone()).collect())
-        })
-        .collect();
+    let mut per_size: Vec<(usize, Vec<InputOutcome>)> =
+        sizes.iter().map(|&n| (n, Vec::new())).collect();
+    for (&(_, slot), (outcome, _)) in order.iter().zip(&all) {
+        if let Some((_, outcomes)) = per_size.get_mut(slot) {
+            outcomes.push(outcome.clone());
+        }
+    }
     report.overhead = overhead_rows(&per_size, homeagent);
     Ok(())
 }

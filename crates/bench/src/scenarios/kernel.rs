@@ -113,8 +113,9 @@ fn add_delta(total: Option<u64>, before: Option<u64>, after: Option<u64>) -> Opt
 }
 
 /// The order of the measured inputs: `(round, size's index)`, every one
-/// of `sizes` sizes once per round, in order.
-fn schedule(sizes: usize, rounds: usize) -> Vec<(usize, usize)> {
+/// of `sizes` sizes once per round, in order. The peers' drivers send
+/// theirs in the same order (`peers::overhead`).
+pub(crate) fn schedule(sizes: usize, rounds: usize) -> Vec<(usize, usize)> {
     (1..=rounds)
         .flat_map(|round| (0..sizes).map(move |slot| (round, slot)))
         .collect()
