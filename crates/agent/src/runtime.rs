@@ -452,7 +452,8 @@ impl Runtime {
                     usage,
                 });
             }
-            last_text.clone_from(&turn.text);
+            let (message, argument_errors) = turn.into_message();
+            last_text.clone_from(&message.content);
             batches += 1;
             let mut extras = Map::new();
             extras.insert(AGENT_EXTRA.into(), Value::String(input.agent.clone()));
@@ -470,9 +471,10 @@ impl Runtime {
             // results: a crash forgets only calls that did nothing, and a
             // quick batch saves a commit (with `sync = "full"`, an fsync)
             // before it runs. A slow one finds them committed by the hold.
-            let assistant = Message::Assistant(turn.message());
+            let changes_nothing = self.changes_nothing(&executor, &message.tool_calls);
+            let assistant = Message::Assistant(message);
             let calls = std::slice::from_ref(&assistant);
-            let (json_bytes, held_calls) = if self.changes_nothing(&executor, &turn.calls) {
+            let (json_bytes, held_calls) = if changes_nothing {
                 let held = self
                     .store
                     .hold_after(pending.take(), &input.session, calls)
@@ -487,10 +489,17 @@ impl Runtime {
                     .map_err(store_frame)?;
                 (appended.json_bytes.first().copied(), None)
             };
+            // The calls run from the message that took them, which then
+            // joins the history: only the outcomes are wanted, and their
+            // strings move into the results.
+            let tool_calls = match &assistant {
+                Message::Assistant(message) => message.tool_calls.as_slice(),
+                _ => &[],
+            };
+            let (_, outcomes) = executor
+                .run_message_calls(tool_calls, &argument_errors, &batch)
+                .await;
             history.push_stored(assistant, json_bytes);
-            // The assistant message is already in the history: only the
-            // outcomes are wanted, and their strings move into the results.
-            let (_, outcomes) = executor.run_calls(&turn, &batch).await;
             let results: Vec<Message> = outcomes
                 .into_iter()
                 .map(|outcome| Message::Tool(outcome.into_message()))
@@ -514,13 +523,9 @@ impl Runtime {
     /// hook of `executor`: one the agent does not know (a misspelled name)
     /// might be anything, and a hook is the user's command, which may have
     /// effects of its own.
-    fn changes_nothing(
-        &self,
-        executor: &Executor,
-        calls: &[homeagent_core::AssembledCall],
-    ) -> bool {
+    fn changes_nothing(&self, executor: &Executor, calls: &[homeagent_core::ToolCall]) -> bool {
         calls.iter().all(|call| {
-            let name = &call.call.name;
+            let name = &call.name;
             !executor.hooks_see(name)
                 && self.tools.definition(name).is_some_and(|def| def.read_only)
         })

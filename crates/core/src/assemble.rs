@@ -79,6 +79,47 @@ impl AssembledTurn {
             tool_calls: self.calls.iter().map(|c| c.call.clone()).collect(),
         }
     }
+
+    /// The same message as [`AssembledTurn::message`], made by moving the
+    /// turn's parts instead of copying them, and the argument errors its
+    /// calls still need: run them with [`crate::Executor::run_message_calls`].
+    /// For a caller that stores and replays the message and runs its calls,
+    /// as the agent loop does, this saves a copy of every call.
+    pub fn into_message(self) -> (AssistantMessage, ArgumentErrors) {
+        let mut errors = Vec::new();
+        let tool_calls = self
+            .calls
+            .into_iter()
+            .enumerate()
+            .map(|(position, call)| {
+                if let Some(error) = call.argument_error {
+                    errors.push((position, error));
+                }
+                call.call
+            })
+            .collect();
+        let message = AssistantMessage {
+            content: self.text,
+            reasoning: self.reasoning,
+            tool_calls,
+        };
+        (message, ArgumentErrors(errors))
+    }
+}
+
+/// The argument errors of a turn's calls, by their position in the turn,
+/// kept beside the assistant message that took the calls
+/// ([`AssembledTurn::into_message`]). Usually empty.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ArgumentErrors(Vec<(usize, ToolError)>);
+
+impl ArgumentErrors {
+    /// The error of the call at `position`, which must not run, if any.
+    pub fn get(&self, position: usize) -> Option<&ToolError> {
+        // Pushed in ascending position by `into_message`.
+        let found = self.0.binary_search_by_key(&position, |(at, _)| *at);
+        found.ok().map(|index| &self.0[index].1)
+    }
 }
 
 #[derive(Debug)]

@@ -19,11 +19,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::assemble::{AssembledCall, AssembledTurn};
+use crate::assemble::{ArgumentErrors, AssembledCall, AssembledTurn};
 use crate::call_notes::CallNotes;
 use crate::event::{EventSink, ToolEvent};
 use crate::hooks::{CallInfo, HookFuture, PostToolHook, PreDecision, PreToolHook};
-use crate::message::{AssistantMessage, Message, ToolMessage};
+use crate::message::{AssistantMessage, Message, ToolCall, ToolMessage};
 use crate::outcome::{ErrorReason, ToolError, ToolOutcome, append_warnings, cap_text};
 use crate::registry::{ToolContext, ToolSource};
 use crate::tool::ToolDef;
@@ -113,6 +113,14 @@ impl BatchResult {
     }
 }
 
+/// One call to run, borrowed from a turn or from the assistant message that
+/// took the turn's calls, with the reason it must not run, if any.
+#[derive(Debug, Clone, Copy)]
+struct CallRef<'a> {
+    call: &'a ToolCall,
+    argument_error: Option<&'a ToolError>,
+}
+
 /// Runs batches of tool calls against a [`ToolSource`].
 #[derive(Clone)]
 pub struct Executor {
@@ -192,10 +200,16 @@ impl Executor {
     /// Decides how a turn's calls will run. Calls whose arguments failed to
     /// parse never run, so they do not constrain the others.
     pub fn plan(&self, calls: &[AssembledCall]) -> BatchMode {
-        let runnable: Vec<&AssembledCall> = calls
-            .iter()
-            .filter(|c| c.argument_error.is_none())
-            .collect();
+        self.plan_runnable(
+            calls
+                .iter()
+                .filter(|c| c.argument_error.is_none())
+                .map(|c| &c.call),
+        )
+    }
+
+    fn plan_runnable<'a>(&self, runnable: impl Iterator<Item = &'a ToolCall>) -> BatchMode {
+        let runnable: Vec<&ToolCall> = runnable.collect();
         let serial = |reason| BatchMode::Serial { reason };
         if runnable.len() <= 1 {
             return serial(SerialReason::SingleCall);
@@ -205,14 +219,14 @@ impl Executor {
         }
         let mut keys = std::collections::HashSet::new();
         for c in runnable {
-            let tool = c.call.name.clone();
-            let Some(def) = self.inner.source.definition(&c.call.name) else {
+            let tool = c.name.clone();
+            let Some(def) = self.inner.source.definition(&c.name) else {
                 return serial(SerialReason::UnknownTool { tool });
             };
             if !self.tool_runs_in_parallel(&def) {
                 return serial(SerialReason::NotParallelSafe { tool });
             }
-            match def.order_key_for(&c.call.arguments) {
+            match def.order_key_for(&c.arguments) {
                 Err(()) => return serial(SerialReason::MissingOrderKey { tool }),
                 Ok(Some(key)) => {
                     if !keys.insert(key.clone()) {
@@ -247,28 +261,57 @@ impl Executor {
         batch: &BatchContext,
     ) -> (BatchMode, Vec<ToolOutcome>) {
         let mode = self.plan(&turn.calls);
+        let calls = turn.calls.iter().map(|c| CallRef {
+            call: &c.call,
+            argument_error: c.argument_error.as_ref(),
+        });
         let parallel = mode == BatchMode::Parallel;
-        let size = turn.calls.len();
-        let outcomes = if parallel {
-            futures_util::future::join_all(
-                turn.calls
-                    .iter()
-                    .map(|c| self.run_one(c, batch, size, true)),
-            )
-            .await
+        (mode, self.run_planned(parallel, calls, batch).await)
+    }
+
+    /// [`Executor::run_calls`] for a turn moved into its assistant message
+    /// ([`AssembledTurn::into_message`]): `calls` are the message's, and
+    /// `errors` the argument errors that came with it.
+    pub async fn run_message_calls(
+        &self,
+        calls: &[ToolCall],
+        errors: &ArgumentErrors,
+        batch: &BatchContext,
+    ) -> (BatchMode, Vec<ToolOutcome>) {
+        let refs = calls.iter().enumerate().map(|(position, call)| CallRef {
+            call,
+            argument_error: errors.get(position),
+        });
+        let mode = self.plan_runnable(
+            refs.clone()
+                .filter(|c| c.argument_error.is_none())
+                .map(|c| c.call),
+        );
+        let parallel = mode == BatchMode::Parallel;
+        (mode, self.run_planned(parallel, refs, batch).await)
+    }
+
+    async fn run_planned<'a>(
+        &self,
+        parallel: bool,
+        calls: impl ExactSizeIterator<Item = CallRef<'a>>,
+        batch: &BatchContext,
+    ) -> Vec<ToolOutcome> {
+        let size = calls.len();
+        if parallel {
+            futures_util::future::join_all(calls.map(|c| self.run_one(c, batch, size, true))).await
         } else {
             let mut outcomes = Vec::with_capacity(size);
-            for c in &turn.calls {
+            for c in calls {
                 outcomes.push(self.run_one(c, batch, size, false).await);
             }
             outcomes
-        };
-        (mode, outcomes)
+        }
     }
 
     async fn run_one(
         &self,
-        call: &AssembledCall,
+        call: CallRef<'_>,
         batch: &BatchContext,
         batch_size: usize,
         parallel: bool,
@@ -316,7 +359,7 @@ impl Executor {
 
     /// Runs one call inside its own notes scope (see [`crate::call_notes`])
     /// and moves the notes' warnings onto the outcome, first to last.
-    async fn execute(&self, call: &AssembledCall, batch: &BatchContext) -> ToolOutcome {
+    async fn execute(&self, call: CallRef<'_>, batch: &BatchContext) -> ToolOutcome {
         let notes = CallNotes::default();
         let mut outcome = notes.scope(self.execute_noted(call, batch, &notes)).await;
         let mut warnings = notes.take_warnings();
@@ -327,14 +370,14 @@ impl Executor {
 
     async fn execute_noted(
         &self,
-        call: &AssembledCall,
+        call: CallRef<'_>,
         batch: &BatchContext,
         notes: &CallNotes,
     ) -> ToolOutcome {
         let id = call.call.id.as_str();
         let name = call.call.name.as_str();
         let fail = |error: ToolError| ToolOutcome::failure(id, name, error);
-        if let Some(error) = &call.argument_error {
+        if let Some(error) = call.argument_error {
             return fail(error.clone());
         }
         if batch.cancel.is_cancelled() {

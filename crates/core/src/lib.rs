@@ -29,7 +29,7 @@ pub mod stream;
 pub mod tool;
 pub mod validate;
 
-pub use assemble::{AssembledCall, AssembledTurn, Diagnostic, StreamAssembler};
+pub use assemble::{ArgumentErrors, AssembledCall, AssembledTurn, Diagnostic, StreamAssembler};
 pub use batch::{BatchContext, BatchMode, BatchResult, Executor, ExecutorOptions, SerialReason};
 pub use event::{EventSink, ToolEvent};
 pub use hooks::{CallInfo, PostToolHook, PreDecision, PreToolHook};

@@ -1077,3 +1077,60 @@ async fn a_rewrite_for_a_tool_without_definition_must_still_be_an_object() {
         .await;
     assert_eq!(result.outcomes[0].value, json!({"y": 2}));
 }
+
+/// The agent loop moves a turn's calls into its assistant message and runs
+/// them from there: the argument errors travel beside the message, so a
+/// truncated call is still answered with its error and never run, and every
+/// outcome matches what running the turn itself gives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_turn_moved_into_its_message_runs_exactly_as_the_turn() {
+    let gauge = Arc::new(Gauge::default());
+    let reg = Registry::new();
+    sleeper(&reg, "t", &gauge, true);
+    let exec = executor(reg);
+    let mut truncated = call("cut", "t", json!({}));
+    truncated.argument_error = Some(ToolError::new(ErrorReason::Truncated, "cut off"));
+    let calls = vec![
+        call("first", "t", json!({"ms": 1})),
+        truncated,
+        call("third", "t", json!({"ms": 2})),
+        call("missing", "no_such_tool", json!({})),
+    ];
+    let whole = turn("working", calls);
+    let expected_message = whole.message();
+    let (expected_mode, expected) = exec.run_calls(&whole, &BatchContext::default()).await;
+    assert_eq!(
+        gauge.invoked(),
+        2,
+        "the turn itself runs the two good calls"
+    );
+
+    let (message, errors) = whole.into_message();
+    assert_eq!(message, expected_message);
+    let (mode, outcomes) = exec
+        .run_message_calls(&message.tool_calls, &errors, &BatchContext::default())
+        .await;
+    assert_eq!(
+        gauge.invoked(),
+        4,
+        "the cut call never runs from the message either"
+    );
+    assert_eq!(mode, expected_mode);
+    let seen = |o: &[ToolOutcome]| -> Vec<(String, bool, Option<ErrorReason>, String)> {
+        o.iter()
+            .map(|o| {
+                let reason = o.error.as_ref().map(|e| e.reason);
+                (o.call_id.clone(), o.success, reason, o.text.clone())
+            })
+            .collect()
+    };
+    assert_eq!(seen(&outcomes), seen(&expected));
+    assert_eq!(
+        outcomes[1].error.as_ref().map(|e| e.reason),
+        Some(ErrorReason::Truncated)
+    );
+    assert_eq!(
+        outcomes[3].error.as_ref().map(|e| e.reason),
+        Some(ErrorReason::NotFound)
+    );
+}
