@@ -3,6 +3,8 @@
 
 use super::*;
 use homeagent_core::WaitForCancellationFutureOwned;
+use http_body::Body as _;
+use std::future::Future as _;
 
 /// The events of one streamed response, in wire order.
 ///
@@ -53,9 +55,14 @@ impl Stream for EventStream {
 
 /// Reads a streamed body: bytes → frames → events, one network read at a
 /// time, and decides how the stream ended.
+///
+/// A [`Stream`] polled by hand, not an `async fn` turned into one: every
+/// event of a turn passes through here (two or three for each tool call),
+/// and a stream made with `unfold` built a fresh future and moved the
+/// whole reader into and out of it for each of them.
 pub(super) struct BodyReader {
     /// `None` once reading is over: dropping it drops the connection.
-    pub(super) response: Option<reqwest::Response>,
+    pub(super) body: Option<reqwest::Body>,
     pub(super) frames: FrameReader,
     pub(super) decoder: Box<dyn StreamDecoder>,
     pub(super) has_end_marker: bool,
@@ -72,31 +79,37 @@ pub(super) struct BodyReader {
     pub(super) finished: bool,
 }
 
-impl BodyReader {
-    pub(super) async fn next(&mut self) -> Option<Result<StreamEvent, ProviderError>> {
+impl Stream for BodyReader {
+    type Item = Result<StreamEvent, ProviderError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
         loop {
-            if let Some(event) = self.events.pop_front() {
-                return Some(Ok(event));
+            if let Some(event) = this.events.pop_front() {
+                return Poll::Ready(Some(Ok(event)));
             }
-            if let Some(error) = self.error.take() {
-                return Some(Err(error));
+            if let Some(error) = this.error.take() {
+                return Poll::Ready(Some(Err(error)));
             }
-            if self.ended {
-                return None;
+            if this.ended {
+                return Poll::Ready(None);
             }
-            self.advance().await;
+            let Some(body) = this.body.as_mut() else {
+                this.ended = true;
+                continue;
+            };
+            let read = std::task::ready!(this.watch.poll_chunk(body, cx));
+            this.absorb(read);
         }
     }
+}
 
-    /// Reads one piece of the body and decodes what it completes. Sets
-    /// `ended` (and maybe `error`) when the stream is over.
-    async fn advance(&mut self) {
-        let Some(response) = self.response.as_mut() else {
-            self.ended = true;
-            return;
-        };
+impl BodyReader {
+    /// Decodes what one read of the body completes. Sets `ended` (and
+    /// maybe `error`) when the stream is over.
+    fn absorb(&mut self, read: Result<Option<Bytes>, ProviderError>) {
         let mut frames = std::mem::take(&mut self.frame_buf);
-        let body_ended = match self.watch.next_chunk(response).await {
+        let body_ended = match read {
             Ok(Some(bytes)) => {
                 self.frames.feed(&bytes, &mut frames);
                 false
@@ -172,7 +185,7 @@ impl BodyReader {
     /// Ends reading: drops the connection, and queues `error` after the
     /// events already decoded.
     fn stop(&mut self, error: Option<ProviderError>) {
-        self.response = None;
+        self.body = None;
         self.ended = true;
         tracing::debug!(
             protocol = self.protocol.as_str(),
@@ -213,32 +226,51 @@ impl BodyWatch {
         }
     }
 
-    /// The next piece of `response`'s body (`None` at its end), or the
-    /// error that stops reading it: cancelled, silent for the idle
-    /// timeout since the last piece, or broken.
+    /// The next piece of `body` (`None` at its end), or the error that
+    /// stops reading it: cancelled, silent for the idle timeout since the
+    /// last piece, or broken.
     pub(super) async fn next_chunk(
         &mut self,
-        response: &mut reqwest::Response,
+        body: &mut reqwest::Body,
     ) -> Result<Option<Bytes>, ProviderError> {
+        std::future::poll_fn(|cx| self.poll_chunk(body, cx)).await
+    }
+
+    /// [`BodyWatch::next_chunk`], polled: the cancel token first, then
+    /// the body, then the timer.
+    pub(super) fn poll_chunk(
+        &mut self,
+        body: &mut reqwest::Body,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Option<Bytes>, ProviderError>> {
+        if self.cancelled.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(Err(ProviderError::Cancelled));
+        }
         loop {
-            tokio::select! {
-                biased;
-                () = self.cancelled.as_mut() => return Err(ProviderError::Cancelled),
-                read = response.chunk() => {
-                    self.last_piece = tokio::time::Instant::now();
-                    return read.map_err(|err| ProviderError::Cut {
-                        detail: format!("the connection broke mid-body: {}", describe(&err)),
-                    });
-                }
-                () = self.timer.as_mut() => {
-                    let due = deadline(self.last_piece, self.idle);
-                    if tokio::time::Instant::now() >= due {
-                        return Err(ProviderError::IdleTimeout { after: self.idle });
-                    }
-                    // A piece came since the timer was set.
-                    self.timer.as_mut().reset(due);
-                }
+            let read = match Pin::new(&mut *body).poll_frame(cx) {
+                Poll::Pending => break,
+                Poll::Ready(None) => Ok(None),
+                Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
+                    Ok(bytes) => Ok(Some(bytes)),
+                    // Trailers: not a piece of the body (as reqwest's
+                    // own `chunk` treats them).
+                    Err(_) => continue,
+                },
+                Poll::Ready(Some(Err(err))) => Err(ProviderError::Cut {
+                    detail: format!("the connection broke mid-body: {}", describe(&err)),
+                }),
+            };
+            self.last_piece = tokio::time::Instant::now();
+            return Poll::Ready(read);
+        }
+        loop {
+            std::task::ready!(self.timer.as_mut().poll(cx));
+            let due = deadline(self.last_piece, self.idle);
+            if tokio::time::Instant::now() >= due {
+                return Poll::Ready(Err(ProviderError::IdleTimeout { after: self.idle }));
             }
+            // A piece came since the timer was set.
+            self.timer.as_mut().reset(due);
         }
     }
 }

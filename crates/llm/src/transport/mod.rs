@@ -208,7 +208,7 @@ impl HttpProvider {
         let request = with_stream(request, true);
         let response = self.send(&request, &cancel).await?;
         let reader = BodyReader {
-            response: Some(response),
+            body: Some(reqwest::Body::from(response)),
             frames: FrameReader::new(self.codec.framing()),
             decoder: self.codec.stream_decoder(),
             // Gemini's body ends where its stream ends; the others say so.
@@ -222,11 +222,8 @@ impl HttpProvider {
             any_content: false,
             finished: false,
         };
-        let inner = futures_util::stream::unfold(reader, |mut reader| async move {
-            reader.next().await.map(|item| (item, reader))
-        });
         Ok(EventStream {
-            inner: Box::pin(inner),
+            inner: Box::pin(reader),
         })
     }
 
@@ -241,7 +238,7 @@ impl HttpProvider {
         cancel: CancellationToken,
     ) -> Result<Vec<StreamEvent>, ProviderError> {
         let request = with_stream(request, false);
-        let mut response = self.send(&request, &cancel).await?;
+        let mut response = reqwest::Body::from(self.send(&request, &cancel).await?);
         let limit = self.options.max_body_bytes;
         let mut body = Vec::new();
         let mut watch = BodyWatch::new(cancel, self.options.stream_idle_timeout);
@@ -342,7 +339,7 @@ impl HttpProvider {
     /// breaks still gives the status).
     async fn status_error(
         &self,
-        mut response: reqwest::Response,
+        response: reqwest::Response,
         cancel: &CancellationToken,
     ) -> ProviderError {
         let status = response.status().as_u16();
@@ -351,6 +348,7 @@ impl HttpProvider {
             .get(RETRY_AFTER)
             .and_then(|value| value.to_str().ok())
             .and_then(|value| parse_retry_after(value, SystemTime::now()));
+        let mut response = reqwest::Body::from(response);
         let mut body = Vec::new();
         let mut watch = BodyWatch::new(cancel.clone(), self.options.stream_idle_timeout);
         loop {
