@@ -460,7 +460,7 @@ impl Runtime {
             extras.insert("session".into(), Value::String(input.session.clone()));
             let batch = BatchContext {
                 batch_id: format!("{}-{}-{batches}", input.session, next_batch()),
-                extras,
+                extras: extras.into(),
                 cancel: control.stop.clone(),
             };
             // The calls are committed before they run: if the process dies

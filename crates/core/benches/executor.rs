@@ -77,7 +77,7 @@ fn batch_context() -> BatchContext {
     extras.insert("channel".to_owned(), json!("console"));
     BatchContext {
         batch_id: "batch_bench".to_owned(),
-        extras,
+        extras: extras.into(),
         ..BatchContext::default()
     }
 }

@@ -87,8 +87,8 @@ pub enum SerialReason {
 #[derive(Debug, Clone, Default)]
 pub struct BatchContext {
     pub batch_id: String,
-    /// Copied into every call's context.
-    pub extras: Map<String, Value>,
+    /// Shared by every call's context: one map for the whole batch.
+    pub extras: Arc<Map<String, Value>>,
     /// Cancelling it stops running calls and answers unstarted ones with
     /// `cancelled` outcomes. A mere preemption should not cancel it.
     pub cancel: CancellationToken,
@@ -393,7 +393,7 @@ impl Executor {
             tool: name.to_owned(),
             arguments: call.call.arguments.clone(),
             batch_id: batch.batch_id.clone(),
-            extras: batch.extras.clone(),
+            extras: Arc::clone(&batch.extras),
         };
         if let Some(def) = &def {
             match def.compiled_schema().prepare(name, &mut info.arguments) {

@@ -23,7 +23,8 @@ pub struct CallInfo {
     pub tool: String,
     pub arguments: Value,
     pub batch_id: String,
-    pub extras: serde_json::Map<String, Value>,
+    /// The batch's extras, shared by its calls.
+    pub extras: std::sync::Arc<serde_json::Map<String, Value>>,
 }
 
 /// A pre-hook's verdict.

@@ -23,8 +23,9 @@ pub const LIST_TOOLS_TOOL: &str = "get_tools";
 /// What a handler returns.
 pub type ToolFuture = Pin<Box<dyn Future<Output = Result<Value, ToolError>> + Send + 'static>>;
 
-/// Everything one call's handler gets. Built per call: nothing in it is
-/// shared with sibling calls of the same batch.
+/// Everything one call's handler gets. Built per call: nothing in it that a
+/// handler can change is shared with sibling calls of the same batch (the
+/// extras are the batch's, behind an `Arc`: writing to them makes a copy).
 #[derive(Debug, Clone)]
 pub struct ToolContext {
     pub call_id: String,
@@ -32,8 +33,10 @@ pub struct ToolContext {
     /// The validated (and leniently coerced) arguments object.
     pub arguments: Value,
     pub batch_id: String,
-    /// Caller-supplied data (agent name, channel, session), copied per call.
-    pub extras: Map<String, Value>,
+    /// Caller-supplied data (agent name, channel, session): the batch's
+    /// map, shared by its calls (a copy per call was a measurable share of
+    /// a quick call's cost).
+    pub extras: Arc<Map<String, Value>>,
     /// Cancelled when the batch is stopped or the call times out; handlers
     /// that loop should watch it.
     pub cancel: CancellationToken,

@@ -418,7 +418,8 @@ async fn a_denied_call_does_not_stop_the_next_one() {
 }
 
 /// Checks inside the handler that its context is its own, and changes its
-/// own copy of the extras to prove that siblings do not see it.
+/// extras to prove that siblings do not see it: the batch's map is shared,
+/// so a handler that writes to it gets a copy of its own (`Arc::make_mut`).
 fn isolated(reg: &Registry) {
     reg.register(
         ToolDef::new("iso", "").parallel_safe(),
@@ -436,7 +437,7 @@ fn isolated(reg: &Registry) {
             if ctx.extras.contains_key("touched_by") {
                 return Err(ToolError::execution("extras were shared with a sibling"));
             }
-            ctx.extras.insert("touched_by".into(), json!(ctx.call_id));
+            Arc::make_mut(&mut ctx.extras).insert("touched_by".into(), json!(ctx.call_id));
             tokio::time::sleep(Duration::from_millis(1)).await;
             Ok(json!({"call_id": ctx.call_id, "session": ctx.extras["session"]}))
         },
@@ -474,7 +475,7 @@ async fn each_call_and_its_after_hook_see_only_their_own_call() {
             .collect();
         let batch = BatchContext {
             batch_id: format!("b{round}"),
-            extras: extras.clone(),
+            extras: Arc::new(extras.clone()),
             ..Default::default()
         };
         let result = exec.run(&turn("", calls), &batch).await;

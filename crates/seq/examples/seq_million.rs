@@ -97,6 +97,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let per_group = calls / 10.min(calls.max(1));
     let mut extras = Map::new();
     extras.insert(AGENT_EXTRA.into(), json!("main"));
+    let extras = std::sync::Arc::new(extras);
     let started = Instant::now();
     for b in 0..total / per_group.max(1) {
         let turn = AssembledTurn {
@@ -115,7 +116,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         };
         let batch = BatchContext {
             batch_id: format!("b{b}"),
-            extras: extras.clone(),
+            extras: std::sync::Arc::clone(&extras),
             ..BatchContext::default()
         };
         let result = executor.run(&turn, &batch).await;

@@ -385,7 +385,7 @@ fn caller_of(ctx: &ToolContext) -> Result<Caller, ToolError> {
                 .collect()
         })
         .unwrap_or_default();
-    let mut extras = ctx.extras.clone();
+    let mut extras = Map::clone(&ctx.extras);
     for key in [AGENT_EXTRA, STACK_EXTRA, CURRENT_EXTRA] {
         extras.remove(key);
     }

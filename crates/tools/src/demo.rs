@@ -407,7 +407,7 @@ mod tests {
             tool: "demo_sleep".into(),
             arguments: json!({"ms": 10_000}),
             batch_id: "b".into(),
-            extras: serde_json::Map::new(),
+            extras: serde_json::Map::new().into(),
             cancel: cancel.clone(),
         };
         let started = Instant::now();

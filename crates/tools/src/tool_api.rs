@@ -63,7 +63,7 @@ impl ToolApi {
         extras.insert(AGENT_EXTRA.to_owned(), Value::String(agent.to_owned()));
         let batch = BatchContext {
             batch_id: format!("api-batch-{call_id}"),
-            extras,
+            extras: extras.into(),
             cancel,
         };
         let mut result = self.executor.run(&turn, &batch).await;

@@ -74,7 +74,7 @@ impl Sandbox {
             tool: tool.into(),
             arguments,
             batch_id: "b1".into(),
-            extras: serde_json::Map::new(),
+            extras: serde_json::Map::new().into(),
             cancel: Default::default(),
         };
         self.registry.invoke(tool, ctx).await
@@ -557,7 +557,7 @@ async fn a_root_reached_through_a_symlink_still_confines() {
             tool: "files_read".into(),
             arguments: json!({"path": path.to_str().unwrap()}),
             batch_id: "b".into(),
-            extras: serde_json::Map::new(),
+            extras: serde_json::Map::new().into(),
             cancel: Default::default(),
         };
         let read = registry.invoke("files_read", ctx).await.unwrap();

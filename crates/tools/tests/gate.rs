@@ -160,7 +160,7 @@ async fn the_model_path_and_the_tool_api_agree_on_every_case() {
     for (agent, tool, args, expected) in cases() {
         let batch = BatchContext {
             batch_id: "b".into(),
-            extras: extras(agent),
+            extras: extras(agent).into(),
             cancel: CancellationToken::new(),
         };
         let model = executor
@@ -208,7 +208,7 @@ async fn a_call_without_an_agent_is_refused() {
         tool: "files_read".into(),
         arguments: json!({}),
         batch_id: "b".into(),
-        extras: Map::new(),
+        extras: Map::new().into(),
         cancel: CancellationToken::new(),
     };
     let err = source.invoke("files_read", ctx).await.unwrap_err();

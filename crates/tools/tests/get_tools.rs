@@ -32,7 +32,7 @@ fn turn(calls: &[(&str, Value)]) -> AssembledTurn {
 
 async fn run(executor: &Executor, arguments: Value, extras: Map<String, Value>) -> Value {
     let batch = BatchContext {
-        extras,
+        extras: extras.into(),
         ..BatchContext::default()
     };
     let result = executor

@@ -121,7 +121,7 @@ async fn run(executor: &Executor, tool: &str, args: Value) -> ToolOutcome {
     extras.insert("session".into(), json!("s1"));
     let batch = BatchContext {
         batch_id: "b1".into(),
-        extras,
+        extras: extras.into(),
         cancel: CancellationToken::new(),
     };
     executor.run(&turn, &batch).await.outcomes.pop().unwrap()
