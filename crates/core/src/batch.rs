@@ -121,6 +121,13 @@ struct CallRef<'a> {
     argument_error: Option<&'a ToolError>,
 }
 
+/// What every event of a batch says about it.
+struct ShownBatch {
+    id: Arc<str>,
+    size: usize,
+    parallel: bool,
+}
+
 /// Runs batches of tool calls against a [`ToolSource`].
 #[derive(Clone)]
 pub struct Executor {
@@ -297,13 +304,18 @@ impl Executor {
         calls: impl ExactSizeIterator<Item = CallRef<'a>>,
         batch: &BatchContext,
     ) -> Vec<ToolOutcome> {
-        let size = calls.len();
+        // One id for every event of the batch, not a copy per event.
+        let shown = ShownBatch {
+            id: Arc::from(batch.batch_id.as_str()),
+            size: calls.len(),
+            parallel,
+        };
         if parallel {
-            futures_util::future::join_all(calls.map(|c| self.run_one(c, batch, size, true))).await
+            futures_util::future::join_all(calls.map(|c| self.run_one(c, batch, &shown))).await
         } else {
-            let mut outcomes = Vec::with_capacity(size);
+            let mut outcomes = Vec::with_capacity(shown.size);
             for c in calls {
-                outcomes.push(self.run_one(c, batch, size, false).await);
+                outcomes.push(self.run_one(c, batch, &shown).await);
             }
             outcomes
         }
@@ -313,17 +325,16 @@ impl Executor {
         &self,
         call: CallRef<'_>,
         batch: &BatchContext,
-        batch_size: usize,
-        parallel: bool,
+        shown: &ShownBatch,
     ) -> ToolOutcome {
         let started = Instant::now();
         self.emit(|| ToolEvent::Start {
             call_id: call.call.id.clone(),
             tool: call.call.name.clone(),
             args: call.call.arguments.clone(),
-            batch_id: batch.batch_id.clone(),
-            batch_size,
-            parallel,
+            batch_id: Arc::clone(&shown.id),
+            batch_size: shown.size,
+            parallel: shown.parallel,
         });
         let mut outcome = self.execute(call, batch).await;
         if let std::borrow::Cow::Owned(capped) =
@@ -337,9 +348,9 @@ impl Executor {
         self.emit(|| ToolEvent::End {
             call_id: outcome.call_id.clone(),
             tool: outcome.tool.clone(),
-            batch_id: batch.batch_id.clone(),
-            batch_size,
-            parallel,
+            batch_id: Arc::clone(&shown.id),
+            batch_size: shown.size,
+            parallel: shown.parallel,
             status: outcome.status(),
             success: outcome.success,
             duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),

@@ -1,6 +1,8 @@
 //! Kernel events: a start and an end for every call, including calls that
 //! never ran (bad arguments, not found, denied, cancelled).
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -15,14 +17,16 @@ pub enum ToolEvent {
         tool: String,
         /// Always an object.
         args: Value,
-        batch_id: String,
+        /// Shared by the batch's events.
+        batch_id: Arc<str>,
         batch_size: usize,
         parallel: bool,
     },
     End {
         call_id: String,
         tool: String,
-        batch_id: String,
+        /// Shared by the batch's events.
+        batch_id: Arc<str>,
         batch_size: usize,
         parallel: bool,
         status: CallStatus,

@@ -976,7 +976,7 @@ async fn every_call_gets_a_start_and_an_end_event_even_when_it_never_ran() {
         assert_eq!(mine.len(), 2, "{id}");
         assert!(
             matches!(mine[0], ToolEvent::Start { batch_id, batch_size: 4, parallel: false, args, .. }
-            if batch_id == "b7" && args.is_object())
+            if &**batch_id == "b7" && args.is_object())
         );
         let ToolEvent::End {
             status,

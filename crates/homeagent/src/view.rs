@@ -26,8 +26,8 @@ impl TextView {
                 parallel,
             } => {
                 self.end_text(out)?;
-                if self.batch.as_deref() != Some(batch_id.as_str()) {
-                    self.batch = Some(batch_id.clone());
+                if self.batch.as_deref() != Some(&**batch_id) {
+                    self.batch = Some(batch_id.to_string());
                     let how = if *parallel {
                         "∥ parallel"
                     } else {

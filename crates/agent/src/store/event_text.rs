@@ -16,13 +16,16 @@
 //! shape) still goes through serde_json. The reader is serde
 //! (`events::BatchEvent`); a test reads back every kind of event.
 
+use std::sync::Arc;
+
 use homeagent_core::json_text::{push_array, push_string, push_value};
 use homeagent_core::{CallStatus, ToolEvent};
 
 /// The batch an event belongs to: what a schema-6 row says once.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct BatchKey {
-    pub id: String,
+    /// The events' own id, shared.
+    pub id: Arc<str>,
     pub size: usize,
     pub parallel: bool,
 }
@@ -42,7 +45,7 @@ impl BatchKey {
             ..
         }) = event;
         BatchKey {
-            id: batch_id.clone(),
+            id: Arc::clone(batch_id),
             size: *batch_size,
             parallel: *parallel,
         }

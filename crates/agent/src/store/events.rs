@@ -341,8 +341,9 @@ impl BatchRow {
             at_ms,
             events,
         } = self;
+        let batch_id: std::sync::Arc<str> = batch_id.into();
         events.into_iter().map(move |event| {
-            let batch_id = batch_id.clone();
+            let batch_id = std::sync::Arc::clone(&batch_id);
             let (event, after_ms) = match event {
                 BatchEvent::Start {
                     start,
