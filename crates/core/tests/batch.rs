@@ -1134,4 +1134,25 @@ async fn a_turn_moved_into_its_message_runs_exactly_as_the_turn() {
         outcomes[3].error.as_ref().map(|e| e.reason),
         Some(ErrorReason::NotFound)
     );
+    // An unknown tool makes the batch serial: the two good calls never
+    // overlapped, from the turn or from the message.
+    assert_eq!(gauge.peak(), 1);
+}
+
+/// Calls run from a message overlap when the plan says parallel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_turn_moved_into_its_message_runs_its_parallel_calls_together() {
+    let gauge = Arc::new(Gauge::default());
+    let reg = Registry::new();
+    rendezvous(&reg, &gauge, 4);
+    let calls = (0..4)
+        .map(|i| call(&format!("m{i}"), "meet", json!({})))
+        .collect();
+    let (message, errors) = turn("", calls).into_message();
+    let (mode, outcomes) = executor(reg)
+        .run_message_calls(&message.tool_calls, &errors, &BatchContext::default())
+        .await;
+    assert_eq!(mode, BatchMode::Parallel);
+    assert!(outcomes.iter().all(|o| o.success));
+    assert_eq!(gauge.peak(), 4, "all four calls were in flight at once");
 }
