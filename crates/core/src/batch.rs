@@ -267,13 +267,11 @@ impl Executor {
         turn: &AssembledTurn,
         batch: &BatchContext,
     ) -> (BatchMode, Vec<ToolOutcome>) {
-        let mode = self.plan(&turn.calls);
         let calls = turn.calls.iter().map(|c| CallRef {
             call: &c.call,
             argument_error: c.argument_error.as_ref(),
         });
-        let parallel = mode == BatchMode::Parallel;
-        (mode, self.run_planned(parallel, calls, batch).await)
+        self.plan_and_run(calls, batch).await
     }
 
     /// [`Executor::run_calls`] for a turn moved into its assistant message
@@ -285,17 +283,28 @@ impl Executor {
         errors: &ArgumentErrors,
         batch: &BatchContext,
     ) -> (BatchMode, Vec<ToolOutcome>) {
-        let refs = calls.iter().enumerate().map(|(position, call)| CallRef {
+        let calls = calls.iter().enumerate().map(|(position, call)| CallRef {
             call,
             argument_error: errors.get(position),
         });
+        self.plan_and_run(calls, batch).await
+    }
+
+    /// Plans `calls` (those with an argument error never run, so they do
+    /// not constrain the others) and runs them as planned.
+    async fn plan_and_run<'a>(
+        &self,
+        calls: impl ExactSizeIterator<Item = CallRef<'a>> + Clone,
+        batch: &BatchContext,
+    ) -> (BatchMode, Vec<ToolOutcome>) {
         let mode = self.plan_runnable(
-            refs.clone()
+            calls
+                .clone()
                 .filter(|c| c.argument_error.is_none())
                 .map(|c| c.call),
         );
         let parallel = mode == BatchMode::Parallel;
-        (mode, self.run_planned(parallel, refs, batch).await)
+        (mode, self.run_planned(parallel, calls, batch).await)
     }
 
     async fn run_planned<'a>(
