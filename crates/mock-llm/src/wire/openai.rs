@@ -348,17 +348,65 @@ pub(crate) fn name_of_call(messages: &[Message], id: &str) -> String {
         .unwrap_or_default()
 }
 
-/// One `chat.completion.chunk`, written from borrowed parts (a blast
-/// streams thousands). Members are declared in the order a `Value` writes
-/// them, so the bytes are what the `Value` encoding sent.
+/// Writes the `chat.completion.chunk`s of one response.
+///
+/// Every chunk repeats the response's envelope (`created`, `id`, `model`,
+/// `object`, `system_fingerprint`: some 120 bytes of a tool call's 300),
+/// and serde_json escapes each of its strings byte by byte: writing it for
+/// every chunk was the largest part of the mock's CPU in the bench's blast,
+/// CPU the agent under test shares two cores with. So the envelope is
+/// written once per response, and each chunk is its choice followed by
+/// those bytes. Members are in the order a `Value` writes them, so the
+/// bytes are what the `Value` encoding sent.
+struct ChunkWriter {
+    /// `"created":...,"system_fingerprint":"..."}`: the chunk's members
+    /// after `choices`, and its closing brace.
+    envelope: Vec<u8>,
+}
+
+/// The members of a chunk after `choices`, serialized once.
 #[derive(Serialize)]
-struct Chunk<'a, D> {
-    choices: [ChunkChoice<'a, D>; 1],
+struct Envelope<'a> {
     created: u64,
     id: &'a str,
     model: &'a str,
     object: &'static str,
     system_fingerprint: &'static str,
+}
+
+impl ChunkWriter {
+    fn new(ctx: &Ctx) -> Self {
+        let envelope = Envelope {
+            created: ctx.created,
+            id: &ctx.response_id,
+            model: &ctx.model,
+            object: "chat.completion.chunk",
+            system_fingerprint: "fp_homeagent_mock",
+        };
+        // `{"created":...}` without its opening brace: it follows `choices`.
+        // Borrowed strings and a number always serialize.
+        let mut envelope = serde_json::to_vec(&envelope).unwrap_or_default();
+        envelope.remove(0);
+        ChunkWriter { envelope }
+    }
+
+    fn chunk<D: Serialize>(&self, delta: D, finish: Option<&str>) -> Bytes {
+        let choice = ChunkChoice {
+            delta,
+            finish_reason: finish,
+            index: 0,
+            logprobs: None,
+        };
+        let mut out = Vec::with_capacity(128 + self.envelope.len());
+        out.extend_from_slice(b"data: {\"choices\":[");
+        // Plain data always serializes; were it ever not to, the chunk goes
+        // out with an empty choice.
+        let _ = serde_json::to_writer(&mut out, &choice);
+        out.extend_from_slice(b"],");
+        out.extend_from_slice(&self.envelope);
+        out.extend_from_slice(b"\n\n");
+        Bytes::from(out)
+    }
 }
 
 #[derive(Serialize)]
@@ -408,36 +456,19 @@ struct FunctionDelta<'a> {
 #[derive(Serialize)]
 struct EmptyDelta {}
 
-fn chunk<D: Serialize>(ctx: &Ctx, delta: D, finish: Option<&str>) -> Bytes {
-    sse(
-        None,
-        &Chunk {
-            choices: [ChunkChoice {
-                delta,
-                finish_reason: finish,
-                index: 0,
-                logprobs: None,
-            }],
-            created: ctx.created,
-            id: &ctx.response_id,
-            model: &ctx.model,
-            object: "chat.completion.chunk",
-            system_fingerprint: "fp_homeagent_mock",
-        },
-    )
-}
-
 pub(crate) fn stream(events: &[StreamEvent], ctx: &Ctx) -> Vec<Bytes> {
     let opening = OpeningDelta {
         content: "",
         role: "assistant",
     };
-    let mut out = vec![chunk(ctx, opening, None)];
+    let writer = ChunkWriter::new(ctx);
+    let mut out = Vec::with_capacity(events.len() + 3);
+    out.push(writer.chunk(opening, None));
     let mut usage = None;
     for event in events {
         match event {
             StreamEvent::TextDelta { text } => {
-                out.push(chunk(ctx, TextDelta { content: text }, None));
+                out.push(writer.chunk(TextDelta { content: text }, None));
             }
             StreamEvent::ToolCall(fragment) => {
                 let call = CallDelta {
@@ -450,10 +481,10 @@ pub(crate) fn stream(events: &[StreamEvent], ctx: &Ctx) -> Vec<Bytes> {
                     kind: fragment.id.as_ref().map(|_| "function"),
                 };
                 let delta = CallsDelta { tool_calls: [call] };
-                out.push(chunk(ctx, delta, None));
+                out.push(writer.chunk(delta, None));
             }
             StreamEvent::Finish { reason } => {
-                out.push(chunk(ctx, EmptyDelta {}, Some(reason)));
+                out.push(writer.chunk(EmptyDelta {}, Some(reason)));
             }
             StreamEvent::Usage(u) => usage = Some(*u),
             StreamEvent::ReasoningDelta { .. } | StreamEvent::ReasoningMetadata { .. } => {}
@@ -583,14 +614,16 @@ mod tests {
             }),
         ];
         let ctx = Ctx {
-            model: "gpt-m".into(),
+            // A model name that needs escapes: the envelope is written once, by
+            // serde, and must still read back as this very name.
+            model: "gpt-\"m\\".into(),
             response_id: "chatcmpl-9".into(),
             created: 1_700_000_000,
             include_usage: true,
         };
         let chunk = |delta: Value, finish: Value| {
             json!({"id": "chatcmpl-9", "object": "chat.completion.chunk", "created": 1_700_000_000,
-                   "model": "gpt-m", "system_fingerprint": "fp_homeagent_mock",
+                   "model": "gpt-\"m\\", "system_fingerprint": "fp_homeagent_mock",
                    "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]})
         };
         let expected = [
@@ -607,7 +640,7 @@ mod tests {
             ),
             chunk(json!({}), json!("tool_calls")),
             json!({"id": "chatcmpl-9", "object": "chat.completion.chunk", "created": 1_700_000_000,
-                   "model": "gpt-m", "choices": [],
+                   "model": "gpt-\"m\\", "choices": [],
                    "usage": {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}}),
         ];
         // Byte for byte: members in the order a `Value` writes them.
