@@ -35,7 +35,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{DefaultBodyLimit, FromRequestParts, Path, State};
+use axum::http::request::Parts;
 use axum::http::{StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
@@ -265,16 +266,20 @@ async fn clear_input_log(State(state): State<Arc<ServerState>>) -> Response {
     json_response(StatusCode::OK, &json!({"cleared": cleared}))
 }
 
-async fn openai(State(state): State<Arc<ServerState>>, body: Bytes) -> Response {
-    chat(state, Wire::OpenAi, body, None).await
+async fn openai(State(state): State<Arc<ServerState>>, arrived: Arrived, body: Bytes) -> Response {
+    chat(state, Wire::OpenAi, arrived, body, None).await
 }
 
-async fn anthropic(State(state): State<Arc<ServerState>>, body: Bytes) -> Response {
-    chat(state, Wire::Anthropic, body, None).await
+async fn anthropic(
+    State(state): State<Arc<ServerState>>,
+    arrived: Arrived,
+    body: Bytes,
+) -> Response {
+    chat(state, Wire::Anthropic, arrived, body, None).await
 }
 
-async fn ollama(State(state): State<Arc<ServerState>>, body: Bytes) -> Response {
-    chat(state, Wire::Ollama, body, None).await
+async fn ollama(State(state): State<Arc<ServerState>>, arrived: Arrived, body: Bytes) -> Response {
+    chat(state, Wire::Ollama, arrived, body, None).await
 }
 
 /// Gemini's model and method share a path segment: `gemini-2.5-flash:generateContent`.
@@ -288,6 +293,7 @@ async fn gemini(
     State(state): State<Arc<ServerState>>,
     Path(model_action): Path<String>,
     uri: Uri,
+    arrived: Arrived,
     body: Bytes,
 ) -> Response {
     let parsed = model_action.rsplit_once(':').and_then(|(model, action)| {
@@ -306,7 +312,7 @@ async fn gemini(
         })
     });
     match parsed {
-        Some(call) => chat(state, Wire::Gemini, body, Some(call)).await,
+        Some(call) => chat(state, Wire::Gemini, arrived, body, Some(call)).await,
         None => json_response(
             StatusCode::NOT_FOUND,
             &wire::gemini::error_body(
@@ -456,14 +462,29 @@ fn encode(
     }
 }
 
+/// When a request arrived: its head parsed, its body not yet read. Axum
+/// runs extractors of the request's parts before the body's, so a handler
+/// that takes this before its `Bytes` starts its clock there, and an
+/// input's time (what a bench subtracts as the model's) includes reading
+/// its own request.
+struct Arrived(Instant);
+
+impl<S: Send + Sync> FromRequestParts<S> for Arrived {
+    type Rejection = Infallible;
+
+    async fn from_request_parts(_parts: &mut Parts, _state: &S) -> Result<Self, Infallible> {
+        Ok(Arrived(Instant::now()))
+    }
+}
+
 async fn chat(
     state: Arc<ServerState>,
     wire: Wire,
+    Arrived(started): Arrived,
     body: Bytes,
     gemini: Option<GeminiCall>,
 ) -> Response {
     let guard = state.enter();
-    let started = Instant::now();
     let mut request = match parse(wire, &body, &state.tools) {
         Ok(request) => request,
         Err(problem) => {

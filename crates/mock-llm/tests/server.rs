@@ -598,3 +598,45 @@ async fn a_burst_of_connections_waits_in_the_accept_queue_without_drops() {
     );
     server.shutdown().await.unwrap();
 }
+
+/// An input's time starts when its request arrives, not once its body has
+/// been read: reading the body is the mock's work, and a bench that
+/// subtracts the mock's time must not charge it to the agent.
+#[tokio::test]
+async fn an_inputs_time_includes_reading_its_request_body() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = start(ServerConfig::default()).await;
+    let input = "!batch1-slow-body";
+    let body = json!({"model": "m", "messages": [{"role": "user", "content": input}]}).to_string();
+    let mut socket = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: mock\r\ncontent-type: application/json\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    socket.write_all(head.as_bytes()).await.unwrap();
+    // The head alone, then the body a while later.
+    let pause = Duration::from_millis(150);
+    tokio::time::sleep(pause).await;
+    socket.write_all(body.as_bytes()).await.unwrap();
+    let mut reply = Vec::new();
+    socket.read_to_end(&mut reply).await.unwrap();
+    assert!(
+        reply.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&reply)
+    );
+
+    let log: Value = serde_json::from_slice(
+        &reqwest::get(format!("{}/stats/inputs", server.url()))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    let served_us = log["inputs"][input]["served_us"].as_u64().unwrap();
+    assert!(served_us >= pause.as_micros() as u64, "{log}");
+    server.shutdown().await.unwrap();
+}
