@@ -415,13 +415,36 @@ pub struct ParsedArguments {
 
 /// Parses a call's raw argument text.
 ///
-/// Blank → `{}`. A JSON object → itself. Other JSON → `invalid_arguments`.
+/// Blank → `{}`, unless the turn hit the output token limit: then the
+/// call was cut before its arguments, and the error is `truncated`. A JSON
+/// object → itself. Other JSON → `invalid_arguments`.
 /// Invalid JSON gets one conservative repair (bare unit values such as `20s`
 /// in value position are quoted), kept only if the result parses; otherwise
 /// the error is `truncated` when the turn hit the output token limit and
 /// `invalid_arguments` (which never mentions truncation) when it did not.
 pub fn parse_arguments(tool: &str, raw: &str, turn_hit_length_limit: bool) -> ParsedArguments {
     let empty = || Value::Object(serde_json::Map::new());
+    if raw.trim().is_empty() && turn_hit_length_limit {
+        // The name came and the arguments never did: the limit cut the
+        // call before them. Run with `{}`, a delete or a command would get
+        // none of what the model meant to send.
+        return ParsedArguments {
+            arguments: empty(),
+            error: Some(
+                ToolError::new(
+                    ErrorReason::Truncated,
+                    format!(
+                        "the arguments of {tool} were cut off by the output token limit before any of them arrived (finish_reason=length); the call was not run"
+                    ),
+                )
+                .with_hint(
+                    "split the work into several smaller calls, or keep text before the call short; do not repeat the same call unchanged",
+                ),
+            ),
+            repaired: false,
+            looks_dropped: false,
+        };
+    }
     if raw.trim().is_empty() {
         return ParsedArguments {
             arguments: empty(),

@@ -43,8 +43,10 @@ impl Usage {
         if other.total_tokens != 0 {
             self.total_tokens = other.total_tokens;
         }
-        if self.total_tokens < self.prompt_tokens + self.completion_tokens {
-            self.total_tokens = self.prompt_tokens + self.completion_tokens;
+        // Figures come from the provider: saturate, never overflow.
+        let sum = self.prompt_tokens.saturating_add(self.completion_tokens);
+        if self.total_tokens < sum {
+            self.total_tokens = sum;
         }
     }
 }

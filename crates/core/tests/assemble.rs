@@ -283,6 +283,32 @@ fn a_truncated_turn_marks_the_cut_call_and_keeps_the_complete_ones() {
     );
 }
 
+/// A call whose name came but whose arguments never did, in a turn the
+/// output token limit ended, was cut before its arguments: it must not run
+/// with an empty object (a delete with no path, a command with no args).
+#[test]
+fn a_call_cut_before_any_argument_text_is_truncated_not_run_with_nothing() {
+    let turn = assemble([
+        frag(Some(0), Some("ok"), Some("files_list"), "{\"dir\":\"/\"}"),
+        frag(Some(1), Some("cut"), Some("files_delete"), ""),
+        finish("length"),
+    ]);
+    assert!(turn.calls[0].argument_error.is_none());
+    let err = turn.calls[1]
+        .argument_error
+        .as_ref()
+        .expect("a call cut before its arguments has an error");
+    assert_eq!(err.reason, ErrorReason::Truncated);
+    assert!(err.detail.contains("output token limit"), "{}", err.detail);
+    // Without the limit, blank arguments stay a call without arguments.
+    let turn = assemble([
+        frag(Some(0), Some("c"), Some("clock_now"), ""),
+        finish("tool_calls"),
+    ]);
+    assert!(turn.calls[0].argument_error.is_none());
+    assert_eq!(turn.calls[0].call.arguments, json!({}));
+}
+
 #[test]
 fn malformed_arguments_are_invalid_and_never_called_truncated() {
     let raw = "{\"path\": /etc/hosts}";
@@ -538,4 +564,21 @@ fn a_reported_total_above_prompt_plus_completion_is_kept() {
         total_tokens: 40,
     })]);
     assert_eq!(turn.usage.total_tokens, 40);
+}
+
+/// Usage figures are the provider's: absurd ones saturate instead of
+/// overflowing (a panic in a debug build, a wrong total in release).
+#[test]
+fn usage_figures_at_the_top_of_the_range_saturate() {
+    let turn = assemble([
+        StreamEvent::Usage(Usage {
+            prompt_tokens: u64::MAX,
+            completion_tokens: 1,
+            total_tokens: 0,
+        }),
+        finish("stop"),
+    ]);
+    let usage = turn.usage;
+    assert_eq!(usage.total_tokens, u64::MAX);
+    assert_eq!(usage.prompt_tokens, u64::MAX);
 }

@@ -341,6 +341,40 @@ data: {"type":"message_stop"}
     assert_eq!(error.reason, ErrorReason::Truncated);
 }
 
+/// A `tool_use` block closed before any input came, in a message the
+/// token limit ended: the input was cut, not empty. The block's `{}` is
+/// only a placeholder, so the call must not run with it.
+#[test]
+fn a_call_cut_by_max_tokens_before_its_input_is_truncated_not_run_with_nothing() {
+    let transcript = r##"event: message_start
+data: {"type":"message_start","message":{"id":"msg_01Cut0","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":120,"output_tokens":1}}}
+
+event: content_block_start
+data: {"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"toolu_01Del","name":"files_delete","input":{}}}
+
+event: content_block_stop
+data: {"type":"content_block_stop","index":0}
+
+event: message_delta
+data: {"type":"message_delta","delta":{"stop_reason":"max_tokens","stop_sequence":null},"usage":{"output_tokens":4096}}
+
+event: message_stop
+data: {"type":"message_stop"}
+"##;
+    let turn = assemble(decode(transcript).unwrap().0);
+    assert_eq!(turn.finish_reason, Some(FinishReason::Length));
+    assert_eq!(turn.calls.len(), 1);
+    let error = turn.calls[0].argument_error.as_ref().expect("not runnable");
+    assert_eq!(error.reason, ErrorReason::Truncated);
+    // The same block in a message that ended on its own is a call without
+    // arguments, and runs.
+    let finished = transcript.replace("max_tokens", "tool_use");
+    let turn = assemble(decode(&finished).unwrap().0);
+    assert_eq!(turn.calls[0].call.arguments, json!({}));
+    assert!(turn.calls[0].argument_error.is_none());
+    assert!(turn.diagnostics.is_empty(), "{:?}", turn.diagnostics);
+}
+
 /// Extended thinking: a signed thinking block, a redacted one, then a call.
 const THINKING: &str = r#"event: message_start
 data: {"type":"message_start","message":{"id":"msg_01Think","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":50,"cache_read_input_tokens":2000,"cache_creation_input_tokens":300,"output_tokens":1}}}

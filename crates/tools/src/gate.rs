@@ -135,9 +135,14 @@ impl Gate {
         self.agents.get(name)
     }
 
-    /// Whether `tool` must be approved before it runs.
+    /// Whether `tool` must be approved before it runs: named exactly, or
+    /// by a pattern ending in `*` (`files_*`), as the config accepts it.
     pub fn needs_approval(&self, tool: &str) -> bool {
         self.require_approval.contains(tool)
+            || self
+                .require_approval
+                .iter()
+                .any(|pattern| pattern.ends_with('*') && pattern_matches(pattern, tool))
     }
 
     /// Whether `agent` may see `tool` at all (its allow/deny lists). The
@@ -294,5 +299,23 @@ impl ToolSource for GatedSource {
                 })
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The config accepts `files_*` in `require_approval`; a pattern that
+    /// matched nothing here would silently let every such tool run unasked.
+    #[test]
+    fn an_approval_pattern_covers_every_tool_it_names() {
+        let gate =
+            Gate::new([]).with_approval_required(["files_*".to_owned(), "cmd_run".to_owned()]);
+        assert!(gate.needs_approval("files_write"));
+        assert!(gate.needs_approval("files_delete"));
+        assert!(gate.needs_approval("cmd_run"));
+        assert!(!gate.needs_approval("clock_now"));
+        assert!(!gate.needs_approval("cmd_run_x"));
     }
 }

@@ -28,6 +28,11 @@ pub(crate) struct Decoder {
     skipped: u64,
     /// Few blocks are open at once: a vector beats a map here.
     open_tools: Vec<OpenToolBlock>,
+    /// `tool_use` blocks that stopped with no input at all. Their `{}` waits
+    /// for the stop reason: a message the token limit ended may have cut
+    /// them before their input, and then they must stay blank (the
+    /// assembler marks them truncated) instead of running with nothing.
+    stopped_without_input: Vec<u32>,
 }
 
 impl StreamDecoder for Decoder {
@@ -84,7 +89,9 @@ impl Decoder {
             }
             "content_block_stop" => self.block_stop(block_index(&event), out),
             "message_delta" => {
-                if let Some(reason) = event.pointer("/delta/stop_reason").and_then(Value::as_str) {
+                let reason = event.pointer("/delta/stop_reason").and_then(Value::as_str);
+                self.settle_empty_inputs(reason, out);
+                if let Some(reason) = reason {
                     out.push(StreamEvent::Finish {
                         reason: reason.to_owned(),
                     });
@@ -93,7 +100,10 @@ impl Decoder {
                     out.push(StreamEvent::Usage(usage));
                 }
             }
-            "message_stop" => return Ok(Flow::Done),
+            "message_stop" => {
+                self.settle_empty_inputs(None, out);
+                return Ok(Flow::Done);
+            }
             "error" => return Err(reported(&event)),
             // `ping` and event types added after this was written.
             _ => {}
@@ -123,14 +133,19 @@ impl Decoder {
             }
             "content_block_stop" => self.block_stop(index, out),
             "message_delta" => {
-                if let Some(reason) = event.delta.and_then(|d| d.stop_reason) {
+                let reason = event.delta.and_then(|d| d.stop_reason);
+                self.settle_empty_inputs(reason.as_deref(), out);
+                if let Some(reason) = reason {
                     out.push(StreamEvent::Finish { reason });
                 }
                 if let Some(usage) = event.usage.and_then(|u| u.usage()) {
                     out.push(StreamEvent::Usage(usage));
                 }
             }
-            "message_stop" => return Flow::Done,
+            "message_stop" => {
+                self.settle_empty_inputs(None, out);
+                return Flow::Done;
+            }
             _ => {}
         }
         Flow::Continue
@@ -261,8 +276,9 @@ impl Decoder {
 
     /// A `tool_use` block that ends without argument text had an empty (or
     /// start-supplied) input: say so explicitly, so the assembler sees `{}`
-    /// rather than blank text, which it reports as lost arguments. A block
-    /// cut off before its stop keeps its blank text, and stays suspect.
+    /// rather than blank text, which it reports as lost arguments. An empty
+    /// one waits for the stop reason ([`Decoder::settle_empty_inputs`]). A
+    /// block cut off before its stop keeps its blank text, and stays suspect.
     fn block_stop(&mut self, index: Option<u32>, out: &mut Vec<StreamEvent>) {
         let Some(position) = self.open_tools.iter().position(|b| Some(b.index) == index) else {
             return;
@@ -271,16 +287,34 @@ impl Decoder {
         if open.saw_arguments {
             return;
         }
-        let raw_arguments = match &open.start_input {
-            Some(input) => input.to_string(),
-            None => "{}".to_owned(),
+        let Some(input) = &open.start_input else {
+            self.stopped_without_input.push(open.index);
+            return;
         };
         out.push(StreamEvent::ToolCall(ToolCallFragment {
             stream_index: Some(open.index),
             id: None,
             name: None,
-            raw_arguments,
+            raw_arguments: input.to_string(),
         }));
+    }
+
+    /// Gives the blocks that stopped without input their `{}`, unless the
+    /// message ended on the token limit (`reason` `max_tokens`): then their
+    /// input was cut, and they stay blank. `None`: the message ended with
+    /// no reason given, so the blocks are taken as complete.
+    fn settle_empty_inputs(&mut self, reason: Option<&str>, out: &mut Vec<StreamEvent>) {
+        let cut = reason == Some("max_tokens");
+        for index in self.stopped_without_input.drain(..) {
+            if !cut {
+                out.push(StreamEvent::ToolCall(ToolCallFragment {
+                    stream_index: Some(index),
+                    id: None,
+                    name: None,
+                    raw_arguments: "{}".to_owned(),
+                }));
+            }
+        }
     }
 }
 
