@@ -16,6 +16,15 @@ local function text(value)
   return nil
 end
 
+-- A streamed piece of text: kept whatever it holds ("\n\n" between two
+-- paragraphs is part of the reply), only an empty one is nothing.
+local function piece(value)
+  if type(value) == "string" and value ~= "" then
+    return value
+  end
+  return nil
+end
+
 -- A call id as Anthropic accepts it (^[a-zA-Z0-9_-]+$): a history made
 -- with another provider may hold others (Kimi writes functions.ls:0).
 -- Every other byte becomes "_", on the call and on its result alike. (The
@@ -144,16 +153,16 @@ function M.transform_stream_chunk(raw)
         { id = block.id, type = "function", name = block.name, raw_arguments = "", stream_index = event.index },
       }
     elseif block.type == "text" then
-      out.content = text(block.text)
+      out.content = piece(block.text)
     elseif block.type == "thinking" then
-      out.reasoning_content = text(block.thinking)
+      out.reasoning_content = piece(block.thinking)
     end
   elseif kind == "content_block_delta" then
     local delta = event.delta or {}
     if delta.type == "text_delta" then
-      out.content = text(delta.text)
+      out.content = piece(delta.text)
     elseif delta.type == "thinking_delta" then
-      out.reasoning_content = text(delta.thinking)
+      out.reasoning_content = piece(delta.thinking)
     elseif delta.type == "input_json_delta" then
       out.tool_calls = {
         { raw_arguments = delta.partial_json or "", stream_index = event.index },

@@ -459,9 +459,7 @@ impl Sources {
                 priority: config.priority,
                 protocol: config.protocol,
                 backend,
-                permits: config
-                    .max_concurrent
-                    .map(|n| Arc::new(Semaphore::new(n.max(1)))),
+                permits: config.max_concurrent.map(|n| Arc::new(Semaphore::new(n))),
                 in_flight: Arc::new(AtomicUsize::new(0)),
                 state: Mutex::new(SourceState {
                     disabled: missing,
@@ -797,6 +795,11 @@ pub fn environment_configs(env: &impl Fn(&str) -> Option<String>) -> Vec<SourceC
     configs
 }
 
+/// The largest `max_concurrent` a source accepts: far more requests than
+/// any provider serves one client at once, and far below what the
+/// semaphore can hold.
+const MAX_CONCURRENT_LIMIT: usize = 65_536;
+
 /// The backend of one configured source, and the model name it sends.
 fn build_backend(
     config: &SourceConfig,
@@ -809,6 +812,16 @@ fn build_backend(
         key,
         detail: detail.to_owned(),
     };
+    if let Some(limit) = config.max_concurrent
+        && !(1..=MAX_CONCURRENT_LIMIT).contains(&limit)
+    {
+        return Err(invalid(
+            "max_concurrent",
+            &format!(
+                "is {limit}; it must be from 1 to {MAX_CONCURRENT_LIMIT} (requests to this source at once), or left out for no limit"
+            ),
+        ));
+    }
     if config.protocol == SourceProtocol::Demo {
         let model = setup
             .local_model

@@ -110,11 +110,14 @@ fn stop_with_parallel_calls_still_yields_every_call_with_unique_ids() {
             triple("call_1", "get_weather", json!({"city": "Rome"})),
         ]
     );
+    // Thinking is output too, billed as such: 30 candidate tokens plus 76
+    // thought tokens, as OpenAI's and Anthropic's output counts include
+    // reasoning (and 74 + 106 is the total Gemini reports).
     assert_eq!(
         turn.usage,
         Usage {
             prompt_tokens: 74,
-            completion_tokens: 30,
+            completion_tokens: 106,
             total_tokens: 180
         }
     );

@@ -664,6 +664,43 @@ fn anthropic_lua_assembles_two_interleaved_calls_by_itself() {
     assert_eq!(turn.usage, native.usage);
 }
 
+/// Streamed text keeps its whitespace-only pieces: a paragraph break sent
+/// on its own is part of the reply (the rule against whitespace-only text
+/// is for the blocks of a request). The native codec is the reference.
+#[test]
+fn anthropic_lua_keeps_whitespace_only_text_deltas() {
+    let transcript = r#"event: content_block_start
+data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Step one."}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"\n\n"}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Step two."}}
+
+event: content_block_stop
+data: {"type":"content_block_stop","index":0}
+
+event: message_delta
+data: {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":9}}
+
+event: message_stop
+data: {"type":"message_stop"}
+
+"#;
+    let events = decode_stream_body(&strict(bundled("anthropic")), transcript.as_bytes()).unwrap();
+    let native = decode_stream_body(
+        &homeagent_llm::codec::anthropic::AnthropicCodec,
+        transcript.as_bytes(),
+    )
+    .unwrap();
+    assert_eq!(assemble(events).text, "Step one.\n\nStep two.");
+    assert_eq!(assemble(native).text, "Step one.\n\nStep two.");
+}
+
 #[test]
 fn anthropic_lua_builds_a_messages_request() {
     let endpoint = Endpoint {

@@ -170,6 +170,32 @@ fn network_sources_need_a_base_url_and_a_model() {
     );
 }
 
+/// `max_concurrent` outside 1 to 65,536 is refused by name: 0 would let
+/// nothing through (it used to be taken as 1, silently), and a huge value
+/// made the semaphore panic at start-up.
+#[test]
+fn max_concurrent_out_of_range_is_refused_by_name() {
+    for limit in [0, usize::MAX, 65_537] {
+        let err = Sources::build(
+            vec![SourceConfig {
+                base_url: Some("http://127.0.0.1:9/v1".into()),
+                model: Some("m".into()),
+                max_concurrent: Some(limit),
+                ..SourceConfig::new("remote", SourceProtocol::Openai)
+            }],
+            &no_env,
+            FallbackOptions::default(),
+            &SourceSetup::default(),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&err, SetupError::Invalid { source_name, key, .. } if source_name == "remote" && *key == "max_concurrent"),
+            "{limit}: {err:?}"
+        );
+        assert!(err.to_string().contains("65536"), "{err}");
+    }
+}
+
 fn lua_source(name: &str, base_url: &str, adapter: Option<&str>) -> SourceConfig {
     SourceConfig {
         base_url: Some(base_url.into()),

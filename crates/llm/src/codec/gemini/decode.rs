@@ -291,7 +291,9 @@ fn usage_of(usage: &Value) -> Option<Usage> {
     let count = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
     let usage = Usage {
         prompt_tokens: count("promptTokenCount"),
-        completion_tokens: count("candidatesTokenCount"),
+        // Thinking is output, billed as such (`thoughtsTokenCount`).
+        completion_tokens: count("candidatesTokenCount")
+            .saturating_add(count("thoughtsTokenCount")),
         total_tokens: count("totalTokenCount"),
     };
     (usage != Usage::default()).then_some(usage)

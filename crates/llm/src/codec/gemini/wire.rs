@@ -74,6 +74,7 @@ pub(super) struct FunctionCall<'a> {
 pub(super) struct UsageCounts {
     prompt_token_count: Option<u64>,
     candidates_token_count: Option<u64>,
+    thoughts_token_count: Option<u64>,
     total_token_count: Option<u64>,
 }
 
@@ -82,7 +83,10 @@ impl UsageCounts {
     pub fn usage(&self) -> Option<homeagent_core::Usage> {
         let usage = homeagent_core::Usage {
             prompt_tokens: self.prompt_token_count.unwrap_or(0),
-            completion_tokens: self.candidates_token_count.unwrap_or(0),
+            completion_tokens: self
+                .candidates_token_count
+                .unwrap_or(0)
+                .saturating_add(self.thoughts_token_count.unwrap_or(0)),
             total_tokens: self.total_token_count.unwrap_or(0),
         };
         (usage != homeagent_core::Usage::default()).then_some(usage)
