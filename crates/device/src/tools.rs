@@ -42,7 +42,8 @@ pub const MAX_COMMAND_BYTES: usize = 64 * 1024;
 pub type DeviceVisibility = Arc<dyn Fn(&ToolContext, &str) -> bool + Send + Sync>;
 
 /// Registers `device_list` and `device_cmd_run` over `hub`. With
-/// `visible`, `device_list` lists only the devices it allows the caller.
+/// `visible`, `device_list` lists only the devices it allows the caller,
+/// and a "not connected" refusal names only those.
 pub fn register_device_tools(
     registry: &Registry,
     hub: &DeviceHub,
@@ -59,6 +60,7 @@ pub fn register_device_tools(
     .read_only();
     {
         let hub = hub.clone();
+        let visible = visible.clone();
         registry.register(list, move |ctx: ToolContext| {
             let mut devices = hub.list();
             if let Some(visible) = &visible {
@@ -111,11 +113,16 @@ pub fn register_device_tools(
     let hub = hub.clone();
     registry.register(run, move |ctx: ToolContext| {
         let hub = hub.clone();
-        async move { call(&hub, ctx).await }
+        let visible = visible.clone();
+        async move { call(&hub, ctx, visible.as_ref()).await }
     })
 }
 
-async fn call(hub: &DeviceHub, ctx: ToolContext) -> Result<Value, ToolError> {
+async fn call(
+    hub: &DeviceHub,
+    ctx: ToolContext,
+    visible: Option<&DeviceVisibility>,
+) -> Result<Value, ToolError> {
     let text = |key: &str| ctx.arguments.get(key).and_then(Value::as_str);
     let device_id = text(DEVICE_ID_ARG).ok_or_else(|| {
         ToolError::new(ErrorReason::Required, "`device_id` (a string) is required")
@@ -145,7 +152,16 @@ async fn call(hub: &DeviceHub, ctx: ToolContext) -> Result<Value, ToolError> {
     let answer = hub
         .run(device_id, command, timeout, &ctx.cancel)
         .await
-        .map_err(|err| device_error(&err))?;
+        .map_err(|mut err| {
+            // A refusal names only the devices the caller may see, as
+            // `device_list` does.
+            if let (DeviceError::NotConnected { connected, .. }, Some(visible)) =
+                (&mut err, visible)
+            {
+                connected.retain(|id| visible(&ctx, id));
+            }
+            device_error(&err)
+        })?;
     answer_value(device_id, answer)
 }
 

@@ -216,3 +216,26 @@ fn the_tools_declare_their_scheduling() {
     assert_eq!(options.max_timeout, Duration::from_secs(300));
     assert_eq!(run.timeout, Some(Duration::from_secs(300 + 5 + 5)));
 }
+
+/// An agent limited to some devices learns nothing of the others from a
+/// refusal either: `device_list` hides them, and so does the list of
+/// connected devices in a "not connected" error.
+#[tokio::test]
+async fn a_not_connected_error_names_only_devices_the_caller_may_see() {
+    let registry = Arc::new(Registry::new());
+    let hub = DeviceHub::new(HubOptions::default());
+    let only_pi_and_tv: homeagent_device::DeviceVisibility =
+        Arc::new(|_ctx: &ToolContext, id: &str| id == "pi" || id == "tv");
+    register_device_tools(&registry, &hub, Some(only_pi_and_tv)).unwrap();
+    let (_nas, _rx0) = bind(&hub, "nas");
+    let (_tv, _rx1) = bind(&hub, "tv");
+    let err = invoke(
+        &registry,
+        "device_cmd_run",
+        json!({"device_id": "pi", "command": "ls"}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.reason, ErrorReason::NotFound);
+    assert_eq!(err.detail, "device \"pi\" is not connected (connected: tv)");
+}
