@@ -24,7 +24,9 @@ use crate::call_notes::CallNotes;
 use crate::event::{EventSink, ToolEvent};
 use crate::hooks::{CallInfo, HookFuture, PostToolHook, PreDecision, PreToolHook};
 use crate::message::{AssistantMessage, Message, ToolCall, ToolMessage};
-use crate::outcome::{ErrorReason, ToolError, ToolOutcome, append_warnings, cap_text};
+use crate::outcome::{
+    ErrorReason, ToolError, ToolOutcome, append_warnings, cap_text, error_in_value,
+};
 use crate::registry::{ToolContext, ToolSource};
 use crate::tool::ToolDef;
 
@@ -490,6 +492,13 @@ impl Executor {
         for hook in &inner.post_hooks {
             let hook_name = hook.name().to_owned();
             match guarded(|| hook.after(&info, &outcome)).await {
+                // A hook may reword a failure, never turn it into a
+                // success: the model would be told a call worked.
+                Ok(Some(value)) if !outcome.success && error_in_value(&value).is_none() => {
+                    notes.push_warning(format!(
+                        "post-tool hook {hook_name} replaced a failed call's result with one that                          reads as a success; the failure was kept"
+                    ));
+                }
                 Ok(Some(value)) => outcome.replace_value(value),
                 Ok(None) => {}
                 Err(problem) => notes.push_warning(format!(

@@ -1156,3 +1156,48 @@ async fn a_turn_moved_into_its_message_runs_its_parallel_calls_together() {
     assert!(outcomes.iter().all(|o| o.success));
     assert_eq!(gauge.peak(), 4, "all four calls were in flight at once");
 }
+
+/// Replaces every result with `{"redacted": true}`.
+struct Redact;
+
+impl PostToolHook for Redact {
+    fn name(&self) -> &str {
+        "redact"
+    }
+    fn after(&self, _call: &CallInfo, _outcome: &ToolOutcome) -> HookFuture<Option<Value>> {
+        Box::pin(async { Ok(Some(json!({"redacted": true}))) })
+    }
+}
+
+/// A post-hook may reword a result, but it cannot make a failed call
+/// succeed: the model would be told a call worked that did not. A
+/// successful one it may replace as it likes.
+#[tokio::test]
+async fn a_post_hook_cannot_turn_a_failed_call_into_a_success() {
+    let reg = Registry::new();
+    reg.register(
+        ToolDef::new("fails", "always fails"),
+        |_ctx: ToolContext| async { Err::<Value, _>(ToolError::execution("the disk is full")) },
+    )
+    .unwrap();
+    reg.register(
+        ToolDef::new("works", "always works"),
+        |_ctx: ToolContext| async { Ok(json!({"ok": 1})) },
+    )
+    .unwrap();
+    let exec = executor(reg).with_post_hook(Arc::new(Redact));
+    let calls = vec![call("f", "fails", json!({})), call("w", "works", json!({}))];
+    let result = exec.run(&turn("", calls), &BatchContext::default()).await;
+    let failed = &result.outcomes[0];
+    assert!(!failed.success, "{}", failed.text);
+    assert!(failed.text.contains("the disk is full"), "{}", failed.text);
+    assert_eq!(failed.warnings.len(), 1, "{:?}", failed.warnings);
+    assert!(
+        failed.warnings[0].contains("redact"),
+        "{:?}",
+        failed.warnings
+    );
+    let worked = &result.outcomes[1];
+    assert!(worked.success);
+    assert_eq!(worked.value, json!({"redacted": true}));
+}
