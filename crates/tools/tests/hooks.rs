@@ -542,3 +542,20 @@ async fn process_gone(pid: &str) -> bool {
     }
     false
 }
+
+/// A hook that echoes what it reads (`cat`, `tee -a calls.log`, the usual
+/// logging hook) fills its stdout pipe while its input is still being
+/// written: the input must be written while the output is read, or both
+/// sides wait until the timeout and the call is refused.
+#[tokio::test]
+async fn a_hook_that_echoes_a_large_input_is_not_deadlocked() {
+    let seen = Arc::new(Seen::default());
+    let mut hook = spec("cat".into());
+    // Far longer than the hook needs, short enough to fail fast.
+    hook.timeout = Duration::from_secs(10);
+    let exec = executor(&seen, &[hook], &[], Approval::Refused);
+    let text = "x".repeat(300 * 1024);
+    let outcome = run(&exec, "note", json!({"text": text})).await;
+    assert!(outcome.success, "{}", outcome.text);
+    assert_eq!(seen.0.lock().unwrap().len(), 1);
+}

@@ -50,14 +50,20 @@ pub(crate) async fn run_hook(
         .map_err(|e| format!("could not start `sh -c {command}`: {e}"))?;
     let pid = child.id();
     let input = serde_json::to_vec(event).unwrap_or_default();
-    let mut stdin = child.stdin.take();
-    let work = async move {
-        if let Some(stdin) = stdin.as_mut() {
+    let stdin = child.stdin.take();
+    // The input is written while the output is read: a hook that echoes
+    // what it reads (`cat`, `tee -a log`) fills its stdout pipe before it
+    // has read all of a large input, and written first, both would wait.
+    let write_input = async move {
+        if let Some(mut stdin) = stdin {
             // A hook that does not read its input is fine: ignore EPIPE.
             let _ = stdin.write_all(&input).await;
+            // Dropped here: the hook sees the end of its input.
         }
-        drop(stdin);
-        child.wait_with_output().await
+    };
+    let work = async move {
+        let ((), output) = tokio::join!(write_input, child.wait_with_output());
+        output
     };
     match tokio::time::timeout(timeout, work).await {
         Ok(Ok(output)) => Ok(HookRun {
