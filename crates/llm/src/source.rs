@@ -220,6 +220,10 @@ pub enum FallbackError {
     Disabled {
         source: String,
         env_var: Option<String>,
+        /// What the provider said when it refused (a 403 is often not about
+        /// the key: an API not enabled for the project, a region), `None`
+        /// when no request was made (the key is missing).
+        refusal: Option<String>,
     },
     /// The source rejected the request itself (a 4xx other than 401/403, or
     /// a request that cannot be encoded): no other source is tried.
@@ -243,18 +247,28 @@ impl std::fmt::Display for FallbackError {
                     describe_attempts(attempts)
                 )
             }
-            FallbackError::Disabled { source, env_var } => match env_var {
-                Some(var) => write!(
-                    f,
-                    "model source {source} is disabled: its API key is missing or was \
-                     refused; set a valid key in the environment variable {var}"
-                ),
-                None => write!(
-                    f,
-                    "model source {source} is disabled: its credentials were refused; \
-                     configure an API key for it (api_key_env)"
-                ),
-            },
+            FallbackError::Disabled {
+                source,
+                env_var,
+                refusal,
+            } => {
+                match env_var {
+                    Some(var) => write!(
+                        f,
+                        "model source {source} is disabled: its API key is missing or was \
+                         refused; set a valid key in the environment variable {var}"
+                    )?,
+                    None => write!(
+                        f,
+                        "model source {source} is disabled: its credentials were refused; \
+                         configure an API key for it (api_key_env)"
+                    )?,
+                }
+                match refusal {
+                    Some(refusal) => write!(f, " (the provider said: {refusal})"),
+                    None => Ok(()),
+                }
+            }
             FallbackError::Rejected { source, error } => {
                 write!(f, "model source {source} rejected the request: {error}")
             }
@@ -314,6 +328,8 @@ pub struct SourceHealth {
 #[derive(Debug, Default)]
 struct SourceState {
     disabled: Option<String>,
+    /// The provider's refusal that disabled the source, for the error.
+    refusal: Option<String>,
     failures: u32,
     cooldown_until: Option<Instant>,
 }
@@ -559,6 +575,7 @@ impl Sources {
                 }
                 Outcome::Unauthorized(error) => {
                     source.disable(disabled_reason(&source.name, source.api_key_env.as_deref()));
+                    source.state().refusal = Some(error.to_string());
                     unauthorized.insert(attempts.len());
                     attempts.push((source.name.clone(), error));
                 }
@@ -578,6 +595,7 @@ impl Sources {
                 return Err(FallbackError::Disabled {
                     source: source.name.clone(),
                     env_var: source.api_key_env.clone(),
+                    refusal: source.state().refusal.clone(),
                 });
             }
         }
