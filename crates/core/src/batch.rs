@@ -213,12 +213,14 @@ impl Executor {
             calls
                 .iter()
                 .filter(|c| c.argument_error.is_none())
-                .map(|c| &c.call),
+                .map(|c| (c.call.name.as_str(), &c.call.arguments)),
         )
     }
 
-    fn plan_runnable<'a>(&self, runnable: impl Iterator<Item = &'a ToolCall>) -> BatchMode {
-        let runnable: Vec<&ToolCall> = runnable.collect();
+    /// Plans the calls that will run, each given as its tool's name and its
+    /// arguments.
+    fn plan_runnable<'a>(&self, runnable: impl Iterator<Item = (&'a str, &'a Value)>) -> BatchMode {
+        let runnable: Vec<(&str, &Value)> = runnable.collect();
         let serial = |reason| BatchMode::Serial { reason };
         if runnable.len() <= 1 {
             return serial(SerialReason::SingleCall);
@@ -227,16 +229,16 @@ impl Executor {
             return serial(SerialReason::Disabled);
         }
         let mut keys = std::collections::HashSet::new();
-        for c in runnable {
-            let tool = c.name.clone();
-            let Some(def) = self.inner.source.definition(&c.name) else {
-                return serial(SerialReason::UnknownTool { tool });
+        for (name, arguments) in runnable {
+            let tool = || name.to_owned();
+            let Some(def) = self.inner.source.definition(name) else {
+                return serial(SerialReason::UnknownTool { tool: tool() });
             };
             if !self.tool_runs_in_parallel(&def) {
-                return serial(SerialReason::NotParallelSafe { tool });
+                return serial(SerialReason::NotParallelSafe { tool: tool() });
             }
-            match def.order_key_for(&c.arguments) {
-                Err(()) => return serial(SerialReason::MissingOrderKey { tool }),
+            match def.order_key_for(arguments) {
+                Err(()) => return serial(SerialReason::MissingOrderKey { tool: tool() }),
                 Ok(Some(key)) => {
                     if !keys.insert(key.clone()) {
                         return serial(SerialReason::SharedOrderKey { key });
@@ -303,33 +305,96 @@ impl Executor {
             calls
                 .clone()
                 .filter(|c| c.argument_error.is_none())
-                .map(|c| c.call),
+                .map(|c| (c.call.name.as_str(), &c.call.arguments)),
         );
-        let parallel = mode == BatchMode::Parallel;
-        (mode, self.run_planned(parallel, calls, batch).await)
-    }
-
-    async fn run_planned<'a>(
-        &self,
-        parallel: bool,
-        calls: impl ExactSizeIterator<Item = CallRef<'a>>,
-        batch: &BatchContext,
-    ) -> Vec<ToolOutcome> {
         // One id for every event of the batch, not a copy per event.
         let shown = ShownBatch {
             id: Arc::from(batch.batch_id.as_str()),
             size: calls.len(),
-            parallel,
+            parallel: mode == BatchMode::Parallel,
         };
-        if parallel {
-            futures_util::future::join_all(calls.map(|c| self.run_one(c, batch, &shown))).await
+        if shown.parallel && !self.inner.pre_hooks.is_empty() {
+            return self.run_hooked_parallel(calls, batch, &shown).await;
+        }
+        (mode, self.run_planned(calls, batch, &shown).await)
+    }
+
+    async fn run_planned<'a>(
+        &self,
+        calls: impl ExactSizeIterator<Item = CallRef<'a>>,
+        batch: &BatchContext,
+        shown: &ShownBatch,
+    ) -> Vec<ToolOutcome> {
+        if shown.parallel {
+            futures_util::future::join_all(calls.map(|c| self.run_one(c, batch, shown))).await
         } else {
             let mut outcomes = Vec::with_capacity(shown.size);
             for c in calls {
-                outcomes.push(self.run_one(c, batch, &shown).await);
+                outcomes.push(self.run_one(c, batch, shown).await);
             }
             outcomes
         }
+    }
+
+    /// A parallel batch with pre-hooks. A hook may rewrite the argument an
+    /// order key is read from (`"NAS"` → `"nas"`), so the plan made from the
+    /// model's arguments is checked again against the arguments the handlers
+    /// will get: every call's pre-hooks run first (concurrently), then the
+    /// handlers run together, or one after another in index order when the
+    /// rewritten arguments put two calls on one key.
+    async fn run_hooked_parallel<'a>(
+        &self,
+        calls: impl Iterator<Item = CallRef<'a>>,
+        batch: &BatchContext,
+        planned: &ShownBatch,
+    ) -> (BatchMode, Vec<ToolOutcome>) {
+        let staged: Vec<Staged<'a>> =
+            futures_util::future::join_all(calls.map(|call| async move {
+                let started = Instant::now();
+                self.emit_start(call, planned);
+                let notes = CallNotes::default();
+                let admitted = notes.scope(self.admit(call, batch, &notes)).await;
+                (started, notes, admitted)
+            }))
+            .await;
+        let replanned = self.plan_runnable(
+            staged
+                .iter()
+                .filter_map(|(_, _, admitted)| admitted.as_ref().ok())
+                .map(|a| (a.call.call.name.as_str(), &a.info.arguments)),
+        );
+        // Tool names never change, so only a key can make the batch serial
+        // now; fewer calls left to run is no reason to report one.
+        let mode = match replanned {
+            BatchMode::Serial {
+                reason:
+                    reason
+                    @ (SerialReason::SharedOrderKey { .. } | SerialReason::MissingOrderKey { .. }),
+            } => BatchMode::Serial { reason },
+            _ => BatchMode::Parallel,
+        };
+        let shown = &ShownBatch {
+            id: Arc::clone(&planned.id),
+            size: planned.size,
+            parallel: mode == BatchMode::Parallel,
+        };
+        let finish = |(started, notes, admitted): Staged<'a>| async move {
+            let outcome = match admitted {
+                Ok(admitted) => notes.scope(self.complete(admitted, batch, &notes)).await,
+                Err(outcome) => outcome,
+            };
+            self.finished(with_notes(&notes, outcome), started, shown)
+        };
+        let outcomes = if shown.parallel {
+            futures_util::future::join_all(staged.into_iter().map(finish)).await
+        } else {
+            let mut outcomes = Vec::with_capacity(shown.size);
+            for stage in staged {
+                outcomes.push(finish(stage).await);
+            }
+            outcomes
+        };
+        (mode, outcomes)
     }
 
     async fn run_one(
@@ -339,6 +404,12 @@ impl Executor {
         shown: &ShownBatch,
     ) -> ToolOutcome {
         let started = Instant::now();
+        self.emit_start(call, shown);
+        let outcome = self.execute(call, batch).await;
+        self.finished(outcome, started, shown)
+    }
+
+    fn emit_start(&self, call: CallRef<'_>, shown: &ShownBatch) {
         self.emit(|| ToolEvent::Start {
             call_id: call.call.id.clone(),
             tool: call.call.name.clone(),
@@ -347,7 +418,15 @@ impl Executor {
             batch_size: shown.size,
             parallel: shown.parallel,
         });
-        let mut outcome = self.execute(call, batch).await;
+    }
+
+    /// Caps the outcome's text, appends its warnings and reports its end.
+    fn finished(
+        &self,
+        mut outcome: ToolOutcome,
+        started: Instant,
+        shown: &ShownBatch,
+    ) -> ToolOutcome {
         if let std::borrow::Cow::Owned(capped) =
             cap_text(&outcome.text, self.inner.options.result_text_cap)
         {
@@ -383,30 +462,33 @@ impl Executor {
     /// and moves the notes' warnings onto the outcome, first to last.
     async fn execute(&self, call: CallRef<'_>, batch: &BatchContext) -> ToolOutcome {
         let notes = CallNotes::default();
-        let mut outcome = notes.scope(self.execute_noted(call, batch, &notes)).await;
-        let mut warnings = notes.take_warnings();
-        warnings.append(&mut outcome.warnings);
-        outcome.warnings = warnings;
-        outcome
+        let outcome = notes
+            .scope(async {
+                match self.admit(call, batch, &notes).await {
+                    Ok(admitted) => self.complete(admitted, batch, &notes).await,
+                    Err(outcome) => outcome,
+                }
+            })
+            .await;
+        with_notes(&notes, outcome)
     }
 
-    async fn execute_noted(
+    /// Everything before the handler: the argument error, the stop switch,
+    /// the schema and the pre-hooks. `Err` is the call's final outcome.
+    async fn admit<'a>(
         &self,
-        call: CallRef<'_>,
+        call: CallRef<'a>,
         batch: &BatchContext,
         notes: &CallNotes,
-    ) -> ToolOutcome {
+    ) -> Result<Admitted<'a>, ToolOutcome> {
         let id = call.call.id.as_str();
         let name = call.call.name.as_str();
-        let fail = |error: ToolError| ToolOutcome::failure(id, name, error);
+        let fail = |error: ToolError| Err(ToolOutcome::failure(id, name, error));
         if let Some(error) = call.argument_error {
             return fail(error.clone());
         }
         if batch.cancel.is_cancelled() {
-            return fail(ToolError::new(
-                ErrorReason::Cancelled,
-                "the batch was stopped before this call started; it did not run",
-            ));
+            return fail(not_started());
         }
         let inner = &self.inner;
         let def = inner.source.definition(name);
@@ -462,6 +544,25 @@ impl Executor {
             }
         }
 
+        Ok(Admitted { call, def, info })
+    }
+
+    /// The handler and the post-hooks of an admitted call.
+    async fn complete(
+        &self,
+        admitted: Admitted<'_>,
+        batch: &BatchContext,
+        notes: &CallNotes,
+    ) -> ToolOutcome {
+        let Admitted { call, def, info } = admitted;
+        let id = call.call.id.as_str();
+        let name = call.call.name.as_str();
+        let fail = |error: ToolError| ToolOutcome::failure(id, name, error);
+        // A hooked parallel batch admits every call before it runs any.
+        if batch.cancel.is_cancelled() {
+            return fail(not_started());
+        }
+        let inner = &self.inner;
         let timeout = def
             .as_ref()
             .and_then(|d| d.timeout)
@@ -496,7 +597,8 @@ impl Executor {
                 // success: the model would be told a call worked.
                 Ok(Some(value)) if !outcome.success && error_in_value(&value).is_none() => {
                     notes.push_warning(format!(
-                        "post-tool hook {hook_name} replaced a failed call's result with one that                          reads as a success; the failure was kept"
+                        "post-tool hook {hook_name} replaced a failed call's result with one \
+                         that reads as a success; the failure was kept"
                     ));
                 }
                 Ok(Some(value)) => outcome.replace_value(value),
@@ -586,6 +688,32 @@ impl Executor {
             .await
             .is_err()
     }
+}
+
+/// A call that passed its checks and its pre-hooks, ready for its handler.
+struct Admitted<'a> {
+    call: CallRef<'a>,
+    def: Option<Arc<ToolDef>>,
+    info: CallInfo,
+}
+
+/// A call of a hooked parallel batch between its pre-hooks and its handler:
+/// when it started, its notes, and whether it was admitted.
+type Staged<'a> = (Instant, CallNotes, Result<Admitted<'a>, ToolOutcome>);
+
+/// Moves the notes' warnings onto the outcome, first to last.
+fn with_notes(notes: &CallNotes, mut outcome: ToolOutcome) -> ToolOutcome {
+    let mut warnings = notes.take_warnings();
+    warnings.append(&mut outcome.warnings);
+    outcome.warnings = warnings;
+    outcome
+}
+
+fn not_started() -> ToolError {
+    ToolError::new(
+        ErrorReason::Cancelled,
+        "the batch was stopped before this call started; it did not run",
+    )
 }
 
 /// Runs a hook, turning its error or panic into a description.

@@ -1201,3 +1201,110 @@ async fn a_post_hook_cannot_turn_a_failed_call_into_a_success() {
     assert!(worked.success);
     assert_eq!(worked.value, json!({"redacted": true}));
 }
+
+/// Lower-cases every `device_id`, the way a policy hook normalizes names.
+struct LowercaseDevice;
+
+impl PreToolHook for LowercaseDevice {
+    fn name(&self) -> &str {
+        "lowercase-device"
+    }
+    fn before(&self, call: &CallInfo) -> HookFuture<PreDecision> {
+        let mut arguments = call.arguments.clone();
+        let decision = match arguments.get("device_id").and_then(Value::as_str) {
+            Some(id) if id != id.to_lowercase() => {
+                arguments["device_id"] = json!(id.to_lowercase());
+                PreDecision::Rewrite { arguments }
+            }
+            _ => PreDecision::Allow,
+        };
+        Box::pin(async move { Ok(decision) })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hook_that_moves_two_calls_onto_one_device_makes_them_keep_their_order() {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let reg = Registry::new();
+    ordered_tools(&reg, &log);
+    let exec = executor(reg).with_pre_hook(Arc::new(LowercaseDevice));
+    // As the model wrote them, the two calls name different devices.
+    let calls = vec![
+        call(
+            "a",
+            "device_run",
+            json!({"device_id": "NAS", "text": "1", "ms": 80}),
+        ),
+        call(
+            "b",
+            "device_run",
+            json!({"device_id": "nas", "text": "2", "ms": 0}),
+        ),
+    ];
+    let result = exec.run(&turn("", calls), &BatchContext::default()).await;
+    assert_eq!(
+        *log.lock().unwrap(),
+        vec!["1", "2"],
+        "after the hook both calls are for one device: the second must wait for the first"
+    );
+    assert_eq!(
+        result.mode,
+        BatchMode::Serial {
+            reason: SerialReason::SharedOrderKey {
+                key: "device_id=nas".into()
+            }
+        }
+    );
+    assert!(result.outcomes.iter().all(|o| o.success));
+
+    // Names that stay different after the hook still overlap.
+    log.lock().unwrap().clear();
+    let calls = vec![
+        call(
+            "a",
+            "device_run",
+            json!({"device_id": "NAS", "text": "nas", "ms": 80}),
+        ),
+        call(
+            "b",
+            "device_run",
+            json!({"device_id": "Pi", "text": "pi", "ms": 0}),
+        ),
+    ];
+    let result = exec.run(&turn("", calls), &BatchContext::default()).await;
+    assert_eq!(result.mode, BatchMode::Parallel);
+    assert_eq!(*log.lock().unwrap(), vec!["pi", "nas"], "they overlapped");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stop_during_a_batch_the_hook_made_serial_leaves_the_later_calls_unstarted() {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let reg = Registry::new();
+    ordered_tools(&reg, &log);
+    let exec = executor(reg).with_pre_hook(Arc::new(LowercaseDevice));
+    let calls = vec![
+        call(
+            "a",
+            "device_run",
+            json!({"device_id": "NAS", "text": "1", "ms": 400}),
+        ),
+        call(
+            "b",
+            "device_run",
+            json!({"device_id": "nas", "text": "2", "ms": 0}),
+        ),
+    ];
+    let batch = BatchContext {
+        cancel: stop_after(Duration::from_millis(100)),
+        ..Default::default()
+    };
+    let result = exec.run(&turn("", calls), &batch).await;
+    let second = result.outcomes[1].error.as_ref().expect("the second call failed");
+    assert_eq!(second.reason, ErrorReason::Cancelled);
+    assert!(
+        second.detail.contains("before this call started"),
+        "{}",
+        second.detail
+    );
+    assert!(log.lock().unwrap().is_empty(), "neither call finished");
+}
