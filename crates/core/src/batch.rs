@@ -353,14 +353,17 @@ impl Executor {
                 let started = Instant::now();
                 self.emit_start(call, planned);
                 let notes = CallNotes::default();
-                let admitted = notes.scope(self.admit(call, batch, &notes)).await;
-                (started, notes, admitted)
+                let admission = notes.scope(self.admit(call, batch, &notes)).await;
+                (started, notes, admission)
             }))
             .await;
         let replanned = self.plan_runnable(
             staged
                 .iter()
-                .filter_map(|(_, _, admitted)| admitted.as_ref().ok())
+                .filter_map(|(_, _, admission)| match admission {
+                    Admission::Admitted(a) => Some(a),
+                    Admission::Settled(_) => None,
+                })
                 .map(|a| (a.call.call.name.as_str(), &a.info.arguments)),
         );
         // Tool names never change, so only a key can make the batch serial
@@ -378,10 +381,12 @@ impl Executor {
             size: planned.size,
             parallel: mode == BatchMode::Parallel,
         };
-        let finish = |(started, notes, admitted): Staged<'a>| async move {
-            let outcome = match admitted {
-                Ok(admitted) => notes.scope(self.complete(admitted, batch, &notes)).await,
-                Err(outcome) => outcome,
+        let finish = |(started, notes, admission): Staged<'a>| async move {
+            let outcome = match admission {
+                Admission::Admitted(admitted) => {
+                    notes.scope(self.complete(admitted, batch, &notes)).await
+                }
+                Admission::Settled(outcome) => outcome,
             };
             self.finished(with_notes(&notes, outcome), started, shown)
         };
@@ -465,8 +470,8 @@ impl Executor {
         let outcome = notes
             .scope(async {
                 match self.admit(call, batch, &notes).await {
-                    Ok(admitted) => self.complete(admitted, batch, &notes).await,
-                    Err(outcome) => outcome,
+                    Admission::Admitted(admitted) => self.complete(admitted, batch, &notes).await,
+                    Admission::Settled(outcome) => outcome,
                 }
             })
             .await;
@@ -474,16 +479,16 @@ impl Executor {
     }
 
     /// Everything before the handler: the argument error, the stop switch,
-    /// the schema and the pre-hooks. `Err` is the call's final outcome.
+    /// the schema and the pre-hooks.
     async fn admit<'a>(
         &self,
         call: CallRef<'a>,
         batch: &BatchContext,
         notes: &CallNotes,
-    ) -> Result<Admitted<'a>, ToolOutcome> {
+    ) -> Admission<'a> {
         let id = call.call.id.as_str();
         let name = call.call.name.as_str();
-        let fail = |error: ToolError| Err(ToolOutcome::failure(id, name, error));
+        let fail = |error: ToolError| Admission::Settled(ToolOutcome::failure(id, name, error));
         if let Some(error) = call.argument_error {
             return fail(error.clone());
         }
@@ -544,7 +549,7 @@ impl Executor {
             }
         }
 
-        Ok(Admitted { call, def, info })
+        Admission::Admitted(Admitted { call, def, info })
     }
 
     /// The handler and the post-hooks of an admitted call.
@@ -697,9 +702,17 @@ struct Admitted<'a> {
     info: CallInfo,
 }
 
+/// Where a call stands after its pre-hooks.
+enum Admission<'a> {
+    /// Ready for its handler.
+    Admitted(Admitted<'a>),
+    /// Settled without running: its final outcome.
+    Settled(ToolOutcome),
+}
+
 /// A call of a hooked parallel batch between its pre-hooks and its handler:
-/// when it started, its notes, and whether it was admitted.
-type Staged<'a> = (Instant, CallNotes, Result<Admitted<'a>, ToolOutcome>);
+/// when it started, its notes, and its admission.
+type Staged<'a> = (Instant, CallNotes, Admission<'a>);
 
 /// Moves the notes' warnings onto the outcome, first to last.
 fn with_notes(notes: &CallNotes, mut outcome: ToolOutcome) -> ToolOutcome {

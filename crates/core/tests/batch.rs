@@ -1299,7 +1299,10 @@ async fn a_stop_during_a_batch_the_hook_made_serial_leaves_the_later_calls_unsta
         ..Default::default()
     };
     let result = exec.run(&turn("", calls), &batch).await;
-    let second = result.outcomes[1].error.as_ref().expect("the second call failed");
+    let second = result.outcomes[1]
+        .error
+        .as_ref()
+        .expect("the second call failed");
     assert_eq!(second.reason, ErrorReason::Cancelled);
     assert!(
         second.detail.contains("before this call started"),
