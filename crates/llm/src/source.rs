@@ -4,8 +4,10 @@
 //! `priority` first, then name) and sends each request to the first one
 //! that answers:
 //!
-//! - A connect error, a 5xx, a 429, silence, or a stream that ends before
-//!   any content is retried at the same source with a short backoff
+//! - A connect error, a 5xx, a 429, silence, a stream that ends before
+//!   any content, or a provider's report of an overload or fault of its own
+//!   before any content (Anthropic's `overloaded_error` event after
+//!   `message_start`: usage is not content) is retried at the same source with a short backoff
 //!   (honouring `Retry-After`, capped), then the next source is tried. The
 //!   failed source cools down (30 s doubling to 30 min by default) and is
 //!   skipped while another source can be tried; a single source, or a set
@@ -645,19 +647,17 @@ impl Sources {
                 }
             }
             let error = match source.backend.stream(request, cancel.clone()).await {
-                Ok(mut stream) => match stream.next().await {
-                    Some(Ok(first)) => {
+                Ok(mut stream) => match opening(&mut stream).await {
+                    Ok((early, first)) => {
                         source.succeeded();
                         return Outcome::Stream(SourceStream {
+                            early: early.into_iter(),
                             first: Some(first),
                             inner: stream,
                             hold: Some(guard),
                         });
                     }
-                    Some(Err(error)) => error,
-                    None => ProviderError::Cut {
-                        detail: "the response ended before any content".into(),
-                    },
+                    Err(error) => error,
                 },
                 Err(error) => error,
             };
@@ -674,6 +674,29 @@ impl Sources {
         match last {
             Some(error) => Outcome::Failed(error),
             None => Outcome::Cancelled,
+        }
+    }
+}
+
+/// Reads a response up to its first content: the usage reports that came
+/// before it (Anthropic's `message_start` carries one) and the content
+/// event itself. Usage alone is not content: an error after it has still
+/// given the caller nothing, so it is retried or falls back like an error
+/// before the first byte.
+async fn opening(
+    stream: &mut EventStream,
+) -> Result<(Vec<StreamEvent>, StreamEvent), ProviderError> {
+    let mut early = Vec::new();
+    loop {
+        match futures_util::StreamExt::next(stream).await {
+            Some(Ok(event @ StreamEvent::Usage(_))) => early.push(event),
+            Some(Ok(first)) => return Ok((early, first)),
+            Some(Err(error)) => return Err(error),
+            None => {
+                return Err(ProviderError::Cut {
+                    detail: "the response ended before any content".into(),
+                });
+            }
         }
     }
 }
@@ -707,6 +730,8 @@ struct Hold {
 /// Errors after content (a cut, silence) come out of it and end it; they
 /// are never retried behind the caller's back.
 pub struct SourceStream {
+    /// Usage reported before the first content, replayed first.
+    early: std::vec::IntoIter<StreamEvent>,
     first: Option<StreamEvent>,
     inner: EventStream,
     hold: Option<Hold>,
@@ -738,6 +763,9 @@ impl Stream for SourceStream {
     type Item = Result<StreamEvent, ProviderError>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if let Some(usage) = self.early.next() {
+            return Poll::Ready(Some(Ok(usage)));
+        }
         if let Some(first) = self.first.take() {
             return Poll::Ready(Some(Ok(first)));
         }

@@ -492,7 +492,8 @@ data: {"type": "error", "error": {"type": "overloaded_error", "message": "Overlo
         err,
         CodecError::ProviderReported {
             protocol: "anthropic",
-            message: "overloaded_error: Overloaded".into()
+            message: "overloaded_error: Overloaded".into(),
+            transient: true,
         }
     );
 }
@@ -625,7 +626,8 @@ fn whole_response_errors() {
         err,
         CodecError::ProviderReported {
             protocol: "anthropic",
-            message: "api_error: Internal server error".into()
+            message: "api_error: Internal server error".into(),
+            transient: true,
         }
     );
     assert!(matches!(

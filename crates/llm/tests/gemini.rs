@@ -437,7 +437,8 @@ data: {"error": {"code": 503, "message": "The model is overloaded. Please try ag
         decode(transcript).unwrap_err(),
         CodecError::ProviderReported {
             protocol: "gemini",
-            message: "UNAVAILABLE: The model is overloaded. Please try again later.".into()
+            message: "UNAVAILABLE: The model is overloaded. Please try again later.".into(),
+            transient: true,
         }
     );
     let blocked = r#"data: {"promptFeedback": {"blockReason": "SAFETY","safetyRatings": []},"usageMetadata": {"promptTokenCount": 12,"totalTokenCount": 12}}
@@ -447,7 +448,8 @@ data: {"error": {"code": 503, "message": "The model is overloaded. Please try ag
         decode(blocked).unwrap_err(),
         CodecError::ProviderReported {
             protocol: "gemini",
-            message: "the prompt was blocked: SAFETY".into()
+            message: "the prompt was blocked: SAFETY".into(),
+            transient: false,
         }
     );
 }

@@ -257,6 +257,7 @@ fn an_error_line_is_a_provider_error() {
         CodecError::ProviderReported {
             protocol: "ollama",
             message: "an error was encountered while running the model: unexpected EOF".into(),
+            transient: false,
         }
     );
     let whole = OllamaCodec

@@ -638,3 +638,100 @@ async fn a_silent_source_is_cut_by_the_idle_timeout_and_the_next_one_answers() {
     assert_eq!(silent.failures, 1);
     assert!(silent.cooling_down_for.is_some());
 }
+
+fn anthropic_sse(events: &[(&str, Value)]) -> Canned {
+    let body = events
+        .iter()
+        .map(|(name, data)| format!("event: {name}\ndata: {data}\n\n"))
+        .collect();
+    Canned {
+        status: 200,
+        headers: vec![("content-type", "text/event-stream".into())],
+        body,
+    }
+}
+
+fn message_start() -> (&'static str, Value) {
+    (
+        "message_start",
+        json!({"type": "message_start", "message": {"id": "msg_1", "type": "message",
+            "role": "assistant", "model": "m", "content": [], "stop_reason": null,
+            "usage": {"input_tokens": 12, "output_tokens": 1}}}),
+    )
+}
+
+fn anthropic_error(kind: &str) -> (&'static str, Value) {
+    (
+        "error",
+        json!({"type": "error", "error": {"type": kind, "message": "scripted"}}),
+    )
+}
+
+fn anthropic_ok() -> Canned {
+    anthropic_sse(&[
+        message_start(),
+        (
+            "content_block_start",
+            json!({"type": "content_block_start", "index": 0,
+                "content_block": {"type": "text", "text": ""}}),
+        ),
+        (
+            "content_block_delta",
+            json!({"type": "content_block_delta", "index": 0,
+                "delta": {"type": "text_delta", "text": "from claude"}}),
+        ),
+        (
+            "content_block_stop",
+            json!({"type": "content_block_stop", "index": 0}),
+        ),
+        (
+            "message_delta",
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                "usage": {"output_tokens": 3}}),
+        ),
+        ("message_stop", json!({"type": "message_stop"})),
+    ])
+}
+
+fn anthropic_source(name: &str, base: &str, priority: i32) -> SourceConfig {
+    SourceConfig {
+        base_url: Some(base.to_owned()),
+        model: Some(format!("{name}-model")),
+        api_key_env: Some(format!("{}_KEY", name.to_uppercase())),
+        priority,
+        ..SourceConfig::new(name, SourceProtocol::Anthropic)
+    }
+}
+
+/// Anthropic answers 200, sends `message_start` (which carries usage, not
+/// content), then an `overloaded_error` event: nothing reached the caller,
+/// so the request is tried again like any overload.
+#[tokio::test]
+async fn an_overload_reported_after_message_start_is_retried_before_any_content() {
+    let overloaded = anthropic_sse(&[message_start(), anthropic_error("overloaded_error")]);
+    let server = tiny(vec![overloaded, anthropic_ok()]).await;
+    let set = sources(vec![anthropic_source("claude", &server.url, 0)], fast());
+    let (_, stream) = set
+        .stream(&mut chat(), CancellationToken::new())
+        .await
+        .unwrap();
+    let events = stream.collect().await.unwrap();
+    assert_eq!(text(&events), "from claude");
+    assert_eq!(server.hits(), 2, "the overloaded answer was retried once");
+
+    // A request the provider calls invalid is not retried, even when it
+    // says so inside a stream.
+    let invalid = anthropic_sse(&[message_start(), anthropic_error("invalid_request_error")]);
+    let server = tiny(vec![invalid, anthropic_ok()]).await;
+    let set = sources(vec![anthropic_source("claude", &server.url, 0)], fast());
+    let err = set
+        .stream(&mut chat(), CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, FallbackError::Rejected { source, .. } if source == "claude"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("invalid_request_error"), "{err}");
+    assert_eq!(server.hits(), 1);
+}

@@ -307,9 +307,11 @@ impl OllamaDecoder {
         out: &mut Vec<StreamEvent>,
     ) -> Result<Flow, CodecError> {
         if let Some(message) = error_text(value) {
+            // Ollama's errors are bare strings with no kind to go by.
             return Err(CodecError::ProviderReported {
                 protocol: PROTOCOL,
                 message,
+                transient: false,
             });
         }
         if let Some(message) = value.get("message") {

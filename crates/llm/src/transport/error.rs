@@ -61,6 +61,7 @@ impl ProviderError {
             ProviderError::Status { status, .. } => {
                 *status >= 500 || *status == 429 || *status == 408
             }
+            ProviderError::Codec(CodecError::ProviderReported { transient, .. }) => *transient,
             ProviderError::Unauthorized { .. }
             | ProviderError::Codec(_)
             | ProviderError::Cancelled => false,

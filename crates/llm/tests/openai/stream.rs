@@ -532,7 +532,8 @@ fn error_object_in_the_stream_is_provider_reported() {
         decode_stream_body(&codec, body.as_bytes()).unwrap_err(),
         CodecError::ProviderReported {
             protocol: "openai",
-            message: "Provider returned error: upstream overloaded".into()
+            message: "Provider returned error: upstream overloaded".into(),
+            transient: true,
         }
     );
     let body = "event: error\ndata: {\"message\":\"model is loading\"}\n\n";
@@ -540,7 +541,8 @@ fn error_object_in_the_stream_is_provider_reported() {
         decode_stream_body(&codec, body.as_bytes()).unwrap_err(),
         CodecError::ProviderReported {
             protocol: "openai",
-            message: "model is loading".into()
+            message: "model is loading".into(),
+            transient: false,
         }
     );
 }

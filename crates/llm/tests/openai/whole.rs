@@ -132,7 +132,8 @@ fn whole_response_errors() {
             .unwrap_err(),
         CodecError::ProviderReported {
             protocol: "openai",
-            message: "Rate limit reached".into()
+            message: "Rate limit reached".into(),
+            transient: false,
         }
     );
     assert!(matches!(

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::{PROTOCOL, wire};
 use crate::codec::{Flow, Frame, StreamDecoder, frame_json, is_empty_object, typed_frame};
-use crate::error::CodecError;
+use crate::error::{CodecError, is_transient_report};
 
 /// A `tool_use` block that has started and not yet stopped.
 #[derive(Debug)]
@@ -466,6 +466,7 @@ fn reported(event: &Value) -> CodecError {
     CodecError::ProviderReported {
         protocol: PROTOCOL,
         message,
+        transient: error.is_some_and(is_transient_report),
     }
 }
 

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::{PROTOCOL, SignatureTarget, signature_metadata, wire};
 use crate::codec::{Flow, Frame, StreamDecoder, frame_json, is_empty_object, typed_frame};
-use crate::error::CodecError;
+use crate::error::{CodecError, is_transient_report};
 
 /// Decodes one streamed (or whole) response.
 #[derive(Debug, Default)]
@@ -303,6 +303,7 @@ fn blocked(reason: &str) -> CodecError {
     CodecError::ProviderReported {
         protocol: PROTOCOL,
         message: format!("the prompt was blocked: {reason}"),
+        transient: false,
     }
 }
 
@@ -320,6 +321,7 @@ fn reported(error: &Value) -> CodecError {
     CodecError::ProviderReported {
         protocol: PROTOCOL,
         message,
+        transient: is_transient_report(error),
     }
 }
 

@@ -36,7 +36,7 @@ use serde_json::{Map, Value};
 
 use super::{PROTOCOL, provider_message, wire};
 use crate::codec::{Flow, Frame, StreamDecoder, typed_frame};
-use crate::error::CodecError;
+use crate::error::{CodecError, is_transient_report};
 
 /// Decodes the SSE frames of one streamed response.
 #[derive(Debug, Default)]
@@ -197,7 +197,7 @@ impl ChunkDecoder {
             Ok(Value::Object(chunk)) => chunk,
             Ok(_) | Err(_) => {
                 if frame.event.as_deref() == Some("error") {
-                    return Err(reported(data.to_owned()));
+                    return Err(reported(data.to_owned(), false));
                 }
                 // Keep-alives, proxy banners, half-written lines: not fatal.
                 self.skipped += 1;
@@ -494,17 +494,22 @@ fn check_error(object: &Map<String, Value>, error_event: bool) -> Result<(), Cod
     }
     let value = Value::Object(object.clone());
     let message = provider_message(&value).unwrap_or_else(|| value.to_string());
-    Err(reported(message))
+    let transient = match object.get("error") {
+        Some(error @ Value::Object(_)) => is_transient_report(error),
+        _ => is_transient_report(&value),
+    };
+    Err(reported(message, transient))
 }
 
 fn non_empty_str(value: Option<&Value>) -> Option<&str> {
     value.and_then(Value::as_str).filter(|s| !s.is_empty())
 }
 
-fn reported(message: String) -> CodecError {
+fn reported(message: String, transient: bool) -> CodecError {
     CodecError::ProviderReported {
         protocol: PROTOCOL,
         message,
+        transient,
     }
 }
 
