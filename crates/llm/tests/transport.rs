@@ -203,6 +203,9 @@ async fn hang_is_cut_by_the_idle_timeout(protocol: Protocol) {
         .err();
     assert_eq!(err, Some(ProviderError::IdleTimeout { after: idle }));
     assert!(started.elapsed() >= idle, "{:?}", started.elapsed());
+    // The message names the setting that would let a slow model finish.
+    let message = err.unwrap().to_string();
+    assert!(message.contains("llm.stream_idle_timeout"), "{message}");
     wait_for_no_request_in_flight(&server).await;
     assert_eq!(stat(&server, "hangs").await, json!(2));
     server.shutdown().await.unwrap();

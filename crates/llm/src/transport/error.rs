@@ -33,7 +33,10 @@ pub enum ProviderError {
     Unauthorized { status: u16, message: String },
     /// Nothing arrived for this long, while waiting for the headers or
     /// between two pieces of the body.
-    #[error("the model server sent nothing for {after:?}")]
+    #[error(
+        "the model server sent nothing for {after:?}; a slow model (a large local one, a \
+         long prompt) may need a longer `llm.stream_idle_timeout` in the configuration"
+    )]
     IdleTimeout { after: Duration },
     /// The response ended early: before the wire's end marker, without a
     /// finish reason (Gemini), before any content, or the connection broke
