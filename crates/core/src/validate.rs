@@ -429,7 +429,7 @@ fn coerce_object(schema: &Value, map: &mut Map<String, Value>, depth: usize) {
     // Nearly every call sends no null: skip the lists built to drop them
     // (this runs before every call, and its cost grew with the schema).
     if map.values().any(Value::is_null) {
-        drop_meaningless_nulls(schema, properties, map, depth);
+        drop_meaningless_nulls(properties, map, depth);
     }
     if let Some(properties) = properties {
         for (key, sub) in properties {
@@ -442,29 +442,18 @@ fn coerce_object(schema: &Value, map: &mut Map<String, Value>, depth: usize) {
 
 /// The null-dropping half of [`coerce_object`].
 fn drop_meaningless_nulls(
-    schema: &Value,
     properties: Option<&Map<String, Value>>,
     map: &mut Map<String, Value>,
     depth: usize,
 ) {
-    let required: Vec<&str> = schema
-        .get("required")
-        .and_then(Value::as_array)
-        .map(|r| r.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
     let property = |key: &str| properties.and_then(|p| p.get(key));
+    // A null the property's schema cannot hold means "no value": dropped,
+    // so an optional argument takes its default and a required one is
+    // reported missing (the model is told to supply it). A null the schema
+    // allows, or one for an undeclared property, is a value and stays.
     let drop: Vec<String> = map
         .iter()
-        .filter(|(key, v)| {
-            v.is_null()
-                && if required.contains(&key.as_str()) {
-                    // A required null is treated as missing, so the model is
-                    // told to supply it, unless null is a declared value.
-                    !property(key).is_some_and(|s| allows_null(s, depth))
-                } else {
-                    property(key).is_some()
-                }
-        })
+        .filter(|(key, v)| v.is_null() && property(key).is_some_and(|s| !allows_null(s, depth)))
         .map(|(key, _)| key.clone())
         .collect();
     for key in drop {
@@ -713,6 +702,33 @@ mod tests {
         });
         let (_, args) = pass(schema, json!({"a": null, "b": null}));
         assert_eq!(args, json!({"a": null, "b": null}));
+    }
+
+    #[test]
+    fn an_optional_null_the_schema_allows_is_a_value_not_an_absence() {
+        // `null` can mean "clear the due date"; dropping it would turn the
+        // call into "leave it as it is".
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "due": {"type": ["string", "null"]},
+                "note": {"type": "string"}
+            }
+        });
+        let (_, args) = pass(schema, json!({"due": null, "note": null}));
+        assert_eq!(
+            args,
+            json!({"due": null}),
+            "the null `note` cannot hold is dropped"
+        );
+    }
+
+    #[test]
+    fn a_required_null_with_no_declared_schema_is_accepted() {
+        // Nothing constrains `x`, so null is as valid as any value.
+        let schema = json!({"type": "object", "required": ["x"]});
+        let (_, args) = pass(schema, json!({"x": null}));
+        assert_eq!(args, json!({"x": null}));
     }
 
     #[test]
