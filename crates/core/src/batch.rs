@@ -29,6 +29,7 @@ use crate::outcome::{
 };
 use crate::registry::{ToolContext, ToolSource};
 use crate::tool::ToolDef;
+use crate::validate::require_object;
 
 /// Knobs of the executor.
 #[derive(Debug, Clone)]
@@ -521,11 +522,7 @@ impl Executor {
                     info.arguments = arguments;
                     let checked = match &def {
                         Some(def) => def.compiled_schema().prepare(name, &mut info.arguments),
-                        None if info.arguments.is_object() => Ok(Vec::new()),
-                        None => Err(ToolError::new(
-                            ErrorReason::InvalidArguments,
-                            "arguments must be a JSON object",
-                        )),
+                        None => require_object(&info.arguments).map(|()| Vec::new()),
                     };
                     match checked {
                         Ok(w) => w.into_iter().for_each(|w| notes.push_warning(w)),

@@ -226,7 +226,8 @@ impl ToolOutcome {
 
 /// Recognises a value that reports a failure.
 ///
-/// Error shapes: a serialised [`ToolError`], `{"error": non-empty string}`,
+/// Error shapes: a serialised [`ToolError`] (exactly its keys),
+/// `{"error": non-empty string}`,
 /// `{"error": object}`, `{"isError": true}`. Everything else is success,
 /// including strings that mention "error", `{"error": null}` and non-zero
 /// exit codes (a command that ran and exited 1 is a successful call).
@@ -234,10 +235,15 @@ pub fn error_in_value(value: &Value) -> Option<ToolError> {
     let Value::Object(map) = value else {
         return None;
     };
-    // Only a value with both keys can be a serialised ToolError; checking
-    // first keeps large successful values from being cloned.
+    // Only a value with both keys, and no key a ToolError lacks, is a
+    // serialised ToolError (a sensor's `{"reason", "detail", "temperature"}`
+    // is data); checking first keeps large successful values from being
+    // cloned.
     if map.contains_key("reason")
         && map.contains_key("detail")
+        && map
+            .keys()
+            .all(|k| matches!(k.as_str(), "reason" | "detail" | "field" | "hint"))
         && let Ok(err) = serde_json::from_value::<ToolError>(value.clone())
     {
         return Some(err);

@@ -102,21 +102,10 @@ impl CompiledSchema {
     /// Coercion happens first and in place so the handler receives the same
     /// values the validator accepted.
     pub fn prepare(&self, tool: &str, arguments: &mut Value) -> Result<Vec<String>, ToolError> {
+        require_object(arguments)?;
         let Some(validator) = &self.validator else {
             return Ok(self.warning.iter().cloned().collect());
         };
-        if !arguments.is_object() {
-            return Err(ToolError::new(
-                ErrorReason::InvalidArguments,
-                format!(
-                    "arguments must be a JSON object, got {}",
-                    json_type_name(arguments)
-                ),
-            )
-            .with_hint(
-                "send the arguments as a JSON object of named arguments, e.g. {\"name\": value}",
-            ));
-        }
         coerce(&self.schema, arguments, 0);
         let arguments: &Value = arguments;
         match catch_unwind(AssertUnwindSafe(|| {
@@ -420,6 +409,22 @@ fn coerce(schema: &Value, value: &mut Value, depth: usize) {
         }
         _ => {}
     }
+}
+
+/// Arguments are a JSON object on every wire and in MCP, whatever the
+/// tool's schema (or lack of one) says; anything else is refused.
+pub(crate) fn require_object(arguments: &Value) -> Result<(), ToolError> {
+    if arguments.is_object() {
+        return Ok(());
+    }
+    Err(ToolError::new(
+        ErrorReason::InvalidArguments,
+        format!(
+            "arguments must be a JSON object, got {}",
+            json_type_name(arguments)
+        ),
+    )
+    .with_hint("send the arguments as a JSON object of named arguments, e.g. {\"name\": value}"))
 }
 
 /// Drops `null`s the model sent to mean "no value", then coerces each
@@ -928,15 +933,16 @@ mod tests {
     #[test]
     fn schema_less_tools_pass_anything() {
         for schema in [json!(null), json!({}), json!(true)] {
-            for args in [
-                json!({}),
-                json!({"x": "1", "y": null}),
-                json!("text"),
-                json!(null),
-            ] {
+            for args in [json!({}), json!({"x": "1", "y": null})] {
                 let (warnings, after) = pass(schema.clone(), args.clone());
                 assert!(warnings.is_empty(), "{schema}");
                 assert_eq!(after, args, "schema-less arguments are left untouched");
+            }
+            // Every wire and MCP sends arguments as an object; a hook's
+            // rewrite or a direct call to anything else is refused.
+            for args in [json!("ls -la"), json!(null), json!([1])] {
+                let err = fail(schema.clone(), args.clone());
+                assert_eq!(err.reason, ErrorReason::InvalidArguments, "{schema} {args}");
             }
         }
     }

@@ -58,6 +58,9 @@ fn success_shapes_are_successes() {
         json!(null),
         json!({"errors": ["a", "b"]}),
         json!({"reason": "fine", "status": "ok"}),
+        // A sensor's own report that happens to use these two words: more
+        // keys than a ToolError has, so it is the tool's data.
+        json!({"reason": "timeout", "detail": "sensor offline", "temperature": 20}),
     ];
     for value in successes {
         let outcome = ToolOutcome::from_value("c", "t", value.clone());
