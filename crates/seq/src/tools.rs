@@ -29,7 +29,7 @@ use std::time::Duration;
 use homeagent_core::{
     ErrorReason, Registry, RegistryError, ToolContext, ToolDef, ToolError, ToolSource,
 };
-use homeagent_tools::{AGENT_EXTRA, Root};
+use homeagent_tools::{AGENT_EXTRA, Expect, Root};
 use serde_json::{Map, Value, json};
 
 use crate::create::{CreateError, create_sequence, summary};
@@ -273,8 +273,8 @@ impl Shared {
                 let path = root
                     .resolve(file)
                     .map_err(|e| invalid(e.to_string()).with_field("file"))?;
-                let text = std::fs::read_to_string(&path)
-                    .map_err(|e| invalid(format!("cannot read {file}: {e}")).with_field("file"))?;
+                let text = read_source(root, &path)
+                    .map_err(|detail| invalid(detail).with_field("file"))?;
                 let seq = parse_sequence(&text).map_err(|e| format_error(&e))?;
                 if seq.name != name {
                     return Err(invalid(format!(
@@ -362,6 +362,33 @@ impl Shared {
 }
 
 /// The calling agent and chain from the call's extras.
+/// The most bytes a sequence file may hold: a sequence is a few groups of
+/// steps, so anything near this is not one.
+const MAX_SOURCE_BYTES: u64 = 1 << 20;
+
+/// Reads a sequence file from the sources directory: opened by the files
+/// root's one confined open (never through a symlink swapped in after the
+/// path was checked, never waiting on a FIFO, a regular file only), and no
+/// more than [`MAX_SOURCE_BYTES`].
+fn read_source(root: &Root, path: &std::path::Path) -> Result<String, String> {
+    use std::io::Read;
+    let (file, meta) = root
+        .open_inside(path, std::fs::OpenOptions::new().read(true), Expect::File)
+        .map_err(|refusal| refusal.to_string())?;
+    let shown = root.display_relative(path);
+    if meta.len() > MAX_SOURCE_BYTES {
+        return Err(format!(
+            "{shown} has {} bytes, more than a sequence file may ({MAX_SOURCE_BYTES})",
+            meta.len()
+        ));
+    }
+    let mut text = String::new();
+    file.take(MAX_SOURCE_BYTES)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("cannot read {shown}: {e}"))?;
+    Ok(text)
+}
+
 fn caller_of(ctx: &ToolContext) -> Result<Caller, ToolError> {
     let agent = ctx
         .extras

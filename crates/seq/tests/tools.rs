@@ -189,6 +189,28 @@ async fn file_inputs_are_read_only_from_the_sources_directory() {
         assert!(!refused.success, "{bad}");
         assert_eq!(refused.error.unwrap().field.as_deref(), Some("file"));
     }
+    // A FIFO would block the worker until something writes to it: only a
+    // regular file is read. Were the open to wait, this opens the other end
+    // after a second, so a regression fails instead of hanging the run.
+    let fifo = sources.join("pipe.json");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        let _ = std::fs::OpenOptions::new().write(true).open(&fifo);
+    });
+    let piped = h
+        .call(
+            "main",
+            "seq_create",
+            json!({"name": "from_file", "file": "pipe.json"}),
+        )
+        .await;
+    assert!(!piped.success);
+    assert!(piped.text.contains("not a regular file"), "{}", piped.text);
     let mismatch = h
         .call(
             "main",

@@ -25,7 +25,9 @@ pub mod tool_api;
 
 pub use cmd_run::{CmdRefusal, CmdRunPolicy, check_command, register_cmd_run, run_command};
 pub use demo::{DemoState, register_demo_tools};
-pub use files::{FilesPolicy, FilesSetupError, PathRefusal, Root, register_files_tools};
+pub use files::{
+    Expect, FilesPolicy, FilesSetupError, OpenRefusal, PathRefusal, Root, register_files_tools,
+};
 pub use gate::{AGENT_EXTRA, AgentGrant, Approval, Approver, DEFAULT_AGENT, Gate, GatedSource};
 pub use get_tools::{ToolVisibility, register_get_tools};
 pub use output::{

@@ -10,7 +10,7 @@ use homeagent_core::{
     AssembledCall, AssembledTurn, BatchContext, BatchMode, ErrorReason, Executor, Registry,
     SerialReason, ToolCall, ToolContext, ToolError, ToolSource,
 };
-use homeagent_tools::{FilesPolicy, register_files_tools};
+use homeagent_tools::{Expect, FilesPolicy, OpenRefusal, Root, register_files_tools};
 use serde_json::{Value, json};
 
 /// A directory under the system temp dir, removed on drop.
@@ -700,4 +700,64 @@ async fn appending_through_a_hard_link_is_refused() {
         .unwrap_err();
     assert!(error.detail.contains("hard link"), "{}", error.detail);
     assert_eq!(std::fs::read_to_string(&outside).unwrap(), "outside\n");
+}
+
+/// The race `resolve` cannot rule out: a directory on the checked path is
+/// swapped for a symlink leading out before the open. The open itself must
+/// notice, for a file and for a directory alike.
+#[test]
+fn a_directory_swapped_for_a_symlink_after_the_check_is_caught_at_the_open() {
+    let sandbox = Sandbox::new("swap");
+    let root = Root::open(sandbox.root()).unwrap();
+    std::fs::create_dir_all(sandbox.root().join("docs/inner")).unwrap();
+    std::fs::write(sandbox.root().join("docs/note.txt"), "inside").unwrap();
+    std::fs::create_dir_all(sandbox.outside().join("inner")).unwrap();
+    std::fs::write(sandbox.outside().join("note.txt"), "outside").unwrap();
+    let file = root.resolve("docs/note.txt").unwrap();
+    let dir = root.resolve("docs/inner").unwrap();
+    let (_, meta) = root
+        .open_inside(&file, std::fs::OpenOptions::new().read(true), Expect::File)
+        .unwrap();
+    assert_eq!(meta.len(), "inside".len() as u64);
+
+    // The swap, after both paths were resolved.
+    std::fs::rename(sandbox.root().join("docs"), sandbox.root().join("old")).unwrap();
+    symlink(sandbox.outside(), sandbox.root().join("docs")).unwrap();
+
+    for (path, expect) in [(&file, Expect::File), (&dir, Expect::Directory)] {
+        let refused = root
+            .open_inside(path, std::fs::OpenOptions::new().read(true), expect)
+            .unwrap_err();
+        assert!(
+            matches!(&refused, OpenRefusal::Escaped { opened, .. } if opened.starts_with(sandbox.outside().canonicalize().unwrap())),
+            "{refused}"
+        );
+    }
+    // A symlink at the last component is never followed.
+    symlink(sandbox.outside().join("inner"), sandbox.root().join("link")).unwrap();
+    let link = sandbox.root().canonicalize().unwrap().join("link");
+    let refused = root
+        .open_inside(
+            &link,
+            std::fs::OpenOptions::new().read(true),
+            Expect::Directory,
+        )
+        .unwrap_err();
+    assert!(matches!(refused, OpenRefusal::Io { .. }), "{refused}");
+}
+
+#[tokio::test]
+async fn listing_a_file_says_it_is_one() {
+    let sandbox = Sandbox::new("list-file");
+    std::fs::write(sandbox.root().join("a.txt"), "x").unwrap();
+    let error = sandbox
+        .call("files_list", json!({"path": "a.txt"}))
+        .await
+        .unwrap_err();
+    assert!(
+        error.detail.contains("a.txt is a file, not a directory"),
+        "{}",
+        error.detail
+    );
+    assert_eq!(error.hint.as_deref(), Some("use files_read to read a file"));
 }

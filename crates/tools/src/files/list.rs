@@ -15,7 +15,7 @@ use std::sync::Arc;
 use homeagent_core::{Registry, RegistryError, ToolContext, ToolDef, ToolError};
 use serde_json::{Value, json};
 
-use super::{MAX_LIST_ENTRIES, Shared, bool_arg, string_arg};
+use super::{Expect, MAX_LIST_ENTRIES, Shared, bool_arg, descriptor_path, string_arg};
 
 pub(super) fn register(registry: &Registry, shared: Arc<Shared>) -> Result<(), RegistryError> {
     registry.register(
@@ -42,6 +42,59 @@ pub(super) fn register(registry: &Registry, shared: Arc<Shared>) -> Result<(), R
     )
 }
 
+/// Lists `dir` (and, when `recursive`, the directories below it), at most
+/// [`MAX_LIST_ENTRIES`] entries; the flag says whether more were left out.
+///
+/// Each directory is opened through [`super::Root::open_inside`] and listed
+/// through its open descriptor, so a directory swapped for a symlink after
+/// the check is caught, not listed.
+fn walk(shared: &Shared, dir: PathBuf, recursive: bool) -> Result<(Vec<Entry>, bool), ToolError> {
+    let mut entries: Vec<Entry> = Vec::new();
+    // (directory on disk, its name relative to the listed directory)
+    let mut pending: VecDeque<(PathBuf, String)> = VecDeque::from([(dir, String::new())]);
+    while let Some((current, prefix)) = pending.pop_front() {
+        let (handle, _) = shared
+            .root
+            .open_inside(
+                &current,
+                std::fs::OpenOptions::new().read(true),
+                Expect::Directory,
+            )
+            .map_err(|refusal| shared.refused("list", &current, refusal))?;
+        let reader = std::fs::read_dir(descriptor_path(&handle))
+            .map_err(|e| shared.io_error("list", &current, &e))?;
+        let mut here: Vec<Entry> = Vec::new();
+        for item in reader {
+            let item = item.map_err(|e| shared.io_error("list", &current, &e))?;
+            let name = format!("{prefix}{}", item.file_name().to_string_lossy());
+            // Neither file_type() nor metadata() of an entry follows a
+            // symlink, which is the point.
+            let Ok(file_type) = item.file_type() else {
+                continue;
+            };
+            let (kind, size) = if file_type.is_symlink() {
+                ("symlink", None)
+            } else if file_type.is_dir() {
+                ("dir", None)
+            } else {
+                ("file", item.metadata().ok().map(|m| m.len()))
+            };
+            if kind == "dir" && recursive {
+                pending.push_back((current.join(item.file_name()), format!("{name}/")));
+            }
+            here.push(Entry { name, kind, size });
+        }
+        here.sort_by(|a, b| a.name.cmp(&b.name));
+        for entry in here {
+            if entries.len() == MAX_LIST_ENTRIES {
+                return Ok((entries, true));
+            }
+            entries.push(entry);
+        }
+    }
+    Ok((entries, false))
+}
+
 struct Entry {
     name: String,
     kind: &'static str,
@@ -53,58 +106,11 @@ async fn list(shared: Arc<Shared>, ctx: ToolContext) -> Result<Value, ToolError>
     let recursive = bool_arg(&ctx.arguments, "recursive")?;
     let dir = shared.resolve(user_path)?;
     let shown = shared.shown(&dir);
-    let meta = tokio::fs::metadata(&dir)
-        .await
-        .map_err(|e| shared.io_error("list", &dir, &e))?;
-    if !meta.is_dir() {
-        return Err(
-            ToolError::execution(format!("{shown} is a file, not a directory"))
-                .with_field("path")
-                .with_hint("use files_read to read a file"),
-        );
-    }
-
-    let mut entries: Vec<Entry> = Vec::new();
-    let mut truncated = false;
-    // (directory on disk, its name relative to the listed directory)
-    let mut pending: VecDeque<(PathBuf, String)> = VecDeque::from([(dir.clone(), String::new())]);
-    'walk: while let Some((current, prefix)) = pending.pop_front() {
-        let mut reader = tokio::fs::read_dir(&current)
+    let walker = Arc::clone(&shared);
+    let (mut entries, truncated) =
+        tokio::task::spawn_blocking(move || walk(&walker, dir, recursive))
             .await
-            .map_err(|e| shared.io_error("list", &current, &e))?;
-        let mut here: Vec<Entry> = Vec::new();
-        while let Some(item) = reader
-            .next_entry()
-            .await
-            .map_err(|e| shared.io_error("list", &current, &e))?
-        {
-            let name = format!("{prefix}{}", item.file_name().to_string_lossy());
-            // file_type() does not follow symlinks, which is the point.
-            let Ok(file_type) = item.file_type().await else {
-                continue;
-            };
-            let (kind, size) = if file_type.is_symlink() {
-                ("symlink", None)
-            } else if file_type.is_dir() {
-                ("dir", None)
-            } else {
-                let size = item.metadata().await.ok().map(|m| m.len());
-                ("file", size)
-            };
-            if kind == "dir" && recursive {
-                pending.push_back((item.path(), format!("{name}/")));
-            }
-            here.push(Entry { name, kind, size });
-        }
-        here.sort_by(|a, b| a.name.cmp(&b.name));
-        for entry in here {
-            if entries.len() == MAX_LIST_ENTRIES {
-                truncated = true;
-                break 'walk;
-            }
-            entries.push(entry);
-        }
-    }
+            .map_err(|e| ToolError::execution(format!("cannot list {shown}: {e}")))??;
     entries.sort_by(|a, b| a.name.cmp(&b.name));
     let count = entries.len();
     Ok(json!({

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use homeagent_core::{ErrorReason, Registry, RegistryError, ToolError};
 use serde_json::Value;
 
-pub use root::{PathRefusal, Root};
+pub use root::{Expect, OpenRefusal, PathRefusal, Root, descriptor_path};
 
 /// Default cap on the bytes one `files_read` call returns.
 pub const DEFAULT_MAX_READ_BYTES: u64 = 256 * 1024;
@@ -112,71 +112,36 @@ impl Shared {
         })
     }
 
-    /// Opens `resolved` for the files tools: never through a symlink at
-    /// its last component and never waiting (a FIFO), then checks what was
-    /// opened. `resolve` checked the path; between that check and the open
-    /// a component could have become a symlink leading out, so the file's
-    /// own path, read back from the open descriptor, must still be inside
-    /// the root. Only regular files are read or appended to, and a file
-    /// with other hard links (which may be outside the root) is not
-    /// appended to.
+    /// Opens `resolved` for the files tools through [`Root::open_inside`]
+    /// (no symlink at the last component, no waiting on a FIFO, the opened
+    /// file's own path still inside the root, only regular files), and
+    /// refuses to append to a file with other hard links (which may be
+    /// outside the root).
     pub(crate) async fn open_checked(
         &self,
         action: &'static str,
         resolved: &Path,
-        options: &mut tokio::fs::OpenOptions,
+        mut options: std::fs::OpenOptions,
     ) -> Result<tokio::fs::File, ToolError> {
-        use nix::fcntl::OFlag;
-        let file = options
-            .custom_flags((OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK).bits())
-            .open(resolved)
-            .await
-            .map_err(|e| self.io_error(action, resolved, &e))?;
-        let shown = self.shown(resolved);
-        let meta = file
-            .metadata()
-            .await
-            .map_err(|e| self.io_error(action, resolved, &e))?;
-        if meta.is_dir() {
-            return Err(
-                ToolError::execution(format!("{shown} is a directory, not a file"))
-                    .with_field("path")
-                    .with_hint("use files_list to see what a directory holds"),
-            );
-        }
-        if !meta.is_file() {
-            return Err(ToolError::execution(format!(
-                "cannot {action} {shown}: it is not a regular file (a FIFO, socket or device)"
-            ))
-            .with_field("path"));
-        }
-        #[cfg(target_os = "linux")]
-        {
-            use std::os::fd::AsRawFd;
-            let opened = tokio::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd()))
-                .await
-                .map_err(|e| self.io_error(action, resolved, &e))?;
-            if !opened.starts_with(self.root.canonical()) {
-                return Err(ToolError::new(
-                    ErrorReason::Denied,
-                    format!(
-                        "cannot {action} {shown}: the file opened is {}, outside the files root \
-                         (the path changed while it was being opened)",
-                        opened.display()
-                    ),
-                )
-                .with_field("path")
-                .with_hint(self.root_hint()));
-            }
-        }
+        let root = self.root.clone();
+        let path = resolved.to_owned();
+        let opened = tokio::task::spawn_blocking(move || {
+            root.open_inside(&path, &mut options, Expect::File)
+        })
+        .await
+        .map_err(|e| {
+            ToolError::execution(format!("cannot {action} {}: {e}", self.shown(resolved)))
+        })?;
+        let (file, meta) = opened.map_err(|refusal| self.refused(action, resolved, refusal))?;
         if action != "read" {
             use std::os::unix::fs::MetadataExt;
             if meta.nlink() > 1 {
                 return Err(ToolError::new(
                     ErrorReason::Denied,
                     format!(
-                        "cannot {action} {shown}: it has {} hard links, and another may be \
+                        "cannot {action} {}: it has {} hard links, and another may be \
                          outside the files root",
+                        self.shown(resolved),
                         meta.nlink()
                     ),
                 )
@@ -186,7 +151,35 @@ impl Shared {
                 ));
             }
         }
-        Ok(file)
+        Ok(tokio::fs::File::from_std(file))
+    }
+
+    /// The error the model reads for a refused [`Root::open_inside`].
+    pub(crate) fn refused(&self, action: &str, resolved: &Path, refusal: OpenRefusal) -> ToolError {
+        let shown = self.shown(resolved);
+        match refusal {
+            OpenRefusal::Io { source, .. } => self.io_error(action, resolved, &source),
+            OpenRefusal::Directory { .. } => {
+                ToolError::execution(format!("{shown} is a directory, not a file"))
+                    .with_field("path")
+                    .with_hint("use files_list to see what a directory holds")
+            }
+            OpenRefusal::NotDirectory { .. } => {
+                ToolError::execution(format!("{shown} is a file, not a directory"))
+                    .with_field("path")
+                    .with_hint("use files_read to read a file")
+            }
+            OpenRefusal::NotRegular { .. } => ToolError::execution(format!(
+                "cannot {action} {shown}: it is not a regular file (a FIFO, socket or device)"
+            ))
+            .with_field("path"),
+            escaped @ OpenRefusal::Escaped { .. } => ToolError::new(
+                ErrorReason::Denied,
+                format!("cannot {action} {shown}: {escaped}"),
+            )
+            .with_field("path")
+            .with_hint(self.root_hint()),
+        }
     }
 
     pub(crate) fn root_hint(&self) -> String {

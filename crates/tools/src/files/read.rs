@@ -52,9 +52,9 @@ async fn read(shared: Arc<Shared>, ctx: ToolContext) -> Result<Value, ToolError>
     let path = shared.resolve(user_path)?;
     let shown = shared.shown(&path);
 
-    let mut file = shared
-        .open_checked("read", &path, tokio::fs::OpenOptions::new().read(true))
-        .await?;
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    let mut file = shared.open_checked("read", &path, options).await?;
     let meta = file
         .metadata()
         .await

@@ -18,10 +18,10 @@
 //! - components that do not exist yet are appended as plain names, so a new
 //!   file's parent has always been resolved inside the root.
 //!
-//! What this cannot rule out is a race: a process that swaps a directory for
-//! a symlink between the check and the open. The agent is the only writer
-//! the files tools expect under their root; the symlink checks keep it from
-//! being tricked by what is already there.
+//! What a check of the path alone cannot rule out is a race: a process that
+//! swaps a directory for a symlink between the check and the open. So every
+//! open goes through [`Root::open_inside`], which reads the opened file's
+//! own path back from the kernel and refuses one outside the root.
 
 use std::io;
 use std::path::{Component, Path, PathBuf};
@@ -54,6 +54,39 @@ pub enum PathRefusal {
         #[source]
         source: io::Error,
     },
+}
+
+/// Why [`Root::open_inside`] gave no file. Matched by variant; each message
+/// names the path as the model sees it.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenRefusal {
+    #[error("cannot open {shown}: {source}")]
+    Io {
+        shown: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{shown} is a directory, not a file")]
+    Directory { shown: String },
+    #[error("{shown} is a file, not a directory")]
+    NotDirectory { shown: String },
+    #[error("{shown} is not a regular file (a FIFO, socket or device)")]
+    NotRegular { shown: String },
+    #[error(
+        "the file opened for {shown} is {}, outside the files root (the path changed while \
+         it was being opened)",
+        opened.display()
+    )]
+    Escaped { shown: String, opened: PathBuf },
+}
+
+/// What [`Root::open_inside`] must find at the path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expect {
+    /// A regular file (never a FIFO, socket or device).
+    File,
+    /// A directory.
+    Directory,
 }
 
 /// The directory the files tools are confined to, canonicalized once.
@@ -180,6 +213,58 @@ impl Root {
         Ok(resolved)
     }
 
+    /// Opens a path [`Root::resolve`] returned, and checks what was opened.
+    ///
+    /// `resolve` checked the path; between that check and the open a
+    /// component could have become a symlink leading out. So the open never
+    /// follows a symlink at the last component and never waits (a FIFO
+    /// would block the thread until something writes to it), and the path
+    /// of the open descriptor, read back from the kernel, must still be
+    /// inside the root. Blocking: call it off the async workers.
+    pub fn open_inside(
+        &self,
+        resolved: &Path,
+        options: &mut std::fs::OpenOptions,
+        expect: Expect,
+    ) -> Result<(std::fs::File, std::fs::Metadata), OpenRefusal> {
+        use nix::fcntl::OFlag;
+        use std::os::unix::fs::OpenOptionsExt;
+        let shown = || self.display_relative(resolved);
+        let io = |source| OpenRefusal::Io {
+            shown: shown(),
+            source,
+        };
+        // No O_DIRECTORY: listing a file then says "a file, not a
+        // directory" rather than the kernel's ambiguous ENOTDIR.
+        let flags = OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK;
+        let file = options
+            .custom_flags(flags.bits())
+            .open(resolved)
+            .map_err(io)?;
+        let meta = file.metadata().map_err(io)?;
+        match expect {
+            Expect::File if meta.is_dir() => return Err(OpenRefusal::Directory { shown: shown() }),
+            Expect::File if !meta.is_file() => {
+                return Err(OpenRefusal::NotRegular { shown: shown() });
+            }
+            Expect::Directory if !meta.is_dir() => {
+                return Err(OpenRefusal::NotDirectory { shown: shown() });
+            }
+            _ => {}
+        }
+        #[cfg(target_os = "linux")]
+        {
+            let opened = std::fs::read_link(descriptor_path(&file)).map_err(io)?;
+            if !opened.starts_with(&self.canonical) {
+                return Err(OpenRefusal::Escaped {
+                    shown: shown(),
+                    opened,
+                });
+            }
+        }
+        Ok((file, meta))
+    }
+
     /// A resolved path as the model should see it: relative to the root,
     /// with `/` separators; the root itself is `.`.
     pub fn display_relative(&self, resolved: &Path) -> String {
@@ -202,6 +287,15 @@ impl Root {
             .into_iter()
             .find_map(|root| lexical.strip_prefix(root).ok().map(Path::to_path_buf))
     }
+}
+
+/// The path naming an open descriptor itself. Opening it (or listing it,
+/// for a directory) reaches the very file that was opened, whatever has
+/// been renamed or swapped for a symlink since.
+#[cfg(target_os = "linux")]
+pub fn descriptor_path(file: &std::fs::File) -> PathBuf {
+    use std::os::fd::AsRawFd;
+    PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()))
 }
 
 /// `absolute` with `.` and `..` applied, without touching the disk; `None`

@@ -136,11 +136,9 @@ async fn write(shared: Arc<Shared>, ctx: ToolContext) -> Result<Value, ToolError
     let existed = tokio::fs::symlink_metadata(&path).await.is_ok();
     let length = content.len();
     if append {
-        let mut options = tokio::fs::OpenOptions::new();
+        let mut options = std::fs::OpenOptions::new();
         options.append(true).create(true);
-        let mut file = shared
-            .open_checked("append to", &path, &mut options)
-            .await?;
+        let mut file = shared.open_checked("append to", &path, options).await?;
         append_to(&mut file, content.as_bytes())
             .await
             .map_err(|e| shared.io_error("append to", &path, &e))?;
