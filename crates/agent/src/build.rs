@@ -21,8 +21,8 @@ use homeagent_seq::{
 };
 use homeagent_tools::{
     AGENT_EXTRA, AgentGrant, Approval, ChannelRegistry, CmdRunPolicy, ConsoleChannel, DemoState,
-    FilesPolicy, FilesSetupError, Gate, GatedSource, OutputChannel, ToolVisibility,
-    register_cmd_run, register_demo_tools, register_files_tools, register_get_tools,
+    FilesPolicy, FilesSetupError, Gate, GatedSource, ListedTools, OutputChannel, ToolVisibility,
+    register_cmd_run, register_demo_tools, register_files_tools, register_get_tools_listing,
     register_output_channels,
 };
 
@@ -111,6 +111,17 @@ pub enum BuildError {
         /// Where in the config (`tools.require_approval`, `agents[1].deny_tools`).
         key: String,
         name: String,
+        known: String,
+    },
+    #[error(
+        "`{key}` is `{matcher}`, which matches no tool, so the hook would never run (the \
+         expression must match a whole tool name; MCP tools are named <server>__<tool>); \
+         known tools: {known}"
+    )]
+    HookMatchesNoTool {
+        /// Where in the config (`hooks.pre_tool_use[0].matcher`).
+        key: String,
+        matcher: String,
         known: String,
     },
 }
@@ -240,7 +251,8 @@ pub fn build(
                 .is_some_and(|agent| gate.visible(agent, &def.name))
         })
     };
-    register_get_tools(&registry, Some(visible))?;
+    let listed_tools = ListedTools::default();
+    register_get_tools_listing(&registry, Some(visible), listed_tools.clone())?;
     attribute(&registry, &mut tool_sources, "builtin");
     let devices = if options.devices {
         let hub = DeviceHub::new(HubOptions::default());
@@ -302,6 +314,8 @@ pub fn build(
         Some(manager) => Arc::new(manager.clone()),
         None => Arc::clone(&registry) as _,
     };
+    // get_tools lists what a call can reach: MCP tools included.
+    listed_tools.list_from(&inner);
     let tools = Arc::new(GatedSource::new(inner, gate, options.approval.clone()));
     let hook_spec = |entry: &crate::config::HookEntry| homeagent_tools::hooks::CommandHookSpec {
         matcher: entry.matcher.clone(),
@@ -309,6 +323,14 @@ pub fn build(
         timeout: entry.timeout.as_duration(),
         env: entry.env.clone(),
     };
+    for (kind, entries) in [
+        ("pre_tool_use", &config.hooks.pre_tool_use),
+        ("post_tool_use", &config.hooks.post_tool_use),
+    ] {
+        for (i, entry) in entries.iter().enumerate() {
+            names.check_matcher(&format!("hooks.{kind}[{i}]"), &entry.matcher)?;
+        }
+    }
     let pre: Vec<_> = config.hooks.pre_tool_use.iter().map(hook_spec).collect();
     let post: Vec<_> = config.hooks.post_tool_use.iter().map(hook_spec).collect();
     let hooks = homeagent_tools::hooks::command_hooks(&pre, &post, options.approval.clone())?;
@@ -492,16 +514,45 @@ impl ToolNames {
     fn check(&self, key: &str, patterns: &[String]) -> Result<(), BuildError> {
         match patterns.iter().find(|p| !self.matches_some(p)) {
             None => Ok(()),
-            Some(name) => {
-                let mut known = self.tools.clone();
-                known.sort();
-                known.extend(self.mcp_prefixes.iter().map(|p| format!("{p}*")));
-                Err(BuildError::UnknownTool {
-                    key: key.to_owned(),
-                    name: name.clone(),
-                    known: known.join(", "),
-                })
-            }
+            Some(name) => Err(BuildError::UnknownTool {
+                key: key.to_owned(),
+                name: name.clone(),
+                known: self.known(),
+            }),
         }
+    }
+
+    /// A hook's matcher (a regular expression on the whole name) must match
+    /// a tool. MCP tools are known only once their servers run, so with a
+    /// server configured an expression that names a tool the MCP way
+    /// (`__`, or a server's prefix) is taken on trust. `hook` is where the
+    /// hook sits (`hooks.pre_tool_use[0]`); an expression that does not
+    /// compile is left to the hooks' own check, which names it.
+    fn check_matcher(&self, hook: &str, matcher: &str) -> Result<(), BuildError> {
+        let Ok(parsed) = homeagent_tools::hooks::Matcher::parse(hook, matcher) else {
+            return Ok(());
+        };
+        let mcp_named = !self.mcp_prefixes.is_empty()
+            && (matcher.contains("__")
+                || self
+                    .mcp_prefixes
+                    .iter()
+                    .any(|p| matcher.contains(p.as_str())));
+        if mcp_named || self.tools.iter().any(|t| parsed.matches(t)) {
+            return Ok(());
+        }
+        Err(BuildError::HookMatchesNoTool {
+            key: format!("{hook}.matcher"),
+            matcher: matcher.to_owned(),
+            known: self.known(),
+        })
+    }
+
+    /// The known tools and MCP prefixes, for an error message.
+    fn known(&self) -> String {
+        let mut known = self.tools.clone();
+        known.sort();
+        known.extend(self.mcp_prefixes.iter().map(|p| format!("{p}*")));
+        known.join(", ")
     }
 }

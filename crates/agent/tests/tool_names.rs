@@ -138,3 +138,60 @@ async fn mcp_servers_are_checked_but_not_started_when_asked() {
         Err(BuildError::Mcp(homeagent_mcp::SpecError::BadName(_)))
     ));
 }
+
+fn hook(kind: &str, matcher: &str) -> String {
+    format!("[[hooks.{kind}]]\nmatcher = \"{matcher}\"\ncommand = \"true\"\n")
+}
+
+/// A hook whose matcher matches no tool never runs: a matcher copied from
+/// another agent's config (`Bash`, `Edit|Write`) or a typo (`cmd-run`)
+/// used to be accepted and do nothing.
+#[tokio::test]
+async fn a_hook_matcher_that_matches_no_tool_fails_the_start() {
+    for (toml, key, matcher) in [
+        (
+            hook("pre_tool_use", "Bash"),
+            "hooks.pre_tool_use[0].matcher",
+            "Bash",
+        ),
+        (
+            format!(
+                "{}{}",
+                hook("post_tool_use", "cmd_run"),
+                hook("post_tool_use", "Edit|Write")
+            ),
+            "hooks.post_tool_use[1].matcher",
+            "Edit|Write",
+        ),
+    ] {
+        match built(&toml) {
+            Err(BuildError::HookMatchesNoTool {
+                key: k, matcher: m, ..
+            }) => assert_eq!((k.as_str(), m.as_str()), (key, matcher)),
+            other => panic!("{toml}: expected a hook matching nothing, got {other:?}"),
+        }
+    }
+    let message = built(&hook("pre_tool_use", "cmd-run"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        message.contains("cmd_run"),
+        "the known tools are listed: {message}"
+    );
+
+    // Every-tool forms, built-in names and patterns, and MCP tools (known
+    // only once their server runs) are accepted.
+    for matcher in [
+        "",
+        "*",
+        ".*",
+        "cmd_run",
+        "files_read|files_write",
+        "files_.*",
+    ] {
+        built(&hook("pre_tool_use", matcher)).unwrap();
+    }
+    for matcher in ["git__.*", "git__git_commit", ".*__commit"] {
+        built(&format!("{}{MCP}", hook("pre_tool_use", matcher))).unwrap();
+    }
+}

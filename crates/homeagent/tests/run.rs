@@ -669,3 +669,39 @@ fn blocking_work_runs_on_at_most_the_configured_threads() {
     // The main thread, one async worker, two blocking threads.
     assert!(threads <= 4, "{threads} threads");
 }
+
+/// `get_tools` is what the not-found hint sends the model to: it lists the
+/// MCP servers' tools beside the built-in ones.
+#[test]
+fn get_tools_lists_the_mcp_servers_tools() {
+    let setup = setup(&fixture_mcp(""));
+    let (output, _) = run(
+        &setup,
+        &[
+            "--json",
+            "--session",
+            "tools",
+            r#"!calls [{"name": "get_tools", "arguments": {"filter": "echo"}}]"#,
+        ],
+    );
+    assert!(output.status.success(), "{output:?}");
+    let store = homeagent_agent::store::Store::open(&setup.dir.join("homeagent.db")).unwrap();
+    let listed: Vec<Value> = store
+        .history("tools")
+        .unwrap()
+        .into_iter()
+        .filter_map(|m| match m {
+            homeagent_core::Message::Tool(t) => serde_json::from_str(&t.content).ok(),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(listed.len(), 1, "one get_tools result");
+    let names: Vec<&str> = listed[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(names.contains(&"fx__echo"), "{names:?}");
+    assert!(names.contains(&"demo_echo"), "{names:?}");
+}

@@ -8,8 +8,10 @@
 //!
 //! The tool lives in the registry it lists, so it holds a [`Weak`] reference:
 //! a strong one would be a cycle and the registry would never be dropped.
+//! Tools that sit in front of that registry (an MCP manager's) are listed
+//! once the embedder points [`ListedTools`] at the source in front.
 
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 
 use homeagent_core::registry::LIST_TOOLS_TOOL;
 use homeagent_core::{Registry, RegistryError, ToolContext, ToolDef, ToolError, ToolSource};
@@ -19,10 +21,34 @@ use serde_json::{Value, json};
 /// session) may see a tool.
 pub type ToolVisibility = Arc<dyn Fn(&ToolContext, &ToolDef) -> bool + Send + Sync>;
 
+/// What `get_tools` lists: the registry it was registered into, until
+/// [`ListedTools::list_from`] names the source that sits in front of that
+/// registry (the MCP manager, whose definitions include the registry's).
+#[derive(Clone, Default)]
+pub struct ListedTools(Arc<OnceLock<Weak<dyn ToolSource>>>);
+
+impl ListedTools {
+    /// From now on `get_tools` lists `source`. Set once; later calls are
+    /// ignored. Held weakly: the source usually owns the registry that owns
+    /// `get_tools`.
+    pub fn list_from(&self, source: &Arc<dyn ToolSource>) {
+        let _ = self.0.set(Arc::downgrade(source));
+    }
+}
+
 /// Registers `get_tools` into `registry`, listing that same registry.
 pub fn register_get_tools(
     registry: &Arc<Registry>,
     visible: Option<ToolVisibility>,
+) -> Result<(), RegistryError> {
+    register_get_tools_listing(registry, visible, ListedTools::default())
+}
+
+/// [`register_get_tools`], listing what `listed` is pointed at once it is.
+pub fn register_get_tools_listing(
+    registry: &Arc<Registry>,
+    visible: Option<ToolVisibility>,
+    front: ListedTools,
 ) -> Result<(), RegistryError> {
     let listed: Weak<Registry> = Arc::downgrade(registry);
     registry.register(
@@ -43,21 +69,23 @@ pub fn register_get_tools(
         .read_only(),
         move |ctx: ToolContext| {
             let listed = listed.clone();
+            let front = front.clone();
             let visible = visible.clone();
-            async move { list(&listed, visible.as_ref(), &ctx) }
+            async move { list(&listed, &front, visible.as_ref(), &ctx) }
         },
     )
 }
 
 fn list(
     listed: &Weak<Registry>,
+    front: &ListedTools,
     visible: Option<&ToolVisibility>,
     ctx: &ToolContext,
 ) -> Result<Value, ToolError> {
-    let Some(registry) = listed.upgrade() else {
-        return Err(ToolError::execution(
-            "the tool registry this tool lists has been shut down",
-        ));
+    let shut_down = || ToolError::execution("the tool registry this tool lists has been shut down");
+    let definitions = match front.0.get() {
+        Some(front) => front.upgrade().ok_or_else(shut_down)?.definitions(),
+        None => listed.upgrade().ok_or_else(shut_down)?.definitions(),
     };
     let filter = match ctx.arguments.get("filter") {
         None | Some(Value::Null) => String::new(),
@@ -70,8 +98,7 @@ fn list(
             .with_field("filter"));
         }
     };
-    let tools: Vec<Value> = registry
-        .definitions()
+    let tools: Vec<Value> = definitions
         .iter()
         .filter(|def| visible.is_none_or(|allow| allow(ctx, def)))
         .filter(|def| {

@@ -29,7 +29,7 @@ pub use files::{
     Expect, FilesPolicy, FilesSetupError, OpenRefusal, PathRefusal, Root, register_files_tools,
 };
 pub use gate::{AGENT_EXTRA, AgentGrant, Approval, Approver, DEFAULT_AGENT, Gate, GatedSource};
-pub use get_tools::{ToolVisibility, register_get_tools};
+pub use get_tools::{ListedTools, ToolVisibility, register_get_tools, register_get_tools_listing};
 pub use output::{
     ChannelError, ChannelRegistry, ConsoleChannel, OutputChannel, register_output_channel,
     register_output_channels,

@@ -499,7 +499,8 @@ pub struct HooksSection {
 pub struct HookEntry {
     /// A regular expression matched against the whole tool name
     /// (`cmd_run`, `files_read|files_write`, `git__.*`); empty means every
-    /// tool. An invalid one fails the start, naming the hook.
+    /// tool. One that is invalid, or matches no tool (a `git__` name counts
+    /// once an MCP server is configured), fails the start, naming the hook.
     #[serde(default)]
     pub matcher: String,
     /// The shell command.
