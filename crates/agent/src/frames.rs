@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use homeagent_core::{ToolEvent, Usage};
+use homeagent_core::{FinishReason, ToolEvent, Usage};
 use serde::{Deserialize, Serialize};
 
 /// One frame; serialized with a `type` field.
@@ -27,6 +27,10 @@ pub enum Frame {
         /// Model requests made for this input.
         turns: u32,
         usage: UsageFrame,
+        /// Why the answer may be incomplete; absent when the model
+        /// finished it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        incomplete: Option<Incomplete>,
     },
     /// The input was not run.
     Skipped { reason: SkipReason },
@@ -52,6 +56,66 @@ impl Frame {
         Frame::Error {
             message: message.into(),
             code: code.to_owned(),
+        }
+    }
+}
+
+/// Why a final answer may be incomplete: the model's turn ended for a
+/// reason other than finishing it. Shown to the person (a note after the
+/// answer, `finish_reason` on the OpenAI-compatible endpoint), never sent
+/// back to the model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "reason", rename_all = "snake_case")]
+pub enum Incomplete {
+    /// The answer reached the output token limit.
+    Length {
+        /// `agent.max_tokens`, the limit of each model request.
+        max_tokens: u32,
+    },
+    /// The provider's safety filter stopped or withheld the answer
+    /// (OpenAI `content_filter`, Gemini `SAFETY`, Anthropic `refusal`).
+    ContentFilter,
+    /// Another reason the wire named (Gemini `MALFORMED_FUNCTION_CALL`,
+    /// `RECITATION`, ...), as sent.
+    Other { finish_reason: String },
+}
+
+impl Incomplete {
+    /// The incompleteness a turn's finish reason means, if any.
+    pub fn from_finish(reason: Option<&FinishReason>, max_tokens: u32) -> Option<Incomplete> {
+        match reason? {
+            FinishReason::Stop | FinishReason::ToolCalls => None,
+            FinishReason::Length => Some(Incomplete::Length { max_tokens }),
+            FinishReason::ContentFilter => Some(Incomplete::ContentFilter),
+            FinishReason::Other(other) => Some(Incomplete::Other {
+                finish_reason: other.clone(),
+            }),
+        }
+    }
+
+    /// The note shown after the answer.
+    pub fn note(&self) -> String {
+        match self {
+            Incomplete::Length { max_tokens } => format!(
+                "[the answer was cut off: it reached the output token limit \
+                 (agent.max_tokens = {max_tokens}); ask me to continue, or raise agent.max_tokens]"
+            ),
+            Incomplete::ContentFilter => {
+                "[the model's provider stopped or withheld this answer (its safety filter)]"
+                    .to_owned()
+            }
+            Incomplete::Other { finish_reason } => {
+                format!("[the model stopped early: its provider says {finish_reason}]")
+            }
+        }
+    }
+
+    /// The OpenAI `finish_reason` that says the same.
+    pub fn openai_finish_reason(&self) -> &'static str {
+        match self {
+            Incomplete::Length { .. } => "length",
+            Incomplete::ContentFilter => "content_filter",
+            Incomplete::Other { .. } => "stop",
         }
     }
 }

@@ -24,7 +24,7 @@ pub mod store;
 
 pub use build::{Agent, BuildError, BuildOptions, DEMO_NOTICE, build};
 pub use demo_model::DemoModel;
-pub use frames::{Frame, SkipReason, UsageFrame};
+pub use frames::{Frame, Incomplete, SkipReason, UsageFrame};
 pub use runtime::{AgentSettings, FrameSink, Runtime, TurnControl, TurnInput};
 pub use scheduler::{
     FrameObserver, Frames, InputId, Scheduler, SchedulerCounters, SchedulerOptions, Submission,

@@ -46,7 +46,7 @@ use homeagent_tools::{AGENT_EXTRA, Approval, GatedSource};
 use serde_json::{Map, Value};
 
 use crate::context::{CountedHistory, RequestMessages, approx_tokens};
-use crate::frames::{Frame, UsageFrame};
+use crate::frames::{Frame, Incomplete, UsageFrame};
 use crate::kept_requests::{KeptRequest, KeptRequests};
 use crate::request_base::{Built, RequestBase, RequestBases};
 use crate::store::{EventRow, HeldWrite, KnownHistory, OpenedInput, Store, StoreError};
@@ -392,6 +392,7 @@ impl Runtime {
                     content,
                     turns: requests,
                     usage,
+                    incomplete: None,
                 });
             }
             let unchanged = sent
@@ -423,6 +424,10 @@ impl Runtime {
                 .stream_turn(&mut request, control, sink, &mut usage)
                 .await?;
             if turn.calls.is_empty() {
+                let incomplete = Incomplete::from_finish(
+                    turn.finish_reason.as_ref(),
+                    self.settings.max_tokens,
+                );
                 let message = Message::Assistant(turn.message());
                 let appended = self
                     .store
@@ -450,6 +455,7 @@ impl Runtime {
                     content: turn.text,
                     turns: requests,
                     usage,
+                    incomplete,
                 });
             }
             let (message, argument_errors) = turn.into_message();

@@ -72,10 +72,17 @@ impl TextView {
                 self.open_text = !text.ends_with('\n');
             }
             Frame::ToolCall(event) => self.show_event(event, out)?,
-            Frame::Response { content, .. } => {
+            Frame::Response {
+                content,
+                incomplete,
+                ..
+            } => {
                 // The content streamed already; only end the line.
                 if self.open_text || content.is_empty() {
                     writeln!(out)?;
+                }
+                if let Some(incomplete) = incomplete {
+                    writeln!(out, "{}", incomplete.note())?;
                 }
                 self.open_text = false;
                 self.batch = None;

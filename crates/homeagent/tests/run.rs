@@ -9,7 +9,7 @@ use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use homeagent_mock_llm::{MockServer, ServerConfig};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 struct Setup {
     dir: PathBuf,
@@ -704,4 +704,30 @@ fn get_tools_lists_the_mcp_servers_tools() {
         .collect();
     assert!(names.contains(&"fx__echo"), "{names:?}");
     assert!(names.contains(&"demo_echo"), "{names:?}");
+}
+
+/// An answer the output token limit cut off is followed by a note saying
+/// so and naming the setting; `--json` carries it on the response frame.
+#[test]
+fn an_answer_cut_off_by_the_token_limit_says_so() {
+    let setup = setup("[agent]\nmax_tokens = 300\n");
+    let (output, _) = run(&setup, &["!cut"]);
+    assert!(output.status.success(), "{output:?}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("in the middle of a\n[the answer was cut off"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("agent.max_tokens = 300"), "{stdout}");
+
+    let (_, frames) = run(&setup, &["--json", "!cut"]);
+    let response = frames.last().unwrap();
+    assert_eq!(response["type"], "response");
+    assert_eq!(
+        response["incomplete"],
+        json!({"reason": "length", "max_tokens": 300})
+    );
+    // A finished answer has no such field.
+    let (_, frames) = run(&setup, &["--json", "!text"]);
+    assert_eq!(frames.last().unwrap().get("incomplete"), None);
 }

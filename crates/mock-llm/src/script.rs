@@ -135,6 +135,9 @@ pub enum Trigger {
     BadJson,
     /// `!text`: plain text in several chunks.
     Text,
+    /// `!cut`: text that stops mid-sentence, finish reason `length` (the
+    /// output token limit).
+    CutText,
     /// `!calls [{"name": ..., "arguments": {...}}, ...]`: exactly these calls
     /// as one batch.
     Calls(Vec<ScriptedCall>),
@@ -150,7 +153,7 @@ pub struct ScriptedCall {
 }
 
 /// Trigger words, longest first where one is a prefix of another's tail.
-const KEYWORDS: [&str; 7] = [
+const KEYWORDS: [&str; 8] = [
     "serialbatch",
     "slowbatch",
     "batch",
@@ -158,6 +161,7 @@ const KEYWORDS: [&str; 7] = [
     "badjson",
     "text",
     "calls",
+    "cut",
 ];
 
 /// Finds the first trigger in a user message.
@@ -186,6 +190,7 @@ pub fn parse_trigger(text: &str) -> Result<Option<Trigger>, String> {
                 match word {
                     "truncate" => Trigger::Truncate,
                     "badjson" => Trigger::BadJson,
+                    "cut" => Trigger::CutText,
                     _ => Trigger::Text,
                 }
             }
@@ -292,6 +297,19 @@ pub fn respond_sized(
             Reply::Text,
             prompt_bytes,
         ),
+        Ok(Some(Trigger::CutText)) => {
+            let mut turn = text_turn(
+                "This reply runs into the output token limit and stops in the middle of a",
+                Reply::Text,
+                prompt_bytes,
+            );
+            for event in &mut turn.events {
+                if let StreamEvent::Finish { reason } = event {
+                    "length".clone_into(reason);
+                }
+            }
+            turn
+        }
         Ok(Some(trigger)) => batch(trigger, opts, prompt_bytes),
         Ok(None) => help(None, prompt_bytes),
         Err(problem) => help(Some(problem), prompt_bytes),
@@ -365,7 +383,7 @@ fn batch(trigger: Trigger, opts: &ScriptOptions, prompt_bytes: usize) -> Scripte
                 },
             })
             .collect(),
-        Trigger::Text => Vec::new(),
+        Trigger::Text | Trigger::CutText => Vec::new(),
     };
     let mut events = fragments(&calls, &nonce);
     let completion_bytes = calls
@@ -517,6 +535,7 @@ fn help(problem: Option<String>, prompt_bytes: usize) -> ScriptedTurn {
          !truncate (a call cut off by the token limit), \
          !badjson (a call with malformed arguments), \
          !text (plain text), \
+         !cut (text cut off by the token limit), \
          !calls [{\"name\": ..., \"arguments\": {...}}] (exactly those calls).",
     );
     text_turn(&text, Reply::Help { problem }, prompt_bytes)

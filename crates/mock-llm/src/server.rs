@@ -374,6 +374,7 @@ fn input_key(reply: &Reply) -> String {
             Trigger::Truncate => "truncate".into(),
             Trigger::BadJson => "badjson".into(),
             Trigger::Text => "text".into(),
+            Trigger::CutText => "cut".into(),
             Trigger::Calls(calls) => format!("calls{}", calls.len()),
         },
         Reply::Report(_) => "report".into(),

@@ -442,6 +442,7 @@ mod tests {
                     completion_tokens: 2,
                     total_tokens: 3,
                 },
+                incomplete: None,
             },
         );
         // No subscriber: nothing was rendered, nothing is cached.

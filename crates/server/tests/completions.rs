@@ -749,3 +749,42 @@ async fn a_history_that_opens_with_a_greeting_is_answered_over_anthropic_and_gem
     assert_eq!(stats["bad_requests"], 0, "{stats}");
     mock.shutdown().await.unwrap();
 }
+
+/// An answer the output token limit cut off says so, whole and streamed,
+/// the way OpenAI's endpoint does: a client that checks `finish_reason`
+/// can ask for the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_cut_off_by_the_token_limit_finishes_with_length() {
+    let server = start(Setup::default()).await;
+    let whole = body_json(
+        server
+            .post_json(
+                "/v1/chat/completions",
+                &request(json!([{"role": "user", "content": "!cut"}]), false),
+            )
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(whole["choices"][0]["finish_reason"], "length", "{whole}");
+    let content = whole["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(content.ends_with("in the middle of a"), "{content}");
+
+    let response = server
+        .post_json(
+            "/v1/chat/completions",
+            &request(json!([{"role": "user", "content": "!cut"}]), true),
+        )
+        .send()
+        .await
+        .unwrap();
+    let events = SseReader::new(response).all().await;
+    let finishes: Vec<Value> = events
+        .iter()
+        .filter(|e| e.data != "[DONE]")
+        .map(|e| json(&e.data)["choices"][0]["finish_reason"].clone())
+        .filter(|f| !f.is_null())
+        .collect();
+    assert_eq!(finishes, vec![json!("length")]);
+}

@@ -35,7 +35,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, Stream};
 use homeagent_agent::store::{StoreError, validate_session_id};
-use homeagent_agent::{Frame, UsageFrame};
+use homeagent_agent::{Frame, Incomplete, UsageFrame};
 use serde_json::{Value, json};
 
 pub use request::{CompletionRequest, IGNORED, MODEL_ID};
@@ -223,7 +223,13 @@ async fn whole(
         if let Some(error) = terminal_error(&frame) {
             return Err(error);
         }
-        let Frame::Response { content, usage, .. } = frame else {
+        let Frame::Response {
+            content,
+            usage,
+            incomplete,
+            ..
+        } = frame
+        else {
             return Err(ApiError::internal("unexpected terminal frame"));
         };
         return Ok(json_ok(&json!({
@@ -235,12 +241,18 @@ async fn whole(
                 "index": 0,
                 "message": {"role": "assistant", "content": content, "refusal": null},
                 "logprobs": null,
-                "finish_reason": "stop",
+                "finish_reason": finish_reason(incomplete.as_ref()),
             }],
             "usage": usage_json(&usage),
         }))
         .into_response());
     }
+}
+
+/// The `finish_reason` of a finished answer: `stop`, or what made it
+/// incomplete (`length`, `content_filter`).
+fn finish_reason(incomplete: Option<&Incomplete>) -> &'static str {
+    incomplete.map_or("stop", Incomplete::openai_finish_reason)
 }
 
 fn usage_json(usage: &UsageFrame) -> Value {
@@ -316,7 +328,11 @@ impl ChunkStream {
                         let chunk = self.chunk(json!({"content": delta}), None);
                         self.queue.push_back(chunk);
                     }
-                    let last = self.chunk(json!({}), Some("stop"));
+                    let incomplete = match &terminal {
+                        Frame::Response { incomplete, .. } => incomplete.as_ref(),
+                        _ => None,
+                    };
+                    let last = self.chunk(json!({}), Some(finish_reason(incomplete)));
                     self.queue.push_back(last);
                     if self.include_usage
                         && let Frame::Response { usage, .. } = &terminal
