@@ -212,6 +212,13 @@ pub fn build(
             allow_writes: cmd.allow_writes,
             timeout: cmd.timeout.as_duration(),
             env: cmd.env.clone(),
+            // The config file may hold the server's key and device tokens.
+            private_paths: loaded
+                .paths
+                .config_file
+                .canonicalize()
+                .into_iter()
+                .collect(),
             ..CmdRunPolicy::default()
         };
         // A policy that cannot be honoured as written (a shell in the

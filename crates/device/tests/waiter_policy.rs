@@ -327,3 +327,19 @@ fn config_problems_name_the_key() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The waiter's own config may hold its device token: its commands may
+/// not read it.
+#[test]
+fn a_device_command_cannot_read_the_waiters_config() {
+    let dir = temp_dir("private-config");
+    let path = dir.join("waiter.toml");
+    std::fs::write(&path, "").unwrap();
+    let (_, policy) = WaiterPolicy::load(Some(&path), Some(true)).unwrap();
+    let refused = homeagent_tools::check_command(&policy.cmd, &format!("cat {}", path.display()))
+        .unwrap_err();
+    assert!(
+        matches!(refused, homeagent_tools::CmdRefusal::PrivatePath { .. }),
+        "{refused:?}"
+    );
+}

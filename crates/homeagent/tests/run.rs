@@ -731,3 +731,33 @@ fn an_answer_cut_off_by_the_token_limit_says_so() {
     let (_, frames) = run(&setup, &["--json", "!text"]);
     assert_eq!(frames.last().unwrap().get("incomplete"), None);
 }
+
+/// The config file may hold the server's key: `cmd_run` refuses to read
+/// it (the agent's own /proc entries are closed by the kernel, since the
+/// process is not dumpable).
+#[test]
+fn cmd_run_cannot_read_the_config_file_or_the_agents_environment() {
+    let setup = setup("[server]\napi_key = \"srv-planted-key-in-the-config\"\n");
+    let config = setup.config.display().to_string();
+    let calls = format!(
+        r#"!calls [{{"name": "cmd_run", "arguments": {{"command": "cat {config}"}}}}, {{"name": "cmd_run", "arguments": {{"command": "grep -a PATH /proc/self/environ"}}}}]"#
+    );
+    let (output, frames) = run(&setup, &["--json", &calls]);
+    assert!(output.status.success(), "{output:?}");
+    let ends = phase(&frames, "end");
+    assert_eq!(ends.len(), 2, "{frames:#?}");
+    assert_eq!(ends[0]["status"], "denied", "{frames:#?}");
+    assert!(
+        ends[0]["error"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("private to HomeAgent"),
+        "{frames:#?}"
+    );
+    assert_eq!(
+        ends[1]["status"], "ok",
+        "the child's own environment may be read"
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(!stdout.contains("srv-planted-key-in-the-config"));
+}

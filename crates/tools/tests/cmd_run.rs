@@ -773,3 +773,86 @@ fn sed_always_runs_sandboxed_and_its_file_commands_are_refused() {
             .sed_sandbox
     );
 }
+
+fn private_refusal(policy: &CmdRunPolicy, command: &str) -> String {
+    match refusal(policy, command) {
+        CmdRefusal::PrivatePath { argument, .. } => argument,
+        other => panic!("`{command}`: expected a private-path refusal, got {other:?}"),
+    }
+}
+
+/// An MCP server's token sits in its environment, readable at
+/// /proc/<pid>/environ by anything running as the same user, in every
+/// spelling of the path.
+#[test]
+fn other_processes_proc_entries_are_refused_in_every_spelling() {
+    let policy = default_policy();
+    let other = std::process::id(); // some process that is not the child
+    for command in [
+        format!("cat /proc/{other}/environ"),
+        format!("cat /proc/self/../{other}/environ"),
+        format!("cat /dev/fd/../../{other}/environ"),
+        format!("cat /proc/self/root/proc/{other}/environ"),
+        format!("grep -a KEY /proc/{other}/environ"),
+        format!("grep -f/proc/{other}/environ /dev/null"),
+        format!("grep --file=/proc/{other}/environ /dev/null"),
+        format!("head -c 100 /proc/{other}/cmdline"),
+        "grep -r KEY /".to_owned(),
+        "grep -rn KEY /proc".to_owned(),
+        "grep --recursive KEY /".to_owned(),
+        "grep -d recurse KEY /".to_owned(),
+        "ps axe".to_owned(),
+        "ps eww".to_owned(),
+        "sort --files0-from=names".to_owned(),
+    ] {
+        private_refusal(&policy, &command);
+    }
+    let refused = refusal(&policy, &format!("cat /proc/{other}/environ"));
+    assert!(refused.to_string().contains("/proc"), "{refused}");
+    assert!(refused.hint().contains("/proc/self"), "{}", refused.hint());
+
+    // The child's own entries, system-wide figures and ordinary paths pass.
+    for command in [
+        "cat /proc/self/environ",
+        "cat /proc/meminfo",
+        "cat /proc/loadavg",
+        "grep -rn error /var/log",
+        "grep -n proc /etc/hostname",
+        "ps aux",
+        "ps -ef",
+        "ps -C sleep -o pid,etime",
+        "ls -l /tmp",
+    ] {
+        passes(&policy, command);
+    }
+}
+
+/// The config file may hold the server's key and device tokens: no
+/// command reads it, through a symlink or a recursive grep either.
+#[test]
+fn private_paths_are_refused_directly_through_a_symlink_and_recursively() {
+    let dir = std::env::temp_dir().join(format!("homeagent-private-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("conf")).unwrap();
+    let config = dir.join("conf/homeagent.toml");
+    std::fs::write(&config, "[server]\napi_key = \"k\"\n").unwrap();
+    std::fs::write(dir.join("conf/notes.txt"), "fine").unwrap();
+    std::os::unix::fs::symlink(&config, dir.join("link.toml")).unwrap();
+    let policy = CmdRunPolicy {
+        private_paths: vec![config.canonicalize().unwrap()],
+        ..default_policy()
+    };
+    let dir_text = dir.display();
+    for command in [
+        format!("cat {}", config.display()),
+        format!("cat {dir_text}/conf/../conf/homeagent.toml"),
+        format!("cat {dir_text}/link.toml"),
+        format!("grep -r key {dir_text}"),
+        format!("grep -R key {dir_text}/conf"),
+    ] {
+        private_refusal(&policy, &command);
+    }
+    passes(&policy, &format!("cat {dir_text}/conf/notes.txt"));
+    passes(&policy, &format!("grep key {dir_text}/conf/notes.txt"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -90,6 +90,8 @@ impl WaiterPolicy {
             env: config.env.clone(),
             output_cap_bytes,
             working_dir: config.working_dir.clone(),
+            // The waiter's own config may hold its device token.
+            private_paths: path.canonicalize().into_iter().collect(),
         };
         // cmd_run's own checks, reworded to name waiter.toml's keys.
         cmd.validate().map_err(|problem| match problem {

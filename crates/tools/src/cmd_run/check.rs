@@ -24,6 +24,7 @@ use super::policy::{
     CHILD_PATH, CmdRunPolicy, PROGRAM_RUNNERS, WRITE_ONLY_PROGRAMS, is_dangerous_env_name,
     is_valid_env_name,
 };
+use super::private::check_private_reads;
 
 /// A command that passed every check, ready to run.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,6 +91,12 @@ pub enum CmdRefusal {
         option: String,
         why: String,
     },
+    #[error("`{program} {argument}` is refused: {why}")]
+    PrivatePath {
+        program: String,
+        argument: String,
+        why: String,
+    },
     #[error(
         "`{program}`: option `{option}` {why}, so the write guard cannot vouch for the command"
     )]
@@ -132,6 +139,10 @@ impl CmdRefusal {
             CmdRefusal::NeverAllowed { .. } => {
                 "run the other program with its own cmd_run call, or pass the script inline".into()
             }
+            CmdRefusal::PrivatePath { .. } => "read files outside /proc and outside \
+                HomeAgent's own configuration; `ps` lists processes, and /proc/self/* and \
+                system-wide files such as /proc/meminfo may be read"
+                .into(),
             CmdRefusal::UnknownOption { .. } => {
                 "spell the option out in full as the program's --help lists it, or drop it".into()
             }
@@ -201,6 +212,7 @@ pub fn check_command(policy: &CmdRunPolicy, command: &str) -> Result<CheckedComm
         return Err(CmdRefusal::WriteOnlyProgram { program });
     }
     let hardening = guard_arguments(&program, args, policy.allow_writes)?;
+    check_private_reads(policy, &program, args)?;
 
     Ok(CheckedCommand {
         executable: found.unwrap_or_else(|| PathBuf::from(&program)),

@@ -20,6 +20,11 @@
 //!   program's options as GNU getopt parses them and about sed's script
 //!   language. Writes pass with `allow_writes`; running another program
 //!   (`find -exec`, sed `e`, `sort --compress-program`) never does.
+//! - `private`: what no command reads whatever the allowlist says: other
+//!   processes' `/proc` entries (an MCP server's environment holds its
+//!   token), the config file, a recursive `grep` from above either, `ps e`,
+//!   `--files0-from`; every argument is resolved both as spelled and with
+//!   symlinks followed.
 //! - `exec`: a clean environment (PATH, HOME, LANG, TZ and the configured
 //!   names: never the agent's API keys), stdin closed, a timeout that kills
 //!   and reaps the child, stdout and stderr read concurrently under a cap
@@ -35,6 +40,7 @@ mod exec;
 mod guard;
 mod options;
 mod policy;
+mod private;
 mod sed;
 
 use std::sync::Arc;
@@ -49,6 +55,7 @@ pub use policy::{
     CHILD_PATH, CmdRunPolicy, DEFAULT_ALLOWLIST, INHERITED_ENV, PROGRAM_RUNNERS, PolicyError,
     WRITE_ONLY_PROGRAMS,
 };
+pub use private::PROC_READABLE;
 
 /// The tool's name.
 pub const CMD_RUN_TOOL: &str = "cmd_run";

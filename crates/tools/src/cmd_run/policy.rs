@@ -248,6 +248,9 @@ pub struct CmdRunPolicy {
     /// Where children run and relative program paths resolve; `None` is the
     /// agent's working directory.
     pub working_dir: Option<std::path::PathBuf>,
+    /// Files and directories no command may read (the config file, which
+    /// may hold keys), with symlinks resolved. `/proc` is private always.
+    pub private_paths: Vec<std::path::PathBuf>,
 }
 
 impl Default for CmdRunPolicy {
@@ -260,6 +263,7 @@ impl Default for CmdRunPolicy {
             env: Vec::new(),
             output_cap_bytes: 32 * 1024,
             working_dir: None,
+            private_paths: Vec::new(),
         }
     }
 }

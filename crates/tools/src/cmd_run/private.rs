@@ -1,0 +1,217 @@
+//! What no command may read, whatever the allowlist says: other processes'
+//! entries under `/proc`, and the files the operator named as private (the
+//! config file, which may hold the server's key and device tokens).
+//!
+//! Why: a child runs as the agent's user, so `cat` or `grep` could read
+//! `/proc/<pid>/environ` of an MCP server (its token is in its environment)
+//! or the config file. The agent's own process is not dumpable (the binary
+//! sees to it), so its `/proc` entries are closed by the kernel; the MCP
+//! servers it starts cannot be made so, hence this check.
+//!
+//! Every argument is taken as a path (relative ones against the child's
+//! working directory), and so is the value of a `--name=value` option and
+//! the tail of a short option with an attached value (`-f/proc/1/environ`).
+//! A path is private when, spelled out (`..` applied) or with every symlink
+//! resolved (`/dev/fd/..`, `/etc/mtab`, `/proc/self/root/...`), it lies in
+//! `/proc` or is a private file. The child's own `/proc/self` files and the
+//! system-wide read-only ones in [`PROC_READABLE`] stay readable. A
+//! recursive `grep` may not start at a directory that holds a private path
+//! (`grep -r key /`), `ps` may not show environments (`ps e`), and
+//! `--files0-from` (a file of file names nobody checks) is refused.
+
+use std::path::{Component, Path, PathBuf};
+
+use super::check::CmdRefusal;
+use super::policy::CmdRunPolicy;
+
+/// Files under `/proc` any command may read: system-wide figures, and the
+/// child's own (`/proc/self` is the reading process).
+pub const PROC_READABLE: &[&str] = &[
+    "/proc/cpuinfo",
+    "/proc/diskstats",
+    "/proc/loadavg",
+    "/proc/meminfo",
+    "/proc/mounts",
+    "/proc/net/dev",
+    "/proc/partitions",
+    "/proc/self/cgroup",
+    "/proc/self/environ",
+    "/proc/self/limits",
+    "/proc/self/status",
+    "/proc/stat",
+    "/proc/uptime",
+    "/proc/version",
+];
+
+const PROC: &str = "/proc";
+
+/// Refuses a command whose arguments would read a private path.
+pub(super) fn check_private_reads(
+    policy: &CmdRunPolicy,
+    program: &str,
+    args: &[String],
+) -> Result<(), CmdRefusal> {
+    let refuse = |argument: &str, why: String| CmdRefusal::PrivatePath {
+        program: program.to_owned(),
+        argument: argument.to_owned(),
+        why,
+    };
+    let cwd = match &policy.working_dir {
+        Some(dir) => dir.clone(),
+        None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
+    };
+    if program == "ps"
+        && let Some(arg) = bsd_environment_option(args)
+    {
+        return Err(refuse(
+            arg,
+            "the BSD option `e` shows other processes' environments".into(),
+        ));
+    }
+    if let Some(arg) = args.iter().find(|a| a.starts_with("--files0-from")) {
+        return Err(refuse(
+            arg,
+            "it reads the names of the files to open from a file, which cannot be checked".into(),
+        ));
+    }
+    let recursive = program == "grep"
+        && (args.iter().any(|a| grep_recursion(a))
+            || args
+                .windows(2)
+                .any(|w| matches!(w[0].as_str(), "-d" | "--directories") && w[1] == "recurse"));
+    let mut starts = Vec::new();
+    for arg in args {
+        for candidate in path_candidates(arg) {
+            let joined = cwd.join(candidate);
+            let spelled = lexical(&joined);
+            // Resolved as the kernel would: `..` after a symlink climbs
+            // from its target (`/dev/fd/..` is `/proc/self`).
+            let resolved = std::fs::canonicalize(&joined).ok();
+            if let Some(why) = private(policy, &spelled, resolved.as_deref()) {
+                return Err(refuse(arg, why));
+            }
+            starts.push((arg, resolved.unwrap_or(spelled)));
+        }
+    }
+    if recursive {
+        // With no path operand grep -r searches the working directory.
+        let cwd_start = std::fs::canonicalize(&cwd).unwrap_or(cwd);
+        let every = starts
+            .iter()
+            .map(|(arg, path)| (arg.as_str(), path.clone()))
+            .chain(std::iter::once((".", cwd_start)));
+        for (arg, start) in every {
+            if let Some(inside) = private_roots(policy).find(|root| root.starts_with(&start)) {
+                return Err(refuse(
+                    arg,
+                    format!(
+                        "a recursive grep from {} would read {}",
+                        start.display(),
+                        inside.display()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Why `spelled` (and `resolved`, the same path with symlinks resolved) is
+/// private, if it is.
+fn private(policy: &CmdRunPolicy, spelled: &Path, resolved: Option<&Path>) -> Option<String> {
+    if PROC_READABLE.iter().any(|p| spelled == Path::new(p)) {
+        return None;
+    }
+    for path in std::iter::once(spelled).chain(resolved) {
+        if path.starts_with(PROC) {
+            return Some(format!(
+                "{} is under /proc, where other processes' environments (and their keys) \
+                 are; only the system-wide files and the command's own /proc/self ones may be \
+                 read",
+                path.display()
+            ));
+        }
+        if let Some(file) = policy.private_paths.iter().find(|p| path.starts_with(p)) {
+            return Some(format!(
+                "{} is private to HomeAgent (it may hold keys)",
+                file.display()
+            ));
+        }
+    }
+    None
+}
+
+/// The directories a recursive read must not start above or in.
+fn private_roots(policy: &CmdRunPolicy) -> impl Iterator<Item = &Path> {
+    std::iter::once(Path::new(PROC)).chain(policy.private_paths.iter().map(PathBuf::as_path))
+}
+
+/// The parts of one argument that could name a file.
+fn path_candidates(arg: &str) -> Vec<&str> {
+    let mut candidates = Vec::with_capacity(2);
+    if let Some(long) = arg.strip_prefix("--") {
+        if let Some((_, value)) = long.split_once('=') {
+            candidates.push(value);
+        }
+    } else if let Some(short) = arg.strip_prefix('-') {
+        if let Some(at) = short.find('/') {
+            candidates.push(&short[at..]);
+        }
+    } else if !arg.is_empty() {
+        candidates.push(arg);
+    }
+    candidates
+}
+
+/// A `ps` argument in BSD syntax (letters, no dash) holding `e`, which
+/// adds each process's environment to its line. An argument that is the
+/// value of the option before it (`-C sleep`, `--user alice`) is not one.
+fn bsd_environment_option(args: &[String]) -> Option<&String> {
+    // Short options of procps ps that take a value, and long ones written
+    // apart from their value.
+    const VALUED_SHORT: &str = "CGUgpqstuoOkN";
+    let takes_value = |option: &str| match option.strip_prefix("--") {
+        Some(long) => !long.contains('='),
+        None => option
+            .strip_prefix('-')
+            .and_then(|short| short.chars().last())
+            .is_some_and(|last| VALUED_SHORT.contains(last)),
+    };
+    args.iter().enumerate().find_map(|(i, arg)| {
+        let is_value = i > 0 && args[i - 1].starts_with('-') && takes_value(&args[i - 1]);
+        let bsd = !arg.starts_with('-') && arg.chars().all(|c| c.is_ascii_alphabetic());
+        (bsd && !is_value && arg.contains('e')).then_some(arg)
+    })
+}
+
+/// Whether a grep argument asks for recursion.
+fn grep_recursion(arg: &str) -> bool {
+    match arg.strip_prefix("--") {
+        Some(long) => {
+            long == "recursive" || long == "dereference-recursive" || long == "directories=recurse"
+        }
+        None => arg.strip_prefix('-').is_some_and(|short| {
+            // A cluster up to the first option that takes a value.
+            short
+                .chars()
+                .take_while(|c| !"efmABCdD".contains(*c))
+                .any(|c| c == 'r' || c == 'R')
+                || short.starts_with("drecurse")
+        }),
+    }
+}
+
+/// `path` with `.` and `..` applied, without touching the disk.
+fn lexical(path: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for component in path.components() {
+        match component {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(name) => out.push(name),
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+    out
+}
