@@ -20,14 +20,14 @@ use homeagent_seq::{
     BackendSlot, SeqBackend, SeqSetupError, SeqStore, SeqToolsOptions, register_seq_tools,
 };
 use homeagent_tools::{
-    AGENT_EXTRA, AgentGrant, Approval, ChannelRegistry, CmdRunPolicy, ConsoleChannel, DemoState,
-    FilesPolicy, FilesSetupError, Gate, GatedSource, ListedTools, OutputChannel, ToolVisibility,
-    register_cmd_run, register_demo_tools, register_files_tools, register_get_tools_listing,
-    register_output_channels,
+    AGENT_EXTRA, AgentGrant, Approval, ChannelRegistry, CmdRunPolicy, ConsoleChannel, DEMO_TOOLS,
+    DemoState, FilesPolicy, FilesSetupError, Gate, GatedSource, ListedTools, OutputChannel,
+    ToolVisibility, register_cmd_run, register_demo_tools, register_files_tools,
+    register_get_tools_listing, register_output_channels,
 };
 
 use homeagent_device::{
-    DEVICE_CMD_RUN_TOOL, DEVICE_ID_ARG, DeviceHub, DeviceVisibility, HubOptions,
+    DEVICE_CMD_RUN_TOOL, DEVICE_ID_ARG, DEVICE_TOOLS, DeviceHub, DeviceVisibility, HubOptions,
     register_device_tools,
 };
 
@@ -293,7 +293,13 @@ pub fn build(
         },
     )?;
     attribute(&registry, &mut tool_sources, "seq");
-    let names = ToolNames::new(&registry, &config.mcp.servers);
+    // One config serves every mode: a tool this start leaves out (devices
+    // outside `serve`, a disabled cmd_run, the demo tools) may still be named.
+    let other_modes = DEVICE_TOOLS
+        .into_iter()
+        .chain(DEMO_TOOLS)
+        .chain([homeagent_tools::cmd_run::CMD_RUN_TOOL]);
+    let names = ToolNames::new(&registry, other_modes, &config.mcp.servers);
     names.check("tools.require_approval", &config.tools.require_approval)?;
     for (i, agent) in config.agents.iter().enumerate() {
         names.check(&format!("agents[{i}].allow_tools"), &agent.allow_tools)?;
@@ -479,14 +485,24 @@ struct ToolNames {
 }
 
 impl ToolNames {
-    fn new(registry: &Registry, servers: &[crate::config::McpServerEntry]) -> Self {
+    fn new<'a>(
+        registry: &Registry,
+        unregistered: impl IntoIterator<Item = &'a str>,
+        servers: &[crate::config::McpServerEntry],
+    ) -> Self {
         use homeagent_core::ToolSource;
+        let mut tools: Vec<String> = registry
+            .definitions()
+            .iter()
+            .map(|d| d.name.clone())
+            .collect();
+        for name in unregistered {
+            if !tools.iter().any(|t| t == name) {
+                tools.push(name.to_owned());
+            }
+        }
         ToolNames {
-            tools: registry
-                .definitions()
-                .iter()
-                .map(|d| d.name.clone())
-                .collect(),
+            tools,
             mcp_prefixes: servers
                 .iter()
                 .filter_map(|server| {

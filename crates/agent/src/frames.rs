@@ -72,11 +72,11 @@ pub enum Incomplete {
         /// `agent.max_tokens`, the limit of each model request.
         max_tokens: u32,
     },
-    /// The provider's safety filter stopped or withheld the answer
+    /// The provider's content policy stopped or withheld the answer
     /// (OpenAI `content_filter`, Gemini `SAFETY`, Anthropic `refusal`).
     ContentFilter,
     /// Another reason the wire named (Gemini `MALFORMED_FUNCTION_CALL`,
-    /// `RECITATION`, ...), as sent.
+    /// Anthropic `pause_turn`, ...), as sent.
     Other { finish_reason: String },
 }
 
@@ -101,7 +101,7 @@ impl Incomplete {
                  (agent.max_tokens = {max_tokens}); ask me to continue, or raise agent.max_tokens]"
             ),
             Incomplete::ContentFilter => {
-                "[the model's provider stopped or withheld this answer (its safety filter)]"
+                "[the model's provider stopped or withheld this answer (its content policy: safety, recitation or blocked terms)]"
                     .to_owned()
             }
             Incomplete::Other { finish_reason } => {

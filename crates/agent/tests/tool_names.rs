@@ -195,3 +195,30 @@ async fn a_hook_matcher_that_matches_no_tool_fails_the_start() {
         built(&format!("{}{MCP}", hook("pre_tool_use", matcher))).unwrap();
     }
 }
+
+/// The same config serves `run`, `chat` and `serve`, but only `serve`
+/// registers the device tools (and only an enabled `cmd_run` registers
+/// that one): a name of a tool HomeAgent has, which this start does not
+/// register, is not a typo and must not fail `run` or `config check`.
+#[tokio::test]
+async fn tools_another_mode_registers_may_be_named_in_every_mode() {
+    let without_cmd_run = "[tools.cmd_run]\nenabled = false\n";
+    for toml in [
+        hook("pre_tool_use", "device_cmd_run"),
+        hook("post_tool_use", "cmd_run|device_.*"),
+        "require_approval = [\"device_cmd_run\", \"cmd_run\"]\n".to_owned(),
+        "[[agents]]\nname = \"kid\"\nallow_tools = [\"device_*\", \"device_list\"]\n".to_owned(),
+    ] {
+        let agent = built_with(&format!("{toml}{without_cmd_run}"), BuildOptions::default());
+        let agent = agent.unwrap_or_else(|e| panic!("{toml}: {e}"));
+        assert!(
+            agent.devices.is_none(),
+            "this start registers no device tools"
+        );
+    }
+    // A near miss of a tool no mode registers is still a typo.
+    assert_eq!(
+        unknown("require_approval = [\"device_cmd\"]\n"),
+        ("tools.require_approval".to_owned(), "device_cmd".to_owned())
+    );
+}

@@ -69,10 +69,21 @@ impl FinishReason {
     pub fn parse(raw: &str) -> Option<FinishReason> {
         Some(match raw.trim() {
             "" | "null" => return None,
-            "stop" | "end_turn" | "STOP" | "stop_sequence" => FinishReason::Stop,
+            // `eos`/`eos_token`: servers that report the model's own end
+            // token (Text Generation Inference, Together); Gemini may leave
+            // a normal end unspecified.
+            "stop"
+            | "end_turn"
+            | "STOP"
+            | "stop_sequence"
+            | "eos"
+            | "eos_token"
+            | "FINISH_REASON_UNSPECIFIED" => FinishReason::Stop,
             "tool_calls" | "tool_use" | "function_call" => FinishReason::ToolCalls,
-            "length" | "max_tokens" | "MAX_TOKENS" => FinishReason::Length,
-            "content_filter" | "SAFETY" | "refusal" => FinishReason::ContentFilter,
+            "length" | "max_tokens" | "MAX_TOKENS" | "model_length" => FinishReason::Length,
+            // Gemini names the policy that withheld the answer.
+            "content_filter" | "SAFETY" | "refusal" | "PROHIBITED_CONTENT" | "BLOCKLIST"
+            | "SPII" | "RECITATION" | "IMAGE_SAFETY" => FinishReason::ContentFilter,
             other => FinishReason::Other(other.to_owned()),
         })
     }

@@ -582,3 +582,32 @@ fn usage_figures_at_the_top_of_the_range_saturate() {
     assert_eq!(usage.total_tokens, u64::MAX);
     assert_eq!(usage.prompt_tokens, u64::MAX);
 }
+
+/// Each provider spells its finish reasons its own way; a normal end read
+/// as "other" would tell the person a finished answer stopped early, and
+/// a withheld one read as "other" would not say why.
+#[test]
+fn finish_reasons_from_every_provider_are_read_by_meaning() {
+    for (raw, meaning) in [
+        // Text Generation Inference and Together end on the model's own
+        // end-of-sequence token; Gemini may leave the reason unspecified.
+        ("eos", FinishReason::Stop),
+        ("eos_token", FinishReason::Stop),
+        ("FINISH_REASON_UNSPECIFIED", FinishReason::Stop),
+        ("end_turn", FinishReason::Stop),
+        ("tool_use", FinishReason::ToolCalls),
+        // Mistral's context-length end cuts the answer like max_tokens.
+        ("model_length", FinishReason::Length),
+        ("MAX_TOKENS", FinishReason::Length),
+        // Gemini withholds for several policies besides SAFETY.
+        ("PROHIBITED_CONTENT", FinishReason::ContentFilter),
+        ("BLOCKLIST", FinishReason::ContentFilter),
+        ("SPII", FinishReason::ContentFilter),
+        ("RECITATION", FinishReason::ContentFilter),
+        ("IMAGE_SAFETY", FinishReason::ContentFilter),
+        ("refusal", FinishReason::ContentFilter),
+        ("pause_turn", FinishReason::Other("pause_turn".to_owned())),
+    ] {
+        assert_eq!(FinishReason::parse(raw), Some(meaning), "{raw}");
+    }
+}

@@ -37,5 +37,6 @@ pub use hub::{
 };
 pub use protocol::{CmdStatus, DeviceFrame, Hello, MAX_FRAME_BYTES, RefusalCode, ServerFrame};
 pub use tools::{
-    DEVICE_CMD_RUN_TOOL, DEVICE_ID_ARG, DEVICE_LIST_TOOL, DeviceVisibility, register_device_tools,
+    DEVICE_CMD_RUN_TOOL, DEVICE_ID_ARG, DEVICE_LIST_TOOL, DEVICE_TOOLS, DeviceVisibility,
+    register_device_tools,
 };

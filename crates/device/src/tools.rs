@@ -29,6 +29,9 @@ use crate::protocol::CmdStatus;
 
 pub const DEVICE_LIST_TOOL: &str = "device_list";
 pub const DEVICE_CMD_RUN_TOOL: &str = "device_cmd_run";
+/// Every tool [`register_device_tools`] registers, for checking a config
+/// that names them in a start without devices (`run`, `config check`).
+pub const DEVICE_TOOLS: [&str; 2] = [DEVICE_LIST_TOOL, DEVICE_CMD_RUN_TOOL];
 /// The argument of `device_cmd_run` naming the device (the gate's device
 /// scope and the executor's order key).
 pub const DEVICE_ID_ARG: &str = "device_id";

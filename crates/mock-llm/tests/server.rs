@@ -637,6 +637,10 @@ async fn an_inputs_time_includes_reading_its_request_body() {
     )
     .unwrap();
     let served_us = log["inputs"][input]["served_us"].as_u64().unwrap();
-    assert!(served_us >= pause.as_micros() as u64, "{log}");
+    // The mock's clock starts once it has parsed the head, which may be a
+    // moment after the pause began here (a run saw 148.3 ms of 150): half
+    // the pause still tells a clock that includes the body's wait from one
+    // that starts after it (well under a millisecond).
+    assert!(served_us >= pause.as_micros() as u64 / 2, "{log}");
     server.shutdown().await.unwrap();
 }

@@ -29,7 +29,7 @@ use std::time::Duration;
 use homeagent_core::{
     ErrorReason, Registry, RegistryError, ToolContext, ToolDef, ToolError, ToolSource,
 };
-use homeagent_tools::{AGENT_EXTRA, Expect, Root};
+use homeagent_tools::{AGENT_EXTRA, Access, Expect, Root};
 use serde_json::{Map, Value, json};
 
 use crate::create::{CreateError, create_sequence, summary};
@@ -132,7 +132,17 @@ pub fn register_seq_tools(
         )),
         move |ctx: ToolContext| {
             let s = s.clone();
-            async move { s.create(&ctx.arguments) }
+            // It reads a source file and writes the store: file work, kept
+            // off the runtime's threads.
+            async move {
+                tokio::task::spawn_blocking(move || s.create(&ctx.arguments))
+                    .await
+                    .unwrap_or_else(|e| {
+                        Err(ToolError::execution(format!(
+                            "creating the sequence stopped unexpectedly: {e}"
+                        )))
+                    })
+            }
         },
     )?;
 
@@ -361,7 +371,6 @@ impl Shared {
     }
 }
 
-/// The calling agent and chain from the call's extras.
 /// The most bytes a sequence file may hold: a sequence is a few groups of
 /// steps, so anything near this is not one.
 const MAX_SOURCE_BYTES: u64 = 1 << 20;
@@ -373,7 +382,7 @@ const MAX_SOURCE_BYTES: u64 = 1 << 20;
 fn read_source(root: &Root, path: &std::path::Path) -> Result<String, String> {
     use std::io::Read;
     let (file, meta) = root
-        .open_inside(path, std::fs::OpenOptions::new().read(true), Expect::File)
+        .open_inside(path, Access::Read, Expect::File)
         .map_err(|refusal| refusal.to_string())?;
     let shown = root.display_relative(path);
     if meta.len() > MAX_SOURCE_BYTES {
@@ -389,6 +398,7 @@ fn read_source(root: &Root, path: &std::path::Path) -> Result<String, String> {
     Ok(text)
 }
 
+/// The calling agent and chain from the call's extras.
 fn caller_of(ctx: &ToolContext) -> Result<Caller, ToolError> {
     let agent = ctx
         .extras

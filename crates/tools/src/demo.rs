@@ -83,6 +83,13 @@ impl Drop for InFlight {
     }
 }
 
+/// The names of the demo tools, for checking a config that names them in
+/// a start that does not register them.
+pub const DEMO_TOOLS: [&str; 3] = [DEMO_SLEEP, DEMO_ECHO, DEMO_NOTE];
+const DEMO_SLEEP: &str = "demo_sleep";
+const DEMO_ECHO: &str = "demo_echo";
+const DEMO_NOTE: &str = "demo_note";
+
 /// Registers `demo_sleep`, `demo_echo` and `demo_note` and returns the state
 /// they report on.
 pub fn register_demo_tools(registry: &Registry) -> Result<DemoState, RegistryError> {
@@ -91,7 +98,7 @@ pub fn register_demo_tools(registry: &Registry) -> Result<DemoState, RegistryErr
     let sleep_state = state.clone();
     registry.register(
         ToolDef::new(
-            "demo_sleep",
+            DEMO_SLEEP,
             "Sleeps for `ms` milliseconds and reports how many demo_sleep calls were running \
              when it started and when it ended. Parallel-safe: calls in one reply overlap.",
         )
@@ -121,7 +128,7 @@ pub fn register_demo_tools(registry: &Registry) -> Result<DemoState, RegistryErr
 
     registry.register(
         ToolDef::new(
-            "demo_echo",
+            DEMO_ECHO,
             "Returns its arguments unchanged. Parallel-safe and instant.",
         )
         .with_parameters(json!({
@@ -142,7 +149,7 @@ pub fn register_demo_tools(registry: &Registry) -> Result<DemoState, RegistryErr
     let note_state = state.clone();
     registry.register(
         ToolDef::new(
-            "demo_note",
+            DEMO_NOTE,
             "Appends a line to an in-memory note and returns how many lines it holds. \
              Serial: it writes, so a reply that calls it runs all its calls one after another.",
         )

@@ -24,9 +24,10 @@ mod process_group;
 pub mod tool_api;
 
 pub use cmd_run::{CmdRefusal, CmdRunPolicy, check_command, register_cmd_run, run_command};
-pub use demo::{DemoState, register_demo_tools};
+pub use demo::{DEMO_TOOLS, DemoState, register_demo_tools};
 pub use files::{
-    Expect, FilesPolicy, FilesSetupError, OpenRefusal, PathRefusal, Root, register_files_tools,
+    Access, Expect, FilesPolicy, FilesSetupError, OpenRefusal, PathRefusal, Root,
+    register_files_tools,
 };
 pub use gate::{AGENT_EXTRA, AgentGrant, Approval, Approver, DEFAULT_AGENT, Gate, GatedSource};
 pub use get_tools::{ListedTools, ToolVisibility, register_get_tools, register_get_tools_listing};

@@ -854,5 +854,23 @@ fn private_paths_are_refused_directly_through_a_symlink_and_recursively() {
     }
     passes(&policy, &format!("cat {dir_text}/conf/notes.txt"));
     passes(&policy, &format!("grep key {dir_text}/conf/notes.txt"));
+
+    // `-R` follows every symlink below its start: a link to the config (or
+    // to /proc) anywhere in an innocent directory would be read through.
+    let innocent = dir.join("innocent");
+    std::fs::create_dir_all(&innocent).unwrap();
+    std::os::unix::fs::symlink(&config, innocent.join("settings")).unwrap();
+    let innocent = innocent.display();
+    for command in [
+        format!("grep -R key {innocent}"),
+        format!("grep -nR key {innocent}"),
+        format!("grep --dereference-recursive key {innocent}"),
+    ] {
+        private_refusal(&policy, &command);
+    }
+    let refused = refusal(&policy, &format!("grep -R key {innocent}"));
+    assert!(refused.to_string().contains("use -r"), "{refused}");
+    // `-r` does not follow links below its start, so it may search there.
+    passes(&policy, &format!("grep -r key {innocent}"));
     let _ = std::fs::remove_dir_all(&dir);
 }

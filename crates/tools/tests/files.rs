@@ -10,7 +10,7 @@ use homeagent_core::{
     AssembledCall, AssembledTurn, BatchContext, BatchMode, ErrorReason, Executor, Registry,
     SerialReason, ToolCall, ToolContext, ToolError, ToolSource,
 };
-use homeagent_tools::{Expect, FilesPolicy, OpenRefusal, Root, register_files_tools};
+use homeagent_tools::{Access, Expect, FilesPolicy, OpenRefusal, Root, register_files_tools};
 use serde_json::{Value, json};
 
 /// A directory under the system temp dir, removed on drop.
@@ -715,9 +715,7 @@ fn a_directory_swapped_for_a_symlink_after_the_check_is_caught_at_the_open() {
     std::fs::write(sandbox.outside().join("note.txt"), "outside").unwrap();
     let file = root.resolve("docs/note.txt").unwrap();
     let dir = root.resolve("docs/inner").unwrap();
-    let (_, meta) = root
-        .open_inside(&file, std::fs::OpenOptions::new().read(true), Expect::File)
-        .unwrap();
+    let (_, meta) = root.open_inside(&file, Access::Read, Expect::File).unwrap();
     assert_eq!(meta.len(), "inside".len() as u64);
 
     // The swap, after both paths were resolved.
@@ -725,23 +723,34 @@ fn a_directory_swapped_for_a_symlink_after_the_check_is_caught_at_the_open() {
     symlink(sandbox.outside(), sandbox.root().join("docs")).unwrap();
 
     for (path, expect) in [(&file, Expect::File), (&dir, Expect::Directory)] {
-        let refused = root
-            .open_inside(path, std::fs::OpenOptions::new().read(true), expect)
-            .unwrap_err();
+        let refused = root.open_inside(path, Access::Read, expect).unwrap_err();
         assert!(
             matches!(&refused, OpenRefusal::Escaped { opened, .. } if opened.starts_with(sandbox.outside().canonicalize().unwrap())),
             "{refused}"
         );
     }
+    // An append that would create the file creates nothing outside: the
+    // file is made through the checked directory, not the swapped path.
+    let new_file = file.with_file_name("new.txt");
+    let refused = root
+        .open_inside(&new_file, Access::Append, Expect::File)
+        .unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            OpenRefusal::Escaped { .. } | OpenRefusal::Io { .. }
+        ),
+        "{refused}"
+    );
+    assert!(
+        !sandbox.outside().join("new.txt").exists(),
+        "the append created a file outside the root"
+    );
     // A symlink at the last component is never followed.
     symlink(sandbox.outside().join("inner"), sandbox.root().join("link")).unwrap();
     let link = sandbox.root().canonicalize().unwrap().join("link");
     let refused = root
-        .open_inside(
-            &link,
-            std::fs::OpenOptions::new().read(true),
-            Expect::Directory,
-        )
+        .open_inside(&link, Access::Read, Expect::Directory)
         .unwrap_err();
     assert!(matches!(refused, OpenRefusal::Io { .. }), "{refused}");
 }

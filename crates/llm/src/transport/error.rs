@@ -53,8 +53,10 @@ pub enum ProviderError {
 
 impl ProviderError {
     /// Whether trying the same request again (here or at another source)
-    /// may succeed: connection failures, 5xx, 408, 429, silence and cut
-    /// streams. Credentials, other 4xx, codec errors and cancellation are
+    /// may succeed: connection failures, 5xx, 408, 429, silence, cut
+    /// streams, and an error the provider reported in the stream that it
+    /// marks as passing (overloaded, rate limited, unavailable).
+    /// Credentials, other 4xx, other codec errors and cancellation are
     /// final.
     pub fn is_retryable(&self) -> bool {
         match self {

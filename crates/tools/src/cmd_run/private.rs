@@ -16,7 +16,7 @@
 //! `/proc` or is a private file. The child's own `/proc/self` files and the
 //! system-wide read-only ones in [`PROC_READABLE`] stay readable. A
 //! recursive `grep` may not start at a directory that holds a private path
-//! (`grep -r key /`), `ps` may not show environments (`ps e`), and
+//! (`grep -r key /`) nor follow every symlink below its start (`-R`), `ps` may not show environments (`ps e`), and
 //! `--files0-from` (a file of file names nobody checks) is refused.
 
 use std::path::{Component, Path, PathBuf};
@@ -72,6 +72,15 @@ pub(super) fn check_private_reads(
         return Err(refuse(
             arg,
             "it reads the names of the files to open from a file, which cannot be checked".into(),
+        ));
+    }
+    if program == "grep"
+        && let Some(arg) = args.iter().find(|a| grep_follows_every_link(a))
+    {
+        return Err(refuse(
+            arg,
+            "it follows every symlink below where it starts, and a link there could lead to              /proc or HomeAgent's config; use -r, which follows only the paths given"
+                .into(),
         ));
     }
     let recursive = program == "grep"
@@ -184,21 +193,37 @@ fn bsd_environment_option(args: &[String]) -> Option<&String> {
     })
 }
 
+/// Whether a grep argument asks for recursion through every symlink
+/// (`-R`, `--dereference-recursive`).
+fn grep_follows_every_link(arg: &str) -> bool {
+    match arg.strip_prefix("--") {
+        Some(long) => long == "dereference-recursive",
+        None => grep_short_options(arg).any(|c| c == 'R'),
+    }
+}
+
 /// Whether a grep argument asks for recursion.
 fn grep_recursion(arg: &str) -> bool {
     match arg.strip_prefix("--") {
         Some(long) => {
             long == "recursive" || long == "dereference-recursive" || long == "directories=recurse"
         }
-        None => arg.strip_prefix('-').is_some_and(|short| {
-            // A cluster up to the first option that takes a value.
-            short
-                .chars()
-                .take_while(|c| !"efmABCdD".contains(*c))
-                .any(|c| c == 'r' || c == 'R')
-                || short.starts_with("drecurse")
-        }),
+        None => {
+            grep_short_options(arg).any(|c| c == 'r' || c == 'R')
+                || arg
+                    .strip_prefix('-')
+                    .is_some_and(|s| s.starts_with("drecurse"))
+        }
     }
+}
+
+/// The options of a short-option cluster (`-nrI`), up to the first that
+/// takes a value (what follows it is the value). None for a non-option.
+fn grep_short_options(arg: &str) -> impl Iterator<Item = char> + '_ {
+    arg.strip_prefix('-')
+        .unwrap_or_default()
+        .chars()
+        .take_while(|c| !"efmABCdD".contains(*c))
 }
 
 /// `path` with `.` and `..` applied, without touching the disk.

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use homeagent_core::{Registry, RegistryError, ToolContext, ToolDef, ToolError};
 use serde_json::{Value, json};
 
-use super::{Expect, MAX_LIST_ENTRIES, Shared, bool_arg, descriptor_path, string_arg};
+use super::{Access, Expect, MAX_LIST_ENTRIES, Shared, bool_arg, descriptor_path, string_arg};
 
 pub(super) fn register(registry: &Registry, shared: Arc<Shared>) -> Result<(), RegistryError> {
     registry.register(
@@ -55,11 +55,7 @@ fn walk(shared: &Shared, dir: PathBuf, recursive: bool) -> Result<(Vec<Entry>, b
     while let Some((current, prefix)) = pending.pop_front() {
         let (handle, _) = shared
             .root
-            .open_inside(
-                &current,
-                std::fs::OpenOptions::new().read(true),
-                Expect::Directory,
-            )
+            .open_inside(&current, Access::Read, Expect::Directory)
             .map_err(|refusal| shared.refused("list", &current, refusal))?;
         let reader = std::fs::read_dir(descriptor_path(&handle))
             .map_err(|e| shared.io_error("list", &current, &e))?;

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use homeagent_core::{ErrorReason, Registry, RegistryError, ToolError};
 use serde_json::Value;
 
-pub use root::{Expect, OpenRefusal, PathRefusal, Root, descriptor_path};
+pub use root::{Access, Expect, OpenRefusal, PathRefusal, Root, descriptor_path};
 
 /// Default cap on the bytes one `files_read` call returns.
 pub const DEFAULT_MAX_READ_BYTES: u64 = 256 * 1024;
@@ -121,19 +121,18 @@ impl Shared {
         &self,
         action: &'static str,
         resolved: &Path,
-        mut options: std::fs::OpenOptions,
+        access: Access,
     ) -> Result<tokio::fs::File, ToolError> {
         let root = self.root.clone();
         let path = resolved.to_owned();
-        let opened = tokio::task::spawn_blocking(move || {
-            root.open_inside(&path, &mut options, Expect::File)
-        })
-        .await
-        .map_err(|e| {
-            ToolError::execution(format!("cannot {action} {}: {e}", self.shown(resolved)))
-        })?;
+        let opened =
+            tokio::task::spawn_blocking(move || root.open_inside(&path, access, Expect::File))
+                .await
+                .map_err(|e| {
+                    ToolError::execution(format!("cannot {action} {}: {e}", self.shown(resolved)))
+                })?;
         let (file, meta) = opened.map_err(|refusal| self.refused(action, resolved, refusal))?;
-        if action != "read" {
+        if access == Access::Append {
             use std::os::unix::fs::MetadataExt;
             if meta.nlink() > 1 {
                 return Err(ToolError::new(

@@ -13,7 +13,7 @@ use homeagent_core::{ErrorReason, Registry, RegistryError, ToolContext, ToolDef,
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
-use super::{Shared, string_arg, u64_arg};
+use super::{Access, Shared, string_arg, u64_arg};
 
 pub(super) fn register(registry: &Registry, shared: Arc<Shared>) -> Result<(), RegistryError> {
     let max = shared.policy.max_read_bytes;
@@ -52,9 +52,7 @@ async fn read(shared: Arc<Shared>, ctx: ToolContext) -> Result<Value, ToolError>
     let path = shared.resolve(user_path)?;
     let shown = shared.shown(&path);
 
-    let mut options = std::fs::OpenOptions::new();
-    options.read(true);
-    let mut file = shared.open_checked("read", &path, options).await?;
+    let mut file = shared.open_checked("read", &path, Access::Read).await?;
     let meta = file
         .metadata()
         .await

@@ -80,6 +80,16 @@ pub enum OpenRefusal {
     Escaped { shown: String, opened: PathBuf },
 }
 
+/// How [`Root::open_inside`] opens the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// For reading (a file, or a directory to list).
+    Read,
+    /// For appending, creating the file (mode 0666 less the umask) when it
+    /// does not exist.
+    Append,
+}
+
 /// What [`Root::open_inside`] must find at the path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Expect {
@@ -220,15 +230,17 @@ impl Root {
     /// follows a symlink at the last component and never waits (a FIFO
     /// would block the thread until something writes to it), and the path
     /// of the open descriptor, read back from the kernel, must still be
-    /// inside the root. Blocking: call it off the async workers.
+    /// inside the root. An [`Access::Append`] may create the file, so it is
+    /// created through a descriptor of its directory that was checked
+    /// first: a swapped directory cannot make it create a file outside.
+    /// Blocking: call it off the async workers.
     pub fn open_inside(
         &self,
         resolved: &Path,
-        options: &mut std::fs::OpenOptions,
+        access: Access,
         expect: Expect,
     ) -> Result<(std::fs::File, std::fs::Metadata), OpenRefusal> {
         use nix::fcntl::OFlag;
-        use std::os::unix::fs::OpenOptionsExt;
         let shown = || self.display_relative(resolved);
         let io = |source| OpenRefusal::Io {
             shown: shown(),
@@ -236,11 +248,31 @@ impl Root {
         };
         // No O_DIRECTORY: listing a file then says "a file, not a
         // directory" rather than the kernel's ambiguous ENOTDIR.
-        let flags = OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK;
-        let file = options
-            .custom_flags(flags.bits())
-            .open(resolved)
-            .map_err(io)?;
+        let flags = OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+        let file = match access {
+            Access::Read => {
+                use std::os::unix::fs::OpenOptionsExt;
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(flags.bits())
+                    .open(resolved)
+                    .map_err(io)?
+            }
+            Access::Append => {
+                let (Some(dir), Some(name)) = (resolved.parent(), resolved.file_name()) else {
+                    return Err(OpenRefusal::Directory { shown: shown() });
+                };
+                let (dir, _) = self.open_inside(dir, Access::Read, Expect::Directory)?;
+                let fd = nix::fcntl::openat(
+                    &dir,
+                    name,
+                    flags | OFlag::O_WRONLY | OFlag::O_APPEND | OFlag::O_CREAT,
+                    nix::sys::stat::Mode::from_bits_truncate(0o666),
+                )
+                .map_err(|errno| io(errno.into()))?;
+                std::fs::File::from(fd)
+            }
+        };
         let meta = file.metadata().map_err(io)?;
         match expect {
             Expect::File if meta.is_dir() => return Err(OpenRefusal::Directory { shown: shown() }),

@@ -21,7 +21,7 @@ use homeagent_core::{ErrorReason, Registry, RegistryError, ToolContext, ToolDef,
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
-use super::{Shared, bool_arg, string_arg};
+use super::{Access, Shared, bool_arg, string_arg};
 
 /// Prefix of temporary files, so a leftover from a crash is recognisable.
 pub const TEMP_PREFIX: &str = ".homeagent-write-";
@@ -136,9 +136,9 @@ async fn write(shared: Arc<Shared>, ctx: ToolContext) -> Result<Value, ToolError
     let existed = tokio::fs::symlink_metadata(&path).await.is_ok();
     let length = content.len();
     if append {
-        let mut options = std::fs::OpenOptions::new();
-        options.append(true).create(true);
-        let mut file = shared.open_checked("append to", &path, options).await?;
+        let mut file = shared
+            .open_checked("append to", &path, Access::Append)
+            .await?;
         append_to(&mut file, content.as_bytes())
             .await
             .map_err(|e| shared.io_error("append to", &path, &e))?;
