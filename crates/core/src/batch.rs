@@ -28,7 +28,7 @@ use crate::outcome::{
     ErrorReason, ToolError, ToolOutcome, append_warnings, cap_text, error_in_value,
 };
 use crate::registry::{ToolContext, ToolSource};
-use crate::tool::ToolDef;
+use crate::tool::{OrderKey, ToolDef};
 use crate::validate::require_object;
 
 /// Knobs of the executor.
@@ -314,7 +314,7 @@ impl Executor {
             size: calls.len(),
             parallel: mode == BatchMode::Parallel,
         };
-        if shown.parallel && !self.inner.pre_hooks.is_empty() {
+        if shown.parallel && self.a_hook_may_move_a_key(calls.clone()) {
             return self.run_hooked_parallel(calls, batch, &shown).await;
         }
         (mode, self.run_planned(calls, batch, &shown).await)
@@ -337,12 +337,30 @@ impl Executor {
         }
     }
 
-    /// A parallel batch with pre-hooks. A hook may rewrite the argument an
-    /// order key is read from (`"NAS"` → `"nas"`), so the plan made from the
+    /// Whether a pre-hook sees a runnable call whose tool reads its order
+    /// key from an argument: only then can a hook's rewrite change the plan.
+    fn a_hook_may_move_a_key<'a>(&self, calls: impl Iterator<Item = CallRef<'a>>) -> bool {
+        let pre_hooks = &self.inner.pre_hooks;
+        !pre_hooks.is_empty()
+            && calls.filter(|c| c.argument_error.is_none()).any(|c| {
+                let name = c.call.name.as_str();
+                pre_hooks.iter().any(|hook| hook.sees(name))
+                    && self
+                        .inner
+                        .source
+                        .definition(name)
+                        .is_some_and(|def| matches!(def.order_key, Some(OrderKey::Argument(_))))
+            })
+    }
+
+    /// A parallel batch where a pre-hook may rewrite the argument an order
+    /// key is read from (`"NAS"` → `"nas"`), so the plan made from the
     /// model's arguments is checked again against the arguments the handlers
     /// will get: every call's pre-hooks run first (concurrently), then the
     /// handlers run together, or one after another in index order when the
-    /// rewritten arguments put two calls on one key.
+    /// rewritten arguments put two calls on one key. A call's Start is
+    /// reported once the plan is final (so its events agree on how the batch
+    /// ran); its duration still counts its hooks.
     async fn run_hooked_parallel<'a>(
         &self,
         calls: impl Iterator<Item = CallRef<'a>>,
@@ -352,16 +370,15 @@ impl Executor {
         let staged: Vec<Staged<'a>> =
             futures_util::future::join_all(calls.map(|call| async move {
                 let started = Instant::now();
-                self.emit_start(call, planned);
                 let notes = CallNotes::default();
                 let admission = notes.scope(self.admit(call, batch, &notes)).await;
-                (started, notes, admission)
+                (started, call, notes, admission)
             }))
             .await;
         let replanned = self.plan_runnable(
             staged
                 .iter()
-                .filter_map(|(_, _, admission)| match admission {
+                .filter_map(|(_, _, _, admission)| match admission {
                     Admission::Admitted(a) => Some(a),
                     Admission::Settled(_) => None,
                 })
@@ -382,7 +399,8 @@ impl Executor {
             size: planned.size,
             parallel: mode == BatchMode::Parallel,
         };
-        let finish = |(started, notes, admission): Staged<'a>| async move {
+        let finish = |(started, call, notes, admission): Staged<'a>| async move {
+            self.emit_start(call, shown);
             let outcome = match admission {
                 Admission::Admitted(admitted) => {
                     notes.scope(self.complete(admitted, batch, &notes)).await
@@ -708,8 +726,8 @@ enum Admission<'a> {
 }
 
 /// A call of a hooked parallel batch between its pre-hooks and its handler:
-/// when it started, its notes, and its admission.
-type Staged<'a> = (Instant, CallNotes, Admission<'a>);
+/// when it started, the call, its notes, and its admission.
+type Staged<'a> = (Instant, CallRef<'a>, CallNotes, Admission<'a>);
 
 /// Moves the notes' warnings onto the outcome, first to last.
 fn with_notes(notes: &CallNotes, mut outcome: ToolOutcome) -> ToolOutcome {

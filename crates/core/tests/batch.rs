@@ -1227,7 +1227,11 @@ async fn a_hook_that_moves_two_calls_onto_one_device_makes_them_keep_their_order
     let log = Arc::new(Mutex::new(Vec::new()));
     let reg = Registry::new();
     ordered_tools(&reg, &log);
-    let exec = executor(reg).with_pre_hook(Arc::new(LowercaseDevice));
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let sink = events.clone();
+    let exec = executor(reg)
+        .with_pre_hook(Arc::new(LowercaseDevice))
+        .with_events(Arc::new(move |e: ToolEvent| sink.lock().unwrap().push(e)));
     // As the model wrote them, the two calls name different devices.
     let calls = vec![
         call(
@@ -1256,6 +1260,17 @@ async fn a_hook_that_moves_two_calls_onto_one_device_makes_them_keep_their_order
         }
     );
     assert!(result.outcomes.iter().all(|o| o.success));
+    // Every event of the batch says how it really ran: a Start that said
+    // "parallel" and an End that said "serial" would split it in two.
+    let events = std::mem::take(&mut *events.lock().unwrap());
+    assert_eq!(events.len(), 4, "{events:?}");
+    for event in &events {
+        match event {
+            ToolEvent::Start { parallel, .. } | ToolEvent::End { parallel, .. } => {
+                assert!(!parallel, "{event:?}");
+            }
+        }
+    }
 
     // Names that stay different after the hook still overlap.
     log.lock().unwrap().clear();
@@ -1310,4 +1325,59 @@ async fn a_stop_during_a_batch_the_hook_made_serial_leaves_the_later_calls_unsta
         second.detail
     );
     assert!(log.lock().unwrap().is_empty(), "neither call finished");
+}
+
+/// Holds the pre-hook of calls whose `hook_ms` asks for it, and logs when
+/// each hook ends.
+struct SlowHook(Arc<Mutex<Vec<String>>>);
+
+impl PreToolHook for SlowHook {
+    fn name(&self) -> &str {
+        "slow"
+    }
+    fn before(&self, call: &CallInfo) -> HookFuture<PreDecision> {
+        let ms = call.arguments["hook_ms"].as_u64().unwrap_or(0);
+        let tag = call.arguments["text"].as_str().unwrap_or("").to_owned();
+        let log = self.0.clone();
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            log.lock().unwrap().push(format!("hook {tag}"));
+            Ok(PreDecision::Allow)
+        })
+    }
+}
+
+/// Re-planning after the hooks is for tools whose order key a hook could
+/// rewrite. Without one, a call whose hook is done runs at once instead of
+/// waiting for the slowest hook of the batch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_call_without_an_argument_key_does_not_wait_for_other_calls_hooks() {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let reg = Registry::new();
+    let handler_log = log.clone();
+    reg.register(
+        ToolDef::new("note", "").parallel_safe(),
+        move |ctx: ToolContext| {
+            let log = handler_log.clone();
+            async move {
+                let tag = ctx.arguments["text"].as_str().unwrap_or("").to_owned();
+                log.lock().unwrap().push(format!("ran {tag}"));
+                Ok(json!("noted"))
+            }
+        },
+    )
+    .unwrap();
+    let exec = executor(reg).with_pre_hook(Arc::new(SlowHook(log.clone())));
+    let calls = vec![
+        call("a", "note", json!({"text": "slow", "hook_ms": 300})),
+        call("b", "note", json!({"text": "fast", "hook_ms": 0})),
+    ];
+    let result = exec.run(&turn("", calls), &BatchContext::default()).await;
+    assert_eq!(result.mode, BatchMode::Parallel);
+    let log = log.lock().unwrap();
+    let position = |entry: &str| log.iter().position(|e| e == entry).unwrap();
+    assert!(
+        position("ran fast") < position("hook slow"),
+        "the fast call waited for the slow call's hook: {log:?}"
+    );
 }
