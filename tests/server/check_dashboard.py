@@ -41,7 +41,7 @@ WAIT_S = 120
 EPSILON_PX = 0.5
 
 FAILING_CALLS = '!calls [{"name": "no_such_tool", "arguments": {}}, {"name": "demo_echo", "arguments": {"tag": "x"}}]'
-MESSAGES = ["!slowbatch4", "!serialbatch2", FAILING_CALLS]
+MESSAGES = ["!slowbatch4", "!serialbatch2", FAILING_CALLS, "!cut"]
 
 # Each bar of a batch: its tool, status, painted background and whether its
 # tooltip carries an error; run in the page.
@@ -289,10 +289,15 @@ def run(driver, base, key, screenshot, check):
               {"tool": "demo_echo", "status": "ok", "background": "rgb(46, 157, 79)", "error": False},
           ],
           json.dumps(colours))
+    # An answer the output token limit cut off says so below its text.
+    send(driver, "!cut")
+    reply = wait_for(driver, "the note under a cut-off answer", reply_containing("[the answer was cut off"))
+    check("a cut-off answer shows its text and the note naming agent.max_tokens",
+          "in the middle of a" in reply and "agent.max_tokens" in reply, reply)
     check("the user's messages are in the conversation", user_messages(driver) == MESSAGES,
           json.dumps(user_messages(driver)))
-    # The counters refresh after each reply: three inputs ran.
-    wait_for(driver, "the counters", lambda d: d.find_element(By.ID, "counters").text.startswith("inputs run 3 "))
+    # The counters refresh after each reply: four inputs ran.
+    wait_for(driver, "the counters", lambda d: d.find_element(By.ID, "counters").text.startswith("inputs run 4 "))
     check("the screenshot was saved", driver.save_screenshot(screenshot) and os.path.getsize(screenshot) > 0)
 
     # The key is asked for once per tab, and the tab's session comes back

@@ -28,8 +28,14 @@ pub enum Frame {
         turns: u32,
         usage: UsageFrame,
         /// Why the answer may be incomplete; absent when the model
-        /// finished it.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
+        /// finished it. Serialized with its [`Incomplete::note`] beside the
+        /// reason, so every client can show the person what the console
+        /// shows.
+        #[serde(
+            default,
+            skip_serializing_if = "Option::is_none",
+            serialize_with = "incomplete_with_note"
+        )]
         incomplete: Option<Incomplete>,
     },
     /// The input was not run.
@@ -78,6 +84,29 @@ pub enum Incomplete {
     /// Another reason the wire named (Gemini `MALFORMED_FUNCTION_CALL`,
     /// Anthropic `pause_turn`, ...), as sent.
     Other { finish_reason: String },
+    /// The agent stopped asking the model after `agent.max_tool_turns`
+    /// batches of tool calls, though the model was still calling tools.
+    ToolTurns { max_tool_turns: u32 },
+}
+
+/// An [`Incomplete`] as the frames carry it: its fields and its note.
+fn incomplete_with_note<S: serde::Serializer>(
+    incomplete: &Option<Incomplete>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    #[derive(Serialize)]
+    struct WithNote<'a> {
+        #[serde(flatten)]
+        incomplete: &'a Incomplete,
+        note: String,
+    }
+    incomplete
+        .as_ref()
+        .map(|incomplete| WithNote {
+            incomplete,
+            note: incomplete.note(),
+        })
+        .serialize(serializer)
 }
 
 impl Incomplete {
@@ -107,15 +136,24 @@ impl Incomplete {
             Incomplete::Other { finish_reason } => {
                 format!("[the model stopped early: its provider says {finish_reason}]")
             }
+            Incomplete::ToolTurns { max_tool_turns } => {
+                let turns = if *max_tool_turns == 1 { "turn" } else { "turns" };
+                format!(
+                    "[stopped after {max_tool_turns} tool {turns}, the most agent.max_tool_turns \
+                     allows; ask me to continue]"
+                )
+            }
         }
     }
 
-    /// The OpenAI `finish_reason` that says the same.
-    pub fn openai_finish_reason(&self) -> &'static str {
+    /// The OpenAI `finish_reason` that says the same, if there is one
+    /// (`length`, `content_filter`); without one, an OpenAI client learns
+    /// it only from the note.
+    pub fn openai_finish_reason(&self) -> Option<&'static str> {
         match self {
-            Incomplete::Length { .. } => "length",
-            Incomplete::ContentFilter => "content_filter",
-            Incomplete::Other { .. } => "stop",
+            Incomplete::Length { .. } => Some("length"),
+            Incomplete::ContentFilter => Some("content_filter"),
+            Incomplete::Other { .. } | Incomplete::ToolTurns { .. } => None,
         }
     }
 }

@@ -378,21 +378,13 @@ impl Runtime {
                 ));
             }
             if batches >= self.settings.max_tool_turns {
-                let note = format!(
-                    "[stopped after {batches} tool turns: agent.max_tool_turns is {}; \
-                     ask me to continue]",
-                    self.settings.max_tool_turns
-                );
-                let content = if last_text.is_empty() {
-                    note
-                } else {
-                    format!("{last_text}\n\n{note}")
-                };
                 return Ok(Frame::Response {
-                    content,
+                    content: last_text,
                     turns: requests,
                     usage,
-                    incomplete: None,
+                    incomplete: Some(Incomplete::ToolTurns {
+                        max_tool_turns: self.settings.max_tool_turns,
+                    }),
                 });
             }
             let unchanged = sent

@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use homeagent_agent::store::Store;
 use homeagent_agent::{
-    AgentSettings, DemoModel, Frame, Runtime, Scheduler, SchedulerOptions, SkipReason, Submission,
+    AgentSettings, DemoModel, Frame, Incomplete, Runtime, Scheduler, SchedulerOptions, SkipReason,
+    Submission,
 };
 use homeagent_core::{Message, check_pairing};
 use homeagent_llm::{SourceConfig, SourceProtocol};
@@ -372,9 +373,20 @@ async fn past_max_tool_turns_the_reply_says_so() {
     // its calls only once, so use the counter of requests instead.
     let frames = drain(scheduler.submit(submission("s", "!batch2"))).await;
     match frames.last().unwrap() {
-        Frame::Response { content, turns, .. } => {
+        Frame::Response {
+            content,
+            turns,
+            incomplete,
+            ..
+        } => {
             assert_eq!(*turns, 1, "{content}");
-            assert!(content.contains("max_tool_turns"), "{content}");
+            assert_eq!(
+                incomplete,
+                &Some(Incomplete::ToolTurns { max_tool_turns: 1 }),
+                "{content}"
+            );
+            let note = incomplete.as_ref().unwrap().note();
+            assert!(note.contains("agent.max_tool_turns"), "{note}");
         }
         other => panic!("{other:?}"),
     }

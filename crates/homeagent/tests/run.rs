@@ -723,13 +723,39 @@ fn an_answer_cut_off_by_the_token_limit_says_so() {
     let (_, frames) = run(&setup, &["--json", "!cut"]);
     let response = frames.last().unwrap();
     assert_eq!(response["type"], "response");
+    let incomplete = &response["incomplete"];
     assert_eq!(
-        response["incomplete"],
-        json!({"reason": "length", "max_tokens": 300})
+        (&incomplete["reason"], &incomplete["max_tokens"]),
+        (&json!("length"), &json!(300))
+    );
+    // The note the person reads travels with it, for every other client.
+    let note = incomplete["note"].as_str().unwrap();
+    assert!(
+        note.starts_with("[the answer was cut off") && note.contains("agent.max_tokens = 300"),
+        "{note}"
     );
     // A finished answer has no such field.
     let (_, frames) = run(&setup, &["--json", "!text"]);
     assert_eq!(frames.last().unwrap().get("incomplete"), None);
+}
+
+/// An input stopped at `agent.max_tool_turns` says so after whatever the
+/// model said, on the console and on the `--json` response frame.
+#[test]
+fn an_input_stopped_after_its_tool_turns_says_so() {
+    let setup = setup("[agent]\nmax_tool_turns = 1\n");
+    let (output, _) = run(&setup, &["!batch2"]);
+    assert!(output.status.success(), "{output:?}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("[stopped after 1 tool turn") && stdout.contains("agent.max_tool_turns"),
+        "{stdout}"
+    );
+    let (_, frames) = run(&setup, &["--json", "!batch2"]);
+    let response = frames.last().unwrap();
+    assert_eq!(response["type"], "response");
+    assert_eq!(response["incomplete"]["reason"], "tool_turns", "{response}");
+    assert_eq!(response["incomplete"]["max_tool_turns"], 1, "{response}");
 }
 
 /// The config file may hold the server's key: `cmd_run` refuses to read

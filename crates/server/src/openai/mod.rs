@@ -25,6 +25,7 @@
 mod request;
 mod streamed_text;
 
+use std::borrow::Cow;
 use std::net::SocketAddr;
 
 use axum::body::Bytes;
@@ -239,7 +240,11 @@ async fn whole(
             "model": MODEL_ID,
             "choices": [{
                 "index": 0,
-                "message": {"role": "assistant", "content": content, "refusal": null},
+                "message": {
+                    "role": "assistant",
+                    "content": answer_text(&content, incomplete.as_ref()),
+                    "refusal": null
+                },
                 "logprobs": null,
                 "finish_reason": finish_reason(incomplete.as_ref()),
             }],
@@ -250,9 +255,29 @@ async fn whole(
 }
 
 /// The `finish_reason` of a finished answer: `stop`, or what made it
-/// incomplete (`length`, `content_filter`).
+/// incomplete (`length`, `content_filter`) when OpenAI has a word for it.
 fn finish_reason(incomplete: Option<&Incomplete>) -> &'static str {
-    incomplete.map_or("stop", Incomplete::openai_finish_reason)
+    incomplete
+        .and_then(Incomplete::openai_finish_reason)
+        .unwrap_or("stop")
+}
+
+/// The answer's text for an OpenAI client: the content, followed by the
+/// note of an incompleteness no `finish_reason` can say (the agent stopped
+/// after its tool turns), so the client's person reads what the console's
+/// does.
+fn answer_text<'a>(content: &'a str, incomplete: Option<&Incomplete>) -> Cow<'a, str> {
+    match incomplete {
+        Some(incomplete) if incomplete.openai_finish_reason().is_none() => {
+            let note = incomplete.note();
+            Cow::Owned(if content.is_empty() {
+                note
+            } else {
+                format!("{content}\n\n{note}")
+            })
+        }
+        _ => Cow::Borrowed(content),
+    }
 }
 
 fn usage_json(usage: &UsageFrame) -> Value {
@@ -321,17 +346,18 @@ impl ChunkStream {
                 if let Some(error) = terminal_error(&terminal) {
                     self.queue.push_back(error.body().to_string());
                 } else {
+                    let incomplete = match &terminal {
+                        Frame::Response { incomplete, .. } => incomplete.as_ref(),
+                        _ => None,
+                    };
                     if let Frame::Response { content, .. } = &terminal
-                        && let Some(missing) = self.text.missing_from(content)
+                        && let Some(missing) =
+                            self.text.missing_from(&answer_text(content, incomplete))
                     {
                         let delta = self.text.text(missing);
                         let chunk = self.chunk(json!({"content": delta}), None);
                         self.queue.push_back(chunk);
                     }
-                    let incomplete = match &terminal {
-                        Frame::Response { incomplete, .. } => incomplete.as_ref(),
-                        _ => None,
-                    };
                     let last = self.chunk(json!({}), Some(finish_reason(incomplete)));
                     self.queue.push_back(last);
                     if self.include_usage

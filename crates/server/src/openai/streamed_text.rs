@@ -2,8 +2,9 @@
 //! stream says what the whole answer says.
 //!
 //! The agent streams the text of every model turn of an input, while the
-//! answer (`Frame::Response`) holds the last turn's text, plus a note when
-//! the agent stopped early ("[stopped after 10 tool turns: ...]"). Two
+//! answer holds the last turn's text, plus (on this endpoint) the note of
+//! an incompleteness no `finish_reason` can say ("[stopped after 10 tool
+//! turns ...]"). Two
 //! things follow for a streaming client:
 //!
 //! - text of a turn that went on to call tools ("Let me check.") would run
