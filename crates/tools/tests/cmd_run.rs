@@ -801,12 +801,34 @@ fn other_processes_proc_entries_are_refused_in_every_spelling() {
         "grep -rn KEY /proc".to_owned(),
         "grep --recursive KEY /".to_owned(),
         "grep -d recurse KEY /".to_owned(),
+        // GNU grep takes any unambiguous prefix of a long option, and of
+        // the `-d` action, and a value-taking option at a cluster's end.
+        "grep --rec KEY /".to_owned(),
+        "grep --recur KEY /".to_owned(),
+        "grep -d rec KEY /".to_owned(),
+        "grep --directories=rec KEY /".to_owned(),
+        "grep --dir rec KEY /".to_owned(),
+        "grep -nd recurse KEY /".to_owned(),
+        "grep -ndrecurse KEY /".to_owned(),
+        // An option grep may read differently than this check cannot pass.
+        "grep --no-such-option KEY /etc/hostname".to_owned(),
         "ps axe".to_owned(),
         "ps eww".to_owned(),
         "sort --files0-from=names".to_owned(),
     ] {
         private_refusal(&policy, &command);
     }
+    // grep's other names: `rgrep` is `grep -r`.
+    let greps = CmdRunPolicy {
+        allowlist: ["grep", "egrep", "fgrep", "rgrep"]
+            .map(String::from)
+            .to_vec(),
+        ..default_policy()
+    };
+    for command in ["egrep -r KEY /", "fgrep --rec KEY /", "rgrep KEY /"] {
+        private_refusal(&greps, command);
+    }
+    passes(&greps, "rgrep KEY /var/log");
     let refused = refusal(&policy, &format!("cat /proc/{other}/environ"));
     assert!(refused.to_string().contains("/proc"), "{refused}");
     assert!(refused.hint().contains("/proc/self"), "{}", refused.hint());
@@ -865,12 +887,19 @@ fn private_paths_are_refused_directly_through_a_symlink_and_recursively() {
         format!("grep -R key {innocent}"),
         format!("grep -nR key {innocent}"),
         format!("grep --dereference-recursive key {innocent}"),
+        format!("grep --deref key {innocent}"),
+        format!("grep -nR key {innocent}"),
+        format!("grep -C 2 -R key {innocent}"),
     ] {
         private_refusal(&policy, &command);
     }
     let refused = refusal(&policy, &format!("grep -R key {innocent}"));
     assert!(refused.to_string().contains("use -r"), "{refused}");
-    // `-r` does not follow links below its start, so it may search there.
+    // `-r` does not follow links below its start, so it may search there;
+    // an `R` that is a value is not the option.
     passes(&policy, &format!("grep -r key {innocent}"));
+    passes(&policy, &format!("grep --rec key {innocent}"));
+    passes(&policy, &format!("grep -eR {innocent}/notes"));
+    passes(&policy, &format!("grep -e -R {innocent}/notes"));
     let _ = std::fs::remove_dir_all(&dir);
 }

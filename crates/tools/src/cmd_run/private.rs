@@ -16,12 +16,14 @@
 //! `/proc` or is a private file. The child's own `/proc/self` files and the
 //! system-wide read-only ones in [`PROC_READABLE`] stay readable. A
 //! recursive `grep` may not start at a directory that holds a private path
-//! (`grep -r key /`) nor follow every symlink below its start (`-R`), `ps` may not show environments (`ps e`), and
+//! (`grep -r key /`, read as grep reads its options: `--rec`, `-d rec`) nor
+//! follow every symlink below its start (`-R`), `ps` may not show environments (`ps e`), and
 //! `--files0-from` (a file of file names nobody checks) is refused.
 
 use std::path::{Component, Path, PathBuf};
 
 use super::check::CmdRefusal;
+use super::options::{Arity, OptionProblem, OptionSpec, Parsed, parse};
 use super::policy::CmdRunPolicy;
 
 /// Files under `/proc` any command may read: system-wide figures, and the
@@ -74,20 +76,30 @@ pub(super) fn check_private_reads(
             "it reads the names of the files to open from a file, which cannot be checked".into(),
         ));
     }
-    if program == "grep"
-        && let Some(arg) = args.iter().find(|a| grep_follows_every_link(a))
-    {
-        return Err(refuse(
-            arg,
-            "it follows every symlink below where it starts, and a link there could lead to              /proc or HomeAgent's config; use -r, which follows only the paths given"
-                .into(),
-        ));
-    }
-    let recursive = program == "grep"
-        && (args.iter().any(|a| grep_recursion(a))
-            || args
-                .windows(2)
-                .any(|w| matches!(w[0].as_str(), "-d" | "--directories") && w[1] == "recurse"));
+    let recursive = match grep_recursion(program, args) {
+        Ok(Recursion::None) => false,
+        Ok(Recursion::Physical) => true,
+        Ok(Recursion::FollowsEveryLink(arg)) => {
+            return Err(refuse(
+                arg,
+                "it follows every symlink below where it starts, and a link there could lead \
+                 to /proc or HomeAgent's config; use -r, which follows only the paths given"
+                    .into(),
+            ));
+        }
+        Err(problem) => {
+            let (option, why) = match problem {
+                OptionProblem::UnknownLong(option) => (option, "grep has no such option"),
+                OptionProblem::AmbiguousLong { given, .. } => {
+                    (given, "it abbreviates several of grep's options")
+                }
+            };
+            return Err(refuse(
+                &option,
+                format!("{why}, so what grep would read cannot be checked; spell the option out"),
+            ));
+        }
+    };
     let mut starts = Vec::new();
     for arg in args {
         for candidate in path_candidates(arg) {
@@ -193,37 +205,111 @@ fn bsd_environment_option(args: &[String]) -> Option<&String> {
     })
 }
 
-/// Whether a grep argument asks for recursion through every symlink
-/// (`-R`, `--dereference-recursive`).
-fn grep_follows_every_link(arg: &str) -> bool {
-    match arg.strip_prefix("--") {
-        Some(long) => long == "dereference-recursive",
-        None => grep_short_options(arg).any(|c| c == 'R'),
-    }
+/// How a `grep` command recurses into directories.
+enum Recursion {
+    None,
+    /// `-r`: symlinks below the start are not followed.
+    Physical,
+    /// `-R`: every symlink is followed; the option, as grep names it.
+    FollowsEveryLink(&'static str),
 }
 
-/// Whether a grep argument asks for recursion.
-fn grep_recursion(arg: &str) -> bool {
-    match arg.strip_prefix("--") {
-        Some(long) => {
-            long == "recursive" || long == "dereference-recursive" || long == "directories=recurse"
-        }
-        None => {
-            grep_short_options(arg).any(|c| c == 'r' || c == 'R')
-                || arg
-                    .strip_prefix('-')
-                    .is_some_and(|s| s.starts_with("drecurse"))
+/// GNU grep 3's options, for reading a command as grep will
+/// (abbreviations, clusters, attached values).
+const GREP: OptionSpec = OptionSpec {
+    short_required: "efmABCdDX",
+    short_optional: "",
+    long: &[
+        ("after-context", Arity::Required),
+        ("basic-regexp", Arity::None),
+        ("before-context", Arity::Required),
+        ("binary", Arity::None),
+        ("binary-files", Arity::Required),
+        ("byte-offset", Arity::None),
+        ("color", Arity::Optional),
+        ("colour", Arity::Optional),
+        ("context", Arity::Required),
+        ("count", Arity::None),
+        ("dereference-recursive", Arity::None),
+        ("devices", Arity::Required),
+        ("directories", Arity::Required),
+        ("exclude", Arity::Required),
+        ("exclude-dir", Arity::Required),
+        ("exclude-from", Arity::Required),
+        ("extended-regexp", Arity::None),
+        ("file", Arity::Required),
+        ("files-with-matches", Arity::None),
+        ("files-without-match", Arity::None),
+        ("fixed-strings", Arity::None),
+        ("help", Arity::None),
+        ("ignore-case", Arity::None),
+        ("include", Arity::Required),
+        ("initial-tab", Arity::None),
+        ("invert-match", Arity::None),
+        ("label", Arity::Required),
+        ("line-buffered", Arity::None),
+        ("line-number", Arity::None),
+        ("line-regexp", Arity::None),
+        ("max-count", Arity::Required),
+        ("no-filename", Arity::None),
+        ("no-ignore-case", Arity::None),
+        ("no-messages", Arity::None),
+        ("null", Arity::None),
+        ("null-data", Arity::None),
+        ("only-matching", Arity::None),
+        ("perl-regexp", Arity::None),
+        ("quiet", Arity::None),
+        ("recursive", Arity::None),
+        ("regexp", Arity::Required),
+        ("silent", Arity::None),
+        ("text", Arity::None),
+        ("version", Arity::None),
+        ("with-filename", Arity::None),
+        ("word-regexp", Arity::None),
+    ],
+};
+
+/// How a command of `program` recurses, read the way GNU grep reads its
+/// arguments; not at all for other programs. `rgrep` is `grep -r`; grep
+/// takes an abbreviation of the `-d` action too (`-d rec`).
+fn grep_recursion(program: &str, args: &[String]) -> Result<Recursion, OptionProblem> {
+    if !matches!(program, "grep" | "egrep" | "fgrep" | "rgrep") {
+        return Ok(Recursion::None);
+    }
+    let mut recursion = if program == "rgrep" {
+        Recursion::Physical
+    } else {
+        Recursion::None
+    };
+    for parsed in parse(&GREP, args)? {
+        let recurses = |action: &Option<String>| {
+            action
+                .as_deref()
+                .is_some_and(|a| !a.is_empty() && "recurse".starts_with(a))
+        };
+        match parsed {
+            Parsed::Short { name: 'R', .. } => return Ok(Recursion::FollowsEveryLink("-R")),
+            Parsed::Long {
+                name: "dereference-recursive",
+                ..
+            } => return Ok(Recursion::FollowsEveryLink("--dereference-recursive")),
+            Parsed::Short { name: 'r', .. }
+            | Parsed::Long {
+                name: "recursive", ..
+            } => {
+                recursion = Recursion::Physical;
+            }
+            Parsed::Short { name: 'd', value }
+            | Parsed::Long {
+                name: "directories",
+                value,
+            } if recurses(&value) => {
+                recursion = Recursion::Physical;
+            }
+            _ => {}
         }
     }
-}
-
-/// The options of a short-option cluster (`-nrI`), up to the first that
-/// takes a value (what follows it is the value). None for a non-option.
-fn grep_short_options(arg: &str) -> impl Iterator<Item = char> + '_ {
-    arg.strip_prefix('-')
-        .unwrap_or_default()
-        .chars()
-        .take_while(|c| !"efmABCdD".contains(*c))
+    Ok(recursion)
 }
 
 /// `path` with `.` and `..` applied, without touching the disk.
