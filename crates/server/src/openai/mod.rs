@@ -17,7 +17,7 @@
 //! `stream: true` answers `chat.completion.chunk`s: a first chunk with the
 //! role, one per piece of text the model streams (on every model turn of
 //! the input, so text written before a tool batch streams too), a last one
-//! with `finish_reason: "stop"`, a usage chunk when
+//! with the `finish_reason` (`stop`, `length`, `content_filter`), a usage chunk when
 //! `stream_options.include_usage`, and `[DONE]`. A turn that fails after
 //! the stream began ends with an `{"error": …}` chunk, which OpenAI clients
 //! raise as an error. A client that disconnects stops its turn.
@@ -262,21 +262,24 @@ fn finish_reason(incomplete: Option<&Incomplete>) -> &'static str {
         .unwrap_or("stop")
 }
 
-/// The answer's text for an OpenAI client: the content, followed by the
-/// note of an incompleteness no `finish_reason` can say (the agent stopped
-/// after its tool turns), so the client's person reads what the console's
-/// does.
+/// The note of an incompleteness no `finish_reason` can say (the agent
+/// stopped after its tool turns; another reason the provider named): an
+/// OpenAI client's person reads it in the answer's text, as the console's
+/// does below the answer. A stateless client sends it back with the
+/// conversation, so the model may see it then.
+fn unsaid_note(incomplete: Option<&Incomplete>) -> Option<String> {
+    incomplete
+        .filter(|incomplete| incomplete.openai_finish_reason().is_none())
+        .map(Incomplete::note)
+}
+
+/// The whole answer's text for an OpenAI client: the content, then the
+/// [`unsaid_note`] as a paragraph of its own.
 fn answer_text<'a>(content: &'a str, incomplete: Option<&Incomplete>) -> Cow<'a, str> {
-    match incomplete {
-        Some(incomplete) if incomplete.openai_finish_reason().is_none() => {
-            let note = incomplete.note();
-            Cow::Owned(if content.is_empty() {
-                note
-            } else {
-                format!("{content}\n\n{note}")
-            })
-        }
-        _ => Cow::Borrowed(content),
+    match unsaid_note(incomplete) {
+        Some(note) if content.is_empty() => Cow::Owned(note),
+        Some(note) => Cow::Owned(format!("{content}\n\n{note}")),
+        None => Cow::Borrowed(content),
     }
 }
 
@@ -350,13 +353,14 @@ impl ChunkStream {
                         Frame::Response { incomplete, .. } => incomplete.as_ref(),
                         _ => None,
                     };
-                    if let Frame::Response { content, .. } = &terminal
-                        && let Some(missing) =
-                            self.text.missing_from(&answer_text(content, incomplete))
-                    {
-                        let delta = self.text.text(missing);
-                        let chunk = self.chunk(json!({"content": delta}), None);
-                        self.queue.push_back(chunk);
+                    if let Frame::Response { content, .. } = &terminal {
+                        let after_calls = matches!(incomplete, Some(Incomplete::ToolTurns { .. }));
+                        let note = unsaid_note(incomplete);
+                        if let Some(delta) = self.text.ending(content, after_calls, note.as_deref())
+                        {
+                            let chunk = self.chunk(json!({"content": delta}), None);
+                            self.queue.push_back(chunk);
+                        }
                     }
                     let last = self.chunk(json!({}), Some(finish_reason(incomplete)));
                     self.queue.push_back(last);

@@ -2,16 +2,18 @@
 //! stream says what the whole answer says.
 //!
 //! The agent streams the text of every model turn of an input, while the
-//! answer holds the last turn's text, plus (on this endpoint) the note of
-//! an incompleteness no `finish_reason` can say ("[stopped after 10 tool
-//! turns ...]"). Two
-//! things follow for a streaming client:
+//! answer holds one turn's text (the last one's; when the agent stopped
+//! after its tool turns, the text of the turn that called tools), plus (on
+//! this endpoint) the note of an incompleteness no `finish_reason` can say
+//! ("[stopped after 10 tool turns ...]"). Two things follow for a
+//! streaming client:
 //!
 //! - text of a turn that went on to call tools ("Let me check.") would run
 //!   into the next turn's ("Let me check.The light is on."); a blank line
 //!   goes between them;
-//! - whatever of the answer the last turn did not stream (the note) is
-//!   sent before the stream ends, so it is not lost.
+//! - whatever of the answer was not streamed (the note) is sent before the
+//!   stream ends, so it is not lost, and what was streamed is not sent
+//!   twice.
 
 /// The text streamed so far, by turn.
 #[derive(Debug, Default)]
@@ -46,18 +48,39 @@ impl StreamedText {
         self.turn_ended = true;
     }
 
-    /// What of `answer` the stream has not sent yet: the part after the
-    /// last turn's streamed text. `None` when nothing is missing, or when
-    /// the answer does not continue that text (then there is nothing sound
-    /// to add).
-    pub(super) fn missing_from<'a>(&self, answer: &'a str) -> Option<&'a str> {
-        let last = if self.turn_ended {
+    /// The last delta of the stream, so that the stream ends with what the
+    /// whole answer says: what of `content` was not streamed (the part
+    /// after the text the turn it comes from streamed), then `note` (an
+    /// incompleteness no `finish_reason` can say) as a paragraph of its
+    /// own. `content` is the text of the turn that went on to call tools
+    /// when `after_calls` (the agent stopped after its tool turns), else of
+    /// the last turn. Content that does not continue the streamed text is
+    /// not added (there is nothing sound to add).
+    pub(super) fn ending(
+        &mut self,
+        content: &str,
+        after_calls: bool,
+        note: Option<&str>,
+    ) -> Option<String> {
+        let streamed = if self.turn_ended && !after_calls {
+            // The last turn called tools; `content` is a later turn's,
+            // which streamed nothing.
             ""
         } else {
             self.current.as_str()
         };
-        let rest = answer.strip_prefix(last)?;
-        (!rest.is_empty()).then_some(rest)
+        let mut delta = match content.strip_prefix(streamed) {
+            Some(rest) if !rest.is_empty() => self.text(rest),
+            _ => String::new(),
+        };
+        if let Some(note) = note {
+            let anything = self.earlier || !self.current.is_empty() || !delta.is_empty();
+            if anything {
+                delta.push_str("\n\n");
+            }
+            delta.push_str(note);
+        }
+        (!delta.is_empty()).then_some(delta)
     }
 }
 
@@ -77,7 +100,7 @@ mod tests {
         assert_eq!(text.text("The light"), "\n\nThe light");
         assert_eq!(text.text(" is on."), " is on.");
         // The answer is the last turn's text: nothing is missing.
-        assert_eq!(text.missing_from("The light is on."), None);
+        assert_eq!(text.ending("The light is on.", false, None), None);
     }
 
     #[test]
@@ -85,28 +108,44 @@ mod tests {
         let mut text = StreamedText::default();
         text.tool_call();
         assert_eq!(text.text("Done."), "Done.");
-        assert_eq!(text.missing_from("Done."), None);
+        assert_eq!(text.ending("Done.", false, None), None);
     }
 
     #[test]
-    fn what_the_answer_adds_after_the_last_turn_is_missing() {
+    fn what_the_answer_adds_after_the_streamed_text_is_sent_last() {
+        let note = "[stopped after 1 tool turn, the most agent.max_tool_turns allows]";
+        // Stopped after its tool turns, none of which had text.
         let mut text = StreamedText::default();
         text.tool_call();
-        // Stopped after its tool turns: the last turn streamed nothing.
-        let note = "[stopped after 1 tool turns: the model kept calling tools]";
-        assert_eq!(text.missing_from(note), Some(note));
-        assert_eq!(text.text(note), note);
+        assert_eq!(text.ending("", true, Some(note)).as_deref(), Some(note));
 
-        // After an earlier turn's text, it is sent as a turn of its own.
+        // The turn that called tools said something: that text streamed
+        // already, and only the note follows it.
+        let mut text = StreamedText::default();
+        text.text("Let me check.");
+        text.tool_call();
+        assert_eq!(
+            text.ending("Let me check.", true, Some(note)),
+            Some(format!("\n\n{note}"))
+        );
+
+        // A last turn that streamed part of its text; one that streamed
+        // nothing after an earlier turn's text; one that says otherwise.
+        let mut text = StreamedText::default();
+        text.text("Partial");
+        assert_eq!(
+            text.ending("Partial answer", false, None).as_deref(),
+            Some(" answer")
+        );
         let mut text = StreamedText::default();
         text.text("Checking.");
         text.tool_call();
-        assert_eq!(text.missing_from(note), Some(note));
-        assert_eq!(text.text(note), format!("\n\n{note}"));
-
+        assert_eq!(
+            text.ending("The light is on.", false, None).as_deref(),
+            Some("\n\nThe light is on.")
+        );
         let mut text = StreamedText::default();
         text.text("Partial");
-        assert_eq!(text.missing_from("Partial answer"), Some(" answer"));
-        assert_eq!(text.missing_from("Something else"), None);
+        assert_eq!(text.ending("Something else", false, None), None);
     }
 }
