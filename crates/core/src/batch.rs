@@ -360,7 +360,8 @@ impl Executor {
     /// handlers run together, or one after another in index order when the
     /// rewritten arguments put two calls on one key. A call's Start is
     /// reported once the plan is final (so its events agree on how the batch
-    /// ran); its duration still counts its hooks.
+    /// ran); its duration is its hooks' time plus the time from its Start,
+    /// not the wait for other calls.
     async fn run_hooked_parallel<'a>(
         &self,
         calls: impl Iterator<Item = CallRef<'a>>,
@@ -372,7 +373,7 @@ impl Executor {
                 let started = Instant::now();
                 let notes = CallNotes::default();
                 let admission = notes.scope(self.admit(call, batch, &notes)).await;
-                (started, call, notes, admission)
+                (started.elapsed(), call, notes, admission)
             }))
             .await;
         let replanned = self.plan_runnable(
@@ -399,7 +400,12 @@ impl Executor {
             size: planned.size,
             parallel: mode == BatchMode::Parallel,
         };
-        let finish = |(started, call, notes, admission): Staged<'a>| async move {
+        let finish = |(hooks_took, call, notes, admission): Staged<'a>| async move {
+            // The call's own time: its hooks, then from its Start on; not
+            // the wait for the other calls' hooks or handlers.
+            let started = Instant::now()
+                .checked_sub(hooks_took)
+                .unwrap_or_else(Instant::now);
             self.emit_start(call, shown);
             let outcome = match admission {
                 Admission::Admitted(admitted) => {
@@ -529,7 +535,7 @@ impl Executor {
                 Err(error) => return fail(error),
             }
         }
-        for hook in &inner.pre_hooks {
+        for hook in inner.pre_hooks.iter().filter(|hook| hook.sees(name)) {
             let hook_name = hook.name().to_owned();
             match guarded(|| hook.before(&info)).await {
                 Ok(PreDecision::Allow) => {}
@@ -610,7 +616,7 @@ impl Executor {
         let Some(info) = kept else {
             return outcome;
         };
-        for hook in &inner.post_hooks {
+        for hook in inner.post_hooks.iter().filter(|hook| hook.sees(name)) {
             let hook_name = hook.name().to_owned();
             match guarded(|| hook.after(&info, &outcome)).await {
                 // A hook may reword a failure, never turn it into a
@@ -726,8 +732,8 @@ enum Admission<'a> {
 }
 
 /// A call of a hooked parallel batch between its pre-hooks and its handler:
-/// when it started, the call, its notes, and its admission.
-type Staged<'a> = (Instant, CallRef<'a>, CallNotes, Admission<'a>);
+/// how long its pre-hooks took, the call, its notes, and its admission.
+type Staged<'a> = (Duration, CallRef<'a>, CallNotes, Admission<'a>);
 
 /// Moves the notes' warnings onto the outcome, first to last.
 fn with_notes(notes: &CallNotes, mut outcome: ToolOutcome) -> ToolOutcome {

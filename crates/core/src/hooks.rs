@@ -46,9 +46,12 @@ pub trait PreToolHook: Send + Sync + 'static {
     /// A short name, used when reporting the hook's own failures.
     fn name(&self) -> &str;
     /// Whether the hook acts on calls to `tool`; `true` unless the hook
-    /// knows better. A hook that sees a call may have effects of its own,
-    /// so a batch such a hook sees is stored before it runs even when
-    /// every tool is read-only (see [`Executor::hooks_see`](crate::Executor::hooks_see)).
+    /// knows better. The executor calls the hook only for tools it sees,
+    /// and plans by the answer: a hook that sees a call may have effects of
+    /// its own, so a batch such a hook sees is stored before it runs even
+    /// when every tool is read-only (see
+    /// [`Executor::hooks_see`](crate::Executor::hooks_see)), and only a hook
+    /// that sees a tool can move its order key.
     fn sees(&self, tool: &str) -> bool {
         let _ = tool;
         true

@@ -1381,3 +1381,64 @@ async fn a_call_without_an_argument_key_does_not_wait_for_other_calls_hooks() {
         "the fast call waited for the slow call's hook: {log:?}"
     );
 }
+
+/// Denies every call, and rewrites every result, but says it sees only
+/// `guarded`.
+struct SeesOnlyGuarded;
+
+impl PreToolHook for SeesOnlyGuarded {
+    fn name(&self) -> &str {
+        "sees-only-guarded"
+    }
+    fn sees(&self, tool: &str) -> bool {
+        tool == "guarded"
+    }
+    fn before(&self, _call: &CallInfo) -> HookFuture<PreDecision> {
+        Box::pin(async {
+            Ok(PreDecision::Deny {
+                reason: "denied".into(),
+            })
+        })
+    }
+}
+
+impl PostToolHook for SeesOnlyGuarded {
+    fn name(&self) -> &str {
+        "sees-only-guarded"
+    }
+    fn sees(&self, tool: &str) -> bool {
+        tool == "guarded"
+    }
+    fn after(&self, _call: &CallInfo, _outcome: &ToolOutcome) -> HookFuture<Option<Value>> {
+        Box::pin(async { Ok(Some(json!({"rewritten": true}))) })
+    }
+}
+
+/// What a hook says it does not see it does not act on: the executor plans
+/// by `sees` (whether a hook can move an order key, whether a batch is
+/// stored before it runs), so a hook must not act behind that answer.
+#[tokio::test]
+async fn a_hook_is_not_called_for_a_tool_it_does_not_see() {
+    let reg = Registry::new();
+    for name in ["guarded", "free"] {
+        reg.register(ToolDef::new(name, ""), |_ctx: ToolContext| async {
+            Ok(json!({"ran": true}))
+        })
+        .unwrap();
+    }
+    let exec = executor(reg)
+        .with_pre_hook(Arc::new(SeesOnlyGuarded))
+        .with_post_hook(Arc::new(SeesOnlyGuarded));
+    let calls = vec![
+        call("g", "guarded", json!({})),
+        call("f", "free", json!({})),
+    ];
+    let result = exec.run(&turn("", calls), &BatchContext::default()).await;
+    let guarded = result.outcomes[0]
+        .error
+        .as_ref()
+        .expect("the hook denied it");
+    assert_eq!(guarded.reason, ErrorReason::Denied);
+    assert!(result.outcomes[1].success, "{}", result.outcomes[1].text);
+    assert_eq!(result.outcomes[1].value, json!({"ran": true}));
+}
