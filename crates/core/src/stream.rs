@@ -80,7 +80,9 @@ impl FinishReason {
             | "eos_token"
             | "FINISH_REASON_UNSPECIFIED" => FinishReason::Stop,
             "tool_calls" | "tool_use" | "function_call" => FinishReason::ToolCalls,
-            "length" | "max_tokens" | "MAX_TOKENS" | "model_length" => FinishReason::Length,
+            // Not Mistral's `model_length` (the context window is full):
+            // raising the output limit, as the note advises, would not help.
+            "length" | "max_tokens" | "MAX_TOKENS" => FinishReason::Length,
             // Gemini names the policy that withheld the answer.
             "content_filter" | "SAFETY" | "refusal" | "PROHIBITED_CONTENT" | "BLOCKLIST"
             | "SPII" | "RECITATION" | "IMAGE_SAFETY" => FinishReason::ContentFilter,

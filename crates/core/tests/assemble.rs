@@ -596,8 +596,12 @@ fn finish_reasons_from_every_provider_are_read_by_meaning() {
         ("FINISH_REASON_UNSPECIFIED", FinishReason::Stop),
         ("end_turn", FinishReason::Stop),
         ("tool_use", FinishReason::ToolCalls),
-        // Mistral's context-length end cuts the answer like max_tokens.
-        ("model_length", FinishReason::Length),
+        // Mistral's full context window is not the output limit the
+        // length note tells the person to raise.
+        (
+            "model_length",
+            FinishReason::Other("model_length".to_owned()),
+        ),
         ("MAX_TOKENS", FinishReason::Length),
         // Gemini withholds for several policies besides SAFETY.
         ("PROHIBITED_CONTENT", FinishReason::ContentFilter),

@@ -132,17 +132,7 @@ pub fn register_seq_tools(
         )),
         move |ctx: ToolContext| {
             let s = s.clone();
-            // It reads a source file and writes the store: file work, kept
-            // off the runtime's threads.
-            async move {
-                tokio::task::spawn_blocking(move || s.create(&ctx.arguments))
-                    .await
-                    .unwrap_or_else(|e| {
-                        Err(ToolError::execution(format!(
-                            "creating the sequence stopped unexpectedly: {e}"
-                        )))
-                    })
-            }
+            async move { s.create(&ctx.arguments).await }
         },
     )?;
 
@@ -255,7 +245,7 @@ impl Shared {
         Ok(Engine::new(backend.clone(), Arc::clone(&self.store)))
     }
 
-    fn create(&self, arguments: &Value) -> Result<Value, ToolError> {
+    async fn create(&self, arguments: &Value) -> Result<Value, ToolError> {
         let name = string_arg(arguments, "name")?;
         let description = arguments.get("description").and_then(Value::as_str);
         let groups = arguments.get("groups");
@@ -283,7 +273,15 @@ impl Shared {
                 let path = root
                     .resolve(file)
                     .map_err(|e| invalid(e.to_string()).with_field("file"))?;
-                let text = read_source(root, &path)
+                // Off the runtime's threads; a stop while it reads leaves
+                // nothing written (the store is written after the await).
+                let root = root.clone();
+                let text = tokio::task::spawn_blocking(move || read_source(&root, &path))
+                    .await
+                    .unwrap_or_else(|e| match e.try_into_panic() {
+                        Ok(payload) => std::panic::resume_unwind(payload),
+                        Err(e) => Err(format!("reading the file stopped: {e}")),
+                    })
                     .map_err(|detail| invalid(detail).with_field("file"))?;
                 let seq = parse_sequence(&text).map_err(|e| format_error(&e))?;
                 if seq.name != name {

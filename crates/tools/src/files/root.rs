@@ -232,7 +232,8 @@ impl Root {
     /// of the open descriptor, read back from the kernel, must still be
     /// inside the root. An [`Access::Append`] may create the file, so it is
     /// created through a descriptor of its directory that was checked
-    /// first: a swapped directory cannot make it create a file outside.
+    /// first ([`Root::open_directory_inside`]): a swapped directory cannot
+    /// make it create a file outside.
     /// Blocking: call it off the async workers.
     pub fn open_inside(
         &self,
@@ -262,7 +263,10 @@ impl Root {
                 let (Some(dir), Some(name)) = (resolved.parent(), resolved.file_name()) else {
                     return Err(OpenRefusal::Directory { shown: shown() });
                 };
-                let (dir, _) = self.open_inside(dir, Access::Read, Expect::Directory)?;
+                if resolved == self.canonical {
+                    return Err(OpenRefusal::Directory { shown: shown() });
+                }
+                let dir = self.open_directory_inside(dir)?;
                 let fd = nix::fcntl::openat(
                     &dir,
                     name,
@@ -295,6 +299,46 @@ impl Root {
             }
         }
         Ok((file, meta))
+    }
+
+    /// Opens the directory `dir` (a path [`Root::resolve`] returned, or
+    /// the parent of one) for working inside it through the descriptor
+    /// (`openat`, `renameat`, `fsync`): never through a symlink at its
+    /// last component, and only if the descriptor's own path is still
+    /// inside the root and not removed (a file made in a removed directory
+    /// is one nobody can reach). Blocking.
+    pub fn open_directory_inside(&self, dir: &Path) -> Result<std::os::fd::OwnedFd, OpenRefusal> {
+        use nix::fcntl::OFlag;
+        let shown = || self.display_relative(dir);
+        let io = |source| OpenRefusal::Io {
+            shown: shown(),
+            source,
+        };
+        let fd = nix::fcntl::open(
+            dir,
+            OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )
+        .map_err(|errno| io(errno.into()))?;
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::fd::AsRawFd;
+            let opened =
+                std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).map_err(io)?;
+            if opened.to_string_lossy().ends_with(" (deleted)") {
+                return Err(io(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    "the directory was removed",
+                )));
+            }
+            if !opened.starts_with(&self.canonical) {
+                return Err(OpenRefusal::Escaped {
+                    shown: shown(),
+                    opened,
+                });
+            }
+        }
+        Ok(fd)
     }
 
     /// A resolved path as the model should see it: relative to the root,

@@ -21,7 +21,7 @@ use homeagent_core::{ErrorReason, Registry, RegistryError, ToolContext, ToolDef,
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
-use super::{Access, Shared, bool_arg, string_arg};
+use super::{Access, OpenRefusal, Root, Shared, bool_arg, string_arg};
 
 /// Prefix of temporary files, so a leftover from a crash is recognisable.
 pub const TEMP_PREFIX: &str = ".homeagent-write-";
@@ -149,7 +149,7 @@ async fn write(shared: Arc<Shared>, ctx: ToolContext) -> Result<Value, ToolError
                     .with_field("path"),
             );
         };
-        let (root, dir) = (shared.root.canonical().to_owned(), parent.to_owned());
+        let (root, dir) = (shared.root.clone(), parent.to_owned());
         let bytes = content.as_bytes().to_vec();
         let written =
             tokio::task::spawn_blocking(move || replace_in_dir(&root, &dir, &name, &bytes))
@@ -246,34 +246,21 @@ fn create_dirs_in_root(root: &Path, dir: &Path) -> Result<(), ReplaceError> {
 }
 
 /// Replaces the file `name` in the directory `dir` with `bytes`, through a
-/// descriptor of `dir` whose real path must lie inside `root` (already
-/// canonical). Blocking: run it off the async workers.
-fn replace_in_dir(root: &Path, dir: &Path, name: &OsStr, bytes: &[u8]) -> Result<(), ReplaceError> {
-    use nix::fcntl::{AtFlags, OFlag, open, renameat};
+/// descriptor of `dir` opened by [`Root::open_directory_inside`]. Blocking:
+/// run it off the async workers.
+fn replace_in_dir(root: &Root, dir: &Path, name: &OsStr, bytes: &[u8]) -> Result<(), ReplaceError> {
+    use nix::fcntl::{AtFlags, renameat};
     use nix::sys::stat::{Mode, SFlag, fchmod, fstatat};
     use nix::unistd::{UnlinkatFlags, unlinkat};
     use std::io::Write;
 
-    // No O_NOFOLLOW: a symlinked directory inside the root is fine; where
-    // the descriptor really points is checked next.
-    let dir_fd = open(
-        dir,
-        OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )?;
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::fd::AsRawFd;
-        let opened = std::fs::read_link(format!("/proc/self/fd/{}", dir_fd.as_raw_fd()))?;
-        // A directory removed since shows as "<path> (deleted)": a write
-        // there would report success for a file nobody can reach.
-        let removed = opened.to_string_lossy().ends_with(" (deleted)");
-        if !opened.starts_with(root) || removed {
-            return Err(ReplaceError::Outside(opened));
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = root;
+    let dir_fd = root
+        .open_directory_inside(dir)
+        .map_err(|refusal| match refusal {
+            OpenRefusal::Escaped { opened, .. } => ReplaceError::Outside(opened),
+            OpenRefusal::Io { source, .. } => ReplaceError::Io(source),
+            other => ReplaceError::Io(std::io::Error::other(other.to_string())),
+        })?;
     // Keep the permissions of the file being replaced (an executable
     // script stays executable), but never setuid, setgid or sticky: the
     // content is new. A symlink at `name` is replaced, not followed.
@@ -401,13 +388,31 @@ mod tests {
         // time the write runs it is a symlink to a directory outside.
         std::os::unix::fs::symlink(&outside, root.join("docs")).unwrap();
 
-        let refused = replace_in_dir(&root, &root.join("docs"), OsStr::new("a.txt"), b"x");
+        let tree = Root::open(&root).unwrap();
+        let refused = replace_in_dir(&tree, &root.join("docs"), OsStr::new("a.txt"), b"x");
 
+        // Refused at the open (the last component is never followed).
         match refused {
-            Err(ReplaceError::Outside(opened)) => assert_eq!(opened, outside),
+            // ENOTDIR: with O_DIRECTORY the kernel names the symlink not a
+            // directory rather than a loop.
+            Err(ReplaceError::Io(e)) => assert!(
+                matches!(
+                    e.raw_os_error(),
+                    Some(nix::libc::ENOTDIR | nix::libc::ELOOP)
+                ),
+                "{e}"
+            ),
+            other => panic!("expected a refused open, got {other:?}"),
+        }
+        // A swapped directory higher up is followed by the open, and then
+        // caught by where the descriptor really is.
+        std::fs::create_dir(outside.join("sub")).unwrap();
+        let refused = replace_in_dir(&tree, &root.join("docs/sub"), OsStr::new("a.txt"), b"x");
+        match refused {
+            Err(ReplaceError::Outside(opened)) => assert_eq!(opened, outside.join("sub")),
             other => panic!("expected Outside, got {other:?}"),
         }
-        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+        assert_eq!(std::fs::read_dir(outside.join("sub")).unwrap().count(), 0);
     }
 
     #[test]
@@ -418,7 +423,8 @@ mod tests {
         std::fs::write(&script, "old").unwrap();
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o750)).unwrap();
 
-        replace_in_dir(&root, &root, OsStr::new("run.sh"), b"new").unwrap();
+        let tree = Root::open(&root).unwrap();
+        replace_in_dir(&tree, &root, OsStr::new("run.sh"), b"new").unwrap();
 
         assert_eq!(std::fs::read_to_string(&script).unwrap(), "new");
         let mode = std::fs::metadata(&script).unwrap().permissions().mode() & 0o7777;
@@ -479,7 +485,8 @@ mod tests {
             .permissions()
             .mode()
             & 0o7777;
-        replace_in_dir(&root, &root, OsStr::new("new.txt"), b"x").unwrap();
+        let tree = Root::open(&root).unwrap();
+        replace_in_dir(&tree, &root, OsStr::new("new.txt"), b"x").unwrap();
         let mode = std::fs::metadata(root.join("new.txt"))
             .unwrap()
             .permissions()
@@ -488,7 +495,7 @@ mod tests {
         // A symlink at the name is replaced by a new file, which does not
         // take the link's own mode (0777).
         std::os::unix::fs::symlink(root.join("by-std"), root.join("link")).unwrap();
-        replace_in_dir(&root, &root, OsStr::new("link"), b"y").unwrap();
+        replace_in_dir(&tree, &root, OsStr::new("link"), b"y").unwrap();
         let meta = std::fs::symlink_metadata(root.join("link")).unwrap();
         assert!(meta.file_type().is_file());
         assert_eq!(meta.permissions().mode() & 0o7777, usual);
@@ -496,7 +503,7 @@ mod tests {
         let tool = root.join("tool");
         std::fs::write(&tool, "old").unwrap();
         std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o4755)).unwrap();
-        replace_in_dir(&root, &root, OsStr::new("tool"), b"new").unwrap();
+        replace_in_dir(&tree, &root, OsStr::new("tool"), b"new").unwrap();
         let mode = std::fs::metadata(&tool).unwrap().permissions().mode();
         assert_eq!(mode & 0o7777, 0o755);
         // The temporary file's mode at creation, before anything is written.
