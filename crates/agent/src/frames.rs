@@ -202,3 +202,62 @@ impl SkipReason {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // a panic in a test is a test failure
+
+    use super::*;
+
+    /// OpenAI's `finish_reason` has words for the token limit and the
+    /// content filter only; the rest must travel in the note.
+    #[test]
+    fn only_what_openai_can_name_gets_a_finish_reason() {
+        let cases = [
+            (Incomplete::Length { max_tokens: 9 }, Some("length")),
+            (Incomplete::ContentFilter, Some("content_filter")),
+            (
+                Incomplete::Other {
+                    finish_reason: "pause_turn".into(),
+                },
+                None,
+            ),
+            (Incomplete::ToolTurns { max_tool_turns: 3 }, None),
+        ];
+        for (incomplete, expected) in cases {
+            assert_eq!(
+                incomplete.openai_finish_reason(),
+                expected,
+                "{incomplete:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_tool_turns_note_names_the_setting_and_counts_right() {
+        let one = Incomplete::ToolTurns { max_tool_turns: 1 }.note();
+        assert!(one.starts_with("[stopped after 1 tool turn,"), "{one}");
+        let three = Incomplete::ToolTurns { max_tool_turns: 3 }.note();
+        assert!(three.starts_with("[stopped after 3 tool turns,"), "{three}");
+        assert!(three.contains("agent.max_tool_turns"), "{three}");
+    }
+
+    /// The frame carries the note beside the reason, and reads back.
+    #[test]
+    fn a_response_frame_carries_the_note_beside_the_reason() {
+        let frame = Frame::Response {
+            content: String::new(),
+            turns: 1,
+            usage: UsageFrame::default(),
+            incomplete: Some(Incomplete::ToolTurns { max_tool_turns: 2 }),
+        };
+        let json = serde_json::to_value(&frame).unwrap();
+        assert_eq!(json["incomplete"]["reason"], "tool_turns");
+        assert_eq!(json["incomplete"]["max_tool_turns"], 2);
+        assert_eq!(
+            json["incomplete"]["note"],
+            Incomplete::ToolTurns { max_tool_turns: 2 }.note()
+        );
+        assert_eq!(serde_json::from_value::<Frame>(json).unwrap(), frame);
+    }
+}

@@ -839,6 +839,9 @@ fn other_processes_proc_entries_are_refused_in_every_spelling() {
         "cat /proc/meminfo",
         "cat /proc/loadavg",
         "grep -rn error /var/log",
+        // Other directory actions do not recurse, from / either.
+        "grep -d skip KEY /",
+        "grep --directories=read KEY /",
         "grep -n proc /etc/hostname",
         "ps aux",
         "ps -ef",
