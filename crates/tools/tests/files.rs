@@ -642,18 +642,26 @@ async fn a_fifo_is_refused_not_waited_on() {
         .unwrap();
     assert!(made.success());
     // Were an open to wait for the other end, this opens it for a while,
-    // so a regression fails the test instead of hanging the test run.
+    // so a regression fails the test instead of hanging the test run. A
+    // write end opened without waiting means a reader was there: a read
+    // that did not wait is gone again within microseconds, one that waits
+    // stays until this opens the other end (`rescued`).
     let other_end = fifo.clone();
+    let rescued = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let rescue = Arc::clone(&rescued);
     std::thread::spawn(move || {
         use std::os::unix::fs::OpenOptionsExt;
         for _ in 0..300 {
             std::thread::sleep(std::time::Duration::from_millis(100));
             for write in [false, true] {
-                let _ = std::fs::OpenOptions::new()
+                let opened = std::fs::OpenOptions::new()
                     .read(!write)
                     .write(write)
                     .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
                     .open(&other_end);
+                if write && opened.is_ok() {
+                    rescue.store(true, Ordering::SeqCst);
+                }
             }
         }
     });
@@ -663,6 +671,10 @@ async fn a_fifo_is_refused_not_waited_on() {
     )
     .await
     .expect("files_read blocked on a FIFO");
+    assert!(
+        !rescued.load(Ordering::SeqCst),
+        "files_read waited on the FIFO until its other end was opened"
+    );
     let error = read.unwrap_err();
     assert!(
         error.detail.contains("not a regular file"),
@@ -746,6 +758,11 @@ fn a_directory_swapped_for_a_symlink_after_the_check_is_caught_at_the_open() {
         !sandbox.outside().join("new.txt").exists(),
         "the append created a file outside the root"
     );
+    // A directory open finds a directory or nothing.
+    let refused = root
+        .open_directory_inside(&sandbox.root().canonicalize().unwrap().join("old/note.txt"))
+        .unwrap_err();
+    assert!(matches!(refused, OpenRefusal::Io { .. }), "{refused}");
     // A symlink at the last component is never followed.
     symlink(sandbox.outside().join("inner"), sandbox.root().join("link")).unwrap();
     let link = sandbox.root().canonicalize().unwrap().join("link");

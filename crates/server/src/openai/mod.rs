@@ -404,3 +404,24 @@ impl ChunkStream {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What no `finish_reason` can say follows the answer as a paragraph;
+    /// what one can say leaves the text as the model wrote it.
+    #[test]
+    fn the_answer_text_adds_only_the_note_openai_cannot_say() {
+        let turns = Incomplete::ToolTurns { max_tool_turns: 2 };
+        let note = turns.note();
+        assert_eq!(
+            answer_text("Let me check.", Some(&turns)),
+            format!("Let me check.\n\n{note}")
+        );
+        assert_eq!(answer_text("", Some(&turns)), note);
+        let cut = Incomplete::Length { max_tokens: 10 };
+        assert_eq!(answer_text("Half an", Some(&cut)), "Half an");
+        assert_eq!(answer_text("Done.", None), "Done.");
+    }
+}
