@@ -130,14 +130,19 @@ impl Incomplete {
                  (agent.max_tokens = {max_tokens}); ask me to continue, or raise agent.max_tokens]"
             ),
             Incomplete::ContentFilter => {
-                "[the model's provider stopped or withheld this answer (its content policy: safety, recitation or blocked terms)]"
+                "[the model's provider stopped or withheld this answer (its content policy: \
+                 safety, recitation or blocked terms)]"
                     .to_owned()
             }
             Incomplete::Other { finish_reason } => {
                 format!("[the model stopped early: its provider says {finish_reason}]")
             }
             Incomplete::ToolTurns { max_tool_turns } => {
-                let turns = if *max_tool_turns == 1 { "turn" } else { "turns" };
+                let turns = if *max_tool_turns == 1 {
+                    "turn"
+                } else {
+                    "turns"
+                };
                 format!(
                     "[stopped after {max_tool_turns} tool {turns}, the most agent.max_tool_turns \
                      allows; ask me to continue]"

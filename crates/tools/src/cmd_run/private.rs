@@ -16,9 +16,10 @@
 //! `/proc` or is a private file. The child's own `/proc/self` files and the
 //! system-wide read-only ones in [`PROC_READABLE`] stay readable. A
 //! recursive `grep` may not start at a directory that holds a private path
-//! (`grep -r key /`, read as grep reads its options: `--rec`, `-d rec`) nor
-//! follow every symlink below its start (`-R`), `ps` may not show environments (`ps e`), and
-//! `--files0-from` (a file of file names nobody checks) is refused.
+//! (`grep -r key /`, read as grep reads its options: `--rec`, `-d rec`)
+//! nor follow every symlink below its start (`-R`), `ps` may not show
+//! environments (`ps e`), and `--files0-from` (a file of file names nobody
+//! checks) is refused.
 
 use std::path::{Component, Path, PathBuf};
 
@@ -281,12 +282,12 @@ fn grep_recursion(program: &str, args: &[String]) -> Result<Recursion, OptionPro
     } else {
         Recursion::None
     };
+    let recurses = |action: &Option<String>| {
+        action
+            .as_deref()
+            .is_some_and(|a| !a.is_empty() && "recurse".starts_with(a))
+    };
     for parsed in parse(&GREP, args)? {
-        let recurses = |action: &Option<String>| {
-            action
-                .as_deref()
-                .is_some_and(|a| !a.is_empty() && "recurse".starts_with(a))
-        };
         match parsed {
             Parsed::Short { name: 'R', .. } => return Ok(Recursion::FollowsEveryLink("-R")),
             Parsed::Long {
