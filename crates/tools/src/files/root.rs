@@ -322,9 +322,7 @@ impl Root {
         .map_err(|errno| io(errno.into()))?;
         #[cfg(target_os = "linux")]
         {
-            use std::os::fd::AsRawFd;
-            let opened =
-                std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).map_err(io)?;
+            let opened = std::fs::read_link(descriptor_path(&fd)).map_err(io)?;
             if opened.to_string_lossy().ends_with(" (deleted)") {
                 return Err(io(io::Error::new(
                     io::ErrorKind::NotFound,
@@ -369,8 +367,7 @@ impl Root {
 /// for a directory) reaches the very file that was opened, whatever has
 /// been renamed or swapped for a symlink since.
 #[cfg(target_os = "linux")]
-pub fn descriptor_path(file: &std::fs::File) -> PathBuf {
-    use std::os::fd::AsRawFd;
+pub fn descriptor_path(file: &impl std::os::fd::AsRawFd) -> PathBuf {
     PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()))
 }
 
