@@ -180,6 +180,21 @@ async fn run(cli: Cli) -> anyhow::Result<std::process::ExitCode> {
             return Ok(std::process::ExitCode::SUCCESS);
         }
         Command::Waiter(args) => return waiter_cmd::run(args, &global).await,
+        Command::Seq(cli::SeqCommand::Create { file }) => {
+            // Checked against every tool a run would see, the MCP servers'
+            // included: a parallel group holding one of their tools that
+            // must not overlap is refused here, not found out at run time.
+            let loaded = setup::load(&global)?;
+            let built = setup::agent(&loaded, homeagent_agent::BuildOptions::default())?;
+            setup::mcp_started(&built).await;
+            let created = {
+                let mut out = std::io::stdout().lock();
+                seq_cmd::create(&built, &file, &mut out)
+            };
+            setup::mcp_stopped(&built).await;
+            created?;
+            return Ok(std::process::ExitCode::SUCCESS);
+        }
         Command::Seq(cli::SeqCommand::Run { name, args, agent }) => {
             let loaded = setup::load(&global)?;
             let built = setup::agent(&loaded, homeagent_agent::BuildOptions::default())?;
@@ -225,20 +240,11 @@ fn seq(
     let loaded = setup::load(global)?;
     let data_dir = loaded.paths.data_dir.clone();
     match command {
-        cli::SeqCommand::Create { file } => {
-            // Checked against the built-in tools only: no MCP server needed.
-            let options = homeagent_agent::BuildOptions {
-                start_mcp_servers: false,
-                ..homeagent_agent::BuildOptions::default()
-            };
-            let built = setup::agent(&loaded, options)?;
-            seq_cmd::create(&built, &file, out)
-        }
         cli::SeqCommand::List => seq_cmd::list(&data_dir, out),
         cli::SeqCommand::Show { name } => seq_cmd::show(&data_dir, &name, out),
         cli::SeqCommand::Delete { name } => seq_cmd::delete(&data_dir, &name, out),
-        // Handled (async) before this match.
-        cli::SeqCommand::Run { .. } => Ok(()),
+        // Handled (async, with the MCP servers started) before this match.
+        cli::SeqCommand::Create { .. } | cli::SeqCommand::Run { .. } => Ok(()),
     }
 }
 

@@ -1,7 +1,8 @@
 //! `homeagent seq create --file F | list | show NAME | run NAME --args JSON
 //! | delete NAME`. The work is in `homeagent_seq::cli`; this module builds
-//! what it needs from the agent (its data directory, its ungated registry
-//! for create-time checks, an executor over its gated tools for runs).
+//! what it needs from the agent (its data directory, its ungated tools —
+//! the MCP servers' in front of the registry — for create-time checks, an
+//! executor over its gated tools for runs).
 
 use std::io::Write;
 use std::path::Path;
@@ -21,7 +22,12 @@ fn data_dir(agent: &Agent) -> &Path {
 pub fn create(agent: &Agent, file: &Path, out: &mut dyn Write) -> anyhow::Result<()> {
     let store = SeqStore::new(data_dir(agent));
     let mut err = std::io::stderr().lock();
-    let tools: &dyn ToolSource = agent.registry.as_ref();
+    // The tools a run reaches, before the gate: the MCP servers' (which
+    // fall through to the registry) when any are configured.
+    let tools: &dyn ToolSource = match &agent.mcp {
+        Some(mcp) => mcp,
+        None => agent.registry.as_ref(),
+    };
     cli::create_from_file(&store, Some(tools), file, out, &mut err)?;
     Ok(())
 }

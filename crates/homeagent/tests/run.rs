@@ -229,7 +229,7 @@ async fn an_empty_input_is_skipped_and_the_demo_model_answers_without_config() {
     assert!(!output.status.success());
     assert_eq!(
         frames,
-        [serde_json::json!({"type": "skipped", "reason": "empty_input"})]
+        [json!({"type": "skipped", "reason": "empty_input"})]
     );
 
     // No sources at all: the offline demo model answers, and stderr says
@@ -634,10 +634,10 @@ fn blocking_work_runs_on_at_most_the_configured_threads() {
         std::fs::write(files.join(format!("f{i}")), "x").unwrap();
     }
     let mut calls: Vec<Value> = (0..32)
-        .map(|_| serde_json::json!({"name": "files_list", "arguments": {"path": "."}}))
+        .map(|_| json!({"name": "files_list", "arguments": {"path": "."}}))
         .collect();
     // Keeps the process alive, its batch running, while the threads are counted.
-    calls.push(serde_json::json!({"name": "demo_sleep", "arguments": {"ms": 3000, "tag": "t"}}));
+    calls.push(json!({"name": "demo_sleep", "arguments": {"ms": 3000, "tag": "t"}}));
     let mut child = Command::new(env!("CARGO_BIN_EXE_homeagent"))
         .arg("--config")
         .arg(&setup.config)
@@ -786,4 +786,52 @@ fn cmd_run_cannot_read_the_config_file_or_the_agents_environment() {
     );
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(!stdout.contains("srv-planted-key-in-the-config"));
+}
+
+/// `homeagent seq create --file F` in `setup`'s data directory.
+fn seq_create(setup: &Setup, source: &Value) -> Output {
+    let file = setup.dir.join("source.json");
+    std::fs::write(&file, source.to_string()).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_homeagent"))
+        .arg("--config")
+        .arg(&setup.config)
+        .arg("--data-dir")
+        .arg(&setup.dir)
+        .args(["seq", "create", "--file"])
+        .arg(&file)
+        .env_remove("HOMEAGENT_CONFIG")
+        .output()
+        .unwrap()
+}
+
+/// `seq create` checks a sequence against the tools of the MCP servers too,
+/// as `seq run` and the model's `seq_create` do: it used to start none, so
+/// every MCP tool was "not registered right now" and a parallel group
+/// holding one that must not overlap (`fx__write_slow` has no
+/// `readOnlyHint`) was stored, to be serialized only at run time.
+#[test]
+fn seq_create_checks_the_tools_of_the_mcp_servers() {
+    let setup = setup(&fixture_mcp(""));
+    let known = json!({"name": "s", "description": "an MCP echo", "groups": [
+        {"name": "a", "out": {"r": "object"},
+         "tools": "{\"tool\":\"fx__echo\",\"args\":{\"text\":\"hi\"},\"as\":\"r\"} ;"}
+    ]});
+    let output = seq_create(&setup, &known);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{output:?}");
+    assert!(!stderr.contains("not registered"), "{stderr}");
+    assert!(setup.dir.join("sequences/s.json").is_file());
+
+    let overlapping = json!({"name": "w", "description": "two writes at once", "groups": [
+        {"name": "writes",
+         "tools": "{\"tool\":\"fx__write_slow\",\"args\":{\"ms\":1}} ; {\"tool\":\"fx__write_slow\",\"args\":{\"ms\":1}} ;"}
+    ]});
+    let output = seq_create(&setup, &overlapping);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{output:?}");
+    assert!(
+        stderr.contains("group \"writes\" is parallel (the default) but tool `fx__write_slow` is not parallel-safe"),
+        "{stderr}"
+    );
+    assert!(!setup.dir.join("sequences/w.json").exists());
 }
