@@ -904,5 +904,34 @@ fn private_paths_are_refused_directly_through_a_symlink_and_recursively() {
     passes(&policy, &format!("grep --rec key {innocent}"));
     passes(&policy, &format!("grep -eR {innocent}/notes"));
     passes(&policy, &format!("grep -e -R {innocent}/notes"));
+
+    // A value attached to a short option is a path relative to the working
+    // directory too, with or without a `/` in it: `date -fFILE` prints
+    // every line of FILE in its "invalid date" errors.
+    let in_dir = CmdRunPolicy {
+        working_dir: Some(dir.clone()),
+        ..policy.clone()
+    };
+    let in_conf = CmdRunPolicy {
+        working_dir: Some(dir.join("conf")),
+        ..policy.clone()
+    };
+    for (policy, command) in [
+        (&in_dir, "date -fconf/homeagent.toml"),
+        (&in_dir, "grep -fconf/homeagent.toml /dev/null"),
+        (&in_dir, "grep -nfconf/homeagent.toml /dev/null"),
+        (&in_dir, "date -f./conf/../conf/homeagent.toml"),
+        (&in_conf, "date -fhomeagent.toml"),
+        (&in_conf, "grep -fhomeagent.toml /dev/null"),
+        (&in_dir, "date -flink.toml"),
+    ] {
+        assert_eq!(
+            private_refusal(policy, command),
+            command.split(' ').nth(1).unwrap(),
+            "{command}"
+        );
+    }
+    passes(&in_conf, "date -fnotes.txt");
+    passes(&in_conf, "grep -nfnotes.txt notes.txt");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -10,7 +10,8 @@
 //!
 //! Every argument is taken as a path (relative ones against the child's
 //! working directory), and so is the value of a `--name=value` option and
-//! the tail of a short option with an attached value (`-f/proc/1/environ`).
+//! every tail of a cluster of short options, where an attached value may
+//! start (`-f/proc/1/environ`, `-nf.config/homeagent.toml`).
 //! A path is private when, spelled out (`..` applied) or with every symlink
 //! resolved (`/dev/fd/..`, `/etc/mtab`, `/proc/self/root/...`), it lies in
 //! `/proc` or is a private file. The child's own `/proc/self` files and the
@@ -169,20 +170,23 @@ fn private_roots(policy: &CmdRunPolicy) -> impl Iterator<Item = &Path> {
 }
 
 /// The parts of one argument that could name a file.
+///
+/// In a cluster of short options (`-nfFILE`) which letters are flags and
+/// where an attached value starts depends on the program, which this check
+/// does not model: every tail of the cluster is a candidate, so a relative
+/// value (`-f.config/x`, `-fx`) is caught as surely as one with a `/`.
 fn path_candidates(arg: &str) -> Vec<&str> {
-    let mut candidates = Vec::with_capacity(2);
     if let Some(long) = arg.strip_prefix("--") {
-        if let Some((_, value)) = long.split_once('=') {
-            candidates.push(value);
-        }
+        long.split_once('=')
+            .map(|(_, value)| vec![value])
+            .unwrap_or_default()
     } else if let Some(short) = arg.strip_prefix('-') {
-        if let Some(at) = short.find('/') {
-            candidates.push(&short[at..]);
-        }
-    } else if !arg.is_empty() {
-        candidates.push(arg);
+        short.char_indices().map(|(at, _)| &short[at..]).collect()
+    } else if arg.is_empty() {
+        Vec::new()
+    } else {
+        vec![arg]
     }
-    candidates
 }
 
 /// A `ps` argument in BSD syntax (letters, no dash) holding `e`, which
