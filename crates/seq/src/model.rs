@@ -110,13 +110,20 @@ impl SlotType {
     /// Parses a type name; `None` when it is not one of [`SLOT_TYPES`].
     pub fn parse(text: &str) -> Option<SlotType> {
         let text = text.trim();
-        let ok = match text {
-            "string" | "integer" | "number" | "boolean" | "object" | "array" => true,
-            _ => text
-                .strip_prefix("array<")
-                .and_then(|rest| rest.strip_suffix('>'))
-                .is_some_and(|inner| SlotType::parse(inner).is_some()),
-        };
+        // Peeled one `array<…>` at a time in a loop: the text comes from
+        // the model or the network, and recursing once per level let a
+        // deep enough one overflow the stack.
+        let mut inner = text;
+        while let Some(element) = inner
+            .strip_prefix("array<")
+            .and_then(|rest| rest.strip_suffix('>'))
+        {
+            inner = element.trim();
+        }
+        let ok = matches!(
+            inner,
+            "string" | "integer" | "number" | "boolean" | "object" | "array"
+        );
         ok.then(|| SlotType(text.to_owned()))
     }
 

@@ -184,3 +184,29 @@ fn duplicate_group_names_are_refused() {
     ]});
     assert!(matches!(err(doc), FormatError::DuplicateGroup { name, .. } if name == "g"));
 }
+
+/// A slot type is read without recursing: a sequence posted to the server
+/// with a type nested a hundred thousand `array<` deep (well inside its
+/// body limit) overflowed the stack and took the process down.
+#[test]
+fn a_deeply_nested_slot_type_is_read_without_overflowing_the_stack() {
+    use homeagent_seq::model::SlotType;
+    let depth = 200_000;
+    let deep = format!("{}string{}", "array<".repeat(depth), ">".repeat(depth));
+    assert!(SlotType::parse(&deep).is_some());
+    let unclosed = format!("{}string{}", "array<".repeat(depth), ">".repeat(depth - 1));
+    assert!(SlotType::parse(&unclosed).is_none());
+    // Blanks inside the brackets are allowed at every level, as before.
+    assert!(SlotType::parse(" array< array< string > > ").is_some());
+    for bad in [
+        "array<>",
+        "array<strin>",
+        "array<string",
+        "arraystring>",
+        "array<array<x>>",
+    ] {
+        assert!(SlotType::parse(bad).is_none(), "{bad}");
+    }
+    let doc = group(json!({"out": {"r": deep}}));
+    assert!(parse_sequence_value(&doc).is_ok());
+}
