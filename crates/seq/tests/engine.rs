@@ -248,6 +248,46 @@ async fn the_group_timeout_bounds_its_wall_time() {
     );
 }
 
+/// A tool that exists but answers "not found" about what it looks up (a
+/// device that is not connected) failed; it is not a missing tool, whatever
+/// the `missing` policy: `skip` used to count the group a success and
+/// `degrade` wrote the fallback.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_not_found_answer_from_a_tool_that_exists_is_a_failure_not_a_missing_tool() {
+    let h = harness();
+    for policy in ["fail", "skip", "degrade"] {
+        let s = seq(
+            json!({"name": "s", "groups": [{"name": "g", "missing": policy,
+            "out": {"r": "object"},
+            "tools": tools(&[
+                json!({"tool": "t_offline", "args": {}, "as": "r", "fallback": {"degraded": true}}),
+            ])}]}),
+        );
+        let report = h
+            .engine
+            .run_sequence(&s, args(json!({})), &main_caller())
+            .await;
+        assert_eq!(report.status, RunStatus::Aborted, "{policy}: {report:?}");
+        let group = &report.groups[0];
+        assert_eq!(group.status, GroupStatus::Failed, "{policy}");
+        assert!(group.missing.is_empty(), "{policy}: {group:?}");
+        assert!(!report.slots.contains_key("r"), "{policy}");
+        let call = &group.calls[0];
+        assert_eq!(
+            (call.status, call.reason, call.attempts),
+            (CallStatus::Failed, Some(ErrorReason::NotFound), 1),
+            "{policy}"
+        );
+        assert!(
+            call.error
+                .as_deref()
+                .unwrap()
+                .contains("device nas is not connected"),
+            "{policy}: {call:?}"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_tools_fail_skip_or_degrade_and_are_never_retried() {
     let h = harness();
@@ -323,4 +363,43 @@ async fn an_unprovided_argument_fails_the_call_without_running_it() {
         "{report:?}"
     );
     assert!(h.finished.lock().unwrap().is_empty());
+}
+
+/// A `seq_when_call` step whose condition is false ran nothing, and its
+/// `as` slot stays unwritten (its description says so), as a skipped
+/// missing tool's does: it used to get the skip notice, which a later
+/// `when: "$args.r"` read as true and an array slot collected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seq_when_call_whose_condition_is_false_writes_no_slot() {
+    let h = harness();
+    let s = seq(json!({"name": "s", "groups": [
+        {"name": "inner", "out": {"e": "object"},
+         "tools": tools(&[json!({"tool": "demo_echo", "args": {"v": 1}, "as": "e"})])},
+        {"name": "outer", "in": {"x": "string"}, "out": {"r": "object", "all": "array<object>"},
+         "tools": tools(&[
+            json!({"tool": "seq_when_call", "args": {"target": "inner", "when": "$args.x == \"yes\"", "args": {"x": "$args.x"}}, "as": "r"}),
+            json!({"tool": "seq_when_call", "args": {"target": "inner", "when": "$args.x == \"yes\"", "args": {"x": "$args.x"}}, "as": "all"}),
+         ])}
+    ]}));
+    h.store.save(&s).unwrap();
+    let report = h
+        .engine
+        .run_sequence(&s, args(json!({"x": "no"})), &main_caller())
+        .await;
+    assert_eq!(report.status, RunStatus::Completed, "{report:?}");
+    assert!(!report.slots.contains_key("r"), "{:?}", report.slots);
+    assert!(!report.slots.contains_key("all"), "{:?}", report.slots);
+    let calls = &report.groups[1].calls;
+    assert!(
+        calls.iter().all(|c| c.status == CallStatus::Skipped),
+        "{calls:?}"
+    );
+
+    let report = h
+        .engine
+        .run_sequence(&s, args(json!({"x": "yes"})), &main_caller())
+        .await;
+    assert_eq!(report.status, RunStatus::Completed, "{report:?}");
+    assert_eq!(report.slots["r"]["status"], "ran", "{:?}", report.slots);
+    assert_eq!(report.slots["all"].as_array().map(Vec::len), Some(1));
 }

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use homeagent_core::{CancellationToken, ErrorReason, OrderKey};
+use homeagent_core::{CancellationToken, ErrorReason, OrderKey, ToolSource};
 use homeagent_tools::ToolApi;
 use serde_json::{Map, Value};
 
@@ -29,7 +29,9 @@ pub use caller::{Caller, SeqBackend};
 
 use crate::cond;
 use crate::model::{Group, MissingPolicy, OnError, Sequence, ToolStep};
-use crate::report::{CallReport, CallStatus, GroupReport, GroupStatus, RunReport, RunStatus};
+use crate::report::{
+    CallReport, CallStatus, GroupReport, GroupStatus, RunReport, RunStatus, skipped_value,
+};
 use crate::store::SeqStore;
 use crate::subst::substitute;
 use crate::tools::SEQ_WHEN_CALL;
@@ -217,6 +219,7 @@ impl Engine {
         let token = caller.cancel.child_token();
         let ctx = CallCtx {
             api: &self.backend.api,
+            source: self.backend.source.as_ref(),
             agent: &caller.agent,
             extras: &extras,
             token: &token,
@@ -275,6 +278,7 @@ impl Engine {
                         call.value.clone().unwrap_or(Value::Null),
                     );
                 }
+                CallStatus::Skipped => {}
                 CallStatus::Failed => {
                     if first_error.is_none() {
                         first_error = call.error.clone();
@@ -305,6 +309,8 @@ enum Planned {
 
 struct CallCtx<'a> {
     api: &'a ToolApi,
+    /// For a second look when a call answers "not found".
+    source: &'a dyn ToolSource,
     agent: &'a str,
     extras: &'a Map<String, Value>,
     token: &'a CancellationToken,
@@ -344,7 +350,13 @@ impl CallCtx<'_> {
                 )
                 .await;
             if outcome.success {
-                report.status = CallStatus::Ok;
+                report.status = if step.tool == SEQ_WHEN_CALL
+                    && outcome.value == skipped_value(args["target"].as_str().unwrap_or_default())
+                {
+                    CallStatus::Skipped
+                } else {
+                    CallStatus::Ok
+                };
                 report.value = Some(outcome.value);
                 return report;
             }
@@ -352,8 +364,11 @@ impl CallCtx<'_> {
                 .error
                 .as_ref()
                 .map_or(ErrorReason::Execution, |e| e.reason);
-            if reason == ErrorReason::NotFound {
-                // It vanished between the lookup and the call.
+            // "Not found" is a missing tool only when the tool is gone (it
+            // vanished between the lookup and the call); a tool that is
+            // there may answer it about what it looks up (a device that is
+            // not connected), and that is an ordinary failure.
+            if reason == ErrorReason::NotFound && self.source.definition(&step.tool).is_none() {
                 report.attempts -= 1;
                 return self.missing(report, step);
             }

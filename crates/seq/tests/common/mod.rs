@@ -165,6 +165,21 @@ fn register_test_tools(
         .unwrap();
     registry
         .register(
+            ToolDef::new(
+                "t_offline",
+                "exists, but answers NotFound about what it looks up (an offline device)",
+            )
+            .parallel_safe(),
+            |_ctx: ToolContext| async move {
+                Err::<Value, _>(ToolError::new(
+                    ErrorReason::NotFound,
+                    "device nas is not connected",
+                ))
+            },
+        )
+        .unwrap();
+    registry
+        .register(
             ToolDef::new("t_denied_reason", "always refuses as Denied"),
             |_ctx: ToolContext| async move {
                 Err::<Value, _>(ToolError::new(ErrorReason::Denied, "nope"))
