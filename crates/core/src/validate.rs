@@ -24,6 +24,32 @@ const MAX_DEPTH: usize = 64;
 /// or the offending value is large (jsonschema's messages quote the value).
 const MAX_TEXT: usize = 300;
 
+/// jsonschema panicked while compiling a schema (see [`build_validator`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Panicked;
+
+/// Compiles a schema that comes from a third party (an MCP server's input
+/// or output schema, a tool's definition): the one place HomeAgent builds
+/// a jsonschema validator.
+///
+/// `offline()` keeps compilation from fetching remote or file `$ref`s even
+/// if another crate turns jsonschema's resolver features back on. Formats
+/// are annotations: tools routinely accept (and return) more than their
+/// declared `format`. A panic inside jsonschema is caught, because this
+/// runs third-party code on schemas from untrusted servers, in places (a
+/// `OnceLock` init, an MCP server's supervisor) where unwinding would take
+/// more down than one schema. The inner `Err` is jsonschema's message.
+pub fn build_validator(schema: &Value) -> Result<Result<Validator, String>, Panicked> {
+    catch_unwind(|| {
+        jsonschema::options()
+            .offline()
+            .should_validate_formats(false)
+            .build(schema)
+            .map_err(|err| err.to_string())
+    })
+    .map_err(|_| Panicked)
+}
+
 /// A tool's argument schema, compiled once and reused for every call.
 pub struct CompiledSchema {
     /// The raw schema: coercion and hints read `properties`, `required`,
@@ -63,20 +89,7 @@ impl CompiledSchema {
             }
             _ => {}
         }
-        // `offline()` keeps compilation from fetching remote or file `$ref`s
-        // even if another crate turns jsonschema's resolver features back on.
-        // Formats are annotations here: tools routinely accept more than their
-        // declared `format`. The catch is there because this runs third-party
-        // code on schemas from untrusted servers, inside a `OnceLock` init
-        // that every call of the tool goes through.
-        let built = catch_unwind(|| {
-            jsonschema::options()
-                .offline()
-                .should_validate_formats(false)
-                .build(schema)
-                .map_err(|err| err.to_string())
-        });
-        match built {
+        match build_validator(schema) {
             Ok(Ok(_)) if !root_may_be_object(schema) => unenforced(Some(format!(
                 "argument schema's root type is {} rather than object; not enforced",
                 plain_types(schema).unwrap_or_default().join(" or ")
@@ -90,7 +103,7 @@ impl CompiledSchema {
                 "argument schema could not be compiled ({}); not enforced",
                 cap(&err, MAX_TEXT)
             ))),
-            Err(_) => unenforced(Some(
+            Err(Panicked) => unenforced(Some(
                 "argument schema could not be compiled (the validator panicked); not enforced"
                     .into(),
             )),

@@ -4,6 +4,7 @@
 //! These are pure functions so the contract (what is parallel-safe, what is
 //! a failure) can be read and tested in one place.
 
+use homeagent_core::validate::{Panicked, build_validator};
 use homeagent_core::{ErrorReason, ToolDef, ToolError};
 use rmcp::ServiceError;
 use rmcp::model::{CallToolResult, Tool};
@@ -195,13 +196,25 @@ pub fn service_error(server: &str, tool: &str, error: ServiceError) -> ToolError
     }
 }
 
-/// Compiles an output schema offline (no remote `$ref`); a schema that does
-/// not compile is not checked rather than failing every call.
+/// Compiles an output schema the way every third-party schema is compiled
+/// ([`build_validator`]: offline, formats as annotations, a panic caught);
+/// a schema that does not compile is not checked rather than failing every
+/// call.
 pub(crate) fn output_validator(
     schema: Option<&rmcp::model::JsonObject>,
 ) -> Option<jsonschema::Validator> {
     let schema = Value::Object(schema?.clone());
-    jsonschema::validator_for(&schema).ok()
+    match build_validator(&schema) {
+        Ok(Ok(validator)) => Some(validator),
+        Ok(Err(error)) => {
+            tracing::warn!("an MCP output schema could not be compiled ({error}); not checked");
+            None
+        }
+        Err(Panicked) => {
+            tracing::warn!("an MCP output schema made the validator panic; not checked");
+            None
+        }
+    }
 }
 
 #[cfg(test)]
@@ -211,6 +224,23 @@ mod tests {
 
     fn result(value: Value) -> CallToolResult {
         serde_json::from_value(value).unwrap()
+    }
+
+    /// Output schemas are compiled as every third-party schema is: a
+    /// `format` is an annotation (a draft-07 schema's `email` used to be
+    /// enforced, so a server's answer its own tool accepted drew a warning).
+    #[test]
+    fn output_schemas_compile_like_every_third_party_schema() {
+        let schema = json!({
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "type": "object",
+            "properties": {"to": {"type": "string", "format": "email"}}
+        });
+        let validator = output_validator(schema.as_object()).unwrap();
+        assert!(validator.is_valid(&json!({"to": "the ops list"})));
+        assert!(!validator.is_valid(&json!({"to": 7})));
+        let broken = json!({"type": "object", "properties": {"n": {"type": "integr"}}});
+        assert!(output_validator(broken.as_object()).is_none());
     }
 
     #[test]
