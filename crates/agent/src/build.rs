@@ -405,22 +405,6 @@ fn mcp_specs(loaded: &LoadedConfig) -> Result<Vec<homeagent_mcp::McpServerSpec>,
     let config = &loaded.config;
     let mut specs = Vec::with_capacity(config.mcp.servers.len());
     for entry in &config.mcp.servers {
-        // Checked here, not only by the manager (which would just leave the
-        // server out): a name that cannot work is a config error.
-        if entry.name.is_empty() {
-            return Err(homeagent_mcp::SpecError::EmptyName.into());
-        }
-        if !homeagent_mcp::valid_server_name(&entry.name) {
-            return Err(homeagent_mcp::SpecError::BadName(entry.name.clone()).into());
-        }
-        if entry
-            .max_timeout
-            .is_some_and(|max| max.as_duration() < entry.timeout.as_duration())
-        {
-            return Err(
-                homeagent_mcp::SpecError::MaxTimeoutBelowTimeout(entry.name.clone()).into(),
-            );
-        }
         let transport = homeagent_mcp::McpTransport::from_fields(
             &entry.name,
             homeagent_mcp::TransportFields {
@@ -454,6 +438,10 @@ fn mcp_specs(loaded: &LoadedConfig) -> Result<Vec<homeagent_mcp::McpServerSpec>,
             max_timeout: entry.max_timeout.map(|limit| limit.as_duration()),
         });
     }
+    // Checked here with the manager's own rules, not only by the manager
+    // (which would just leave the server out): a server that cannot work
+    // is a config error.
+    homeagent_mcp::check_specs(&specs)?;
     Ok(specs)
 }
 

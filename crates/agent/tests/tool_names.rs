@@ -109,6 +109,52 @@ async fn an_mcp_max_timeout_below_the_timeout_fails_the_start() {
     .unwrap();
 }
 
+/// Every mistake the manager would refuse at start (and leave the server
+/// out for, logged where nobody looks) fails the build, `config check`
+/// included: a repeated name, an empty command, a url without its scheme,
+/// a zero timeout (every start would time out).
+#[tokio::test]
+async fn every_mcp_server_mistake_fails_the_build_naming_the_server() {
+    let checking = || BuildOptions {
+        start_mcp_servers: false,
+        ..BuildOptions::default()
+    };
+    let server = |name: &str, rest: &str| format!("[[mcp.servers]]\nname = \"{name}\"\n{rest}\n");
+    let cases = [
+        (
+            format!(
+                "{}{}",
+                server("git", "command = \"/nonexistent/a\""),
+                server("git", "command = \"/nonexistent/b\"")
+            ),
+            "two MCP servers are named `git`",
+        ),
+        (
+            server("git", "command = \"\""),
+            "MCP server `git` has an empty command",
+        ),
+        (
+            server("web", "url = \"localhost:8931/mcp\""),
+            "MCP server `web` has url `localhost:8931/mcp`",
+        ),
+        (
+            server("git", "command = \"/nonexistent/a\"\ntimeout = \"0s\""),
+            "MCP server `git` has timeout 0s",
+        ),
+    ];
+    for (toml, expected) in cases {
+        for options in [checking(), BuildOptions::default()] {
+            match built_with(&toml, options) {
+                Err(BuildError::Mcp(error)) => {
+                    assert!(error.to_string().contains(expected), "{toml}: {error}");
+                }
+                Err(other) => panic!("{toml}: expected an MCP spec error, got {other}"),
+                Ok(_) => panic!("{toml}: built"),
+            }
+        }
+    }
+}
+
 /// `config check` and `seq create` build the agent only to check it: with
 /// `start_mcp_servers` off the servers' settings are still checked, but
 /// none is started (they would be left running, or killed, at exit).

@@ -27,7 +27,7 @@ pub mod spec;
 
 pub use client::convert::{McpCallValue, call_result_value, tool_def};
 pub use client::manager::{
-    Collision, McpManager, McpServerStatus, NoRuntime, ServerPhase, spawn_mcp_servers,
+    Collision, McpManager, McpServerStatus, NoRuntime, ServerPhase, check_specs, spawn_mcp_servers,
     start_mcp_servers,
 };
 pub use naming::{NameError, exposed_name};

@@ -232,6 +232,10 @@ pub enum SpecError {
         "MCP server `{0}` has max_timeout below its timeout; max_timeout is the most a call may take while it reports progress, so make it at least timeout (or leave it out: ten times timeout)"
     )]
     MaxTimeoutBelowTimeout(String),
+    #[error(
+        "MCP server `{0}` has timeout 0s, so every start and every call would time out at once; give it a few seconds, or leave it out (30s)"
+    )]
+    ZeroTimeout(String),
     #[error("MCP server `{0}` has an empty command; set `command` (stdio) or `url` (HTTP)")]
     EmptyCommand(String),
     #[error(

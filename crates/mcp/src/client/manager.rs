@@ -245,6 +245,16 @@ pub fn spawn_mcp_servers(
     Ok(manager)
 }
 
+/// Checks every spec as the manager will at start, where a bad one is only
+/// left out (and logged): a builder that checks the config first can fail
+/// loudly on the first mistake instead.
+pub fn check_specs(specs: &[McpServerSpec]) -> Result<(), SpecError> {
+    let mut seen = std::collections::HashSet::new();
+    specs
+        .iter()
+        .try_for_each(|spec| check_spec(spec, &mut seen))
+}
+
 fn check_spec(
     spec: &McpServerSpec,
     seen: &mut std::collections::HashSet<String>,
@@ -254,6 +264,9 @@ fn check_spec(
     }
     if !valid_server_name(&spec.name) {
         return Err(SpecError::BadName(spec.name.clone()));
+    }
+    if spec.timeout.is_zero() {
+        return Err(SpecError::ZeroTimeout(spec.name.clone()));
     }
     if spec.max_timeout.is_some_and(|max| max < spec.timeout) {
         return Err(SpecError::MaxTimeoutBelowTimeout(spec.name.clone()));
