@@ -101,14 +101,25 @@ impl GroupReport {
     }
 
     /// The group's report as a tool result (`seq_call` on a group): an
-    /// error shape when it failed.
+    /// error shape when it failed. Slots cut for display.
     pub fn to_value(&self) -> Value {
-        let mut value = serde_json::to_value(self).unwrap_or(Value::Null);
-        if let Value::Object(map) = &mut value {
-            map.insert("slots".into(), display_slots(&self.slots));
-        }
-        value
+        with_slots(self, display_slots(&self.slots))
     }
+
+    /// [`to_value`](Self::to_value) with every slot whole: what a calling
+    /// sequence's step stores.
+    pub fn to_whole_value(&self) -> Value {
+        with_slots(self, Value::Object(self.slots.clone()))
+    }
+}
+
+/// `report` serialized, with `slots` in place of its own.
+fn with_slots(report: &impl Serialize, slots: Value) -> Value {
+    let mut value = serde_json::to_value(report).unwrap_or(Value::Null);
+    if let Value::Object(map) = &mut value {
+        map.insert("slots".into(), slots);
+    }
+    value
 }
 
 /// How a run ended.
@@ -155,11 +166,13 @@ impl RunReport {
     /// The report as a tool result: slots cut for display; an aborted run
     /// carries `error`, which makes the outcome a failure.
     pub fn to_value(&self) -> Value {
-        let mut value = serde_json::to_value(self).unwrap_or(Value::Null);
-        if let Value::Object(map) = &mut value {
-            map.insert("slots".into(), display_slots(&self.slots));
-        }
-        value
+        with_slots(self, display_slots(&self.slots))
+    }
+
+    /// [`to_value`](Self::to_value) with every slot whole: what a calling
+    /// sequence's step stores.
+    pub fn to_whole_value(&self) -> Value {
+        with_slots(self, Value::Object(self.slots.clone()))
     }
 
     /// The report for people: one line per group, then the slots.

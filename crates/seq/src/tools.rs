@@ -346,7 +346,8 @@ impl Shared {
             }
         }
         if let Some(name) = target.strip_prefix('#') {
-            return Ok(engine.run_named(name, args, &caller).await.to_value());
+            let report = engine.run_named(name, args, &caller).await;
+            return Ok(nested_result(report.to_whole_value(), &report.to_value()));
         }
         let sequence = ctx
             .arguments
@@ -362,11 +363,18 @@ impl Shared {
             })?
             .to_owned();
         let seq = self.store.load(&sequence).map_err(store_error)?;
-        Ok(engine
-            .run_group_entry(&seq, &target, args, &caller)
-            .await
-            .to_value())
+        let report = engine.run_group_entry(&seq, &target, args, &caller).await;
+        Ok(nested_result(report.to_whole_value(), &report.to_value()))
     }
+}
+
+/// A `seq_call`'s result: the value keeps every slot whole, because a
+/// calling sequence's step stores it in its slot and reads on from there,
+/// while the model reads `shown`, the slots cut for display (a failure is
+/// rendered from its error either way).
+fn nested_result(whole: Value, shown: &Value) -> Value {
+    homeagent_core::call_notes::set_text(homeagent_core::outcome::render_value(shown));
+    whole
 }
 
 /// The most bytes a sequence file may hold: a sequence is a few groups of

@@ -403,3 +403,41 @@ async fn a_seq_when_call_whose_condition_is_false_writes_no_slot() {
     assert_eq!(report.slots["r"]["status"], "ran", "{:?}", report.slots);
     assert_eq!(report.slots["all"].as_array().map(Vec::len), Some(1));
 }
+
+/// A `seq_call` step stores the called group's slots whole: the report's
+/// slots are cut to 1000 characters for the model to read, and that cut
+/// copy used to be what the calling step's slot got, and what later steps
+/// read from it. The model still reads the cut text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seq_call_step_gets_the_called_groups_slots_whole() {
+    let h = harness();
+    let long = "x".repeat(1500);
+    let s = seq(json!({"name": "s", "groups": [
+        {"name": "inner", "in": {"t": "string"}, "out": {"e": "object"},
+         "tools": tools(&[json!({"tool": "demo_echo", "args": {"text": "$args.t"}, "as": "e"})])},
+        {"name": "outer", "in": {"t": "string"}, "out": {"r": "object"},
+         "tools": tools(&[json!({"tool": "seq_call", "args": {"target": "inner", "args": {"t": "$args.t"}}, "as": "r"})])},
+        {"name": "after", "in": {"r": "object"}, "out": {"n": "object"},
+         "tools": tools(&[json!({"tool": "demo_echo", "args": {"copy": "$args.r"}, "as": "n"})])}
+    ]}));
+    h.store.save(&s).unwrap();
+    let report = h
+        .engine
+        .run_sequence(&s, args(json!({"t": long})), &main_caller())
+        .await;
+    assert_eq!(report.status, RunStatus::Completed, "{report:?}");
+    assert_eq!(report.slots["r"]["slots"]["e"], json!({"text": long}));
+    assert_eq!(report.slots["n"]["copy"]["slots"]["e"]["text"], json!(long));
+
+    let called = h
+        .call(
+            "main",
+            "seq_call",
+            json!({"target": "inner", "sequence": "s", "args": {"t": long}}),
+        )
+        .await;
+    assert!(called.success, "{}", called.text);
+    assert_eq!(called.value["slots"]["e"], json!({"text": long}));
+    assert!(called.text.contains("[truncated"), "{}", called.text);
+    assert!(called.text.len() < 1500, "{}", called.text.len());
+}
