@@ -192,14 +192,22 @@ fn answer_value(device_id: &str, answer: CmdAnswer) -> Result<Value, ToolError> 
         None => err,
     };
     match answer.status {
-        CmdStatus::Ok => Ok(json!({
-            "device_id": device_id,
-            "exit_code": answer.exit_code,
-            "stdout": answer.stdout,
-            "stderr": answer.stderr,
-            "truncated": answer.truncated,
-            "duration_ms": answer.duration_ms,
-        })),
+        CmdStatus::Ok => {
+            let mut value = json!({
+                "device_id": device_id,
+                "exit_code": answer.exit_code,
+                "stdout": answer.stdout,
+                "stderr": answer.stderr,
+                "truncated": answer.truncated,
+                "duration_ms": answer.duration_ms,
+            });
+            // Why a run has no exit code (a signal killed the program):
+            // without it a null exit code reads like a plain success.
+            if let (Some(detail), Some(map)) = (&answer.detail, value.as_object_mut()) {
+                map.insert("detail".into(), json!(detail));
+            }
+            Ok(value)
+        }
         CmdStatus::Refused => Err(with_hint(
             ToolError::new(ErrorReason::Denied, on_device("the command was refused"))
                 .with_field("command"),

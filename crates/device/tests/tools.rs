@@ -81,6 +81,32 @@ fn result(req_id: u64, status: CmdStatus, detail: Option<&str>, hint: Option<&st
     }
 }
 
+/// A program killed by a signal has no exit code; the device says why in
+/// `detail`, and the model reads it beside the null exit code (it used to
+/// be dropped, and the run looked like a plain success).
+#[tokio::test]
+async fn a_program_killed_by_a_signal_says_so() {
+    let (value, _) = answered_with(
+        |id| {
+            let mut frame = result(
+                id,
+                CmdStatus::Ok,
+                Some("the program was killed by signal 9"),
+                None,
+            );
+            if let DeviceFrame::CmdResult { exit_code, .. } = &mut frame {
+                *exit_code = None;
+            }
+            frame
+        },
+        json!({"device_id": "nas", "command": "sleep 100"}),
+    )
+    .await;
+    let value = value.unwrap();
+    assert_eq!(value["exit_code"], Value::Null);
+    assert_eq!(value["detail"], "the program was killed by signal 9");
+}
+
 #[tokio::test]
 async fn a_result_becomes_the_value_and_the_timeout_travels_to_the_device() {
     let (value, timeout_ms) = answered_with(
