@@ -306,7 +306,15 @@ async fn a_malformed_cmd_still_gets_its_one_result() {
 fn config_problems_name_the_key() {
     let dir = temp_dir("config");
     let path = dir.join("waiter.toml");
-    let cases: [(&str, &str); 4] = [
+    let missing = dir.join("no-such-dir");
+    let a_file = path.display().to_string();
+    let working_dir_missing = format!("working_dir = \"{}\"\n", missing.display());
+    let working_dir_file = format!("working_dir = \"{a_file}\"\n");
+    let cases: [(&str, &str); 6] = [
+        // A typo in working_dir used to fail every command with "cannot
+        // start `ls`", hinting at a missing program.
+        (&working_dir_missing, "working_dir"),
+        (&working_dir_file, "working_dir"),
         ("device_cmd_allowlst = [\"ls\"]\n", "device_cmd_allowlst"),
         ("allow_write = true\n", "allow_write"),
         (

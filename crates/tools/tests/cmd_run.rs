@@ -711,6 +711,24 @@ fn policy_validation_names_the_problem() {
         with(&[], &["LD_PRELOAD"]).validate(),
         Err(PolicyError::BadEnvName { name, .. }) if name == "LD_PRELOAD"
     ));
+    // A working directory that is not one fails here, naming the key, not
+    // at every command as "cannot start `ls`".
+    let in_dir = |dir: &str| CmdRunPolicy {
+        working_dir: Some(dir.into()),
+        ..CmdRunPolicy::default()
+    };
+    assert_eq!(in_dir("/tmp").validate(), Ok(()));
+    for dir in ["/nonexistent/homeagent-dir", "/etc/hostname"] {
+        let error = in_dir(dir).validate().unwrap_err();
+        assert!(
+            matches!(&error, PolicyError::WorkingDir { dir: named, .. } if named.as_os_str() == dir),
+            "{error:?}"
+        );
+        assert!(
+            error.to_string().starts_with("tools.cmd_run.working_dir"),
+            "{error}"
+        );
+    }
     // A runner that slipped into the configuration still never runs.
     assert_eq!(with(&["ls", "bash"], &[]).effective_allowlist(), vec!["ls"]);
     // Programs that run commands through an option: tar

@@ -117,6 +117,13 @@ impl WaiterPolicy {
             PolicyError::Zero { key } => {
                 invalid(waiter_key(key), "must be greater than zero".to_string())
             }
+            PolicyError::WorkingDir { dir, problem } => invalid(
+                "working_dir",
+                format!(
+                    "`{}` {problem}; give an existing directory on this machine, or leave it out",
+                    dir.display()
+                ),
+            ),
         })?;
         Ok(WaiterPolicy {
             authorized: authorized.or(config.device_authorized).unwrap_or(true),

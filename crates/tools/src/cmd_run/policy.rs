@@ -290,6 +290,15 @@ pub enum PolicyError {
     TimeoutAboveMax { timeout: Duration, max: Duration },
     #[error("tools.cmd_run.{key} must be greater than zero")]
     Zero { key: &'static str },
+    #[error(
+        "tools.cmd_run.working_dir `{}` {problem}; give an existing directory, or leave it out \
+         (the agent's own working directory)",
+        dir.display()
+    )]
+    WorkingDir {
+        dir: std::path::PathBuf,
+        problem: String,
+    },
 }
 
 impl CmdRunPolicy {
@@ -331,6 +340,21 @@ impl CmdRunPolicy {
                 return Err(PolicyError::BadEnvName {
                     name: name.clone(),
                     why: "changes which code a program loads or runs",
+                });
+            }
+        }
+        // Checked now: a typo here would fail every command with "cannot
+        // start `ls`", which points at the program rather than at this key.
+        if let Some(dir) = &self.working_dir {
+            let problem = match std::fs::metadata(dir) {
+                Ok(meta) if meta.is_dir() => None,
+                Ok(_) => Some("is not a directory".to_owned()),
+                Err(e) => Some(format!("cannot be used ({e})")),
+            };
+            if let Some(problem) = problem {
+                return Err(PolicyError::WorkingDir {
+                    dir: dir.clone(),
+                    problem,
                 });
             }
         }
