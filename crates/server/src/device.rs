@@ -190,10 +190,16 @@ async fn next_frame(socket: &mut WebSocket, deadline: Instant) -> Result<DeviceF
     loop {
         let message = match timeout_at(deadline, socket.recv()).await {
             Err(_) => {
-                return Err(refused(format!(
-                    "the handshake did not complete within {} s",
-                    HANDSHAKE_TIMEOUT.as_secs()
-                )));
+                // A slow or lossy link, not a mistake: the waiter may try
+                // again (a refusal without retry makes it exit for good).
+                return Err(ServerFrame::Refused {
+                    code: RefusalCode::Protocol,
+                    reason: format!(
+                        "the handshake did not complete within {} s",
+                        HANDSHAKE_TIMEOUT.as_secs()
+                    ),
+                    retry: true,
+                });
             }
             Ok(None | Some(Err(_))) => {
                 return Err(refused("the link closed during the handshake".to_owned()));
