@@ -95,7 +95,8 @@ pub struct WaiterArgs {
     pub server: Option<String>,
     /// The device token the server expects (its server.device_token, or its
     /// API key when that is unset) [default: token in waiter.toml]. Never
-    /// printed or logged.
+    /// printed or logged; given here, it is moved off the command line
+    /// (where `ps` shows it) into the environment at start.
     #[arg(
         long,
         value_name = "TOKEN",

@@ -14,7 +14,9 @@
 //! Detaching without unsafe code (the workspace forbids it): no fork; the
 //! child is a new process in its own process group, stdin from /dev/null,
 //! stdout and stderr appended to the log file. The token never goes on the
-//! child's command line (visible in `ps`): it is passed in its environment.
+//! child's command line (visible in `ps`): it is passed in its environment;
+//! and a foreground waiter given `--token` starts itself again (`exec`,
+//! same pid) with the token moved to its environment.
 
 use std::ffi::OsString;
 use std::fs::OpenOptions;
@@ -50,7 +52,30 @@ pub async fn run(args: WaiterArgs, global: &GlobalArgs) -> anyhow::Result<ExitCo
     if args.daemon {
         return daemonize(&args, global);
     }
+    if let Some(token) = &args.token {
+        leave_the_command_line(token)?;
+    }
     foreground(prepared, args.daemon_child).await
+}
+
+/// A token given with `--token` would stay in this process's command line
+/// for its whole life, where any process of the same user reads it (`ps
+/// -ef`, which a waiter's allowlist may well let the agent run). So this
+/// process replaces itself (same pid, through `exec`) with the same
+/// arguments minus the token, which travels in the environment instead,
+/// as it does for `--daemon`. Returns only when the token was not on the
+/// command line (it came from the environment) or `exec` failed.
+fn leave_the_command_line(token: &str) -> anyhow::Result<()> {
+    let (rest, had_token) = without(std::env::args_os().skip(1), &[], &["--token"]);
+    if !had_token {
+        return Ok(());
+    }
+    let exe = std::env::current_exe().context("cannot find this program to start it again")?;
+    let error = std::process::Command::new(exe)
+        .args(rest)
+        .env(TOKEN_ENV, token)
+        .exec();
+    Err(error).context("cannot start this program again without --token on its command line")
 }
 
 /// Everything a waiter runs with, resolved from the command line,
@@ -216,21 +241,47 @@ fn daemonize(args: &WaiterArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode>
 /// `--daemon`, `--log-file` and `--token` (which goes in the environment),
 /// plus the hidden `--daemon-child`.
 fn child_arguments(args: impl Iterator<Item = OsString>) -> Vec<OsString> {
+    let (mut out, _) = without(
+        args,
+        &["--daemon", "--daemon-child"],
+        &["--token", "--log-file"],
+    );
+    out.push("--daemon-child".into());
+    out
+}
+
+/// `args` without the `flags` and without the `valued` options (written
+/// `--name value` or `--name=value`), and whether a valued one was there.
+fn without(
+    args: impl Iterator<Item = OsString>,
+    flags: &[&str],
+    valued: &[&str],
+) -> (Vec<OsString>, bool) {
     let mut out = Vec::new();
-    let mut skip_value = false;
+    let (mut skip_value, mut dropped_valued) = (false, false);
     for arg in args {
         if std::mem::take(&mut skip_value) {
             continue;
         }
-        match arg.to_str() {
-            Some("--daemon" | "--daemon-child") => {}
-            Some("--token" | "--log-file") => skip_value = true,
-            Some(a) if a.starts_with("--token=") || a.starts_with("--log-file=") => {}
-            _ => out.push(arg),
+        let text = arg.to_str().unwrap_or_default();
+        if flags.contains(&text) {
+            continue;
         }
+        if valued.contains(&text) {
+            (skip_value, dropped_valued) = (true, true);
+            continue;
+        }
+        let with_value = valued.iter().any(|name| {
+            text.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('='))
+        });
+        if with_value {
+            dropped_valued = true;
+            continue;
+        }
+        out.push(arg);
     }
-    out.push("--daemon-child".into());
-    out
+    (out, dropped_valued)
 }
 
 #[cfg(test)]

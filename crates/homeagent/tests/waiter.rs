@@ -188,6 +188,37 @@ async fn the_foreground_waiter_enforces_the_configured_allowlist() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A token given with `--token` does not stay on the command line, where
+/// `ps -ef` (which the waiter's own allowlist lets the agent run) would
+/// show it: the waiter starts itself again with the token in its
+/// environment, and binds with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_given_on_the_command_line_leaves_it() {
+    let (dir, config) = setup("argv", ECHO_ONLY);
+    let (listener, url) = listen().await;
+    let mut child = waiter_command(&dir, &["--server", &url, "--device-id", "cli-argv"])
+        .arg("--config")
+        .arg(&config)
+        .args(["--token", TOKEN])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let guard = KillOnDrop(child.id());
+    let mut ws = bind(&listener, "cli-argv").await;
+    // Bound: the process is the one that runs (same pid), and its command
+    // line holds the rest of the arguments but not the token.
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", child.id())).unwrap();
+    let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+    assert!(cmdline.contains("--device-id cli-argv"), "{cmdline}");
+    assert!(!cmdline.contains(TOKEN), "{cmdline}");
+    assert!(!cmdline.contains("--token"), "{cmdline}");
+    assert_only_echo_runs(&mut ws).await;
+    drop(guard);
+    assert!(child.wait().unwrap().success());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_daemon_enforces_the_configured_allowlist() {
     let (dir, config) = setup("daemon", ECHO_ONLY);
