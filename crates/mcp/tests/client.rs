@@ -697,3 +697,55 @@ async fn progress_extends_a_call_up_to_its_max_timeout() {
     wait_for(|| async { stats(source.clone(), "fx").await["cancelled"] == json!(2) }).await;
     manager.shutdown().await;
 }
+
+/// A server started through a launcher (`sh -c`, `npx`, `uvx`, `docker
+/// run`) runs in its own process group, and the whole group goes when the
+/// server does: SIGTERM and SIGKILL reached only the process HomeAgent
+/// started, and whatever it had started kept running (holding ports,
+/// locks, containers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_stdio_server_started_goes_with_it() {
+    let dir = std::env::temp_dir().join(format!("mcp-group-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let pid_file = dir.join("straggler.pid");
+    let mut spec = stdio_spec("fx");
+    if let homeagent_mcp::McpTransport::Stdio { command, args, .. } = &mut spec.transport {
+        let script = format!(
+            "sleep 300 & echo $! > '{}'; exec '{}' '{}'",
+            pid_file.display(),
+            python().display(),
+            fixture()
+        );
+        *args = vec!["-c".into(), script];
+        *command = "sh".into();
+    }
+    let (manager, source) = start(vec![spec]).await;
+    assert_eq!(manager.status()[0].phase, ServerPhase::Running);
+    let echo = call(source, "fx__echo", json!({"text": "hi"})).await;
+    assert!(echo.success, "{}", echo.text);
+    let straggler: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let alive = |pid: i32| {
+        // A zombie is gone for every purpose here: it holds nothing.
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|stat| !stat.contains(") Z "))
+    };
+    assert!(alive(straggler));
+    manager.shutdown().await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while alive(straggler) && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let left = alive(straggler);
+    if left {
+        let _ = std::process::Command::new("kill")
+            .arg(straggler.to_string())
+            .status();
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(!left, "the server's background child outlived it");
+}

@@ -35,4 +35,5 @@ pub use output::{
     ChannelError, ChannelRegistry, ConsoleChannel, OutputChannel, register_output_channel,
     register_output_channels,
 };
+pub use process_group::ProcessGroup;
 pub use tool_api::ToolApi;

@@ -5,6 +5,7 @@
 use std::process::Stdio;
 use std::sync::Arc;
 
+use homeagent_tools::ProcessGroup;
 use rmcp::model::{ClientConfig, Implementation};
 use rmcp::service::{NotificationContext, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -55,12 +56,20 @@ pub(crate) enum ConnectError {
     Handshake(String),
 }
 
-/// Connects and completes `initialize`; the returned pid is the child's
-/// (stdio only).
+/// The program a stdio server runs as: its pid, and its process group,
+/// killed whole when this is dropped (after the connection has closed).
+#[derive(Debug)]
+pub(crate) struct ServerProcess {
+    pub(crate) pid: Option<u32>,
+    _group: ProcessGroup,
+}
+
+/// Connects and completes `initialize`; a stdio server's process comes
+/// with it (keep it as long as the connection).
 pub(crate) async fn connect(
     spec: &McpServerSpec,
     tools_changed: Arc<Notify>,
-) -> Result<(Connection, Option<u32>), ConnectError> {
+) -> Result<(Connection, Option<ServerProcess>), ConnectError> {
     let listener = Listener { tools_changed };
     let timeout = spec.timeout;
     match &spec.transport {
@@ -83,10 +92,14 @@ pub(crate) async fn connect(
             // API keys. It gets the few names launchers need (`npx`,
             // `uvx` and `docker` find nothing without PATH and HOME), as
             // the official SDKs pass them, and what the config lists.
+            // Its own process group: a launcher (`sh -c`, `npx`, `uvx`,
+            // `docker run`) is often what runs, and the signals rmcp sends
+            // reach only it; what it started goes with the group.
             cmd.args(args)
                 .env_clear()
                 .envs(inherited_environment())
                 .envs(env)
+                .process_group(0)
                 .kill_on_drop(true);
             let (transport, stderr) = TokioChildProcess::builder(cmd)
                 .stderr(Stdio::piped())
@@ -97,11 +110,17 @@ pub(crate) async fn connect(
                     source,
                 })?;
             let pid = transport.id();
+            // Made before the handshake: a server that fails it takes its
+            // group along too.
+            let process = ServerProcess {
+                pid,
+                _group: ProcessGroup::of(pid),
+            };
             if let Some(stderr) = stderr {
                 forward_stderr(spec.name.clone(), stderr);
             }
             let running = handshake(listener.serve(transport), timeout).await?;
-            Ok((running, pid))
+            Ok((running, Some(process)))
         }
         McpTransport::Http { url, bearer_token } => {
             install_crypto_provider();

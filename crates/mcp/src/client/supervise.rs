@@ -32,7 +32,10 @@ pub(crate) async fn supervise(
         set_phase(&shared, &name, ServerPhase::Connecting);
         let tools_changed = Arc::new(Notify::new());
         let reason = match connect(&spec, tools_changed.clone()).await {
-            Ok((connection, pid)) => {
+            // `process` is dropped (its group killed) at the end of this
+            // arm, once the connection has closed.
+            Ok((connection, process)) => {
+                let pid = process.as_ref().and_then(|p| p.pid);
                 let refreshed = publish_tools(&shared, &spec, &connection).await;
                 match refreshed {
                     Err(reason) => reason,
