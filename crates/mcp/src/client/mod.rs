@@ -5,4 +5,5 @@ mod call;
 mod connect;
 pub mod convert;
 pub mod manager;
+mod pages;
 mod supervise;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use std::time::Duration;
 
-use rmcp::model::{ClientRequest, PingRequest};
+use rmcp::model::{ClientRequest, PaginatedRequestParams, PingRequest};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -15,6 +15,7 @@ use super::call::CallLimits;
 use super::connect::{Connection, connect};
 use super::convert::{output_validator, tool_def};
 use super::manager::{Collision, ExposedTool, ServerPhase, Shared};
+use super::pages::all_pages;
 use crate::naming::exposed_name;
 use crate::spec::{McpOptions, McpServerSpec, McpTransport};
 
@@ -207,10 +208,15 @@ async fn list_and_publish(
     spec: &McpServerSpec,
     peer: &rmcp::service::Peer<rmcp::RoleClient>,
 ) -> Result<(), String> {
-    let listed = tokio::time::timeout(spec.timeout, peer.list_all_tools())
+    let listing = all_pages(|cursor| async move {
+        peer.list_tools(Some(PaginatedRequestParams::default().with_cursor(cursor)))
+            .await
+            .map(|page| (page.tools, page.next_cursor))
+            .map_err(|e| format!("tools/list failed: {e}"))
+    });
+    let listed = tokio::time::timeout(spec.timeout, listing)
         .await
-        .map_err(|_| format!("tools/list got no answer within {:?}", spec.timeout))?
-        .map_err(|e| format!("tools/list failed: {e}"))?;
+        .map_err(|_| format!("tools/list got no answer within {:?}", spec.timeout))??;
     let mut collisions = Vec::new();
     let mut exposed_names = Vec::new();
     {
