@@ -504,20 +504,32 @@ impl ToolNames {
     /// Whether `pattern` (a name, or a prefix ending in `*`, as the gate
     /// reads them) can match a tool.
     fn matches_some(&self, pattern: &str) -> bool {
+        // MCP tools are known only once their servers run, so a name under
+        // a server's prefix is taken on trust, but only if an exposed name
+        // could be spelled so (`[A-Za-z0-9_-]`, at most 64): the gate
+        // compares exactly, and `git__git.push` would match nothing.
+        let exposable = |name: &str| {
+            name.len() <= homeagent_core::tool::MAX_TOOL_NAME_LEN
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        };
         match pattern.strip_suffix('*') {
             Some(prefix) => {
                 self.tools.iter().any(|t| t.starts_with(prefix))
-                    || self
-                        .mcp_prefixes
-                        .iter()
-                        .any(|p| p.starts_with(prefix) || prefix.starts_with(p.as_str()))
+                    || (exposable(prefix)
+                        && self
+                            .mcp_prefixes
+                            .iter()
+                            .any(|p| p.starts_with(prefix) || prefix.starts_with(p.as_str())))
             }
             None => {
                 self.tools.iter().any(|t| t == pattern)
-                    || self
-                        .mcp_prefixes
-                        .iter()
-                        .any(|p| pattern.len() > p.len() && pattern.starts_with(p.as_str()))
+                    || (exposable(pattern)
+                        && self
+                            .mcp_prefixes
+                            .iter()
+                            .any(|p| pattern.len() > p.len() && pattern.starts_with(p.as_str())))
             }
         }
     }

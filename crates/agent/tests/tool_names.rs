@@ -56,6 +56,27 @@ async fn names_and_patterns_that_match_no_tool_fail_the_start() {
     );
 }
 
+/// A name under an MCP server's prefix must be one the model could see:
+/// the gate compares names exactly, and an exposed name holds only
+/// `[A-Za-z0-9_-]` and at most 64 characters, so `git__git.push` (the
+/// server's own spelling; it is exposed as `git__git_push`) approved or
+/// denied nothing.
+#[tokio::test]
+async fn an_mcp_name_no_tool_can_have_fails_the_start() {
+    let long = format!("git__{}", "x".repeat(60));
+    for name in ["git__git.push", "git__git push", long.as_str(), "git__é*"] {
+        assert_eq!(
+            unknown(&format!("require_approval = [\"{name}\"]\n{MCP}")),
+            ("tools.require_approval".to_owned(), name.to_owned()),
+            "{name}"
+        );
+    }
+    built(&format!(
+        "require_approval = [\"git__git_push\", \"git__git-*\"]\n{MCP}"
+    ))
+    .unwrap();
+}
+
 #[tokio::test]
 async fn built_in_and_mcp_names_and_patterns_are_accepted() {
     built("[[agents]]\nname = \"kid\"\nallow_tools = [\"files_*\", \"demo_echo\", \"*\"]\ndeny_tools = [\"cmd_run\"]\n")
