@@ -96,6 +96,10 @@ pub enum CheckError {
     },
     #[error("group \"{group}\" has on_error \"retry\" but retries is 0; set \"retries\" (1 to 10)")]
     RetryWithoutRetries { group: String },
+    #[error(
+        "group \"{group}\" has retries {retries} but its on_error does not retry; set \"on_error\": \"retry\", or remove \"retries\""
+    )]
+    RetriesWithoutRetry { group: String, retries: u32 },
 }
 
 /// Something worth knowing that does not stop the sequence being stored.
@@ -193,6 +197,12 @@ fn check_group(
         report
             .errors
             .push(CheckError::RetryWithoutRetries { group: g.clone() });
+    }
+    if group.on_error != OnError::Retry && group.retries > 0 {
+        report.errors.push(CheckError::RetriesWithoutRetry {
+            group: g.clone(),
+            retries: group.retries,
+        });
     }
 
     for (i, step) in group.tools.iter().enumerate() {

@@ -225,4 +225,23 @@ fn bad_conditions_and_retry_without_retries_are_errors() {
         errors,
         [CheckError::RetryWithoutRetries { group: "g".into() }]
     );
+    // The other way round: retries that never happen (on_error is abort
+    // or continue) is the same mistake, and it was silently ignored.
+    for on_error in [None, Some("abort"), Some("continue")] {
+        let mut group = json!({"name": "g", "retries": 3, "tools": "{\"tool\":\"demo_echo\"} ;"});
+        if let Some(on_error) = on_error {
+            group["on_error"] = json!(on_error);
+        }
+        let (errors, _) = check(group);
+        assert_eq!(
+            errors,
+            [CheckError::RetriesWithoutRetry {
+                group: "g".into(),
+                retries: 3
+            }],
+            "{on_error:?}"
+        );
+        let message = errors[0].to_string();
+        assert!(message.contains("\"on_error\": \"retry\""), "{message}");
+    }
 }
