@@ -111,7 +111,9 @@ pub fn register_seq_tools(
         backend,
         source_root,
     };
-    let obj = |props: Value, required: &[&str]| json!({"type": "object", "properties": props, "required": required});
+    // Unknown arguments are refused by name: a misspelt `description` (or
+    // `args`) would otherwise be dropped without a word.
+    let obj = |props: Value, required: &[&str]| json!({"type": "object", "properties": props, "required": required, "additionalProperties": false});
 
     let s = shared.clone();
     registry.register(

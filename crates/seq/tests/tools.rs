@@ -97,6 +97,36 @@ async fn create_list_call_when_call_delete() {
         both.error.map(|e| e.reason),
         Some(ErrorReason::InvalidArguments)
     );
+    // Models send null for the optional argument they do not use: that is
+    // not "both".
+    let null_groups = h
+        .call(
+            "main",
+            "seq_create",
+            json!({"name": "s", "groups": null, "file": "missing.json"}),
+        )
+        .await;
+    assert!(!null_groups.success);
+    assert!(
+        !null_groups.text.contains("not both"),
+        "{}",
+        null_groups.text
+    );
+    assert!(
+        null_groups.text.contains("missing.json"),
+        "{}",
+        null_groups.text
+    );
+    // A misspelt argument is refused by name, not dropped.
+    let typo = h
+        .call(
+            "main",
+            "seq_create",
+            json!({"name": "s", "descripton": "d", "groups": groups.clone()}),
+        )
+        .await;
+    assert!(!typo.success);
+    assert!(typo.text.contains("descripton"), "{}", typo.text);
     let neither = h.call("main", "seq_create", json!({"name": "s"})).await;
     assert!(
         !neither.success && neither.text.contains("give one of"),
