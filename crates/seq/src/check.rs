@@ -20,6 +20,7 @@ use serde_json::Value;
 
 use crate::cond::{self, CondError};
 use crate::model::{Group, MissingPolicy, OnError, Sequence, ToolStep};
+use crate::store::find_cycle;
 use crate::tools::{SEQ_TOOLS, SEQ_WHEN_CALL};
 
 /// Tools that may not run inside a sequence: exact names.
@@ -100,6 +101,10 @@ pub enum CheckError {
         "group \"{group}\" has retries {retries} but its on_error does not retry; set \"on_error\": \"retry\", or remove \"retries\""
     )]
     RetriesWithoutRetry { group: String, retries: u32 },
+    #[error(
+        "groups call each other round ({path}): such a chain could only end at the nesting limit, after running every tool on the way again; break the cycle"
+    )]
+    GroupCycle { path: String },
 }
 
 /// Something worth knowing that does not stop the sequence being stored.
@@ -158,7 +163,41 @@ pub fn check_sequence(seq: &Sequence, tools: Option<&dyn ToolSource>) -> CheckRe
     for group in &seq.groups {
         check_group(seq, group, tools, &mut report);
     }
+    check_group_cycles(seq, &mut report);
     report
+}
+
+/// Refuses groups that call each other round through `seq_call` /
+/// `seq_when_call` (a group calling itself is refused with its step).
+fn check_group_cycles(seq: &Sequence, report: &mut CheckReport) {
+    let graph: BTreeMap<String, Vec<String>> = seq
+        .groups
+        .iter()
+        .map(|group| {
+            let called = group
+                .tools
+                .iter()
+                .filter(|step| SEQ_TOOLS.contains(&step.tool.as_str()))
+                .filter_map(|step| step.args.get("target")?.as_str())
+                .filter(|target| !target.starts_with('#') && *target != group.name)
+                .map(str::to_owned)
+                .collect();
+            (group.name.clone(), called)
+        })
+        .collect();
+    // One report per cycle, from its first group in declaration order.
+    let mut reported: Vec<String> = Vec::new();
+    for group in &seq.groups {
+        if reported.contains(&group.name) {
+            continue;
+        }
+        if let Some(cycle) = find_cycle(&graph, &group.name) {
+            reported.extend(cycle.iter().cloned());
+            report.errors.push(CheckError::GroupCycle {
+                path: cycle.join(" → "),
+            });
+        }
+    }
 }
 
 fn check_group(
@@ -339,6 +378,10 @@ fn check_target(
         ));
     }
     match step.args.get("target") {
+        // Filled in only at run time, where no cycle check can see it.
+        Some(Value::String(target)) if target.contains("$args.") => report.errors.push(bad(format!(
+            "target \"{target}\" is computed from $args; targets must be written out (a group of this sequence, or \"#Name\") so calls can be checked for cycles; use seq_when_call with a condition to choose between written-out targets"
+        ))),
         Some(Value::String(target)) if target.starts_with('#') => {
             if target.len() == 1 {
                 report

@@ -245,3 +245,41 @@ fn bad_conditions_and_retry_without_retries_are_errors() {
         assert!(message.contains("\"on_error\": \"retry\""), "{message}");
     }
 }
+
+/// Groups of one sequence that call each other round (g1 → g2 → g1) could
+/// only end at the run-time depth limit, after running every tool on the
+/// way several times; and a computed target (`#$args.t`) cannot be checked
+/// for cycles at all. Both are refused when the sequence is saved.
+#[test]
+fn group_call_cycles_and_computed_targets_are_errors() {
+    let call =
+        |target: &str| format!("{{\"tool\":\"seq_call\",\"args\":{{\"target\":\"{target}\"}}}} ;");
+    let (errors, _) = check_groups(json!([
+        {"name": "g1", "tools": call("g2")},
+        {"name": "g2", "tools": call("g3")},
+        {"name": "g3", "tools": call("g1")},
+    ]));
+    assert_eq!(
+        errors,
+        [CheckError::GroupCycle {
+            path: "g1 → g2 → g3 → g1".into()
+        }],
+        "{errors:?}"
+    );
+    // A chain that ends is fine.
+    let (errors, _) = check_groups(json!([
+        {"name": "g1", "tools": call("g2")},
+        {"name": "g2", "tools": call("g3")},
+        {"name": "g3", "tools": "{\"tool\":\"demo_echo\"} ;"},
+    ]));
+    assert_eq!(errors, [], "{errors:?}");
+    for target in ["#$args.t", "$args.t", "#Seq_$args.t"] {
+        let (errors, _) = check_groups(json!([
+            {"name": "g1", "in": {"t": "string"}, "tools": call(target)},
+        ]));
+        assert!(
+            matches!(&errors[..], [CheckError::BadTarget { detail, .. }] if detail.contains("written out")),
+            "{target}: {errors:?}"
+        );
+    }
+}
