@@ -76,13 +76,16 @@ pub fn check_name(name: &str) -> Result<(), StoreError> {
 /// One stored sequence by name: loaded, or why it could not be.
 pub type Listed = (String, Result<Sequence, StoreError>);
 
+/// Serializes check-then-write across every store of this process (the
+/// server makes one per request), so two saves cannot each pass the cycle
+/// check and together close a cycle. Saves are rare; one lock for all
+/// directories costs nothing.
+static WRITING: Mutex<()> = Mutex::new(());
+
 /// The sequences of one data directory.
 #[derive(Debug)]
 pub struct SeqStore {
     dir: PathBuf,
-    /// Serializes check-then-write, so two saves in this process cannot
-    /// each pass the cycle check and together close a cycle.
-    writing: Mutex<()>,
 }
 
 impl SeqStore {
@@ -94,10 +97,7 @@ impl SeqStore {
 
     /// A store in exactly this directory.
     pub fn at(dir: PathBuf) -> Self {
-        SeqStore {
-            dir,
-            writing: Mutex::new(()),
-        }
+        SeqStore { dir }
     }
 
     pub fn dir(&self) -> &Path {
@@ -113,7 +113,7 @@ impl SeqStore {
     /// `#Name` targets that do not exist yet.
     pub fn save(&self, seq: &Sequence) -> Result<Vec<Warning>, StoreError> {
         let path = self.path_of(&seq.name)?;
-        let _guard = self.writing.lock().unwrap_or_else(|e| e.into_inner());
+        let _guard = WRITING.lock().unwrap_or_else(|e| e.into_inner());
         let called = seq.called_sequences();
         // A sequence that calls no other cannot close a cycle and has no
         // missing targets: skip reading every stored sequence (which made
@@ -213,7 +213,7 @@ impl SeqStore {
     /// Deletes one sequence.
     pub fn delete(&self, name: &str) -> Result<(), StoreError> {
         let path = self.path_of(name)?;
-        let _guard = self.writing.lock().unwrap_or_else(|e| e.into_inner());
+        let _guard = WRITING.lock().unwrap_or_else(|e| e.into_inner());
         match std::fs::remove_file(&path) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(StoreError::NotFound {
@@ -244,7 +244,10 @@ impl SeqStore {
 }
 
 /// A path `start → … → start` in `graph`, if one exists.
-fn find_cycle(graph: &BTreeMap<String, Vec<String>>, start: &str) -> Option<Vec<String>> {
+pub(crate) fn find_cycle(
+    graph: &BTreeMap<String, Vec<String>>,
+    start: &str,
+) -> Option<Vec<String>> {
     // Depth-first with an explicit stack, so a long chain cannot overflow.
     let mut visited: BTreeSet<&str> = BTreeSet::new();
     let mut path: Vec<&str> = vec![start];

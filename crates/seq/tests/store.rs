@@ -140,3 +140,36 @@ fn a_cycle_is_refused_with_its_path_and_a_forward_reference_warns() {
     // Acyclic: C calls nothing.
     assert_eq!(store.save(&seq(json!({"name": "C", "groups": [{"name": "g", "tools": "{\"tool\":\"demo_echo\"} ;"}]}))).unwrap(), []);
 }
+
+/// Two stores of one directory in one process (the server makes one per
+/// request) saving A → B and B → A at the same moment: each check used to
+/// run under its own store's lock, so both could pass and store a cycle.
+/// Exactly one may succeed.
+#[test]
+fn two_stores_saving_the_halves_of_a_cycle_at_once_store_one() {
+    for round in 0..200 {
+        let dir = TempDir::new(&format!("race-{round}"));
+        let (a, b) = (SeqStore::new(dir.path()), SeqStore::new(dir.path()));
+        let barrier = std::sync::Barrier::new(2);
+        let (first, second) = std::thread::scope(|scope| {
+            let one = scope.spawn(|| {
+                barrier.wait();
+                a.save(&calling("A", "B"))
+            });
+            let two = scope.spawn(|| {
+                barrier.wait();
+                b.save(&calling("B", "A"))
+            });
+            (one.join().unwrap(), two.join().unwrap())
+        });
+        assert!(
+            first.is_ok() != second.is_ok(),
+            "round {round}: {first:?} / {second:?}"
+        );
+        let refused = if first.is_ok() { second } else { first };
+        assert!(
+            matches!(refused, Err(StoreError::Cycle { .. })),
+            "{refused:?}"
+        );
+    }
+}
