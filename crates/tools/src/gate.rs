@@ -279,8 +279,8 @@ impl ToolSource for GatedSource {
                     format!("`{tool}` requires approval and nobody could be asked"),
                 )
                 .with_hint(
-                    "approve it in `homeagent chat`, pass --yes to `homeagent run`, or remove it \
-                     from tools.require_approval",
+                    "approve it in `homeagent chat`, pass --yes to `homeagent run` or \
+                     `homeagent mcp-serve`, or remove it from tools.require_approval",
                 ))
             }),
             Approval::Ask(approver) => {

@@ -304,6 +304,34 @@ fn the_gate_lists_its_agents_with_main_added_and_the_source_passes_definitions_t
     assert!(source.definition("nope").is_none());
 }
 
+/// A call refused because nobody can approve it says how to approve it
+/// wherever HomeAgent runs without a person to ask: `run` and `mcp-serve`
+/// both take `--yes` (the hint named only `run`).
+#[tokio::test]
+async fn a_refused_approval_names_every_way_to_approve() {
+    let ran = Arc::new(Ran::default());
+    let source = GatedSource::new(registry(&ran), Arc::new(gate()), Approval::Refused);
+    let ctx = homeagent_core::ToolContext {
+        call_id: "c".into(),
+        tool: "danger".into(),
+        arguments: json!({}),
+        batch_id: "b".into(),
+        extras: extras("ops").into(),
+        cancel: CancellationToken::new(),
+    };
+    let refused = source.invoke("danger", ctx).await.unwrap_err();
+    assert_eq!(refused.reason, ErrorReason::Denied);
+    let hint = refused.hint.unwrap_or_default();
+    for way in [
+        "homeagent chat",
+        "homeagent run",
+        "homeagent mcp-serve",
+        "tools.require_approval",
+    ] {
+        assert!(hint.contains(way), "{way}: {hint}");
+    }
+}
+
 #[test]
 fn visibility_follows_allow_and_deny_lists() {
     let gate = gate();
