@@ -67,8 +67,49 @@ pub async fn print_tools(
     // to; their status says which).
     crate::setup::mcp_started(&agent).await;
     let printed = print_agent_tools(&agent, json, out);
+    let report = mcp_report(&agent);
     crate::setup::mcp_stopped(&agent).await;
-    printed
+    printed?;
+    // Beside the table; with --json on stderr, so stdout stays one array.
+    if json {
+        eprint!("{report}");
+    } else if !report.is_empty() {
+        write!(out, "\n{report}")?;
+    }
+    Ok(())
+}
+
+/// One line per MCP server (its state, or why it has no tools) and one per
+/// tool of it that could not be exposed: without it a server that did not
+/// start was only a log line, its tools simply missing from the table.
+fn mcp_report(agent: &homeagent_agent::Agent) -> String {
+    use homeagent_mcp::ServerPhase;
+    let Some(mcp) = &agent.mcp else {
+        return String::new();
+    };
+    let mut report = String::new();
+    for server in mcp.status() {
+        let state = match &server.phase {
+            ServerPhase::Running => format!("running, {} tools", server.tools.len()),
+            ServerPhase::Connecting => "still starting; its tools are not listed yet".to_owned(),
+            ServerPhase::Down { reason } => {
+                format!("down ({reason}); it is restarted with backoff")
+            }
+            ServerPhase::GaveUp { reason } => {
+                format!("given up after crashing too often ({reason})")
+            }
+            ServerPhase::Invalid { reason } => format!("not started: {reason}"),
+            ServerPhase::Stopped => "stopped".to_owned(),
+        };
+        report.push_str(&format!("MCP server {}: {state}\n", server.name));
+        for collision in &server.collisions {
+            report.push_str(&format!(
+                "  its tool `{}` is not exposed: the name {} is taken by {}\n",
+                collision.tool, collision.name, collision.taken_by
+            ));
+        }
+    }
+    report
 }
 
 fn print_agent_tools(

@@ -835,3 +835,45 @@ fn seq_create_checks_the_tools_of_the_mcp_servers() {
     );
     assert!(!setup.dir.join("sequences/w.json").exists());
 }
+
+/// `homeagent tools` says how each MCP server is doing: a server that did
+/// not start (or whose tools were not exposed) used to be visible only in
+/// logs nobody reads, its tools simply missing from the table.
+#[test]
+fn the_tool_list_reports_every_mcp_servers_state() {
+    let setup = setup(&format!(
+        "{}\n[[mcp.servers]]\nname = \"gone\"\ncommand = \"/nonexistent/mcp-server\"\n",
+        fixture_mcp("")
+    ));
+    for json in [false, true] {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_homeagent"));
+        command
+            .arg("--config")
+            .arg(&setup.config)
+            .arg("--data-dir")
+            .arg(&setup.dir)
+            .arg("tools")
+            .env_remove("HOMEAGENT_CONFIG");
+        if json {
+            command.arg("--json");
+        }
+        let output = command.output().unwrap();
+        assert!(output.status.success(), "{output:?}");
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        // The table (or the JSON array, which stays valid) on stdout; the
+        // servers' states where a person sees them.
+        let report = if json {
+            serde_json::from_str::<Vec<Value>>(&stdout).unwrap();
+            stderr.to_string()
+        } else {
+            stdout.to_string()
+        };
+        assert!(
+            report.contains("MCP server fx: running, 13 tools"),
+            "{report}"
+        );
+        assert!(report.contains("MCP server gone: down ("), "{report}");
+        assert!(report.contains("/nonexistent/mcp-server"), "{report}");
+    }
+}
