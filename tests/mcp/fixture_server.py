@@ -177,10 +177,31 @@ def stats() -> Stats:
     return Stats(calls=dict(calls), peak_in_flight=peak_in_flight, cancelled=cancelled)
 
 
+# How many of the next tools/list requests fail (add_tool's `fail_lists`).
+failing_lists = 0
+_list_tools = server.list_tools
+
+
+async def list_tools_or_fail():
+    """tools/list, failing while `failing_lists` says so."""
+    global failing_lists
+    if failing_lists > 0:
+        failing_lists -= 1
+        raise RuntimeError("tools/list failed on purpose (add_tool fail_lists)")
+    return await _list_tools()
+
+
+# The SDK's tools/list handler calls `server.list_tools()` on each request.
+server.list_tools = list_tools_or_fail
+
+
 @server.tool()
-async def add_tool(ctx: Context) -> str:
-    """Registers the tool `late` and tells the client the list changed."""
+async def add_tool(ctx: Context, fail_lists: int = 0) -> str:
+    """Registers the tool `late` and tells the client the list changed; the
+    next `fail_lists` tools/list requests fail."""
+    global failing_lists
     count("add_tool")
+    failing_lists = fail_lists
 
     def late() -> str:
         """A tool that exists only after add_tool ran."""

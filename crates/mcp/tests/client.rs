@@ -542,6 +542,27 @@ async fn a_server_that_keeps_crashing_is_given_up_and_a_silent_one_does_not_bloc
     manager.shutdown().await;
 }
 
+/// A refresh after `list_changed` that fails is tried again: it was only
+/// logged, and the server's new tools stayed missing until its next
+/// notification or a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_refresh_of_a_changed_tool_list_is_tried_again() {
+    let options = McpOptions {
+        restart_backoff: Duration::from_millis(100),
+        ..McpOptions::default()
+    };
+    let manager = start_mcp_servers(vec![stdio_spec("fx")], None, options).await;
+    let source: Arc<dyn ToolSource> = Arc::new(manager.clone());
+    assert!(source.definition("fx__late").is_none());
+    let added = call(source.clone(), "fx__add_tool", json!({"fail_lists": 2})).await;
+    assert!(added.success, "{}", added.text);
+    wait_for(|| async { source.definition("fx__late").is_some() }).await;
+    // Still the same connection: the refresh was retried, not the server
+    // restarted.
+    assert_eq!(manager.status()[0].restarts, 0);
+    manager.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_changed_tool_list_is_picked_up() {
     let (manager, source) = start(vec![stdio_spec("fx")]).await;

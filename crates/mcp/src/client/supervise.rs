@@ -127,6 +127,10 @@ async fn run_until_closed(
         McpTransport::Stdio { .. } => Duration::MAX,
     };
     let mut next_ping = Instant::now().checked_add(ping_every);
+    // A refresh that failed is tried again after a backoff (doubling up to
+    // a minute): otherwise the server's new tools stay missing until its
+    // next notification.
+    let mut relist: Option<(Instant, Duration)> = None;
     let waiting = connection.waiting();
     tokio::pin!(waiting);
     loop {
@@ -135,6 +139,26 @@ async fn run_until_closed(
                 Some(at) => tokio::time::sleep_until(at).await,
                 None => std::future::pending().await,
             }
+        };
+        let relist_due = async {
+            match relist {
+                Some((at, _)) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        let refresh = async |after: Option<Duration>| -> Option<(Instant, Duration)> {
+            let peer = shared
+                .with_server(&spec.name, |s| s.peer.clone())
+                .flatten()?;
+            let reason = list_and_publish(shared, spec, &peer).await.err()?;
+            let backoff = after.map_or(options.restart_backoff, |last| {
+                (last * 2).min(MAX_RELIST_BACKOFF)
+            });
+            tracing::warn!(
+                server = %spec.name,
+                "refreshing the tool list failed: {reason}; trying again in {backoff:?}"
+            );
+            Some((Instant::now() + backoff, backoff))
         };
         tokio::select! {
             ended = &mut waiting => {
@@ -145,12 +169,11 @@ async fn run_until_closed(
                 return Closed::Lost(detail);
             }
             () = tools_changed.notified() => {
-                let peer = shared.with_server(&spec.name, |s| s.peer.clone()).flatten();
-                if let Some(peer) = peer
-                    && let Err(reason) = list_and_publish(shared, spec, &peer).await
-                {
-                    tracing::warn!(server = %spec.name, "refreshing the tool list failed: {reason}");
-                }
+                relist = refresh(None).await;
+            }
+            () = relist_due => {
+                let last = relist.map(|(_, backoff)| backoff);
+                relist = refresh(last).await;
             }
             () = shared.shutdown.cancelled() => {
                 peer_closed.cancel();
@@ -175,6 +198,9 @@ async fn run_until_closed(
         }
     }
 }
+
+/// The longest wait before a failed tool-list refresh is tried again.
+const MAX_RELIST_BACKOFF: Duration = Duration::from_secs(60);
 
 /// Whether the server still answers; `Err` says why it is taken for gone.
 async fn ping(
