@@ -102,6 +102,11 @@ fn mcp_report(agent: &homeagent_agent::Agent) -> String {
             ServerPhase::Stopped => "stopped".to_owned(),
         };
         report.push_str(&format!("MCP server {}: {state}\n", server.name));
+        for (setting, name) in &server.unlisted_settings {
+            report.push_str(&format!(
+                "  {setting} names `{name}`, which it does not list (a typo? it changes nothing)\n"
+            ));
+        }
         for collision in &server.collisions {
             report.push_str(&format!(
                 "  its tool `{}` is not exposed: the name {} is taken by {}\n",

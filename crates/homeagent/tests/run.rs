@@ -841,9 +841,11 @@ fn seq_create_checks_the_tools_of_the_mcp_servers() {
 /// logs nobody reads, its tools simply missing from the table.
 #[test]
 fn the_tool_list_reports_every_mcp_servers_state() {
+    // `parallel_safe` and `serial` name the server's own tools, known only
+    // once it runs: a name it does not list is reported then.
     let setup = setup(&format!(
         "{}\n[[mcp.servers]]\nname = \"gone\"\ncommand = \"/nonexistent/mcp-server\"\n",
-        fixture_mcp("")
+        fixture_mcp("parallel_safe = [\"echo\", \"ecko\"]\nserial = [\"write_slo\"]\n")
     ));
     for json in [false, true] {
         let mut command = Command::new(env!("CARGO_BIN_EXE_homeagent"));
@@ -875,5 +877,14 @@ fn the_tool_list_reports_every_mcp_servers_state() {
         );
         assert!(report.contains("MCP server gone: down ("), "{report}");
         assert!(report.contains("/nonexistent/mcp-server"), "{report}");
+        assert!(
+            report.contains("  parallel_safe names `ecko`, which it does not list"),
+            "{report}"
+        );
+        assert!(
+            report.contains("  serial names `write_slo`, which it does not list"),
+            "{report}"
+        );
+        assert!(!report.contains("`echo`, which"), "{report}");
     }
 }

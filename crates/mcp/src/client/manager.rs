@@ -65,6 +65,10 @@ pub struct McpServerStatus {
     pub pid: Option<u32>,
     /// Results whose structured content broke the tool's outputSchema.
     pub output_schema_warnings: Vec<String>,
+    /// Names in the server's `parallel_safe` / `serial` settings that its
+    /// tool list does not have, as `(setting, name)`: a typo there
+    /// changes nothing, so it is reported.
+    pub unlisted_settings: Vec<(&'static str, String)>,
 }
 
 pub(crate) struct ExposedTool {
@@ -227,6 +231,7 @@ pub fn spawn_mcp_servers(
                         restarts: 0,
                         pid: None,
                         output_schema_warnings: Vec::new(),
+                        unlisted_settings: Vec::new(),
                     },
                     peer: None,
                     suspect: Arc::default(),

@@ -298,11 +298,37 @@ async fn list_and_publish(
             exposed_names.push(name);
         }
     }
+    let unlisted = unlisted_settings(spec, &listed);
+    for (setting, name) in &unlisted {
+        tracing::warn!(
+            server = %spec.name,
+            "{setting} names `{name}`, which the server does not list; it changes nothing"
+        );
+    }
     shared.with_server(&spec.name, |s| {
         s.status.tools = exposed_names;
         s.status.collisions = collisions;
+        s.status.unlisted_settings = unlisted;
     });
     Ok(())
+}
+
+/// The names in `spec`'s `parallel_safe` and `serial` that no listed tool
+/// has (they name the server's own tools, known only once it runs).
+fn unlisted_settings(
+    spec: &McpServerSpec,
+    listed: &[rmcp::model::Tool],
+) -> Vec<(&'static str, String)> {
+    let settings = [
+        ("parallel_safe", &spec.parallel_safe),
+        ("serial", &spec.serial),
+    ];
+    settings
+        .into_iter()
+        .flat_map(|(setting, names)| names.iter().map(move |name| (setting, name)))
+        .filter(|(_, name)| !listed.iter().any(|tool| tool.name == name.as_str()))
+        .map(|(setting, name)| (setting, name.clone()))
+        .collect()
 }
 
 fn set_phase(shared: &Shared, name: &str, phase: ServerPhase) {
