@@ -85,10 +85,22 @@ pub fn call_result_value(
         .filter_map(|block| block.as_text().map(|t| t.text.as_str()))
         .collect();
     if result.is_error == Some(true) {
-        let detail = if texts.is_empty() {
+        // The text, then the structured content (a server may put its error
+        // only there); a message is made only when the server sent neither.
+        let structured = result
+            .structured_content
+            .as_ref()
+            .map(homeagent_core::outcome::render_value);
+        let parts: Vec<&str> = texts
+            .iter()
+            .copied()
+            .chain(structured.as_deref())
+            .filter(|part| !part.is_empty())
+            .collect();
+        let detail = if parts.is_empty() {
             format!("MCP server `{server}` reported an error from tool {tool} without a message")
         } else {
-            texts.join("\n")
+            parts.join("\n")
         };
         return Err(ToolError::execution(detail));
     }
@@ -253,6 +265,27 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(failed, ToolError::execution("no such file"));
+        // An error told only in structured content is told, not reported
+        // as an error "without a message".
+        let structured = call_result_value(
+            "s",
+            "t",
+            result(json!({"content": [], "structuredContent": {"code": 404, "why": "no such repo"}, "isError": true})),
+            None,
+        )
+        .unwrap_err();
+        assert_eq!(
+            structured,
+            ToolError::execution(r#"{"code":404,"why":"no such repo"}"#)
+        );
+        let both = call_result_value(
+            "s",
+            "t",
+            result(json!({"content": [{"type": "text", "text": "not found"}], "structuredContent": {"code": 404}, "isError": true})),
+            None,
+        )
+        .unwrap_err();
+        assert_eq!(both, ToolError::execution("not found\n{\"code\":404}"));
 
         let text = call_result_value(
             "s",
