@@ -181,13 +181,25 @@ fn parse_group(value: &Value, number: usize) -> Result<Group, FormatError> {
     };
     let timeout = match optional_string(map, "timeout", &at)? {
         None => DEFAULT_TIMEOUT,
-        Some(text) => duration_text::parse(&text).ok_or_else(|| {
-            bad_value(
-                &at,
-                "timeout",
-                format!("`{text}` is not a duration; write {}", duration_text::FORMS),
-            )
-        })?,
+        Some(text) => match duration_text::parse_any(&text) {
+            Some(d) if !d.is_zero() => d,
+            Some(_) => {
+                return Err(bad_value(
+                    &at,
+                    "timeout",
+                    format!(
+                        "`{text}` is zero: a group needs more than zero time to run; write e.g. \"30s\""
+                    ),
+                ));
+            }
+            None => {
+                return Err(bad_value(
+                    &at,
+                    "timeout",
+                    format!("`{text}` is not a duration; write {}", duration_text::FORMS),
+                ));
+            }
+        },
     };
     let retries = match map.get("retries") {
         None => 0,

@@ -199,7 +199,14 @@ pub mod duration_text {
 
     pub const FORMS: &str = "a number followed by ms, s, m or h (e.g. \"500ms\", \"30s\", \"2m\")";
 
+    /// A duration greater than zero.
     pub fn parse(text: &str) -> Option<Duration> {
+        parse_any(text).filter(|d| !d.is_zero())
+    }
+
+    /// Any duration, zero included (for saying "zero" rather than "not a
+    /// duration").
+    pub fn parse_any(text: &str) -> Option<Duration> {
         let text = text.trim();
         let split = text.find(|c: char| !c.is_ascii_digit())?;
         let (number, unit) = text.split_at(split);
@@ -211,7 +218,7 @@ pub mod duration_text {
             "h" => Duration::from_secs(n.checked_mul(3600)?),
             _ => return None,
         };
-        (!d.is_zero()).then_some(d)
+        Some(d)
     }
 
     pub fn format(d: &Duration) -> String {

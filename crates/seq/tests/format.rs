@@ -131,6 +131,13 @@ fn json_type_mistakes_get_actionable_messages() {
     assert!(e.to_string().contains("types: string, integer"), "{e}");
     let e = err(group(json!({"timeout": "30 seconds"})));
     assert!(e.to_string().contains("not a duration"), "{e}");
+    // Zero is a duration, just not one a group can run in.
+    for zero in ["0s", "0ms", "0m"] {
+        let e = err(group(json!({"timeout": zero})));
+        let message = e.to_string();
+        assert!(message.contains("more than zero"), "{message}");
+        assert!(!message.contains("not a duration"), "{message}");
+    }
     assert!(
         matches!(err(json!({"name": "s", "groups": []})), FormatError::BadValue { field, .. } if field == "groups")
     );
