@@ -39,7 +39,8 @@ An unknown reference or a comparison that makes no sense is an error, never fals
 
 seq_call {target, sequence?, args?}: target = a group name (from outside a sequence, `sequence` names
 which one) or "#Name" to run a whole sequence. seq_when_call adds `when`, checked on `args` first.
-Nested sequence calls may go 4 levels deep; a sequence that would call itself in a cycle is refused.
+Nested sequence calls may go 4 levels deep; calls that would form a cycle (between sequences, or between
+groups of one) are refused, so a seq_call target is written out ("group" or "#Name"), never computed from $args.
 seq_create takes the groups as `groups` or a file in the sequences directory as `file` (exactly one).
 
 Complete example (copy it as is):
