@@ -226,6 +226,13 @@ pub fn build(
         policy
             .validate()
             .map_err(|e| BuildError::CmdRun(e.to_string()))?;
+        for program in policy.unavailable_programs() {
+            notices.push(format!(
+                "tools.cmd_run.allowlist names `{program}`, which is not on the PATH commands \
+                 run with ({}); every call to it will fail until it is installed there",
+                homeagent_tools::cmd_run::CHILD_PATH
+            ));
+        }
         register_cmd_run(&registry, policy).map_err(|e| BuildError::CmdRun(e.to_string()))?;
     }
     register_files_tools(&registry, FilesPolicy::new(loaded.files_root()))?;

@@ -289,3 +289,21 @@ async fn tools_another_mode_registers_may_be_named_in_every_mode() {
         ("tools.require_approval".to_owned(), "device_cmd".to_owned())
     );
 }
+
+/// A configured cmd_run program that is not on the PATH commands run with
+/// is named at start, not found out call by call as "cannot start".
+#[tokio::test]
+async fn a_cmd_run_program_missing_from_the_child_path_is_a_notice() {
+    let agent = built_with(
+        "[tools.cmd_run]\nenabled = true\nallowlist = [\"ls\", \"no-such-program-here\"]\n",
+        BuildOptions::default(),
+    )
+    .unwrap();
+    let named: Vec<&String> = agent
+        .notices
+        .iter()
+        .filter(|n| n.contains("tools.cmd_run.allowlist names"))
+        .collect();
+    assert_eq!(named.len(), 1, "{:?}", agent.notices);
+    assert!(named[0].contains("`no-such-program-here`"), "{}", named[0]);
+}

@@ -170,6 +170,13 @@ async fn foreground(prepared: Prepared, detached: bool) -> anyhow::Result<ExitCo
             .map_or("none, defaults".into(), |p| p.display().to_string()),
         policy.summary()
     );
+    for program in policy.cmd.unavailable_programs() {
+        eprintln!(
+            "warning: device_cmd_allowlist names `{program}`, which is not on the PATH commands \
+             run with ({}); every command of it will fail until it is installed there",
+            homeagent_tools::cmd_run::CHILD_PATH
+        );
+    }
     tokio::select! {
         ended = run_waiter(options, Arc::new(policy)) => match ended {
             Err(error @ WaiterError::Refused { .. }) => {

@@ -729,6 +729,14 @@ fn policy_validation_names_the_problem() {
             "{error}"
         );
     }
+    // A configured program that is not on the PATH commands run with is
+    // named at start (every call to it would fail with "cannot start");
+    // the built-in list is not, as any of it may be missing on a machine.
+    assert_eq!(
+        with(&["ls", "no-such-program-here", "cat"], &[]).unavailable_programs(),
+        ["no-such-program-here"]
+    );
+    assert!(CmdRunPolicy::default().unavailable_programs().is_empty());
     // A runner that slipped into the configuration still never runs.
     assert_eq!(with(&["ls", "bash"], &[]).effective_allowlist(), vec!["ls"]);
     // Programs that run commands through an option: tar

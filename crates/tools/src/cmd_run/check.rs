@@ -290,7 +290,7 @@ fn find_shell_operator(text: &str) -> Option<String> {
 }
 
 /// The first executable file named `program` in [`CHILD_PATH`].
-fn find_on_child_path(program: &str) -> Option<PathBuf> {
+pub(super) fn find_on_child_path(program: &str) -> Option<PathBuf> {
     CHILD_PATH
         .split(':')
         .map(|dir| Path::new(dir).join(program))

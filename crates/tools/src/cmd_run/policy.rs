@@ -302,6 +302,18 @@ pub enum PolicyError {
 }
 
 impl CmdRunPolicy {
+    /// The configured programs (never the built-in list, any of which may
+    /// be missing on a machine) that are not on [`CHILD_PATH`], where
+    /// commands are looked up: every call to one would fail with "cannot
+    /// start", so a start names them.
+    pub fn unavailable_programs(&self) -> Vec<String> {
+        self.allowlist
+            .iter()
+            .filter(|program| super::check::find_on_child_path(program).is_none())
+            .cloned()
+            .collect()
+    }
+
     /// The programs that may run: the configured list, or the default one.
     pub fn effective_allowlist(&self) -> Vec<String> {
         let mut list: Vec<String> = if self.allowlist.is_empty() {
