@@ -325,10 +325,20 @@ pub fn build(
     let store = Arc::new(store);
     // MCP tools sit in front of the built-in registry; both behind the gate.
     let mcp_specs = mcp_specs(loaded)?;
-    let mcp = if options.start_mcp_servers {
-        start_mcp(mcp_specs, &registry)?
-    } else {
+    let nested = homeagent_mcp::nesting();
+    let mcp = if !options.start_mcp_servers {
         None
+    } else if !mcp_specs.is_empty() && nested >= homeagent_mcp::MAX_NESTING {
+        // Started as an MCP server of a HomeAgent started as one of another
+        // ...: most likely a config listing `homeagent mcp-serve` as its
+        // own server, which would start copies of itself without end.
+        notices.push(format!(
+            "MCP servers not started: this HomeAgent is an MCP server {nested} levels deep              (${}); does [[mcp.servers]] list `homeagent mcp-serve` with this same config?",
+            homeagent_mcp::NESTING_ENV
+        ));
+        None
+    } else {
+        start_mcp(mcp_specs, &registry)?
     };
     let inner: Arc<dyn homeagent_core::ToolSource> = match &mcp {
         Some(manager) => Arc::new(manager.clone()),

@@ -888,3 +888,52 @@ fn the_tool_list_reports_every_mcp_servers_state() {
         assert!(!report.contains("`echo`, which"), "{report}");
     }
 }
+
+/// A config that lists `homeagent mcp-serve` with itself as one of its own
+/// MCP servers: each copy would start another before serving, without
+/// end (every one a process, each in its own group). The copies count how
+/// deep they are, and the third starts no MCP server: the chain ends, the
+/// top sees the server's tools.
+#[test]
+fn a_config_that_serves_itself_over_mcp_does_not_start_copies_without_end() {
+    let dir = std::env::temp_dir().join(format!("homeagent-self-mcp-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("homeagent.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[tools]\ndemo = true\n[[mcp.servers]]\nname = \"self\"\ncommand = \"{}\"\n\
+             args = [\"--config\", \"{}\", \"--data-dir\", \"{}\", \"mcp-serve\"]\ntimeout = \"60s\"\n",
+            env!("CARGO_BIN_EXE_homeagent"),
+            config.display(),
+            dir.display()
+        ),
+    )
+    .unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_homeagent"))
+        .arg("--config")
+        .arg(&config)
+        .arg("--data-dir")
+        .arg(&dir)
+        .arg("tools")
+        .env_remove("HOMEAGENT_CONFIG")
+        .env_remove("HOMEAGENT_MCP_NESTING")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{output:?}");
+    assert!(stdout.contains("self__demo_echo"), "{stdout}");
+    assert!(stdout.contains("MCP server self: running"), "{stdout}");
+    // Nothing of the chain is left running.
+    let left = Command::new("pgrep")
+        .args(["-f", &format!("--data-dir {} mcp-serve", dir.display())])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        left.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&left.stdout)
+    );
+}

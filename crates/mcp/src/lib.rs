@@ -33,6 +33,6 @@ pub use client::manager::{
 pub use naming::{NameError, exposed_name};
 pub use serve::{ServeError, ToolServer, mcp_tool, outcome_result, serve_stdio};
 pub use spec::{
-    MAX_SERVER_NAME_LEN, McpOptions, McpServerSpec, McpTransport, SpecError, TransportFields,
-    valid_server_name,
+    MAX_NESTING, MAX_SERVER_NAME_LEN, McpOptions, McpServerSpec, McpTransport, NESTING_ENV,
+    SpecError, TransportFields, nesting, valid_server_name,
 };

@@ -5,6 +5,22 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+/// The variable a stdio MCP server is started with: how many HomeAgents
+/// started it, one inside the other (its parent's own count plus one).
+pub const NESTING_ENV: &str = "HOMEAGENT_MCP_NESTING";
+/// From this nesting on a HomeAgent starts no MCP server of its own.
+pub const MAX_NESTING: u32 = 3;
+
+/// How many HomeAgents started this process as an MCP server, one inside
+/// the other (0: none). A config that lists `homeagent mcp-serve` as a
+/// server of itself would otherwise start copies of itself without end.
+pub fn nesting() -> u32 {
+    std::env::var(NESTING_ENV)
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
 /// One MCP server to connect to.
 #[derive(Clone)]
 pub struct McpServerSpec {

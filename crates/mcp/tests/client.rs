@@ -62,7 +62,13 @@ async fn stdio_tools_are_listed_and_called_with_a_clean_environment() {
         .into_iter()
         .filter(|name| std::env::var_os(name).is_some())
         .map(str::to_owned)
-        .chain(["HA_MARK".to_owned(), "LC_ALL".to_owned()])
+        // And how deep in HomeAgents it was started (a guard against a
+        // config that lists `homeagent mcp-serve` as its own server).
+        .chain([
+            "HA_MARK".to_owned(),
+            "HOMEAGENT_MCP_NESTING".to_owned(),
+            "LC_ALL".to_owned(),
+        ])
         .collect();
     expected.sort();
     assert!(

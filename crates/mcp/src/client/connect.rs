@@ -14,7 +14,7 @@ use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt};
 use tokio::sync::Notify;
 
-use crate::spec::{McpServerSpec, McpTransport};
+use crate::spec::{McpServerSpec, McpTransport, NESTING_ENV, nesting};
 
 /// Our side of a connection: it only listens for a changed tool list.
 pub(crate) struct Listener {
@@ -99,6 +99,7 @@ pub(crate) async fn connect(
                 .env_clear()
                 .envs(inherited_environment())
                 .envs(env)
+                .env(NESTING_ENV, (nesting() + 1).to_string())
                 .process_group(0)
                 .kill_on_drop(true);
             let (transport, stderr) = TokioChildProcess::builder(cmd)
