@@ -23,7 +23,7 @@ use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::protocol::{
-    CmdStatus, DeviceFrame, Hello, RefusalCode, ServerFrame, is_valid_device_id,
+    CmdStatus, DeviceFrame, Hello, RefusalCode, ServerFrame, hello_problem, is_valid_device_id,
 };
 
 /// Frames queued towards one device before a sender waits.
@@ -79,43 +79,6 @@ pub enum BindRefusal {
     Duplicate { id: String },
     #[error("the device's hello is not usable: {why}")]
     BadHello { why: String },
-}
-
-/// The longest device name accepted, in characters.
-pub const MAX_DEVICE_NAME_CHARS: usize = 128;
-/// The most capabilities a device may declare.
-pub const MAX_CAPABILITIES: usize = 16;
-
-/// Why a hello's name or capabilities cannot be passed on to agents, if
-/// they cannot: both end up in `device_list` results, in front of the
-/// model, so they must be short text without control characters.
-fn hello_problem(hello: &Hello) -> Option<String> {
-    let name_chars = hello.name.chars().count();
-    if name_chars > MAX_DEVICE_NAME_CHARS {
-        return Some(format!(
-            "its name has {name_chars} characters, more than {MAX_DEVICE_NAME_CHARS} \
-             (waiter.toml `name`)"
-        ));
-    }
-    if hello.name.chars().any(char::is_control) {
-        return Some("its name holds control characters (waiter.toml `name`)".to_owned());
-    }
-    if hello.capabilities.len() > MAX_CAPABILITIES {
-        return Some(format!(
-            "it declares {} capabilities, more than {MAX_CAPABILITIES}",
-            hello.capabilities.len()
-        ));
-    }
-    let word = |c: &String| {
-        (1..=32).contains(&c.len())
-            && c.chars()
-                .all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '-')
-    };
-    hello
-        .capabilities
-        .iter()
-        .find(|c| !word(c))
-        .map(|c| format!("capability {c:?} is not 1 to 32 of A-Z, a-z, 0-9, '_' and '-'"))
 }
 
 impl BindRefusal {
@@ -484,7 +447,7 @@ impl Drop for DeviceLink {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
-    use crate::protocol::PROTOCOL_VERSION;
+    use crate::protocol::{MAX_CAPABILITIES, MAX_DEVICE_NAME_CHARS, PROTOCOL_VERSION};
 
     fn hello(id: &str) -> Hello {
         Hello {

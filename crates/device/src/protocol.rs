@@ -130,6 +130,44 @@ pub enum RefusalCode {
     Disabled,
 }
 
+/// The longest device name accepted, in characters.
+pub const MAX_DEVICE_NAME_CHARS: usize = 128;
+/// The most capabilities a device may declare.
+pub const MAX_CAPABILITIES: usize = 16;
+
+/// Why a hello's name or capabilities cannot be passed on to agents, if
+/// they cannot: both end up in `device_list` results, in front of the
+/// model, so they must be short text without control characters. The hub
+/// refuses such a hello, and the waiter checks its own before connecting.
+pub fn hello_problem(hello: &Hello) -> Option<String> {
+    let name_chars = hello.name.chars().count();
+    if name_chars > MAX_DEVICE_NAME_CHARS {
+        return Some(format!(
+            "its name has {name_chars} characters, more than {MAX_DEVICE_NAME_CHARS} \
+             (waiter.toml `name`)"
+        ));
+    }
+    if hello.name.chars().any(char::is_control) {
+        return Some("its name holds control characters (waiter.toml `name`)".to_owned());
+    }
+    if hello.capabilities.len() > MAX_CAPABILITIES {
+        return Some(format!(
+            "it declares {} capabilities, more than {MAX_CAPABILITIES}",
+            hello.capabilities.len()
+        ));
+    }
+    let word = |c: &String| {
+        (1..=32).contains(&c.len())
+            && c.chars()
+                .all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '-')
+    };
+    hello
+        .capabilities
+        .iter()
+        .find(|c| !word(c))
+        .map(|c| format!("capability {c:?} is not 1 to 32 of A-Z, a-z, 0-9, '_' and '-'"))
+}
+
 /// Whether `id` is a usable device id: `[A-Za-z0-9._-]`, 1–64 characters.
 pub fn is_valid_device_id(id: &str) -> bool {
     (1..=64).contains(&id.len())

@@ -214,6 +214,17 @@ async fn a_bad_server_address_or_device_id_fails_before_connecting() {
         matches!(error, WaiterError::BadDeviceId { .. }),
         "{error:?}"
     );
+
+    // A name the server would refuse for good is refused here, before the
+    // link, naming the setting.
+    let mut options = fast_options(&url);
+    options.hello.name = "n".repeat(200);
+    let error = start_waiter(options, WaiterPolicy::default())
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(matches!(error, WaiterError::BadHello { .. }), "{error:?}");
+    assert!(error.to_string().contains("waiter.toml `name`"), "{error}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

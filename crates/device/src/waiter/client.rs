@@ -40,7 +40,8 @@ use super::link::{Socket, Target, connect};
 use super::policy::{WaiterPolicy, failed, handle_cmd};
 use super::tls;
 use crate::protocol::{
-    CmdStatus, DeviceFrame, Hello, MAX_FRAME_BYTES, RefusalCode, ServerFrame, is_valid_device_id,
+    CmdStatus, DeviceFrame, Hello, MAX_FRAME_BYTES, RefusalCode, ServerFrame, hello_problem,
+    is_valid_device_id,
 };
 
 /// How to reach the server and how patient to be.
@@ -95,6 +96,8 @@ pub enum WaiterError {
          (--device-id or device_id in waiter.toml)"
     )]
     BadDeviceId { id: String },
+    #[error("this waiter's hello would be refused: {why}")]
+    BadHello { why: String },
     #[error("cannot use the CA file {}: {why}", path.display())]
     CaFile { path: PathBuf, why: String },
     #[error("no trusted root certificates for wss://; pass --ca-file with the server's CA")]
@@ -122,7 +125,11 @@ fn refusal_hint(code: RefusalCode) -> &'static str {
         RefusalCode::DuplicateId => {
             "another device is connected with this id: give this one its own --device-id"
         }
-        RefusalCode::Protocol => "the server and this waiter disagree on the protocol: update one",
+        RefusalCode::Protocol => {
+            "the server could not use this waiter's hello or bind (its reason says why: a \
+             handshake too slow, a name it refuses, another protocol version, which means \
+             updating one of them)"
+        }
         RefusalCode::Disabled => {
             "the server accepts no devices: set server.device_token (or an API key) there"
         }
@@ -140,6 +147,11 @@ pub async fn run_waiter(
         return Err(WaiterError::BadDeviceId {
             id: options.hello.device_id.clone(),
         });
+    }
+    // The server refuses such a hello for good; say so here, naming the
+    // setting, rather than after connecting.
+    if let Some(why) = hello_problem(&options.hello) {
+        return Err(WaiterError::BadHello { why });
     }
     let target = Target::parse(&options.server)?;
     let tls = match target.secure {
