@@ -959,5 +959,13 @@ fn private_paths_are_refused_directly_through_a_symlink_and_recursively() {
     }
     passes(&in_conf, "date -fnotes.txt");
     passes(&in_conf, "grep -nfnotes.txt notes.txt");
+    // After `--` every argument is an operand, dash or not: a link named
+    // `-x` to the config is read as the file `-x`.
+    std::os::unix::fs::symlink(&config, dir.join("-x")).unwrap();
+    assert_eq!(private_refusal(&in_dir, "cat -- -x"), "-x");
+    // A long option cluster costs its length in checks, not its square in
+    // memory: tails longer than a path can be are not paths.
+    let long = format!("grep -e{} notes.txt", "a".repeat(60_000));
+    passes(&in_conf, &long);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -103,8 +103,14 @@ pub(super) fn check_private_reads(
         }
     };
     let mut starts = Vec::new();
+    let mut operands_only = false;
     for arg in args {
-        for candidate in path_candidates(arg) {
+        if !operands_only && arg == "--" {
+            operands_only = true;
+            continue;
+        }
+        let operand = operands_only || !arg.starts_with('-');
+        for candidate in path_candidates(arg, operands_only) {
             let joined = cwd.join(candidate);
             let spelled = lexical(&joined);
             // Resolved as the kernel would: `..` after a symlink climbs
@@ -113,7 +119,10 @@ pub(super) fn check_private_reads(
             if let Some(why) = private(policy, &spelled, resolved.as_deref()) {
                 return Err(refuse(arg, why));
             }
-            starts.push((arg, resolved.unwrap_or(spelled)));
+            // Only an operand is where a recursive grep starts.
+            if recursive && operand {
+                starts.push((arg, resolved.unwrap_or(spelled)));
+            }
         }
     }
     if recursive {
@@ -175,19 +184,37 @@ fn private_roots(policy: &CmdRunPolicy) -> impl Iterator<Item = &Path> {
 /// where an attached value starts depends on the program, which this check
 /// does not model: every tail of the cluster is a candidate, so a relative
 /// value (`-f.config/x`, `-fx`) is caught as surely as one with a `/`.
-fn path_candidates(arg: &str) -> Vec<&str> {
+///
+/// A tail longer than a path can be ([`MAX_PATH_BYTES`]) names nothing, so a
+/// long cluster costs at most that many checks, never its length squared.
+/// After `--` (`operand`) every argument is a file name, dash or not.
+fn path_candidates(arg: &str, operand: bool) -> Vec<&str> {
+    if operand {
+        return if arg.is_empty() {
+            Vec::new()
+        } else {
+            vec![arg]
+        };
+    }
     if let Some(long) = arg.strip_prefix("--") {
         long.split_once('=')
             .map(|(_, value)| vec![value])
             .unwrap_or_default()
     } else if let Some(short) = arg.strip_prefix('-') {
-        short.char_indices().map(|(at, _)| &short[at..]).collect()
+        short
+            .char_indices()
+            .map(|(at, _)| &short[at..])
+            .filter(|tail| tail.len() <= MAX_PATH_BYTES)
+            .collect()
     } else if arg.is_empty() {
         Vec::new()
     } else {
         vec![arg]
     }
 }
+
+/// Linux's PATH_MAX: no longer text names a file.
+const MAX_PATH_BYTES: usize = 4096;
 
 /// A `ps` argument in BSD syntax (letters, no dash) holding `e`, which
 /// adds each process's environment to its line. An argument that is the
