@@ -29,9 +29,7 @@ pub use caller::{Caller, SeqBackend};
 
 use crate::cond;
 use crate::model::{Group, MissingPolicy, OnError, Sequence, ToolStep};
-use crate::report::{
-    CallReport, CallStatus, GroupReport, GroupStatus, RunReport, RunStatus, skipped_value,
-};
+use crate::report::{CallReport, CallStatus, GroupReport, GroupStatus, RunReport, RunStatus};
 use crate::store::SeqStore;
 use crate::subst::substitute;
 use crate::tools::SEQ_WHEN_CALL;
@@ -350,9 +348,12 @@ impl CallCtx<'_> {
                 )
                 .await;
             if outcome.success {
-                report.status = if step.tool == SEQ_WHEN_CALL
-                    && outcome.value == skipped_value(args["target"].as_str().unwrap_or_default())
-                {
+                // Read by its status, not compared whole: a post-hook may
+                // have added to the value. (A called group skipped by its
+                // own `when` ran nothing either.)
+                let skipped =
+                    outcome.value.get("status").and_then(Value::as_str) == Some("skipped");
+                report.status = if step.tool == SEQ_WHEN_CALL && skipped {
                     CallStatus::Skipped
                 } else {
                     CallStatus::Ok
