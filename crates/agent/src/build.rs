@@ -333,7 +333,8 @@ pub fn build(
         // ...: most likely a config listing `homeagent mcp-serve` as its
         // own server, which would start copies of itself without end.
         notices.push(format!(
-            "MCP servers not started: this HomeAgent is an MCP server {nested} levels deep              (${}); does [[mcp.servers]] list `homeagent mcp-serve` with this same config?",
+            "MCP servers not started: this HomeAgent is an MCP server {nested} levels deep \
+             (${}); does [[mcp.servers]] list `homeagent mcp-serve` with this same config?",
             homeagent_mcp::NESTING_ENV
         ));
         None

@@ -176,7 +176,7 @@ async fn every_mcp_server_mistake_fails_the_build_naming_the_server() {
     }
 }
 
-/// `config check` and `seq create` build the agent only to check it: with
+/// `config check` builds the agent only to check it: with
 /// `start_mcp_servers` off the servers' settings are still checked, but
 /// none is started (they would be left running, or killed, at exit).
 #[tokio::test]

@@ -70,12 +70,16 @@ fn leave_the_command_line(token: &str) -> anyhow::Result<()> {
     if !had_token {
         return Ok(());
     }
-    let exe = std::env::current_exe().context("cannot find this program to start it again")?;
+    let fix = format!("give the token in {TOKEN_ENV} or as `token` in waiter.toml instead");
+    let exe = std::env::current_exe()
+        .with_context(|| format!("cannot find this program to start it again; {fix}"))?;
     let error = std::process::Command::new(exe)
         .args(rest)
         .env(TOKEN_ENV, token)
         .exec();
-    Err(error).context("cannot start this program again without --token on its command line")
+    Err(error).with_context(|| {
+        format!("cannot start this program again without --token on its command line; {fix}")
+    })
 }
 
 /// Everything a waiter runs with, resolved from the command line,
