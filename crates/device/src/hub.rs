@@ -614,10 +614,9 @@ mod tests {
             );
             assert!(hub.list().is_empty());
         }
-        let fine = with(
-            "n".repeat(MAX_DEVICE_NAME_CHARS),
-            vec!["cmd".into(); MAX_CAPABILITIES],
-        );
+        let mut capabilities = vec!["cmd".to_owned(); MAX_CAPABILITIES - 2];
+        capabilities.extend(["cmd-v2".to_owned(), "run_as".to_owned()]);
+        let fine = with("n".repeat(MAX_DEVICE_NAME_CHARS), capabilities);
         assert!(hub.attach(&fine).is_ok());
     }
 

@@ -97,6 +97,13 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn exactly_the_most_tools_are_listed() {
+        let (result, calls) = listed(|at| (at < 1).then(|| format!("p{}", at + 1)), 5_000).await;
+        assert_eq!(result.unwrap().len(), MAX_TOOLS);
+        assert_eq!(calls, 2);
+    }
+
+    #[tokio::test]
     async fn too_many_tools_stop_the_listing() {
         let (result, calls) = listed(|at| Some(format!("p{}", at + 1)), 4_000).await;
         assert!(result.unwrap_err().contains("more than 10000 tools"));
