@@ -865,6 +865,8 @@ fn other_processes_proc_entries_are_refused_in_every_spelling() {
         "cat /proc/meminfo",
         "cat /proc/loadavg",
         "grep -rn error /var/log",
+        // A pattern is not where grep starts, even a `/` attached to -e.
+        "grep -rn -e/ /var/log",
         // Other directory actions do not recurse, from / either.
         "grep -d skip KEY /",
         "grep --directories=read KEY /",
