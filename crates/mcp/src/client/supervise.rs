@@ -151,14 +151,14 @@ async fn run_until_closed(
                 .with_server(&spec.name, |s| s.peer.clone())
                 .flatten()?;
             let reason = list_and_publish(shared, spec, &peer).await.err()?;
-            let backoff = after.map_or(options.restart_backoff, |last| {
-                (last * 2).min(MAX_RELIST_BACKOFF)
-            });
+            let backoff = after
+                .map_or(options.restart_backoff, |last| last.saturating_mul(2))
+                .min(MAX_RELIST_BACKOFF);
             tracing::warn!(
                 server = %spec.name,
                 "refreshing the tool list failed: {reason}; trying again in {backoff:?}"
             );
-            Some((Instant::now() + backoff, backoff))
+            Some((Instant::now().checked_add(backoff)?, backoff))
         };
         tokio::select! {
             ended = &mut waiting => {
