@@ -526,12 +526,7 @@ impl ToolNames {
         // a server's prefix is taken on trust, but only if an exposed name
         // could be spelled so (`[A-Za-z0-9_-]`, at most 64): the gate
         // compares exactly, and `git__git.push` would match nothing.
-        let exposable = |name: &str| {
-            name.len() <= homeagent_core::tool::MAX_TOOL_NAME_LEN
-                && name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-        };
+        let exposable = homeagent_mcp::is_exposed_form;
         match pattern.strip_suffix('*') {
             Some(prefix) => {
                 self.tools.iter().any(|t| t.starts_with(prefix))

@@ -30,7 +30,7 @@ pub use client::manager::{
     Collision, McpManager, McpServerStatus, NoRuntime, ServerPhase, check_specs, spawn_mcp_servers,
     start_mcp_servers,
 };
-pub use naming::{NameError, exposed_name};
+pub use naming::{NameError, exposed_name, is_exposed_form};
 pub use serve::{ServeError, ToolServer, mcp_tool, outcome_result, serve_stdio};
 pub use spec::{
     MAX_NESTING, MAX_SERVER_NAME_LEN, McpOptions, McpServerSpec, McpTransport, NESTING_ENV,

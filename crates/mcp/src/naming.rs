@@ -27,15 +27,20 @@ pub fn exposed_name(server: &str, tool: &str) -> Result<String, NameError> {
     Ok(name)
 }
 
+/// Whether `name` (or a prefix of one) could be an exposed name as it is:
+/// at most 64 characters, each allowed in tool names.
+pub fn is_exposed_form(name: &str) -> bool {
+    name.len() <= MAX_TOOL_NAME_LEN && name.chars().all(allowed)
+}
+
+/// A character every provider allows in a tool name.
+fn allowed(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_' || c == '-'
+}
+
 fn sanitize(part: &str) -> String {
     part.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
+        .map(|c| if allowed(c) { c } else { '_' })
         .collect()
 }
 
