@@ -25,7 +25,7 @@ pub use error::CodecError;
 pub use lua::{AdapterError, LuaAdapter, LuaCodec};
 pub use request::{ChatRequest, RenderCache, ToolSpec};
 pub use source::{
-    FallbackError, FallbackOptions, LocalModel, SourceConfig, SourceHealth, SourceProtocol,
-    SourceSetup, SourceStream, Sources,
+    API_KEY_ENV_HELP, FallbackError, FallbackOptions, LocalModel, SourceConfig, SourceHealth,
+    SourceProtocol, SourceSetup, SourceStream, Sources, is_env_var_name,
 };
 pub use transport::{EventStream, HttpProvider, Options, ProviderError, SetupError};

@@ -460,7 +460,13 @@ impl Sources {
     ) -> Result<Sources, SetupError> {
         let mut sources = Vec::with_capacity(configs.len());
         for config in configs {
-            let api_key = config.api_key_env.as_deref().and_then(env);
+            // Set but empty is missing too: `config check` says so, and an
+            // empty key only earns a 401 later.
+            let api_key = config
+                .api_key_env
+                .as_deref()
+                .and_then(env)
+                .filter(|key| !key.trim().is_empty());
             let missing = match (&config.api_key_env, &api_key) {
                 (Some(var), None) => Some(format!(
                     "model source {} is disabled: the environment variable {var} \
@@ -841,6 +847,23 @@ pub fn environment_configs(env: &impl Fn(&str) -> Option<String>) -> Vec<SourceC
     configs
 }
 
+/// Whether `name` can name an environment variable as shells write them:
+/// a letter or `_`, then letters, digits and `_`.
+pub fn is_env_var_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    bytes
+        .next()
+        .is_some_and(|first| first.is_ascii_alphabetic() || first == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// Why an `api_key_env` that is not a variable name is refused. The value
+/// is not shown: it is often the key itself, pasted in the wrong place,
+/// and this message is printed and logged.
+pub const API_KEY_ENV_HELP: &str = "is not an environment variable name (letters, digits and \
+     `_`; the value is not shown, in case it is the key itself): write the variable's name, \
+     e.g. api_key_env = \"OPENAI_API_KEY\", and put the key in that variable";
+
 /// The largest `max_concurrent` a source accepts: far more requests than
 /// any provider serves one client at once, and far below what the
 /// semaphore can hold.
@@ -867,6 +890,11 @@ fn build_backend(
                 "is {limit}; it must be from 1 to {MAX_CONCURRENT_LIMIT} (requests to this source at once), or left out for no limit"
             ),
         ));
+    }
+    if let Some(var) = &config.api_key_env
+        && !is_env_var_name(var)
+    {
+        return Err(invalid("api_key_env", API_KEY_ENV_HELP));
     }
     if config.protocol == SourceProtocol::Demo {
         let model = setup

@@ -172,6 +172,51 @@ fn an_endless_loop_in_a_stream_chunk_fails_the_stream() {
     assert!(message.contains("instruction limit"), "{message}");
 }
 
+/// Lua runs finalizers with hooks off, so an endless `__gc` would escape
+/// the instruction limit and hang the thread (when the collector ran it, or
+/// when the state was dropped). A metatable with `__gc` is refused; other
+/// metatables (the JSON array mark, `__index`) still work.
+#[test]
+fn a_finalizer_is_refused_because_it_would_run_outside_the_instruction_limit() {
+    let adapter = request_adapter(
+        "gc.lua",
+        "setmetatable({}, {__gc = function() end}); return raw",
+    );
+    let err = adapter.transform_request("{}").unwrap_err();
+    assert!(
+        matches!(
+            err,
+            AdapterError::Runtime {
+                function: "transform_request",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let message = err.to_string();
+    assert!(
+        message.contains("gc.lua") && message.contains("__gc"),
+        "{message}"
+    );
+    let adapter = request_adapter("meta.lua", "return raw");
+    assert_eq!(
+        eval(
+            &adapter,
+            "local t = setmetatable({}, {__index = function(_, k) return k .. '!' end}); \
+             local e = setmetatable({}, json.array_mt); \
+             return {t.hi, json.encode(e), getmetatable(e) == json.array_mt}"
+        ),
+        json!(["hi!", "[]", true])
+    );
+    // A protected metatable stays protected.
+    let err = adapter
+        .eval_json(
+            "local t = setmetatable({}, {__metatable = 'locked'}); setmetatable(t, {}); return 1",
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("protected"), "{err}");
+}
+
 // --- loading -------------------------------------------------------------
 
 #[test]
@@ -347,6 +392,42 @@ fn a_non_string_or_non_json_output_is_an_error() {
 }
 
 // --- helpers ---------------------------------------------------------------
+
+/// `json.encode` works outside the Lua heap and its instruction count, so
+/// it has a size budget of its own: one shared string repeated, or a table
+/// holding itself twice at every level (2^n nodes), is an error, not
+/// gigabytes of memory or an endless encode.
+#[test]
+fn json_encode_has_a_size_budget_for_shared_values() {
+    let adapter = request_adapter("big.lua", "return raw");
+    for (what, code) in [
+        (
+            "a repeated string",
+            "local s = string.rep('x', 1000000); local t = {}; \
+             for i = 1, 100 do t[i] = s end; return json.encode(t)",
+        ),
+        (
+            "a doubling table",
+            "local t = {'x'}; for i = 1, 60 do t = {t, t} end; return json.encode(t)",
+        ),
+    ] {
+        let err = adapter.eval_json(code).unwrap_err();
+        let message = err.to_string();
+        assert!(
+            message.contains("json.encode") && message.contains("too large"),
+            "{what}: {message}"
+        );
+    }
+    // Half the budget encodes.
+    assert_eq!(
+        eval(
+            &adapter,
+            "local s = string.rep('x', 1000000); local t = {}; \
+             for i = 1, 30 do t[i] = s end; return #json.encode(t)"
+        ),
+        json!(30 * 1_000_002 + 29 + 2)
+    );
+}
 
 #[test]
 fn json_helpers_round_trip_and_report_bad_input() {

@@ -196,6 +196,57 @@ fn max_concurrent_out_of_range_is_refused_by_name() {
     }
 }
 
+/// `api_key_env` names a variable; a key pasted there instead must not be
+/// echoed back in the error, in status pages or in logs.
+#[test]
+fn an_api_key_env_that_is_not_a_variable_name_is_refused_without_echoing_it() {
+    let pasted = "sk-proj-4f9c1e7a-pasted-by-mistake";
+    for value in [pasted, "", "OPENAI KEY", "1KEY"] {
+        let err = Sources::build(
+            vec![SourceConfig {
+                base_url: Some("http://127.0.0.1:9/v1".into()),
+                model: Some("m".into()),
+                api_key_env: Some(value.into()),
+                ..SourceConfig::new("remote", SourceProtocol::Openai)
+            }],
+            &no_env,
+            FallbackOptions::default(),
+            &SourceSetup::default(),
+        )
+        .err()
+        .unwrap_or_else(|| panic!("{value:?} was taken"));
+        assert!(
+            matches!(&err, SetupError::Invalid { source_name, key, .. } if source_name == "remote" && *key == "api_key_env"),
+            "{value:?}: {err:?}"
+        );
+        let text = err.to_string();
+        assert!(!text.contains("pasted"), "{text}");
+        assert!(text.contains("OPENAI_API_KEY"), "{text}");
+    }
+}
+
+/// A key variable that is set but empty is a missing key: the source is
+/// disabled naming the variable (as `config check` says), not sent with an
+/// empty key.
+#[test]
+fn an_empty_key_variable_disables_the_source_like_an_unset_one() {
+    let sources = Sources::build(
+        vec![SourceConfig {
+            base_url: Some("http://127.0.0.1:9/v1".into()),
+            model: Some("m".into()),
+            api_key_env: Some("REMOTE_KEY".into()),
+            ..SourceConfig::new("remote", SourceProtocol::Openai)
+        }],
+        &|var: &str| (var == "REMOTE_KEY").then(|| "  ".to_owned()),
+        FallbackOptions::default(),
+        &SourceSetup::default(),
+    )
+    .unwrap();
+    let health = sources.health();
+    let disabled = health[0].disabled.as_deref().unwrap_or("(enabled)");
+    assert!(disabled.contains("REMOTE_KEY"), "{disabled}");
+}
+
 fn lua_source(name: &str, base_url: &str, adapter: Option<&str>) -> SourceConfig {
     SourceConfig {
         base_url: Some(base_url.into()),

@@ -862,3 +862,42 @@ async fn an_error_status_is_named_once_in_the_errors_text() {
     }
     task.abort();
 }
+
+/// A redirect is not followed: following it would send the API key (in
+/// `authorization`, `x-api-key` or `x-goog-api-key`, which an HTTP client
+/// keeps across hosts) to wherever the first server points. The error names
+/// the new address so the user can fix `base_url`.
+#[tokio::test]
+async fn a_redirect_is_not_followed_and_the_key_goes_nowhere_else() {
+    let (elsewhere, seen, task) = content_type_recorder().await;
+    for status in [301, 302, 307, 308] {
+        let mut response = canned(status, "");
+        let location = format!("{elsewhere}/v1/chat/completions");
+        response.headers.push(("location", location.clone()));
+        let server = tiny_server(response).await;
+        for protocol in Protocol::ALL {
+            let provider = provider(&server.url, protocol, Options::default());
+            for stream in [true, false] {
+                let mut request = chat("hi");
+                request.stream = stream;
+                let err = provider
+                    .complete(&request, CancellationToken::new())
+                    .await
+                    .err();
+                let Some(err @ ProviderError::Status { status: got, .. }) = err else {
+                    panic!("{status} {protocol:?}: {err:?}");
+                };
+                assert_eq!(got, status);
+                assert!(!err.is_retryable(), "{err}");
+                let text = err.to_string();
+                assert!(text.contains(&location), "{text}");
+                assert!(text.contains("base_url"), "{text}");
+            }
+        }
+    }
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "the redirect's target was asked"
+    );
+    task.abort();
+}

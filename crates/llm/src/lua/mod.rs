@@ -413,7 +413,7 @@ impl LuaAdapter {
                 .set_mode(ChunkMode::Text)
                 .eval::<Value>()
         })?;
-        sandbox::lua_to_json(&value, 0).map_err(|detail| self.bad_output("eval", detail))
+        sandbox::lua_to_json(&value).map_err(|detail| self.bad_output("eval", detail))
     }
 }
 

@@ -117,6 +117,7 @@ pub(crate) fn new_state(adapter: &str) -> mlua::Result<(Lua, Arc<Budget>)> {
         string.raw_set("dump", Value::Nil)?;
     }
     install_helpers(&lua, &globals, adapter)?;
+    guard_setmetatable(&lua, &globals)?;
 
     let budget = Arc::new(Budget::new());
     let hook_budget = Arc::clone(&budget);
@@ -127,12 +128,42 @@ pub(crate) fn new_state(adapter: &str) -> mlua::Result<(Lua, Arc<Budget>)> {
     Ok((lua, budget))
 }
 
+/// Where the standard `setmetatable` is kept for [`guard_setmetatable`]'s
+/// wrapper (in the registry, not captured by the closure: a Lua value held
+/// by a Rust closure the state owns would keep the state alive forever).
+const RAW_SETMETATABLE: &str = "homeagent.setmetatable";
+
+/// Replaces `setmetatable` with one that refuses a metatable with `__gc`.
+///
+/// Lua runs finalizers with hooks disabled, so the instruction limit does
+/// not reach them: an endless `__gc` would hang the thread that happened to
+/// collect (or drop) the state. Lua marks a table for finalization only if
+/// its metatable has `__gc` when it is set, and the sandbox leaves no other
+/// way to set one (no `debug`, no userdata), so checking here is enough.
+fn guard_setmetatable(lua: &Lua, globals: &Table) -> mlua::Result<()> {
+    let raw: mlua::Function = globals.raw_get("setmetatable")?;
+    lua.set_named_registry_value(RAW_SETMETATABLE, raw)?;
+    let guarded = lua.create_function(|lua, (table, meta): (Value, Value)| {
+        if let Value::Table(meta) = &meta
+            && !meta.raw_get::<Value>("__gc")?.is_nil()
+        {
+            return Err(mlua::Error::runtime(
+                "setmetatable: a metatable with __gc is not allowed in an adapter (finalizers \
+                 run outside the instruction limit); remove the __gc field",
+            ));
+        }
+        let raw: mlua::Function = lua.named_registry_value(RAW_SETMETATABLE)?;
+        raw.call::<Value>((table, meta))
+    })?;
+    globals.raw_set("setmetatable", guarded)
+}
+
 fn install_helpers(lua: &Lua, globals: &Table, adapter: &str) -> mlua::Result<()> {
     let json = lua.create_table()?;
     json.raw_set(
         "encode",
         lua.create_function(|_, value: Value| {
-            let json = lua_to_json(&value, 0).map_err(mlua::Error::runtime)?;
+            let json = lua_to_json(&value).map_err(mlua::Error::runtime)?;
             serde_json::to_string(&json).map_err(mlua::Error::runtime)
         })?,
     )?;
@@ -206,34 +237,108 @@ fn hex(bytes: &[u8]) -> String {
     out
 }
 
+/// The most memory one `json.encode` (or adapter output) may build: as much
+/// as the Lua heap may hold. The encoder runs in Rust, outside both the heap
+/// limit and the instruction count, and Lua values are shared: a string or
+/// table referenced many times is encoded once per reference.
+const MAX_ENCODED_BYTES: usize = MEMORY_LIMIT;
+
 /// A Lua value as JSON. A table whose keys are exactly `1..n` (n > 0) is an
 /// array, and so is an empty table carrying `json.array_mt` (as decoded
 /// arrays do); any other table is an object (so `{}` is `{}`).
-pub(crate) fn lua_to_json(value: &Value, depth: usize) -> Result<serde_json::Value, String> {
-    if depth > MAX_JSON_DEPTH {
-        return Err(format!(
-            "json.encode: tables nested deeper than {MAX_JSON_DEPTH} (a cycle?)"
-        ));
+pub(crate) fn lua_to_json(value: &Value) -> Result<serde_json::Value, String> {
+    Encoder {
+        left: MAX_ENCODED_BYTES,
     }
-    Ok(match value {
-        Value::Nil => serde_json::Value::Null,
-        Value::LightUserData(data) if data.0.is_null() => serde_json::Value::Null,
-        Value::Boolean(b) => serde_json::Value::Bool(*b),
-        Value::Integer(i) => serde_json::Value::from(*i),
-        Value::Number(n) => number_json(*n)?,
-        Value::String(s) => serde_json::Value::String(
-            s.to_str()
-                .map_err(|_| "json.encode: a string is not valid UTF-8".to_owned())?
-                .to_owned(),
-        ),
-        Value::Table(table) => table_json(table, depth)?,
-        other => {
+    .value(value, 0)
+}
+
+/// One encode's remaining memory budget.
+struct Encoder {
+    left: usize,
+}
+
+impl Encoder {
+    /// Takes `bytes` from the budget, or fails the encode.
+    fn charge(&mut self, bytes: usize) -> Result<(), String> {
+        self.left = self.left.checked_sub(bytes).ok_or_else(|| {
+            format!(
+                "json.encode: the value is too large (over {} MiB once every shared string \
+                 and table is written out in full)",
+                MAX_ENCODED_BYTES / (1024 * 1024)
+            )
+        })?;
+        Ok(())
+    }
+
+    fn value(&mut self, value: &Value, depth: usize) -> Result<serde_json::Value, String> {
+        if depth > MAX_JSON_DEPTH {
             return Err(format!(
-                "json.encode: cannot encode a {}",
-                other.type_name()
+                "json.encode: tables nested deeper than {MAX_JSON_DEPTH} (a cycle?)"
             ));
         }
-    })
+        self.charge(std::mem::size_of::<serde_json::Value>())?;
+        Ok(match value {
+            Value::Nil => serde_json::Value::Null,
+            Value::LightUserData(data) if data.0.is_null() => serde_json::Value::Null,
+            Value::Boolean(b) => serde_json::Value::Bool(*b),
+            Value::Integer(i) => serde_json::Value::from(*i),
+            Value::Number(n) => number_json(*n)?,
+            Value::String(s) => serde_json::Value::String(self.string(s, "a string")?),
+            Value::Table(table) => self.table(table, depth)?,
+            other => {
+                return Err(format!(
+                    "json.encode: cannot encode a {}",
+                    other.type_name()
+                ));
+            }
+        })
+    }
+
+    fn string(&mut self, s: &mlua::LuaString, what: &str) -> Result<String, String> {
+        let bytes = s.as_bytes();
+        self.charge(bytes.len())?;
+        std::str::from_utf8(&bytes)
+            .map(str::to_owned)
+            .map_err(|_| format!("json.encode: {what} is not valid UTF-8"))
+    }
+
+    fn table(&mut self, table: &Table, depth: usize) -> Result<serde_json::Value, String> {
+        let length = table.raw_len();
+        let mut count = 0usize;
+        let mut entries = Vec::new();
+        for pair in table.pairs::<Value, Value>() {
+            let (key, value) = pair.map_err(|e| e.to_string())?;
+            count += 1;
+            entries.push((key, value));
+        }
+        if count == 0 && is_marked_array(table) {
+            return Ok(serde_json::Value::Array(Vec::new()));
+        }
+        if length > 0 && count == length {
+            let mut items = Vec::with_capacity(length);
+            for index in 1..=length {
+                let item: Value = table.raw_get(index).map_err(|e| e.to_string())?;
+                items.push(self.value(&item, depth + 1)?);
+            }
+            return Ok(serde_json::Value::Array(items));
+        }
+        let mut object = Map::new();
+        for (key, value) in entries {
+            let key = match key {
+                Value::String(s) => self.string(&s, "a key")?,
+                Value::Integer(i) => i.to_string(),
+                other => {
+                    return Err(format!(
+                        "json.encode: cannot use a {} as an object key",
+                        other.type_name()
+                    ));
+                }
+            };
+            object.insert(key, self.value(&value, depth + 1)?);
+        }
+        Ok(serde_json::Value::Object(object))
+    }
 }
 
 fn number_json(n: f64) -> Result<serde_json::Value, String> {
@@ -246,46 +351,6 @@ fn number_json(n: f64) -> Result<serde_json::Value, String> {
     Number::from_f64(n)
         .map(serde_json::Value::Number)
         .ok_or_else(|| format!("json.encode: {n} is not a finite number"))
-}
-
-fn table_json(table: &Table, depth: usize) -> Result<serde_json::Value, String> {
-    let length = table.raw_len();
-    let mut count = 0usize;
-    let mut entries = Vec::new();
-    for pair in table.pairs::<Value, Value>() {
-        let (key, value) = pair.map_err(|e| e.to_string())?;
-        count += 1;
-        entries.push((key, value));
-    }
-    if count == 0 && is_marked_array(table) {
-        return Ok(serde_json::Value::Array(Vec::new()));
-    }
-    if length > 0 && count == length {
-        let mut items = Vec::with_capacity(length);
-        for index in 1..=length {
-            let item: Value = table.raw_get(index).map_err(|e| e.to_string())?;
-            items.push(lua_to_json(&item, depth + 1)?);
-        }
-        return Ok(serde_json::Value::Array(items));
-    }
-    let mut object = Map::new();
-    for (key, value) in entries {
-        let key = match key {
-            Value::String(s) => s
-                .to_str()
-                .map_err(|_| "json.encode: a key is not valid UTF-8".to_owned())?
-                .to_owned(),
-            Value::Integer(i) => i.to_string(),
-            other => {
-                return Err(format!(
-                    "json.encode: cannot use a {} as an object key",
-                    other.type_name()
-                ));
-            }
-        };
-        object.insert(key, lua_to_json(&value, depth + 1)?);
-    }
-    Ok(serde_json::Value::Object(object))
 }
 
 fn is_marked_array(table: &Table) -> bool {

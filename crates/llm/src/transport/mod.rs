@@ -59,7 +59,7 @@ use std::time::{Duration, SystemTime};
 use bytes::Bytes;
 use futures_util::Stream;
 use homeagent_core::{CancellationToken, FinishReason, StreamEvent};
-use reqwest::header::{CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
+use reqwest::header::{CONTENT_TYPE, HeaderName, HeaderValue, LOCATION, RETRY_AFTER};
 
 use crate::codec::{Endpoint, Flow, Frame, Protocol, StreamDecoder, WireCodec, codec_for};
 use crate::error::CodecError;
@@ -343,6 +343,9 @@ impl HttpProvider {
         cancel: &CancellationToken,
     ) -> ProviderError {
         let status = response.status().as_u16();
+        if response.status().is_redirection() {
+            return redirect_error(status, response.headers().get(LOCATION));
+        }
         let retry_after = response
             .headers()
             .get(RETRY_AFTER)
@@ -380,6 +383,29 @@ impl HttpProvider {
                 retry_after,
             }
         }
+    }
+}
+
+/// The error for a redirect, which is never followed (see `build_client`):
+/// names where the server points, minus any query (it may carry a token).
+fn redirect_error(status: u16, location: Option<&HeaderValue>) -> ProviderError {
+    let message = match location.and_then(|value| value.to_str().ok()) {
+        Some(location) => {
+            let location = location.split(['?', '#']).next().unwrap_or_default();
+            format!(
+                "HTTP {status}: a redirect to {location}; HomeAgent does not follow redirects \
+                 (they would carry the API key to another address): set the source's \
+                 `base_url` to the new address"
+            )
+        }
+        None => {
+            format!("HTTP {status}: a redirect without a Location; check the source's `base_url`")
+        }
+    };
+    ProviderError::Status {
+        status,
+        message,
+        retry_after: None,
     }
 }
 
@@ -492,6 +518,11 @@ fn build_client(
 ) -> Result<reqwest::Client, SetupError> {
     reqwest::Client::builder()
         .connect_timeout(options.connect_timeout)
+        // A redirect is an error, not a detour: the client would re-send
+        // the request, API key headers included, to whatever host (and
+        // scheme) the Location names. `status_error` names the new address
+        // so the user can move `base_url` there deliberately.
+        .redirect(reqwest::redirect::Policy::none())
         .tls_backend_preconfigured(tls.clone())
         .build()
         .map_err(|err| SetupError::Client {

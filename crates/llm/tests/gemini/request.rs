@@ -171,6 +171,13 @@ fn schemas_lose_the_keywords_gemini_rejects() {
                         },
                     },
                     "level": {"oneOf": [{"type": "integer", "enum": [1, 2]}, {"type": "string"}]},
+                    "site": {"type": "string", "format": "uri"},
+                    "when": {"type": "string", "format": "date-time"},
+                    "count": {"type": "integer", "format": "int64"},
+                    "ratio": {"type": "number", "format": "double"},
+                    "bits": {"type": "integer", "format": "uint8"},
+                    "color": {"enum": ["red", "blue"], "format": "enum"},
+                    "size": {"type": "integer", "enum": ["1", "2"]},
                 },
                 "required": ["query"],
                 "additionalProperties": false,
@@ -190,7 +197,7 @@ fn schemas_lose_the_keywords_gemini_rejects() {
             "properties": {
                 "query": {"type": "STRING", "minLength": 1},
                 "limit": {"type": "INTEGER", "maximum": 100},
-                "mode": {"enum": ["fast"]},
+                "mode": {"type": "STRING", "enum": ["fast"]},
                 "cursor": {"type": "STRING", "nullable": true},
                 "filters": {
                     "type": "ARRAY",
@@ -200,6 +207,17 @@ fn schemas_lose_the_keywords_gemini_rejects() {
                     },
                 },
                 "level": {"anyOf": [{"type": "INTEGER"}, {"type": "STRING"}]},
+                // Gemini takes `format` only where it means something
+                // ("only 'enum' and 'date-time' are supported for STRING
+                // type"), and `enum` only on a STRING ("enum only allowed
+                // for STRING type").
+                "site": {"type": "STRING"},
+                "when": {"type": "STRING", "format": "date-time"},
+                "count": {"type": "INTEGER", "format": "int64"},
+                "ratio": {"type": "NUMBER", "format": "double"},
+                "bits": {"type": "INTEGER"},
+                "color": {"type": "STRING", "enum": ["red", "blue"], "format": "enum"},
+                "size": {"type": "INTEGER"},
             },
             "required": ["query"],
         })

@@ -70,7 +70,7 @@ fn ids_sent(body: &Value) -> (Vec<Vec<String>>, Vec<String>) {
     let messages = body["messages"].as_array().unwrap();
     let calls = messages
         .iter()
-        .filter(|m| m["role"] == "assistant")
+        .filter(|m| m["role"] == "assistant" && m.get("tool_calls").is_some())
         .map(|m| {
             m["tool_calls"]
                 .as_array()
@@ -150,4 +150,84 @@ fn a_mapped_id_never_takes_an_id_already_in_the_request() {
     let distinct: HashSet<&String> = calls[0].iter().collect();
     assert_eq!(distinct.len(), IDS.len());
     assert_eq!(results[..IDS.len()], calls[0][..]);
+}
+
+/// Mistral (its API and its models elsewhere) refuses a user message right
+/// after a tool result ("Unexpected role 'user' after role 'tool'"), which
+/// a history holds whenever a turn ended at its tool results (a cap, an
+/// interrupt). A short assistant message bridges the two; other servers get
+/// the history as it is.
+#[test]
+fn mistral_gets_an_assistant_message_between_a_tool_result_and_a_user_message() {
+    let roles = |body: &Value| -> Vec<String> {
+        body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["role"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let history_roles: Vec<String> = history().iter().map(|m| m.role().to_owned()).collect();
+    let tool_then_user = history_roles
+        .windows(2)
+        .filter(|pair| pair[0] == "tool" && pair[1] == "user")
+        .count();
+    assert_eq!(tool_then_user, 1, "the history has one tool → user step");
+    for (base_url, model) in [
+        (MISTRAL, "mistral-small-latest"),
+        (VLLM, "Devstral-Small-2507"),
+    ] {
+        let sent = body(base_url, model);
+        let sent_roles = roles(&sent);
+        assert_eq!(sent_roles.len(), history_roles.len() + 1, "{model}");
+        assert!(
+            !sent_roles
+                .windows(2)
+                .any(|pair| pair[0] == "tool" && pair[1] == "user"),
+            "{model}: {sent_roles:?}"
+        );
+        let at = sent_roles.iter().position(|r| r == "user").unwrap();
+        let again = sent_roles
+            .iter()
+            .skip(at + 1)
+            .position(|r| r == "user")
+            .unwrap()
+            + at
+            + 1;
+        let bridge = &sent["messages"][again - 1];
+        assert_eq!(bridge["role"], "assistant", "{model}");
+        assert!(
+            !bridge["content"].as_str().unwrap().is_empty(),
+            "{model}: {bridge}"
+        );
+        assert!(bridge.get("tool_calls").is_none(), "{model}: {bridge}");
+    }
+    for (base_url, model) in [
+        (VLLM, "Qwen/Qwen3-32B"),
+        ("https://api.openai.com/v1", "gpt-4.1"),
+    ] {
+        assert_eq!(roles(&body(base_url, model)), history_roles, "{model}");
+    }
+}
+
+/// Mistral's API refuses `stream_options` ("Extra inputs are not
+/// permitted") and sends usage in its last chunk anyway; vLLM serving a
+/// Mistral model takes it and needs it for usage.
+#[test]
+fn mistrals_api_gets_no_stream_options() {
+    let streamed = |base_url: &str, model: &str| body_for(base_url, model, history(), true);
+    let sent = streamed(MISTRAL, "mistral-small-latest");
+    assert_eq!(sent["stream"], true);
+    assert!(sent.get("stream_options").is_none(), "{sent}");
+    for (base_url, model) in [
+        (VLLM, "Devstral-Small-2507"),
+        ("https://api.openai.com/v1", "gpt-4.1"),
+    ] {
+        let sent = streamed(base_url, model);
+        assert_eq!(
+            sent["stream_options"],
+            json!({"include_usage": true}),
+            "{model}"
+        );
+    }
 }

@@ -19,6 +19,7 @@ use serde_json::{Map, Value};
 /// holding sub-schemas (`properties`, `items`, `anyOf`) and the ones that
 /// need translating (`type`, `enum`, `const`, `oneOf`) are handled apart.
 const PLAIN_KEYWORDS: &[&str] = &[
+    // Kept only where Gemini takes it: see `fit_enum_and_format`.
     "format",
     "title",
     "description",
@@ -91,7 +92,41 @@ pub(super) fn sanitize(schema: &Value) -> Value {
             _ => {}
         }
     }
+    fit_enum_and_format(&mut out);
     Value::Object(out)
+}
+
+/// Gemini takes `enum` only on a STRING ("function declaration enum only
+/// allowed for STRING type"; JSON Schema may leave the type out, so a
+/// string enum without one becomes a STRING), and `format` only where it
+/// means something ("only 'enum' and 'date-time' are supported for STRING
+/// type"): MCP servers write `uri`, `email`, `uint8`, ... all the time.
+fn fit_enum_and_format(out: &mut Map<String, Value>) {
+    if out.contains_key("enum") {
+        match out.get("type").and_then(Value::as_str) {
+            None => {
+                out.insert("type".into(), Value::String("STRING".into()));
+            }
+            Some("STRING") => {}
+            Some(_) => {
+                out.remove("enum");
+            }
+        }
+    }
+    let kept = match (
+        out.get("type").and_then(Value::as_str),
+        out.get("format").and_then(Value::as_str),
+    ) {
+        (_, None) => return,
+        (Some("STRING"), Some("date-time")) => true,
+        (Some("STRING"), Some("enum")) => out.contains_key("enum"),
+        (Some("INTEGER"), Some("int32" | "int64")) => true,
+        (Some("NUMBER"), Some("float" | "double")) => true,
+        _ => false,
+    };
+    if !kept {
+        out.remove("format");
+    }
 }
 
 /// `type` is a single upper-case enum value in the subset: `"string"`

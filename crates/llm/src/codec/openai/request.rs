@@ -42,13 +42,15 @@ pub(super) fn build(endpoint: &Endpoint, request: &ChatRequest) -> Result<WireRe
     let ids =
         is_mistral(&host, &request.model).then(|| WireIds::of(&request.messages, &MistralIds));
     let temperature = temperature_json(PROTOCOL, request.temperature)?;
-    let body = write_body(
-        request,
-        is_gemini_host(&host),
-        ids.as_ref(),
+    let server = Server {
+        gemini: is_gemini_host(&host),
         openai_itself,
-        temperature.as_ref(),
-    );
+        // Mistral's API refuses `stream_options` ("Extra inputs are not
+        // permitted") and puts usage in its last chunk unasked; vLLM serving
+        // a Mistral model takes it (and sends usage only when asked).
+        stream_options: !host.ends_with("mistral.ai"),
+    };
+    let body = write_body(request, server, ids.as_ref(), temperature.as_ref());
     Ok(WireRequest {
         url,
         headers,
@@ -169,12 +171,26 @@ fn openai_tool(tool: &ToolSpec) -> OpenaiTool<'_> {
 /// The [`ToolSpec::rendered`] key of a tool in OpenAI's shape.
 const TOOL_SHAPE: &str = "openai.tool";
 
+/// What the request's server takes, as far as it differs between servers.
+#[derive(Clone, Copy)]
+struct Server {
+    /// Gemini's OpenAI-compatible endpoint.
+    gemini: bool,
+    /// OpenAI's own API (or Azure's), which wants `max_completion_tokens`.
+    openai_itself: bool,
+    /// Whether `stream_options` may be sent.
+    stream_options: bool,
+}
+
 /// The request body, written by hand ([`homeagent_core::json_text`]).
 fn write_body(
     request: &ChatRequest,
-    gemini: bool,
+    Server {
+        gemini,
+        openai_itself,
+        stream_options,
+    }: Server,
     ids: Option<&WireIds<'_>>,
-    openai_itself: bool,
     temperature: Option<&Value>,
 ) -> String {
     let messages = KeptMessages::take(request, gemini, ids);
@@ -204,12 +220,12 @@ fn write_body(
         out.push_str(",\"temperature\":");
         push_value(&mut out, temperature);
     }
-    out.push_str(if request.stream {
+    out.push_str(match (request.stream, stream_options) {
         // Without it the stream carries no token counts at all; with it
         // they arrive in a last chunk whose `choices` is empty.
-        ",\"stream\":true,\"stream_options\":{\"include_usage\":true}}"
-    } else {
-        ",\"stream\":false}"
+        (true, true) => ",\"stream\":true,\"stream_options\":{\"include_usage\":true}}",
+        (true, false) => ",\"stream\":true}",
+        (false, _) => ",\"stream\":false}",
     });
     out
 }
@@ -243,6 +259,20 @@ fn write_messages(
         if index > 0 {
             out.push(',');
         }
+        // Mistral refuses "user after tool" (a turn that ended at its tool
+        // results: a cap, an interrupt); an assistant message bridges them.
+        // Mistral's requests keep no text (`keeps` is off with its ids), so
+        // the bridge never enters the cache.
+        if ids.is_some()
+            && matches!(message, Message::User { .. })
+            && matches!(
+                index.checked_sub(1).and_then(|before| messages.get(before)),
+                Some(Message::Tool(_))
+            )
+        {
+            out.push_str(MISTRAL_BRIDGE);
+            out.push(',');
+        }
         let start = out.len();
         write_message(out, index, message, current_from, gemini, ids, &mut scratch);
         if keeps && index < current_from {
@@ -254,6 +284,10 @@ fn write_messages(
         request.rendered.put(kept);
     }
 }
+
+/// The assistant message written between a tool result and a user message
+/// for Mistral.
+const MISTRAL_BRIDGE: &str = r#"{"role":"assistant","content":"(tool results received)"}"#;
 
 /// What a request's [`RenderCache`](crate::RenderCache) gives the writer.
 struct KeptMessages {
