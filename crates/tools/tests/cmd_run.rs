@@ -494,9 +494,32 @@ async fn the_definition_declares_its_scheduling() {
     assert!(def.parallel_safe && !def.serial && def.read_only);
     assert!(def.description.contains("WITHOUT a shell"));
     assert!(def.description.contains("grep"));
-    let writes = Registry::new();
-    register_cmd_run(&writes, writes_policy(&["ls"])).unwrap();
-    assert!(!writes.definition("cmd_run").unwrap().read_only);
+    // Writes allowed, or a program the default list does not hold (its
+    // options are not guarded: `systemctl restart`, `touch`): the tool may
+    // change things, so it is not read-only, and two calls may depend on
+    // each other's order (write, then read), so they run one at a time.
+    let custom = |allowlist: &[&str]| CmdRunPolicy {
+        allowlist: allowlist.iter().map(|s| s.to_string()).collect(),
+        ..CmdRunPolicy::default()
+    };
+    for (what, policy) in [
+        ("allow_writes", writes_policy(&["ls"])),
+        (
+            "a program outside the default list",
+            custom(&["ls", "touch"]),
+        ),
+    ] {
+        let registry = Registry::new();
+        register_cmd_run(&registry, policy).unwrap();
+        let def = registry.definition("cmd_run").unwrap();
+        assert!(!def.read_only, "{what}");
+        assert!(!def.parallel_safe, "{what}");
+    }
+    // A custom list within the default one is still read-only.
+    let registry = Registry::new();
+    register_cmd_run(&registry, custom(&["ls", "grep"])).unwrap();
+    let def = registry.definition("cmd_run").unwrap();
+    assert!(def.parallel_safe && def.read_only);
 }
 
 #[tokio::test]

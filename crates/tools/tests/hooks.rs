@@ -168,9 +168,11 @@ async fn exit_2_denies_with_stderr_as_the_reason_and_the_hook_sees_the_call() {
         .collect();
     assert!(env.lines().any(|l| l == "HOMEAGENT_SESSION_ID=s1"), "{env}");
     assert!(env.lines().any(|l| l == "HOOK_MARK=yes"), "{env}");
-    // Nothing of the test process's own environment but PATH.
+    // Nothing of the test process's own environment but PATH and HOME (the
+    // example configuration's hook lives under `$HOME`).
     assert!(!names.contains(&"CARGO_MANIFEST_DIR"), "{env}");
-    assert!(!names.contains(&"HOME"), "{env}");
+    let home = std::env::var("HOME").expect("the tests run with HOME set");
+    assert!(env.lines().any(|l| l == format!("HOME={home}")), "{env}");
 }
 
 #[tokio::test]
@@ -242,6 +244,38 @@ async fn a_hook_that_cannot_be_run_denies() {
         );
     }
     assert!(seen.0.lock().unwrap().is_empty(), "a call ran");
+}
+
+/// Output that starts like JSON but is not (a missing brace, a stray
+/// quote) may be a deny the hook meant to give: it fails closed, naming the
+/// parse error, instead of reading as "no decision" and allowing.
+#[tokio::test]
+async fn a_pre_hook_printing_broken_json_denies() {
+    let dir = Dir::new("broken-json");
+    let broken = dir.script(
+        "broken.sh",
+        r#"echo '{"hookSpecificOutput":{"permissionDecision":"deny"}'"#,
+    );
+    let seen = Arc::new(Seen::default());
+    let outcome = run(
+        &executor(&seen, &[spec(broken)], &[], Approval::Refused),
+        "note",
+        json!({"text": "a"}),
+    )
+    .await;
+    let error = outcome.error.expect("the call must be refused");
+    assert_eq!(error.reason, ErrorReason::Denied);
+    assert!(error.detail.contains("not valid JSON"), "{}", error.detail);
+    assert!(seen.0.lock().unwrap().is_empty(), "the call ran");
+    // Plain text is not a decision: the call runs.
+    let plain = dir.script("plain.sh", "echo checked");
+    let outcome = run(
+        &executor(&seen, &[spec(plain)], &[], Approval::Refused),
+        "note",
+        json!({"text": "b"}),
+    )
+    .await;
+    assert!(outcome.success, "{}", outcome.text);
 }
 
 #[tokio::test]

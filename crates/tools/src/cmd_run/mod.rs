@@ -89,12 +89,14 @@ pub fn register_cmd_run(registry: &Registry, policy: CmdRunPolicy) -> Result<(),
             "required": ["command"],
             "additionalProperties": false
         }))
-        .parallel_safe()
         // The tool enforces the call's own timeout and says so in its error;
         // the executor's must not fire first.
         .with_timeout(policy.max_timeout + Duration::from_secs(5));
-    if !policy.allow_writes {
-        def = def.read_only();
+    // Only the default programs with writes refused change nothing; then
+    // calls may run side by side. Otherwise one call may write what the
+    // next reads, so they keep the model's order.
+    if policy.changes_nothing() {
+        def = def.read_only().parallel_safe();
     }
     let policy = Arc::new(policy);
     registry.register(def, move |ctx: ToolContext| {

@@ -327,6 +327,18 @@ impl CmdRunPolicy {
         list
     }
 
+    /// Whether no command this policy allows can change anything: writes
+    /// are refused and every allowed program is one of the default list,
+    /// whose options the write guard knows. A configured program outside it
+    /// (`systemctl`, `touch`) may change the system whatever its options.
+    pub fn changes_nothing(&self) -> bool {
+        !self.allow_writes
+            && self
+                .effective_allowlist()
+                .iter()
+                .all(|program| DEFAULT_ALLOWLIST.contains(&program.as_str()))
+    }
+
     /// Checks the configuration; `homeagent config check` reports these.
     /// `cmd_run` still runs with an invalid policy, fail-closed: runners are
     /// refused and bad env names skipped.

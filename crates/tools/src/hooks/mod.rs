@@ -6,7 +6,7 @@
 //! command runs with `sh -c` — the one place HomeAgent uses a shell, because
 //! the command is written by the person in their own config, exactly as in
 //! the tools they already use (the model's `cmd_run` never uses a shell).
-//! It gets a clean environment (`PATH`, `HOMEAGENT_SESSION_ID` and what the
+//! It gets a clean environment (`PATH`, `HOME`, `HOMEAGENT_SESSION_ID` and what the
 //! entry lists) and the call as JSON on stdin:
 //! `hook_event_name`, `session_id`, `tool_name`, `tool_input`, `tool_use_id`,
 //! and after the call also `tool_response` and `success`.
@@ -15,7 +15,8 @@
 //! JSON whose `hookSpecificOutput.permissionDecision` is `deny` (refused with
 //! `permissionDecisionReason`) or `ask` (the approval policy decides);
 //! `hookSpecificOutput.updatedInput` replaces the arguments, which the
-//! kernel validates again. Exit 2 refuses the call with stderr as the reason
+//! kernel validates again. Output that starts with `{` but is not JSON
+//! refuses the call (it may be a deny with a typo). Exit 2 refuses the call with stderr as the reason
 //! the model reads. Any other exit is a non-blocking error: the call runs,
 //! and its outcome carries a warning saying so (the model reads it too). A
 //! hook still running at its timeout is killed and the call is refused (the

@@ -78,7 +78,7 @@ impl PostToolHook for CommandPostHook {
                     ));
                 }
             }
-            let context = specific_output(&run.stdout).and_then(|s| {
+            let context = specific_output(&run.stdout)?.and_then(|s| {
                 s.get("additionalContext")
                     .and_then(Value::as_str)
                     .map(str::to_owned)

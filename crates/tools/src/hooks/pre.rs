@@ -118,7 +118,7 @@ impl PreToolHook for CommandPreHook {
                     return Ok(PreDecision::Allow);
                 }
             }
-            let Some(specific) = specific_output(&run.stdout) else {
+            let Some(specific) = specific_output(&run.stdout)? else {
                 return Ok(PreDecision::Allow);
             };
             let reason = specific

@@ -36,10 +36,13 @@ pub(crate) async fn run_hook(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    // PATH is not a secret, and without it `sh` finds nothing the person
-    // expects; nothing else of HomeAgent's environment is passed.
-    if let Some(path) = std::env::var_os("PATH") {
-        cmd.env("PATH", path);
+    // PATH and HOME are not secrets, and without them `sh` finds nothing
+    // the person expects (`~/bin/check`, `$HOME/.homeagent/audit.log`);
+    // nothing else of HomeAgent's environment is passed.
+    for name in ["PATH", "HOME"] {
+        if let Some(value) = std::env::var_os(name) {
+            cmd.env(name, value);
+        }
     }
     cmd.envs(env);
     // Its own process group, so a timeout kills what the shell started too.
@@ -89,16 +92,25 @@ fn kill_group(pid: Option<u32>) {
 }
 
 /// `hookSpecificOutput` of a hook's stdout, when stdout is such JSON.
-pub(crate) fn specific_output(stdout: &str) -> Option<serde_json::Map<String, Value>> {
+/// Plain text is no output; text that starts like a JSON object but does
+/// not parse is an error, since it may be a decision (a deny) with a typo,
+/// and reading it as "nothing to say" would wave the call through.
+pub(crate) fn specific_output(
+    stdout: &str,
+) -> Result<Option<serde_json::Map<String, Value>>, String> {
     let trimmed = stdout.trim();
     if !trimmed.starts_with('{') {
-        return None;
+        return Ok(None);
     }
-    match serde_json::from_str::<Value>(trimmed).ok()? {
-        Value::Object(mut map) => match map.remove("hookSpecificOutput") {
+    match serde_json::from_str::<Value>(trimmed) {
+        Ok(Value::Object(mut map)) => Ok(match map.remove("hookSpecificOutput") {
             Some(Value::Object(specific)) => Some(specific),
             _ => None,
-        },
-        _ => None,
+        }),
+        Ok(_) => Ok(None),
+        Err(err) => Err(format!(
+            "printed output that starts with `{{` but is not valid JSON ({err}); print one \
+             JSON object, or plain text"
+        )),
     }
 }
