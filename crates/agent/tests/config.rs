@@ -431,6 +431,81 @@ fn semantic_errors_name_the_key() {
     assert_eq!(key, "scheduler.max_concurrent_sessions");
 }
 
+/// A zero where zero means "never works" (a timeout that fires at once, a
+/// reply of no tokens, a context that holds not even the question) is a
+/// typo: refused naming the key and the default, never run as written.
+#[test]
+fn zero_limits_are_refused_naming_the_key() {
+    let hook = "command = \"true\"\ntimeout = \"0s\"\n";
+    for (text, expected) in [
+        ("[agent]\nmax_tokens = 0\n".to_owned(), "agent.max_tokens"),
+        (
+            "[agent]\ncontext_tokens = 0\n".to_owned(),
+            "agent.context_tokens",
+        ),
+        (
+            "[agent]\ncontext_tokens = 200\n".to_owned(),
+            "agent.context_tokens",
+        ),
+        (
+            "[llm]\nstream_idle_timeout = \"0s\"\n".to_owned(),
+            "llm.stream_idle_timeout",
+        ),
+        (
+            "[llm]\nconnect_timeout = \"0ms\"\n".to_owned(),
+            "llm.connect_timeout",
+        ),
+        (
+            "[tools.cmd_run]\ntimeout = \"0s\"\n".to_owned(),
+            "tools.cmd_run.timeout",
+        ),
+        (
+            format!("[[hooks.pre_tool_use]]\n{hook}"),
+            "hooks.pre_tool_use[0].timeout",
+        ),
+        (
+            format!("[[hooks.post_tool_use]]\ncommand = \"true\"\n[[hooks.post_tool_use]]\n{hook}"),
+            "hooks.post_tool_use[1].timeout",
+        ),
+    ] {
+        let (key, message) = invalid_key(&text);
+        assert_eq!(key, expected, "{text}");
+        assert!(message.contains("default"), "{text}: {message}");
+    }
+    // The smallest values that make sense are taken.
+    parse("[agent]\nmax_tokens = 1\ncontext_tokens = 1024\n[llm]\nstream_idle_timeout = \"1ms\"\n")
+        .unwrap();
+}
+
+/// `api_key_env` holding a pasted key instead of a variable's name is
+/// refused without the value in the message (which is printed and logged).
+#[test]
+fn an_api_key_env_that_is_not_a_variable_name_is_refused_without_echoing_it() {
+    let (key, message) = invalid_key(
+        "[[llm.sources]]\nname = \"o\"\nprotocol = \"openai\"\nbase_url = \"http://x\"\n\
+         model = \"m\"\napi_key_env = \"sk-live-pasted-secret\"\n",
+    );
+    assert_eq!(key, "llm.sources[0].api_key_env");
+    assert!(!message.contains("pasted"), "{message}");
+    assert!(message.contains("OPENAI_API_KEY"), "{message}");
+}
+
+/// Names and ids the rest of the program refuses later (the store takes
+/// agent names of 1 to 128 bytes; device ids are 1 to 64 letters, digits,
+/// `.`, `_`, `-`) are refused when the configuration is read.
+#[test]
+fn agent_names_and_device_ids_the_program_cannot_use_are_refused() {
+    let long = "a".repeat(129);
+    let (key, message) = invalid_key(&format!("[[agents]]\nname = \"{long}\"\n"));
+    assert_eq!(key, "agents[0].name");
+    assert!(message.contains("128"), "{message}");
+    parse(&format!("[[agents]]\nname = \"{}\"\n", "a".repeat(128))).unwrap();
+    let (key, message) =
+        invalid_key("[[agents]]\nname = \"a\"\ndevices = [\"kitchen-pi\", \"bad id\"]\n");
+    assert_eq!(key, "agents[0].devices[1]");
+    assert!(message.contains("\"bad id\""), "{message}");
+}
+
 /// A `[runtime]` thread count: `max` and a few values inside are read,
 /// 0 and values above `max` are refused naming the key and the range, and
 /// the key misspelt (a letter short) is refused by name.

@@ -12,10 +12,17 @@ use std::path::{Path, PathBuf};
 
 use homeagent_llm::SourceProtocol;
 
+use super::HumanDuration;
 use super::secret::Secret;
 use super::types::{
-    Config, MAX_BLOCKING_THREADS, MAX_SERVE_THREADS, MAX_WORKER_THREADS, RuntimeSection,
+    AgentSection, CmdRunSection, Config, LlmSection, MAX_BLOCKING_THREADS, MAX_SERVE_THREADS,
+    MAX_WORKER_THREADS, RuntimeSection, hook_default_timeout,
 };
+use crate::store::MAX_AGENT_NAME_BYTES;
+
+/// The smallest `agent.context_tokens`: the built-in system prompt and a
+/// few tool definitions take about this much before any conversation.
+const MIN_CONTEXT_TOKENS: u32 = 1024;
 
 /// Names the config file (overridden by `--config`).
 pub const ENV_CONFIG: &str = "HOMEAGENT_CONFIG";
@@ -305,6 +312,7 @@ impl Config {
                 "must be at least 1 (the default is 10)".into(),
             ));
         }
+        self.check_limits(&invalid)?;
         if self.scheduler.queue_capacity == 0 {
             return Err(invalid(
                 "scheduler.queue_capacity".into(),
@@ -377,6 +385,14 @@ impl Config {
                     return Err(needs("model", "llama3.2"));
                 }
             }
+            if let Some(var) = &source.api_key_env
+                && !homeagent_llm::is_env_var_name(var)
+            {
+                return Err(invalid(
+                    format!("llm.sources[{index}].api_key_env"),
+                    homeagent_llm::API_KEY_ENV_HELP.to_owned(),
+                ));
+            }
             if source.protocol == SourceProtocol::Lua && source.adapter.is_none() {
                 return Err(invalid(
                     format!("llm.sources[{index}].adapter"),
@@ -395,6 +411,27 @@ impl Config {
                     "an agent needs a non-empty name".into(),
                 ));
             }
+            if agent.name.len() > MAX_AGENT_NAME_BYTES {
+                return Err(invalid(
+                    format!("agents[{index}].name"),
+                    format!(
+                        "the agent name is {} bytes long; use at most {MAX_AGENT_NAME_BYTES} \
+                         (sessions store it)",
+                        agent.name.len()
+                    ),
+                ));
+            }
+            for (device_index, device) in agent.devices.iter().enumerate() {
+                if !homeagent_device::protocol::is_valid_device_id(device) {
+                    return Err(invalid(
+                        format!("agents[{index}].devices[{device_index}]"),
+                        format!(
+                            "{device:?} is not a device id: use 1 to 64 letters, digits, `.`, \
+                             `_` or `-`, as in [[server.devices]]"
+                        ),
+                    ));
+                }
+            }
             if let Some(first) = self.agents[..index]
                 .iter()
                 .position(|earlier| earlier.name == agent.name)
@@ -410,6 +447,75 @@ impl Config {
             }
         }
         self.check_devices(&invalid)
+    }
+
+    /// Limits where zero (or next to it) means "never works": a timeout
+    /// that fires at once, a reply of no tokens, a context too small for
+    /// the system prompt and the question. Such a value is a typo. (An MCP
+    /// server's zero timeout is refused with its other mistakes, by
+    /// `homeagent_mcp`'s spec check.)
+    fn check_limits(
+        &self,
+        invalid: &dyn Fn(String, String) -> ConfigError,
+    ) -> Result<(), ConfigError> {
+        let defaults = AgentSection::default();
+        if self.agent.max_tokens == 0 {
+            return Err(invalid(
+                "agent.max_tokens".into(),
+                format!(
+                    "must be at least 1 (the default is {})",
+                    defaults.max_tokens
+                ),
+            ));
+        }
+        if self.agent.context_tokens < MIN_CONTEXT_TOKENS {
+            return Err(invalid(
+                "agent.context_tokens".into(),
+                format!(
+                    "must be at least {MIN_CONTEXT_TOKENS} (the default is {}): less holds not \
+                     even the system prompt, the tools and the question",
+                    defaults.context_tokens
+                ),
+            ));
+        }
+        let positive = |key: String, value: HumanDuration, default: HumanDuration| {
+            if value.as_duration().is_zero() {
+                return Err(invalid(
+                    key,
+                    format!("must be longer than 0 (the default is \"{default}\")"),
+                ));
+            }
+            Ok(())
+        };
+        let llm = LlmSection::default();
+        positive(
+            "llm.stream_idle_timeout".into(),
+            self.llm.stream_idle_timeout,
+            llm.stream_idle_timeout,
+        )?;
+        positive(
+            "llm.connect_timeout".into(),
+            self.llm.connect_timeout,
+            llm.connect_timeout,
+        )?;
+        positive(
+            "tools.cmd_run.timeout".into(),
+            self.tools.cmd_run.timeout,
+            CmdRunSection::default().timeout,
+        )?;
+        for (which, hooks) in [
+            ("pre_tool_use", &self.hooks.pre_tool_use),
+            ("post_tool_use", &self.hooks.post_tool_use),
+        ] {
+            for (index, hook) in hooks.iter().enumerate() {
+                positive(
+                    format!("hooks.{which}[{index}].timeout"),
+                    hook.timeout,
+                    hook_default_timeout(),
+                )?;
+            }
+        }
+        Ok(())
     }
 
     fn check_devices(

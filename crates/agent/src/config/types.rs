@@ -77,9 +77,11 @@ pub struct AgentSection {
     /// limit was reached. At least 1.
     pub max_tool_turns: u32,
     /// Approximate token budget of the history sent to the model; the
-    /// oldest turns are dropped whole (the store keeps everything).
+    /// oldest turns are dropped whole (the store keeps everything). At
+    /// least 1024.
     pub context_tokens: u32,
     /// Most tokens the model may produce per reply (sent to the provider).
+    /// At least 1.
     pub max_tokens: u32,
     /// Extra text appended to the built-in system prompt.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -255,10 +257,12 @@ pub struct CmdRunSection {
     pub enabled: bool,
     /// Program names that may run. A list replaces the built-in one
     /// (read-only inspection programs); empty means the built-in list,
-    /// never "everything".
+    /// never "everything". With a program outside the built-in list,
+    /// `cmd_run` calls run one at a time, in the model's order.
     pub allowlist: Vec<String>,
     /// Allow programs and options that write files (sed -i, sort -o, rm,
-    /// tee ...).
+    /// tee ...). Then `cmd_run` calls run one at a time, in the model's
+    /// order.
     pub allow_writes: bool,
     /// A program still running after this long is killed.
     pub timeout: HumanDuration,
@@ -509,12 +513,12 @@ pub struct HookEntry {
     /// call refused).
     #[serde(default = "hook_default_timeout")]
     pub timeout: HumanDuration,
-    /// Environment besides PATH and HOMEAGENT_SESSION_ID (nothing else of
+    /// Environment besides PATH, HOME and HOMEAGENT_SESSION_ID (nothing else of
     /// HomeAgent's environment is passed).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
 }
 
-fn hook_default_timeout() -> HumanDuration {
+pub(super) fn hook_default_timeout() -> HumanDuration {
     HumanDuration::seconds(60)
 }

@@ -105,6 +105,7 @@ pub use messages::ReadStats;
 pub use open::OpenedInput;
 pub use repair::{CANCELLED_DETAIL, KnownHistory, cancelled_result};
 pub use schema::{MIGRATIONS, SCHEMA_VERSION};
+pub use sessions::MAX_AGENT_NAME_BYTES;
 pub use sessions::SessionInfo;
 
 /// How long a writer waits for another process's write lock before failing.

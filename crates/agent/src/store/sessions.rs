@@ -84,9 +84,12 @@ pub(super) fn create_or_get(
     owned_by(info, agent)
 }
 
-/// An agent name the store keeps: 1 to 128 bytes.
+/// The longest agent name the store keeps, in bytes.
+pub const MAX_AGENT_NAME_BYTES: usize = 128;
+
+/// An agent name the store keeps: 1 to [`MAX_AGENT_NAME_BYTES`] bytes.
 pub(super) fn validate_agent_name(agent: &str) -> Result<(), StoreError> {
-    if agent.is_empty() || agent.len() > 128 {
+    if agent.is_empty() || agent.len() > MAX_AGENT_NAME_BYTES {
         return Err(StoreError::InvalidAgentName {
             name: agent.chars().take(136).collect(),
         });
