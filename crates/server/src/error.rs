@@ -74,12 +74,34 @@ fn error_type(status: StatusCode) -> &'static str {
     }
 }
 
+impl ApiError {
+    /// Whether sending the same request again may do any good: the codes
+    /// for which nothing ran and the reason passes (a full queue, a busy
+    /// session, a restart). OpenAI's SDKs retry 408, 409, 429 and 5xx on
+    /// their own; after a model error or a failed turn the agent has
+    /// retried already, and tools may have run, so a blind retry would run
+    /// them twice.
+    fn worth_retrying(&self) -> bool {
+        matches!(
+            self.code,
+            "queue_full" | "too_many_requests" | "shutting_down" | "session_busy"
+        )
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = self.body().to_string();
+        let retried_by_sdks = matches!(self.status.as_u16(), 408 | 409 | 429 | 500..);
+        // `x-should-retry: false` is the header OpenAI's SDKs obey.
+        let should_retry = (retried_by_sdks && !self.worth_retrying()).then_some((
+            axum::http::HeaderName::from_static("x-should-retry"),
+            axum::http::HeaderValue::from_static("false"),
+        ));
         (
             self.status,
             [(axum::http::header::CONTENT_TYPE, "application/json")],
+            should_retry.map(|header| [header]),
             body,
         )
             .into_response()

@@ -201,7 +201,10 @@ pub async fn serve_threads(
 ) -> Result<(), ServeError> {
     let token = state.shutdown_token().clone();
     state.set_serve_threads(threads.threads.max(1));
-    let app = router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
+    let app = router(state.clone());
+    // The body's timeout serves for the head as well: both stop a client
+    // that trickles bytes from holding a connection.
+    let head_timeout = state.options().body_timeout;
     let stopping = token.clone();
     tokio::spawn(async move {
         shutdown.await;
@@ -212,7 +215,8 @@ pub async fn serve_threads(
     // returns: a turn whose client went away runs on there until it ends.
     let release = homeagent_core::CancellationToken::new();
     let _release_on_return = release.clone().drop_guard();
-    let server = threads::serve_on_threads(listener, app, threads, token.clone(), release);
+    let server =
+        threads::serve_on_threads(listener, app, threads, head_timeout, token.clone(), release);
     tokio::pin!(server);
     let turns = stop_turns(&state, &token);
     tokio::pin!(turns);

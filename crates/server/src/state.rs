@@ -26,7 +26,9 @@ pub struct ServerOptions {
     /// Largest request body accepted, in bytes.
     pub body_limit: usize,
     /// A request body that has not fully arrived after this long is refused
-    /// (a client trickling bytes cannot hold a connection and a task).
+    /// (a client trickling bytes cannot hold a connection and a task), and
+    /// a connection whose request head has not arrived after this long is
+    /// closed (an idle keep-alive connection as well).
     pub body_timeout: Duration,
     /// Events the `/api/v1/events` ring keeps for `Last-Event-ID` replay.
     pub event_ring: usize,

@@ -33,10 +33,14 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::connect_info::IntoMakeServiceWithConnectInfo;
-use axum::serve::{Listener, ListenerExt};
+use axum::extract::ConnectInfo;
+use axum::http::Request;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
 
 use homeagent_core::CancellationToken;
 
@@ -63,55 +67,90 @@ impl Default for ServeThreads {
 /// An accepted connection on its way to the thread that serves it.
 type Handed = (std::net::TcpStream, SocketAddr);
 
-/// The connections handed to one serving thread, as a listener its
-/// `axum::serve` accepts from.
-struct HandedListener {
-    connections: mpsc::UnboundedReceiver<Handed>,
-    local: SocketAddr,
-}
-
-impl Listener for HandedListener {
-    type Io = TcpStream;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (TcpStream, SocketAddr) {
-        loop {
-            let Some((stream, peer)) = self.connections.recv().await else {
-                // The acceptor has stopped (shutdown): nothing more comes,
-                // and the server's graceful shutdown ends this thread.
-                return std::future::pending().await;
-            };
-            // On this thread's runtime, so its I/O is polled here.
-            match TcpStream::from_std(stream) {
-                Ok(stream) => return (stream, peer),
-                Err(error) => tracing::warn!(%peer, %error, "cannot serve a connection"),
-            }
-        }
-    }
-
-    fn local_addr(&self) -> io::Result<SocketAddr> {
-        Ok(self.local)
-    }
-}
-
-type App = IntoMakeServiceWithConnectInfo<Router, SocketAddr>;
-
 /// Serves the connections handed through `connections` until `stop`
 /// fires and they have closed.
 async fn serve_handed(
-    connections: mpsc::UnboundedReceiver<Handed>,
-    local: SocketAddr,
-    app: App,
+    mut connections: mpsc::UnboundedReceiver<Handed>,
+    app: Router,
     stop: CancellationToken,
+    head_timeout: Duration,
 ) -> io::Result<()> {
-    let listener = HandedListener { connections, local }.tap_io(|tcp: &mut TcpStream| {
+    let mut served = JoinSet::new();
+    loop {
+        let handed = tokio::select! {
+            () = stop.cancelled() => break,
+            handed = connections.recv() => handed,
+        };
+        // The acceptor has stopped (shutdown): nothing more comes.
+        let Some((stream, peer)) = handed else {
+            break;
+        };
+        // On this thread's runtime, so its I/O is polled here.
+        let tcp = match TcpStream::from_std(stream) {
+            Ok(tcp) => tcp,
+            Err(error) => {
+                tracing::warn!(%peer, %error, "cannot serve a connection");
+                continue;
+            }
+        };
         // Streamed answers (SSE) are many small writes; with Nagle's
         // algorithm each waits for the client's delayed ACK (~40 ms).
         let _ = tcp.set_nodelay(true);
+        served.spawn(serve_connection(
+            tcp,
+            peer,
+            app.clone(),
+            stop.clone(),
+            head_timeout,
+        ));
+        // Reap the connections that have closed, so the set holds only
+        // open ones.
+        while served.try_join_next().is_some() {}
+    }
+    while served.join_next().await.is_some() {}
+    Ok(())
+}
+
+/// Serves one connection until it closes; once `stop` fires, it finishes
+/// the request in flight (hyper's graceful shutdown) and closes.
+///
+/// A request head must arrive within `head_timeout`, counted from when the
+/// server starts waiting for it (so an idle keep-alive connection closes
+/// after that long too): without it a client that connects and sends
+/// nothing, or a head one byte at a time, holds a task and a descriptor
+/// forever. `axum::serve` gives hyper no timer, so no such timeout.
+async fn serve_connection(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    app: Router,
+    stop: CancellationToken,
+    head_timeout: Duration,
+) {
+    // What `ConnectInfo<SocketAddr>` extracts, as `axum::serve` would set.
+    let service = hyper::service::service_fn(move |mut request: Request<Incoming>| {
+        request.extensions_mut().insert(ConnectInfo(peer));
+        let mut app = app.clone();
+        async move { tower_service::Service::call(&mut app, request).await }
     });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(stop.cancelled_owned())
-        .await
+    // HTTP/1 only, as the server is built (no `http2` feature): hyper's
+    // version-detecting builder would first wait, with no timeout, for the
+    // bytes that tell the versions apart.
+    let connection = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(head_timeout)
+        .serve_connection(TokioIo::new(tcp), service)
+        .with_upgrades();
+    tokio::pin!(connection);
+    let result = tokio::select! {
+        result = connection.as_mut() => result,
+        () = stop.cancelled() => {
+            connection.as_mut().graceful_shutdown();
+            connection.await
+        }
+    };
+    if let Err(error) = result {
+        tracing::debug!(%peer, %error, "connection ended with an error");
+    }
 }
 
 /// Accepts on `listener` until `stop` fires, handing the connections to
@@ -180,17 +219,18 @@ fn pause_after(error: &io::Error) -> Option<Duration> {
 }
 
 /// Serves `app` on `listener` with `threads` until `stop` fires and every
-/// thread's connections have closed. The first thread is the caller's; the
+/// thread's connections have closed; a request head must arrive within
+/// `head_timeout` (see `serve_connection`). The first thread is the caller's; the
 /// others are started here, each with a runtime of one worker, which runs
 /// on (for the tasks it started) until `release` fires.
 pub(crate) async fn serve_on_threads(
     listener: TcpListener,
-    app: App,
+    app: Router,
     threads: ServeThreads,
+    head_timeout: Duration,
     stop: CancellationToken,
     release: CancellationToken,
 ) -> io::Result<()> {
-    let local = listener.local_addr()?;
     let (here_tx, here_rx) = mpsc::unbounded_channel();
     let mut senders = vec![here_tx];
     let mut others: Vec<oneshot::Receiver<io::Result<()>>> = Vec::new();
@@ -212,7 +252,7 @@ pub(crate) async fn serve_on_threads(
             .name(format!("homeagent-serve-{index}"))
             .spawn(move || {
                 runtime.block_on(async move {
-                    let served = serve_handed(rx, local, app, stop).await;
+                    let served = serve_handed(rx, app, stop, head_timeout).await;
                     let _ = done_tx.send(served);
                     // Tasks this thread started (a turn whose client left)
                     // keep running until the server is done with them.
@@ -224,7 +264,7 @@ pub(crate) async fn serve_on_threads(
         others.push(done_rx);
     }
     tokio::spawn(accept(listener, senders, stop.clone()));
-    serve_handed(here_rx, local, app, stop).await?;
+    serve_handed(here_rx, app, stop, head_timeout).await?;
     for other in others {
         match other.await {
             Ok(served) => served?,

@@ -482,6 +482,59 @@ async fn a_body_that_trickles_in_is_refused_after_the_body_timeout() {
     assert!(started.elapsed() >= timeout, "{:?}", started.elapsed());
 }
 
+/// A connection whose request head never completes (a slowloris client,
+/// or one that connects and says nothing) is closed after the same
+/// timeout as a trickling body, in both cases: it cannot hold a task and a
+/// descriptor forever. A connection on several serving threads alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_that_never_completes_is_closed_after_the_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let timeout = std::time::Duration::from_millis(400);
+    for threads in [1, 2] {
+        let server = start(Setup {
+            options: homeagent_server::state::ServerOptions {
+                body_timeout: timeout,
+                ..Default::default()
+            },
+            threads,
+            ..Setup::default()
+        })
+        .await;
+        let address = server.url.trim_start_matches("http://").to_owned();
+        for partial in ["", "GET /api/v1/status HTTP/1.1\r\nHost: x\r\n"] {
+            let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+            let started = std::time::Instant::now();
+            stream.write_all(partial.as_bytes()).await.unwrap();
+            let mut buf = [0u8; 1024];
+            // The server closes (end of stream or a reset), perhaps after a
+            // 408; the 30 s only keeps a broken build from hanging here.
+            loop {
+                let read =
+                    tokio::time::timeout(std::time::Duration::from_secs(30), stream.read(&mut buf))
+                        .await
+                        .unwrap_or_else(|_| panic!("{threads} threads, {partial:?}: still open"));
+                match read {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
+            assert!(
+                started.elapsed() >= timeout,
+                "{threads} threads, {partial:?}: {:?}",
+                started.elapsed()
+            );
+        }
+        // Requests that do complete are still served.
+        let response = reqwest::Client::new()
+            .get(format!("{}/api/v1/status", server.url))
+            .bearer_auth(common::KEY)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{threads} threads");
+    }
+}
+
 /// Without a key the server listens on loopback only, but any web page the
 /// person opens can still reach loopback: a cross-site "simple" POST (no
 /// preflight) or a page whose name was rebound to 127.0.0.1. Requests that

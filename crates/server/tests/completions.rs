@@ -627,6 +627,9 @@ async fn a_session_of_another_agent_is_refused_with_409_and_nothing_stored() {
                 .await
                 .unwrap();
             assert_eq!(response.status(), 409, "stream {stream}, prior {prior}");
+            // OpenAI's SDKs retry a 409 unless told not to; sent again,
+            // the same request meets the same conflict.
+            assert_eq!(response.headers()["x-should-retry"], "false");
             assert_eq!(
                 body_json(response).await["error"]["code"],
                 "session_conflict",
@@ -659,6 +662,8 @@ async fn a_session_running_elsewhere_is_refused_with_409_session_busy() {
     };
     let refused = send().await.unwrap();
     assert_eq!(refused.status(), 409);
+    // Nothing ran: the SDK's own retry is welcome.
+    assert!(refused.headers().get("x-should-retry").is_none());
     assert_eq!(body_json(refused).await["error"]["code"], "session_busy");
     assert!(store.history("shared").unwrap().is_empty());
     drop(claim);
