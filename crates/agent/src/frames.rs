@@ -172,14 +172,19 @@ pub struct UsageFrame {
 }
 
 impl UsageFrame {
+    /// Adds one request's counts. They are the provider's, so every sum
+    /// saturates rather than overflow.
     pub(crate) fn add(&mut self, usage: &Usage) {
-        self.prompt_tokens += usage.prompt_tokens;
-        self.completion_tokens += usage.completion_tokens;
-        self.total_tokens += if usage.total_tokens > 0 {
+        self.prompt_tokens = self.prompt_tokens.saturating_add(usage.prompt_tokens);
+        self.completion_tokens = self
+            .completion_tokens
+            .saturating_add(usage.completion_tokens);
+        let total = if usage.total_tokens > 0 {
             usage.total_tokens
         } else {
-            usage.prompt_tokens + usage.completion_tokens
+            usage.prompt_tokens.saturating_add(usage.completion_tokens)
         };
+        self.total_tokens = self.total_tokens.saturating_add(total);
     }
 }
 
@@ -245,6 +250,29 @@ mod tests {
         let three = Incomplete::ToolTurns { max_tool_turns: 3 }.note();
         assert!(three.starts_with("[stopped after 3 tool turns,"), "{three}");
         assert!(three.contains("agent.max_tool_turns"), "{three}");
+    }
+
+    /// The counts are the provider's: a sum of them saturates instead of
+    /// overflowing.
+    #[test]
+    fn usage_sums_saturate() {
+        let mut frame = UsageFrame::default();
+        let huge = Usage {
+            prompt_tokens: u64::MAX - 1,
+            completion_tokens: 5,
+            total_tokens: 0,
+        };
+        frame.add(&huge);
+        frame.add(&huge);
+        assert_eq!(frame.prompt_tokens, u64::MAX);
+        assert_eq!(frame.completion_tokens, 10);
+        assert_eq!(frame.total_tokens, u64::MAX);
+        frame.add(&Usage {
+            prompt_tokens: 1,
+            completion_tokens: 2,
+            total_tokens: 3,
+        });
+        assert_eq!(frame.completion_tokens, 12);
     }
 
     /// The frame carries the note beside the reason, and reads back.

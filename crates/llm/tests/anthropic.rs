@@ -687,3 +687,27 @@ fn whole_response_inputs_that_are_not_objects_never_run_as_empty_objects() {
     );
     assert_eq!(reason_of(json!({"path": "a.txt"}), "tool_use"), None);
 }
+
+/// Token counts come from the provider: a sum of them saturates instead of
+/// overflowing (a panic in a debug build, a wrapped count in release).
+#[test]
+fn absurd_token_counts_saturate_instead_of_overflowing() {
+    let huge = u64::MAX;
+    let stream = format!(
+        "event: message_start\ndata: {{\"type\":\"message_start\",\"message\":{{\"id\":\"m\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"usage\":{{\"input_tokens\":{huge},\"cache_read_input_tokens\":7,\"cache_creation_input_tokens\":{huge},\"output_tokens\":1}}}}}}\n\n\
+         event: message_delta\ndata: {{\"type\":\"message_delta\",\"delta\":{{\"stop_reason\":\"end_turn\"}},\"usage\":{{\"output_tokens\":3}}}}\n\n\
+         event: message_stop\ndata: {{\"type\":\"message_stop\"}}\n"
+    );
+    let streamed = assemble(decode(&stream).unwrap().0);
+    assert_eq!(streamed.usage.prompt_tokens, u64::MAX);
+    assert_eq!(streamed.usage.completion_tokens, 3);
+    assert_eq!(streamed.usage.total_tokens, u64::MAX);
+
+    let body = format!(
+        r#"{{"id":"m","type":"message","role":"assistant","content":[{{"type":"text","text":"ok"}}],
+          "stop_reason":"end_turn","usage":{{"input_tokens":{huge},"cache_read_input_tokens":{huge},"output_tokens":2}}}}"#
+    );
+    let whole = assemble(AnthropicCodec.decode_response(body.as_bytes()).unwrap());
+    assert_eq!(whole.usage.prompt_tokens, u64::MAX);
+    assert_eq!(whole.usage.completion_tokens, 2);
+}

@@ -438,16 +438,26 @@ fn push_redacted_str(data: Option<&str>, out: &mut Vec<StreamEvent>) {
 /// prompt is what was read, from cache or not.
 fn usage_of(usage: &Value) -> Option<Usage> {
     let count = |key: &str| usage.get(key).and_then(Value::as_u64).unwrap_or(0);
-    let prompt_tokens = count("input_tokens")
-        + count("cache_read_input_tokens")
-        + count("cache_creation_input_tokens");
-    let completion_tokens = count("output_tokens");
-    if prompt_tokens == 0 && completion_tokens == 0 {
+    usage_from_counts(
+        [
+            count("input_tokens"),
+            count("cache_read_input_tokens"),
+            count("cache_creation_input_tokens"),
+        ],
+        count("output_tokens"),
+    )
+}
+
+/// The usage of the three input counts and the output count, `None` when
+/// all are zero. The counts are the provider's: their sum saturates.
+pub(super) fn usage_from_counts(input: [u64; 3], output: u64) -> Option<Usage> {
+    let prompt_tokens = input.into_iter().fold(0, u64::saturating_add);
+    if prompt_tokens == 0 && output == 0 {
         return None;
     }
     Some(Usage {
         prompt_tokens,
-        completion_tokens,
+        completion_tokens: output,
         total_tokens: 0,
     })
 }

@@ -80,17 +80,13 @@ impl UsageCounts {
     /// The same numbers `usage_of` reads from a `Value`.
     pub fn usage(&self) -> Option<homeagent_core::Usage> {
         let count = |n: Option<u64>| n.unwrap_or(0);
-        let prompt_tokens = count(self.input_tokens)
-            + count(self.cache_read_input_tokens)
-            + count(self.cache_creation_input_tokens);
-        let completion_tokens = count(self.output_tokens);
-        if prompt_tokens == 0 && completion_tokens == 0 {
-            return None;
-        }
-        Some(homeagent_core::Usage {
-            prompt_tokens,
-            completion_tokens,
-            total_tokens: 0,
-        })
+        super::decode::usage_from_counts(
+            [
+                count(self.input_tokens),
+                count(self.cache_read_input_tokens),
+                count(self.cache_creation_input_tokens),
+            ],
+            count(self.output_tokens),
+        )
     }
 }
