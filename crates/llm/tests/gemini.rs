@@ -265,6 +265,47 @@ fn a_call_without_args_gets_an_empty_object() {
     );
 }
 
+/// A call the token limit ended before any arguments came is cut, not a
+/// call without arguments: it must not run with `{}` (invariant 11), in a
+/// stream (value and typed chunk readers alike) or a whole response.
+#[test]
+fn a_call_cut_by_max_tokens_before_its_args_is_truncated_not_run_with_nothing() {
+    use homeagent_core::ErrorReason;
+    let check = |turn: AssembledTurn, what: &str| {
+        assert_eq!(turn.finish_reason, Some(FinishReason::Length), "{what}");
+        assert_eq!(turn.calls.len(), 1, "{what}");
+        let error = turn.calls[0].argument_error.as_ref();
+        assert_eq!(
+            error.map(|e| e.reason.clone()),
+            Some(ErrorReason::Truncated),
+            "{what}: {:?}",
+            turn.calls[0]
+        );
+    };
+    // The same chunk, once in the typed reader's shape and once with a
+    // part it cannot read (`thought` as a string), which sends it the
+    // `Value` way.
+    let chunk = r#"{"candidates": [{"content": {"parts": [{"functionCall": {"name": "list_devices"}}],"role": "model"},"finishReason": "MAX_TOKENS","index": 0}]}"#;
+    let odd = chunk.replace(
+        r#""parts": ["#,
+        r#""parts": [{"text": "", "thought": "no"}, "#,
+    );
+    for body in [chunk.to_owned(), odd] {
+        check(
+            assemble(decode(&format!("data: {body}\n\n")).unwrap().0),
+            &format!("stream {body}"),
+        );
+        check(
+            assemble(GeminiCodec.decode_response(body.as_bytes()).unwrap()),
+            &format!("whole {body}"),
+        );
+    }
+    // Name first, limit in the next chunk.
+    let split = "data: {\"candidates\": [{\"content\": {\"parts\": [{\"functionCall\": {\"name\": \"list_devices\"}}]},\"index\": 0}]}\n\n\
+                 data: {\"candidates\": [{\"content\": {\"parts\": []},\"finishReason\": \"MAX_TOKENS\",\"index\": 0}]}\n\n";
+    check(assemble(decode(split).unwrap().0), "split stream");
+}
+
 /// A thinking turn: thought summary parts, a visible sentence, then two
 /// parallel calls with the signature on the first.
 const THINKING_CALLS: &str = r#"data: {"candidates": [{"content": {"parts": [{"text": "**Checking both cities**\nThe user wants Paris and Rome.","thought": true}],"role": "model"},"index": 0}],"modelVersion": "gemini-3-flash-preview"}

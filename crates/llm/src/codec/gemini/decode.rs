@@ -2,7 +2,7 @@
 //! `GenerateContentResponse`, the same object a non-streamed call returns,
 //! so both paths share [`Decoder::chunk`].
 
-use homeagent_core::{StreamEvent, ToolCallFragment, Usage};
+use homeagent_core::{FinishReason, StreamEvent, ToolCallFragment, Usage};
 use serde_json::Value;
 
 use super::{PROTOCOL, SignatureTarget, signature_metadata, wire};
@@ -83,8 +83,7 @@ impl Decoder {
             }
         }
         if let Some(reason) = finish_reason {
-            self.close_awaiting(out);
-            out.push(StreamEvent::Finish { reason });
+            self.finish(reason, out);
         }
         if let Some(usage) = response.usage_metadata.and_then(|u| u.usage()) {
             out.push(StreamEvent::Usage(usage));
@@ -124,10 +123,7 @@ impl Decoder {
             .and_then(|c| c.get("finishReason"))
             .and_then(Value::as_str)
         {
-            self.close_awaiting(out);
-            out.push(StreamEvent::Finish {
-                reason: reason.to_owned(),
-            });
+            self.finish(reason.to_owned(), out);
         }
         if let Some(usage) = chunk.get("usageMetadata").and_then(usage_of) {
             out.push(StreamEvent::Usage(usage));
@@ -230,6 +226,19 @@ impl Decoder {
         }
         out.push(fragment(position, id, name, raw_arguments));
         position
+    }
+
+    /// The turn's end. A call still waiting for arguments when the token
+    /// limit ended the turn was cut, not called without any: it keeps its
+    /// blank arguments, which the assembler marks `truncated` in a turn the
+    /// limit ended. Any other end gives it `{}`.
+    fn finish(&mut self, reason: String, out: &mut Vec<StreamEvent>) {
+        if FinishReason::parse(&reason) == Some(FinishReason::Length) {
+            self.awaiting_args = None;
+        } else {
+            self.close_awaiting(out);
+        }
+        out.push(StreamEvent::Finish { reason });
     }
 
     /// The call waiting for arguments gets none: its arguments are `{}`.
