@@ -107,6 +107,7 @@ pub fn router(state: ServerState) -> Router {
         )
         .route(DEVICE_WS_PATH, get(device::upgrade))
         .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             http::require_key,
@@ -127,6 +128,20 @@ async fn not_found(uri: axum::http::Uri) -> Response {
         "no route {}; see GET /api/v1/status, /api/v1/sessions, /v1/chat/completions",
         uri.path()
     ))
+    .into_response()
+}
+
+/// A route that exists, asked with a method it does not take. (axum adds
+/// the `Allow` header to what this returns.)
+async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> Response {
+    ApiError::new(
+        axum::http::StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!(
+            "{} does not take {method}; the Allow header lists the methods it takes",
+            uri.path()
+        ),
+    )
     .into_response()
 }
 

@@ -235,6 +235,52 @@ async fn a_restarted_server_binds_its_port_while_closed_connections_linger() {
     assert!(again.is_ok(), "{again:?}");
 }
 
+/// A path that does not exist and a method a route does not take both get
+/// the API's JSON error (not an empty body), naming what to do instead; the
+/// 405 keeps its `Allow` header.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_routes_and_wrong_methods_get_json_errors() {
+    let server = start(Setup::default()).await;
+    let client = server.client();
+    let missing = client
+        .get(format!("{}/api/v1/nothing", server.url))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+    let answer = body_json(missing).await;
+    assert_eq!(answer["error"]["code"], "not_found", "{answer}");
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("/api/v1/nothing"),
+        "{answer}"
+    );
+
+    let wrong = client
+        .put(format!("{}/v1/chat/completions", server.url))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), 405);
+    let allow = wrong
+        .headers()
+        .get("allow")
+        .map(|v| v.to_str().unwrap().to_owned());
+    assert_eq!(allow.as_deref(), Some("POST"));
+    let answer = body_json(wrong).await;
+    assert_eq!(answer["error"]["code"], "method_not_allowed", "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("PUT") && message.contains("/v1/chat/completions"),
+        "{message}"
+    );
+    assert_eq!(answer["error"]["type"], "invalid_request_error", "{answer}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_unknown_and_refused_requests_get_a_400_naming_the_problem() {
     let server = start(Setup {
