@@ -50,14 +50,18 @@ pub fn submit(
     Started { frames, guard }
 }
 
+/// The refusal of a blank input (the scheduler's `EmptyInput`, or a
+/// request refused before it seeds anything).
+pub fn empty_input() -> ApiError {
+    ApiError::bad_request("empty_input", "the input is empty; send some text")
+}
+
 /// The error a terminal frame that is not a `response` stands for.
 pub fn terminal_error(frame: &Frame) -> Option<ApiError> {
     match frame {
         Frame::Response { .. } | Frame::ContentDelta { .. } | Frame::ToolCall(_) => None,
         Frame::Skipped { reason } => Some(match reason {
-            SkipReason::EmptyInput => {
-                ApiError::bad_request("empty_input", "the input is empty; send some text")
-            }
+            SkipReason::EmptyInput => empty_input(),
             SkipReason::QueueFull => ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 "queue_full",

@@ -223,6 +223,40 @@ async fn a_streamed_request_refused_at_once_gets_its_status() {
     assert_eq!(body_json(response).await["error"]["code"], "empty_input");
 }
 
+/// A blank input is refused before anything is stored: earlier messages
+/// do not seed a session for an input that never runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blank_input_stores_no_session_even_with_earlier_messages() {
+    let server = start(Setup::default()).await;
+    for stream in [false, true] {
+        let response = server
+            .post_json(
+                "/v1/chat/completions",
+                &request(
+                    json!([
+                        {"role": "user", "content": "first"},
+                        {"role": "assistant", "content": "ok"},
+                        {"role": "user", "content": " \n\t"},
+                    ]),
+                    stream,
+                ),
+            )
+            .header("x-session-id", "blank-seed")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 400, "stream {stream}");
+        let answer = body_json(response).await;
+        assert_eq!(answer["error"]["code"], "empty_input", "{answer}");
+        let stored = server
+            .get("/api/v1/sessions/blank-seed")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(stored.status(), 404, "stream {stream}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn earlier_messages_seed_a_fresh_session_and_x_session_id_continues_one() {
     let server = start(Setup::default()).await;

@@ -82,6 +82,11 @@ async fn completions_inner(
     let body: Value = json_body(body)?;
     let mut request = request::parse(body)?;
     let agent = state.options().default_agent.clone();
+    // Refused here, not only by the scheduler: by then earlier messages
+    // would have seeded a session for an input that never runs.
+    if request.input.trim().is_empty() {
+        return Err(turn::empty_input());
+    }
     let prior = std::mem::take(&mut request.prior);
     let named = headers.contains_key(SESSION_HEADER);
     let session = session_id(state, headers)?;
