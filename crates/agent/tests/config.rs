@@ -822,9 +822,15 @@ fn describe_reports_sources_agents_and_tools_without_keys() {
             "adapter = \"openai\"",
             "adapter = \"openai\"\napi_key_env = \"SCRIPTED_KEY\"",
         )
-        .replace("[tools.files]\nroot = \"/srv/files\"\n", "");
+        .replace("[tools.files]\nroot = \"/srv/files\"\n", "")
+        // Credentials in a URL are shown no more than keys.
+        .replace(
+            "\"http://127.0.0.1:9100\"",
+            "\"http://me:pwsecret@127.0.0.1:9100?key=querysecret\"",
+        );
     let loaded = load_text(&dir, &text, &env);
     let report = describe(&loaded);
+    assert!(!report.contains("secret"), "{report}");
     let expected_lines = [
         format!(
             "config file: {} (from --config)",

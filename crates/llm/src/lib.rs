@@ -10,6 +10,7 @@
 //! transport ([`transport::HttpProvider`]) carries them over the network;
 //! sources and fallback build on top of it.
 
+pub mod base_url;
 pub mod codec;
 pub mod error;
 pub mod framing;

@@ -109,7 +109,9 @@ pub struct SourceConfig {
     pub protocol: SourceProtocol,
     /// Each provider's own SDK convention: OpenAI-compatible with `/v1`,
     /// Anthropic, Gemini and Ollama without a version path. Required except
-    /// for `demo`.
+    /// for `demo`. An http or https URL; without a query or fragment except
+    /// for `lua` (the other protocols append their paths to it). Shown
+    /// without user name, password or query.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub base_url: Option<String>,
     /// The model to ask for. Required except for `demo`.
@@ -536,7 +538,7 @@ impl Sources {
                     name: source.name.clone(),
                     protocol: source.protocol,
                     model: source.model.clone(),
-                    base_url: source.backend.base_url().to_owned(),
+                    base_url: crate::base_url::shown_url(source.backend.base_url()),
                     disabled: state.disabled.clone(),
                     cooling_down_for: state
                         .cooldown_until
@@ -929,6 +931,9 @@ fn build_backend(
                 "is required for this protocol (the model to ask for)",
             )
         })?;
+    let paths_appended = config.protocol.wire().is_some();
+    crate::base_url::check_base_url(&base_url, paths_appended)
+        .map_err(|problem| invalid("base_url", &problem))?;
     let endpoint = Endpoint { base_url, api_key };
     let provider = match config.protocol.wire() {
         Some(wire) => HttpProvider::new(wire, endpoint, options.transport.clone())?,

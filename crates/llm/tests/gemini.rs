@@ -276,7 +276,7 @@ fn a_call_cut_by_max_tokens_before_its_args_is_truncated_not_run_with_nothing() 
         assert_eq!(turn.calls.len(), 1, "{what}");
         let error = turn.calls[0].argument_error.as_ref();
         assert_eq!(
-            error.map(|e| e.reason.clone()),
+            error.map(|e| e.reason),
             Some(ErrorReason::Truncated),
             "{what}: {:?}",
             turn.calls[0]

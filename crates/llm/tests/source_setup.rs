@@ -170,6 +170,83 @@ fn network_sources_need_a_base_url_and_a_model() {
     );
 }
 
+/// A `base_url` that is not an http(s) URL is a typo, refused by name at
+/// start-up, not a connection error at the first request; a query or
+/// fragment would land in the middle of the wire's path.
+#[test]
+fn a_base_url_that_is_not_an_http_url_is_refused_by_name() {
+    let cases = [
+        ("localhost:8080/v1", "http://"),
+        ("ftp://example.com/v1", "http"),
+        ("http://:8080/v1", "host"),
+        ("http://example.com/v1?api-version=1", "query"),
+        ("http://example.com/v1#x", "fragment"),
+    ];
+    for (url, piece) in cases {
+        let err = Sources::build(
+            vec![SourceConfig {
+                base_url: Some(url.into()),
+                model: Some("m".into()),
+                ..SourceConfig::new("remote", SourceProtocol::Openai)
+            }],
+            &no_env,
+            FallbackOptions::default(),
+            &SourceSetup::default(),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&err, SetupError::Invalid { source_name, key, .. } if source_name == "remote" && *key == "base_url"),
+            "{url}: {err:?}"
+        );
+        let text = err.to_string();
+        assert!(text.contains(piece), "{url}: {text}");
+    }
+}
+
+/// Credentials in a `base_url` (a proxy's `user:password@`, or a key in
+/// the query a Lua adapter's URL keeps) reach neither the status report
+/// nor a connection error's text.
+#[tokio::test]
+async fn credentials_in_a_base_url_are_never_shown() {
+    // Bound and dropped at once: nothing listens on the port.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let sources = [
+        SourceConfig {
+            base_url: Some(format!("http://proxyuser:s3cretpass@127.0.0.1:{port}/v1")),
+            model: Some("m".into()),
+            ..SourceConfig::new("remote", SourceProtocol::Openai)
+        },
+        lua_source(
+            "adapted",
+            &format!("http://127.0.0.1:{port}/v1?key=s3cretquery"),
+            Some("openai"),
+        ),
+    ];
+    for source in sources {
+        let set = Sources::build(
+            vec![source],
+            &no_env,
+            FallbackOptions::default(),
+            &SourceSetup::default(),
+        )
+        .unwrap();
+        let health = set.health();
+        assert_eq!(health[0].base_url, format!("http://127.0.0.1:{port}/v1"));
+        let err = set
+            .stream(&mut chat("hi"), CancellationToken::new())
+            .await
+            .err()
+            .unwrap();
+        let text = format!("{err} {err:?} {set:?}");
+        assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
+        for secret in ["s3cret", "proxyuser"] {
+            assert!(!text.contains(secret), "{text}");
+        }
+    }
+}
+
 /// `max_concurrent` outside 1 to 65,536 is refused by name: 0 would let
 /// nothing through (it used to be taken as 1, silently), and a huge value
 /// made the semaphore panic at start-up.

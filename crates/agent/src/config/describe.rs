@@ -33,7 +33,10 @@ pub fn describe(loaded: &LoadedConfig) -> String {
             source.name,
             source.protocol.as_str(),
             source.model.as_deref().unwrap_or("(default)"),
-            source.base_url.as_deref().unwrap_or("(none)"),
+            source
+                .base_url
+                .as_deref()
+                .map_or_else(|| "(none)".to_owned(), homeagent_llm::base_url::shown_url),
             source.priority,
         );
         if let Some(var) = &source.api_key_env {

@@ -66,10 +66,10 @@ pub struct Endpoint {
 }
 
 impl std::fmt::Debug for Endpoint {
-    // Never print the key.
+    // Never print the key, nor credentials in the URL.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Endpoint")
-            .field("base_url", &self.base_url)
+            .field("base_url", &crate::base_url::shown_url(&self.base_url))
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .finish()
     }

@@ -257,7 +257,10 @@ impl BodyWatch {
                     Err(_) => continue,
                 },
                 Poll::Ready(Some(Err(err))) => Err(ProviderError::Cut {
-                    detail: format!("the connection broke mid-body: {}", describe(&err)),
+                    detail: format!(
+                        "the connection broke mid-body: {}",
+                        describe_request_error(err)
+                    ),
                 }),
             };
             self.last_piece = tokio::time::Instant::now();

@@ -322,7 +322,9 @@ impl HttpProvider {
             sent = tokio::time::timeout(idle, builder.body(body).send()) => match sent {
                 Err(_) => return Err(ProviderError::IdleTimeout { after: idle }),
                 Ok(Err(err)) => {
-                    return Err(ProviderError::Connect { detail: describe(&err) });
+                    return Err(ProviderError::Connect {
+                        detail: describe_request_error(err),
+                    });
                 }
                 Ok(Ok(response)) => response,
             },
@@ -433,6 +435,15 @@ pub fn parse_retry_after(value: &str, now: SystemTime) -> Option<Duration> {
 
 /// An error and its causes on one line (reqwest's own message is terse:
 /// "error sending request"; the cause says "connection refused").
+/// A reqwest error's text, with the URL it names shown without
+/// credentials (reqwest prints the URL it was sending to).
+fn describe_request_error(mut error: reqwest::Error) -> String {
+    if let Some(url) = error.url_mut() {
+        crate::base_url::redact(url);
+    }
+    describe(&error)
+}
+
 fn describe(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
