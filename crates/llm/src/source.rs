@@ -391,10 +391,11 @@ impl Backend {
         }
     }
 
-    fn base_url(&self) -> &str {
+    /// Where requests go, fit to show (without credentials).
+    fn shown_address(&self) -> String {
         match self {
-            Backend::Http(provider) => &provider.endpoint().base_url,
-            Backend::Local(_) => "in-process",
+            Backend::Http(provider) => crate::base_url::shown_url(&provider.endpoint().base_url),
+            Backend::Local(_) => "in-process".to_owned(),
         }
     }
 }
@@ -538,7 +539,7 @@ impl Sources {
                     name: source.name.clone(),
                     protocol: source.protocol,
                     model: source.model.clone(),
-                    base_url: crate::base_url::shown_url(source.backend.base_url()),
+                    base_url: source.backend.shown_address(),
                     disabled: state.disabled.clone(),
                     cooling_down_for: state
                         .cooldown_until
