@@ -537,7 +537,13 @@ impl Executor {
         }
         for hook in inner.pre_hooks.iter().filter(|hook| hook.sees(name)) {
             let hook_name = hook.name().to_owned();
-            match guarded(|| hook.before(&info)).await {
+            // A stop drops the hook where it is (a command hook's process
+            // group dies with it): the call has not started.
+            let decided = tokio::select! {
+                decided = guarded(|| hook.before(&info)) => decided,
+                () = batch.cancel.cancelled() => return fail(not_started()),
+            };
+            match decided {
                 Ok(PreDecision::Allow) => {}
                 Ok(PreDecision::Deny { reason }) => {
                     return fail(ToolError::new(ErrorReason::Denied, reason));
@@ -618,7 +624,19 @@ impl Executor {
         };
         for hook in inner.post_hooks.iter().filter(|hook| hook.sees(name)) {
             let hook_name = hook.name().to_owned();
-            match guarded(|| hook.after(&info, &outcome)).await {
+            // A stop drops a running post-hook (and the ones after it): the
+            // call's result stands as the tool returned it.
+            let replied = tokio::select! {
+                replied = guarded(|| hook.after(&info, &outcome)) => replied,
+                () = batch.cancel.cancelled() => {
+                    notes.push_warning(format!(
+                        "post-tool hook {hook_name} was stopped with the batch; the result was \
+                         kept as the tool returned it"
+                    ));
+                    break;
+                }
+            };
+            match replied {
                 // A hook may reword a failure, never turn it into a
                 // success: the model would be told a call worked.
                 Ok(Some(value)) if !outcome.success && error_in_value(&value).is_none() => {

@@ -379,6 +379,117 @@ async fn a_hanging_hook_is_killed_with_what_it_started_and_the_call_refused() {
     );
 }
 
+/// Nothing a hook started outlives it: a hook that exits leaving a
+/// program in the background takes it along (invariant 9), pre and post.
+#[tokio::test]
+async fn what_a_finished_hook_left_running_is_killed() {
+    let dir = Dir::new("left");
+    for post in [false, true] {
+        let pid_file = dir.path(&format!("left-{post}.pid"));
+        let command = dir.script(
+            &format!("left-{post}.sh"),
+            &format!(
+                "sleep 30 >/dev/null 2>&1 &\necho $! > '{}'\nexit 0\n",
+                pid_file.display()
+            ),
+        );
+        let seen = Arc::new(Seen::default());
+        let hooks = [spec(command)];
+        let (pre, post_hooks): (&[CommandHookSpec], &[CommandHookSpec]) =
+            if post { (&[], &hooks) } else { (&hooks, &[]) };
+        let outcome = run(
+            &executor(&seen, pre, post_hooks, Approval::Refused),
+            "note",
+            json!({"text": "a"}),
+        )
+        .await;
+        assert!(outcome.success, "post {post}: {outcome:?}");
+        let pid = std::fs::read_to_string(&pid_file)
+            .unwrap()
+            .trim()
+            .to_owned();
+        assert!(
+            process_gone(&pid).await,
+            "post {post}: the hook's child {pid} still runs"
+        );
+    }
+}
+
+/// A stopped batch stops the hook it is waiting on at once, with what the
+/// hook started, not only the shell: a pre-hook's call is `cancelled`, a
+/// post-hook's result is kept with a warning. (Were the stop not heard,
+/// the hook's 60 s timeout would end it: `Denied`, or a timeout warning.)
+#[tokio::test]
+async fn a_stop_kills_a_running_hook_and_what_it_started() {
+    let dir = Dir::new("stopped");
+    for post in [false, true] {
+        let pid_file = dir.path(&format!("sleep-{post}.pid"));
+        let command = dir.script(
+            &format!("slow-{post}.sh"),
+            &format!("sleep 600 &\necho $! > '{}'\nwait\n", pid_file.display()),
+        );
+        let mut hook = spec(command);
+        hook.timeout = Duration::from_secs(60);
+        let hooks = [hook];
+        let (pre, post_hooks): (&[CommandHookSpec], &[CommandHookSpec]) =
+            if post { (&[], &hooks) } else { (&hooks, &[]) };
+        let seen = Arc::new(Seen::default());
+        let executor = executor(&seen, pre, post_hooks, Approval::Refused);
+        let cancel = CancellationToken::new();
+        let turn = AssembledTurn {
+            calls: vec![AssembledCall {
+                call: ToolCall {
+                    id: "call_9".into(),
+                    name: "note".into(),
+                    arguments: json!({"text": "x"}),
+                    raw_arguments: r#"{"text":"x"}"#.into(),
+                },
+                argument_error: None,
+            }],
+            ..AssembledTurn::default()
+        };
+        let batch = BatchContext {
+            batch_id: "b9".into(),
+            extras: Map::new().into(),
+            cancel: cancel.clone(),
+        };
+        let stopper = async {
+            for _ in 0..400 {
+                if std::fs::read_to_string(&pid_file).is_ok_and(|t| t.ends_with('\n')) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+            cancel.cancel();
+        };
+        let (report, ()) = tokio::join!(executor.run(&turn, &batch), stopper);
+        let outcome = &report.outcomes[0];
+        if post {
+            assert!(outcome.success, "{outcome:?}");
+            assert_eq!(*seen.0.lock().unwrap(), vec!["x".to_owned()]);
+            assert!(
+                outcome
+                    .warnings
+                    .iter()
+                    .any(|w| w.contains("stopped with the batch")),
+                "{outcome:?}"
+            );
+        } else {
+            let reason = outcome.error.as_ref().map(|e| e.reason);
+            assert_eq!(reason, Some(ErrorReason::Cancelled), "{outcome:?}");
+            assert!(seen.0.lock().unwrap().is_empty());
+        }
+        let pid = std::fs::read_to_string(&pid_file)
+            .unwrap()
+            .trim()
+            .to_owned();
+        assert!(
+            process_gone(&pid).await,
+            "post {post}: the stopped hook's child {pid} still runs"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_post_hook_sees_a_failed_call_and_its_exit_2_marks_the_outcome() {
     let dir = Dir::new("post");

@@ -1,5 +1,6 @@
 //! Running one hook command: `sh -c`, a clean environment, the event as
-//! JSON on stdin, and a kill at the timeout.
+//! JSON on stdin, and its whole process group killed when it ends, times
+//! out or is stopped.
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
@@ -51,7 +52,10 @@ pub(crate) async fn run_hook(
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("could not start `sh -c {command}`: {e}"))?;
-    let pid = child.id();
+    // Killed as a whole when this returns or is dropped (a stopped batch):
+    // nothing the hook started outlives it, whether it finished, timed out
+    // or was stopped.
+    let _group = ProcessGroup::of(child.id());
     let input = serde_json::to_vec(event).unwrap_or_default();
     let stdin = child.stdin.take();
     // The input is written while the output is read: a hook that echoes
@@ -76,19 +80,13 @@ pub(crate) async fn run_hook(
         }),
         Ok(Err(e)) => Err(format!("could not run `sh -c {command}`: {e}")),
         Err(_) => {
-            kill_group(pid);
+            // `_group` kills what the shell started when this returns.
             Err(format!(
                 "did not finish within {}ms and was killed",
                 timeout.as_millis()
             ))
         }
     }
-}
-
-/// Kills the hook's whole process group (the shell was dropped already,
-/// which killed it; what it started may still run).
-fn kill_group(pid: Option<u32>) {
-    drop(ProcessGroup::of(pid));
 }
 
 /// `hookSpecificOutput` of a hook's stdout, when stdout is such JSON.
