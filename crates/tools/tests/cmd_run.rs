@@ -181,11 +181,19 @@ fn variable_assignments_are_set_unless_dangerous() {
             refusal(&p, &format!("{name}=x ls")),
             CmdRefusal::BadEnvAssignment {
                 name: name.into(),
-                why: "it changes which code a program loads or runs"
+                why: "changes which code a program loads or runs"
             }
         );
     }
-    for name in ["BASH_ENV", "ENV"] {
+    // POSIX argument order would make the guard's reading of the options
+    // wrong (`uniq in -x` writes `./-x`).
+    let refused = refusal(&p, "POSIXLY_CORRECT=1 uniq /etc/hostname -x");
+    assert!(
+        matches!(&refused, CmdRefusal::BadEnvAssignment { name, .. } if name == "POSIXLY_CORRECT"),
+        "{refused:?}"
+    );
+    assert!(refused.to_string().contains("write guard"), "{refused}");
+    for name in ["BASH_ENV", "ENV", "_POSIX2_VERSION"] {
         assert!(matches!(
             refusal(&p, &format!("{name}=/tmp/x ls")),
             CmdRefusal::BadEnvAssignment { name: n, .. } if n == name
@@ -201,6 +209,13 @@ fn variable_assignments_are_set_unless_dangerous() {
         refusal(&p, "echo 'open"),
         CmdRefusal::Unparseable { .. }
     ));
+    // No argument of a program can hold a NUL: said as such, not as a
+    // program that failed to start.
+    let nul = refusal(&p, "cat \"a\u{0}b\"");
+    assert!(
+        matches!(&nul, CmdRefusal::Unparseable { why } if why.contains("NUL")),
+        "{nul:?}"
+    );
 }
 
 // ---------------------------------------------------------------- operators
@@ -864,6 +879,19 @@ fn other_processes_proc_entries_are_refused_in_every_spelling() {
         "ps axe".to_owned(),
         "ps eww".to_owned(),
         "sort --files0-from=names".to_owned(),
+        // GNU's long options may be abbreviated: every prefix that names
+        // --files0-from reads a file of names.
+        "sort --files0=names".to_owned(),
+        "wc --files0-f=names".to_owned(),
+        "du --files names".to_owned(),
+        "wc --f=names".to_owned(),
+        // BSD `e` with a pid list after it, or after a long option that
+        // takes no value, or after -N (negate, no value).
+        "ps ewwp4242".to_owned(),
+        "ps e4242".to_owned(),
+        "ps --forest axe".to_owned(),
+        "ps --no-headers e".to_owned(),
+        "ps -N e".to_owned(),
     ] {
         private_refusal(&policy, &command);
     }
@@ -878,6 +906,9 @@ fn other_processes_proc_entries_are_refused_in_every_spelling() {
         private_refusal(&greps, command);
     }
     passes(&greps, "rgrep KEY /var/log");
+    // An option the guard does not know is its own gap, not grep's.
+    let unknown = refusal(&policy, "grep --no-such-option KEY /etc/hostname");
+    assert!(unknown.to_string().contains("does not know"), "{unknown}");
     let refused = refusal(&policy, &format!("cat /proc/{other}/environ"));
     assert!(refused.to_string().contains("/proc"), "{refused}");
     assert!(refused.hint().contains("/proc/self"), "{}", refused.hint());
@@ -897,6 +928,17 @@ fn other_processes_proc_entries_are_refused_in_every_spelling() {
         "ps aux",
         "ps -ef",
         "ps -C sleep -o pid,etime",
+        // A value that starts with `e` is not the option `e`.
+        "ps axo etime,pid",
+        "ps -o etime,pid",
+        "ps --sort etime",
+        "ps --format etime,pid",
+        "grep -A1 --no-group-separator foo /var/log",
+        "grep -A1 --group-separator=-- foo /etc/hostname",
+        "grep -A1 --group-separator ~~ foo /etc/hostname",
+        "ps p 1",
+        "ps 1",
+        "sort --field-separator=, /etc/hostname",
         "ls -l /tmp",
     ] {
         passes(&policy, command);

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 use super::guard::{Hardening, guard_arguments};
 use super::policy::{
-    CHILD_PATH, CmdRunPolicy, PROGRAM_RUNNERS, WRITE_ONLY_PROGRAMS, is_dangerous_env_name,
+    CHILD_PATH, CmdRunPolicy, PROGRAM_RUNNERS, WRITE_ONLY_PROGRAMS, dangerous_env_reason,
     is_valid_env_name,
 };
 use super::private::check_private_reads;
@@ -56,7 +56,7 @@ pub enum CmdRefusal {
          command substitution do not exist here); each call runs exactly one program"
     )]
     ShellOperator { operator: String },
-    #[error("the assignment `{name}=…` is refused: {why}")]
+    #[error("the assignment `{name}=…` is refused: `{name}` {why}")]
     BadEnvAssignment { name: String, why: &'static str },
     #[error("`{program}` is not in the cmd_run allowlist (allowed: {})", allowed.join(", "))]
     NotAllowed {
@@ -156,6 +156,11 @@ pub fn check_command(policy: &CmdRunPolicy, command: &str) -> Result<CheckedComm
     if let Some(operator) = find_shell_operator(command) {
         return Err(CmdRefusal::ShellOperator { operator });
     }
+    if command.contains('\0') {
+        return Err(CmdRefusal::Unparseable {
+            why: "it holds a NUL character, which no argument of a program can hold".into(),
+        });
+    }
     let words =
         shell_words::split(command).map_err(|e| CmdRefusal::Unparseable { why: e.to_string() })?;
     if words.is_empty() {
@@ -171,13 +176,13 @@ pub fn check_command(policy: &CmdRunPolicy, command: &str) -> Result<CheckedComm
         if !is_valid_env_name(name) {
             return Err(CmdRefusal::BadEnvAssignment {
                 name: name.to_string(),
-                why: "a variable name is letters, digits and `_`, not starting with a digit",
+                why: "is not a variable name (letters, digits and `_`, not starting with a digit)",
             });
         }
-        if is_dangerous_env_name(name) {
+        if let Some(why) = dangerous_env_reason(name) {
             return Err(CmdRefusal::BadEnvAssignment {
                 name: name.to_string(),
-                why: "it changes which code a program loads or runs",
+                why,
             });
         }
         env.push((name.to_string(), value.to_string()));

@@ -197,9 +197,31 @@ pub const WRITE_ONLY_PROGRAMS: &[&str] = &[
     "unlink",
 ];
 
-/// Variables a command may not set with a leading `NAME=value`: they change
-/// which code a program loads or runs, not just what it prints.
+/// Variables a command may not set with a leading `NAME=value`, nor the
+/// policy pass on: they change which code a program loads or runs, or how
+/// it reads its arguments, not just what it prints.
 pub fn is_dangerous_env_name(name: &str) -> bool {
+    dangerous_env_reason(name).is_some()
+}
+
+/// Why `name` is one of [`is_dangerous_env_name`]'s, as a phrase that
+/// follows the variable's name ("`LD_PRELOAD` changes ...").
+pub fn dangerous_env_reason(name: &str) -> Option<&'static str> {
+    // GNU programs read options anywhere on the line, and the write guard
+    // reads them so; POSIX mode stops at the first operand, so what the
+    // guard took for an option would be a file name to them (`uniq in -x`
+    // writes `-x`), and the reverse.
+    const ARGUMENT_PARSING: &[&str] = &["POSIXLY_CORRECT", "_POSIX2_VERSION"];
+    if ARGUMENT_PARSING.contains(&name) {
+        return Some(
+            "changes how programs read their arguments (POSIX order), which the write guard \
+             reads the GNU way",
+        );
+    }
+    loads_code(name).then_some("changes which code a program loads or runs")
+}
+
+fn loads_code(name: &str) -> bool {
     const EXACT: &[&str] = &[
         "PATH",
         "IFS",
@@ -360,10 +382,10 @@ impl CmdRunPolicy {
                     why: "is not a valid variable name",
                 });
             }
-            if is_dangerous_env_name(name) {
+            if let Some(why) = dangerous_env_reason(name) {
                 return Err(PolicyError::BadEnvName {
                     name: name.clone(),
-                    why: "changes which code a program loads or runs",
+                    why,
                 });
             }
         }

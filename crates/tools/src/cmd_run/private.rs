@@ -72,7 +72,7 @@ pub(super) fn check_private_reads(
             "the BSD option `e` shows other processes' environments".into(),
         ));
     }
-    if let Some(arg) = args.iter().find(|a| a.starts_with("--files0-from")) {
+    if let Some(arg) = args.iter().find(|a| names_files0_from(a)) {
         return Err(refuse(
             arg,
             "it reads the names of the files to open from a file, which cannot be checked".into(),
@@ -91,15 +91,18 @@ pub(super) fn check_private_reads(
         }
         Err(problem) => {
             let (option, why) = match problem {
-                OptionProblem::UnknownLong(option) => (option, "grep has no such option"),
-                OptionProblem::AmbiguousLong { given, .. } => {
-                    (given, "it abbreviates several of grep's options")
-                }
+                OptionProblem::UnknownLong(option) => (
+                    option,
+                    "the guard does not know this option of grep's, so it cannot tell what \
+                     grep would read; leave it out or check its spelling",
+                ),
+                OptionProblem::AmbiguousLong { given, .. } => (
+                    given,
+                    "it abbreviates several of grep's options, so what grep would read cannot \
+                     be checked; spell the option out",
+                ),
             };
-            return Err(refuse(
-                &option,
-                format!("{why}, so what grep would read cannot be checked; spell the option out"),
-            ));
+            return Err(refuse(&option, why.to_owned()));
         }
     };
     let mut starts = Vec::new();
@@ -216,25 +219,91 @@ fn path_candidates(arg: &str, operand: bool) -> Vec<&str> {
 /// Linux's PATH_MAX: no longer text names a file.
 const MAX_PATH_BYTES: usize = 4096;
 
-/// A `ps` argument in BSD syntax (letters, no dash) holding `e`, which
-/// adds each process's environment to its line. An argument that is the
-/// value of the option before it (`-C sleep`, `--user alice`) is not one.
-fn bsd_environment_option(args: &[String]) -> Option<&String> {
-    // Short options of procps ps that take a value, and long ones written
-    // apart from their value.
-    const VALUED_SHORT: &str = "CGUgpqstuoOkN";
-    let takes_value = |option: &str| match option.strip_prefix("--") {
-        Some(long) => !long.contains('='),
-        None => option
-            .strip_prefix('-')
-            .and_then(|short| short.chars().last())
-            .is_some_and(|last| VALUED_SHORT.contains(last)),
+/// Whether `arg` is `--files0-from` (of sort, wc, du) in any spelling GNU
+/// getopt takes: the whole name or a prefix of it (`--files0`, `--f`
+/// where that is the only option starting so), with or without `=value`.
+/// A prefix another option shares is refused too: no harm, spell it out.
+fn names_files0_from(arg: &str) -> bool {
+    let Some(long) = arg.strip_prefix("--") else {
+        return false;
     };
+    let name = long.split_once('=').map_or(long, |(name, _)| name);
+    !name.is_empty() && "files0-from".starts_with(name)
+}
+
+/// BSD-syntax letters of procps `ps` that take the rest of their argument
+/// (or the next argument) as a value: formats, pid, tty and user lists,
+/// the sort key.
+const BSD_VALUED: &str = "oOpqtUk";
+
+/// A `ps` argument in BSD syntax (no dash, a letter first) holding the
+/// option `e`, which adds each process's environment to its line. Letters
+/// are options up to the first digit or value-taking letter; what follows
+/// is that option's value (`ps ewwp4242` is `e`, `w`, `w`, then pid 4242).
+/// An argument that is the value of the option before it (`-C sleep`,
+/// `--sort etime`, `axo etime,pid`) is not one.
+fn bsd_environment_option(args: &[String]) -> Option<&String> {
     args.iter().enumerate().find_map(|(i, arg)| {
-        let is_value = i > 0 && args[i - 1].starts_with('-') && takes_value(&args[i - 1]);
-        let bsd = !arg.starts_with('-') && arg.chars().all(|c| c.is_ascii_alphabetic());
-        (bsd && !is_value && arg.contains('e')).then_some(arg)
+        let is_value = i > 0 && ps_takes_next_as_value(&args[i - 1]);
+        (!is_value && bsd_options(arg).contains('e')).then_some(arg)
     })
+}
+
+/// The option letters of a BSD-syntax `ps` argument (empty for any other).
+fn bsd_options(arg: &str) -> &str {
+    if !arg.starts_with(|c: char| c.is_ascii_alphabetic()) {
+        return "";
+    }
+    let end = arg
+        .find(|c: char| !c.is_ascii_alphabetic() || BSD_VALUED.contains(c))
+        .map_or(arg.len(), |at| {
+            // A value-taking letter is an option itself; its value follows.
+            if arg[at..].starts_with(|c: char| BSD_VALUED.contains(c)) {
+                at + 1
+            } else {
+                at
+            }
+        });
+    &arg[..end]
+}
+
+/// Whether the `ps` argument `option` takes the next argument as its value.
+/// Unknown long options are taken as not: the next argument is then checked
+/// as an option, which can only refuse more.
+fn ps_takes_next_as_value(option: &str) -> bool {
+    // procps ps's short options with a value (`-N` negates; it takes none).
+    const VALUED_SHORT: &str = "CDGUgpqstuoOk";
+    const VALUED_LONG: [&str; 17] = [
+        "cols",
+        "columns",
+        "width",
+        "rows",
+        "lines",
+        "format",
+        "Group",
+        "group",
+        "pid",
+        "ppid",
+        "quick-pid",
+        "sid",
+        "sort",
+        "tty",
+        "User",
+        "user",
+        "help",
+    ];
+    if let Some(long) = option.strip_prefix("--") {
+        return !long.contains('=') && VALUED_LONG.contains(&long);
+    }
+    if let Some(short) = option.strip_prefix('-') {
+        return short
+            .chars()
+            .last()
+            .is_some_and(|c| VALUED_SHORT.contains(c));
+    }
+    // A BSD group ending with a value-taking letter (`axo`, `p`).
+    let letters = bsd_options(option);
+    letters.len() == option.len() && letters.ends_with(|c: char| BSD_VALUED.contains(c))
 }
 
 /// How a `grep` command recurses into directories.
@@ -273,6 +342,7 @@ const GREP: OptionSpec = OptionSpec {
         ("files-with-matches", Arity::None),
         ("files-without-match", Arity::None),
         ("fixed-strings", Arity::None),
+        ("group-separator", Arity::Required),
         ("help", Arity::None),
         ("ignore-case", Arity::None),
         ("include", Arity::Required),
@@ -284,6 +354,7 @@ const GREP: OptionSpec = OptionSpec {
         ("line-regexp", Arity::None),
         ("max-count", Arity::Required),
         ("no-filename", Arity::None),
+        ("no-group-separator", Arity::None),
         ("no-ignore-case", Arity::None),
         ("no-messages", Arity::None),
         ("null", Arity::None),
