@@ -84,8 +84,8 @@ pub enum Incomplete {
     /// Another reason the wire named (Gemini `MALFORMED_FUNCTION_CALL`,
     /// Anthropic `pause_turn`, ...), as sent.
     Other { finish_reason: String },
-    /// The agent stopped asking the model after `agent.max_tool_turns`
-    /// batches of tool calls, though the model was still calling tools.
+    /// The agent stopped after `agent.max_tool_turns` batches of tool
+    /// calls, without asking the model about the last batch's results.
     ToolTurns { max_tool_turns: u32 },
 }
 

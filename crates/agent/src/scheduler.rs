@@ -78,6 +78,9 @@ pub struct SchedulerCounters {
     pub queue_depth: HashMap<String, usize>,
     /// Sessions with an input running now.
     pub running_sessions: usize,
+    /// Sessions the scheduler holds state for: running, queued, or
+    /// remembered for the dedup window.
+    pub remembered_sessions: usize,
 }
 
 /// Names one submitted input, for [`Scheduler::cancel`].
@@ -124,8 +127,31 @@ struct SessionQueue {
     /// The input `running` controls.
     running_id: Option<InputId>,
     worker: bool,
-    /// (text, submitted at) of recent inputs, for the dedup window.
+    /// (text, submitted at) of recent inputs that were queued, for the
+    /// dedup window.
     recent: VecDeque<(String, Instant)>,
+}
+
+impl SessionQueue {
+    /// An input that left the queue without running is no duplicate of a
+    /// later one: its text leaves the dedup window (the latest occurrence).
+    fn forget_recent(&mut self, text: &str) {
+        if let Some(at) = self.recent.iter().rposition(|(seen, _)| seen == text) {
+            self.recent.remove(at);
+        }
+    }
+
+    /// Whether nothing keeps this session's entry: no worker, nothing
+    /// queued or running, no input within the dedup window.
+    fn forgettable(&self, now: Instant, window: Option<Duration>) -> bool {
+        !self.worker
+            && self.running.is_none()
+            && self.queue.is_empty()
+            && self
+                .recent
+                .back()
+                .is_none_or(|(_, at)| window.is_none_or(|window| now.duration_since(*at) > window))
+    }
 }
 
 #[derive(Default)]
@@ -148,6 +174,9 @@ struct Inner {
     observers: Mutex<Arc<Vec<FrameObserver>>>,
     options: SchedulerOptions,
     sessions: Mutex<HashMap<String, SessionQueue>>,
+    /// When idle sessions remembered only for the dedup window were last
+    /// swept out (a session that never sends again is not visited else).
+    last_sweep: Mutex<Instant>,
     permits: Arc<Semaphore>,
     counts: Counts,
     next_input: AtomicU64,
@@ -176,6 +205,7 @@ impl Scheduler {
                 observers: Mutex::new(Arc::new(Vec::new())),
                 options,
                 sessions: Mutex::new(HashMap::new()),
+                last_sweep: Mutex::new(Instant::now()),
                 permits,
                 counts: Counts::default(),
                 next_input: AtomicU64::new(0),
@@ -230,9 +260,22 @@ impl Scheduler {
             return rx;
         }
         let mut sessions = self.sessions();
+        let window = self.inner.options.dedup_window;
+        let now = Instant::now();
+        if let Some(window) = window {
+            // Once per window: each pass is one walk of the map.
+            let mut last_sweep = self
+                .inner
+                .last_sweep
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if now.duration_since(*last_sweep) > window {
+                sessions.retain(|_, entry| !entry.forgettable(now, Some(window)));
+                *last_sweep = now;
+            }
+        }
         let entry = sessions.entry(submission.session.clone()).or_default();
-        if let Some(window) = self.inner.options.dedup_window {
-            let now = Instant::now();
+        if let Some(window) = window {
             while entry
                 .recent
                 .front()
@@ -251,7 +294,6 @@ impl Scheduler {
                 });
                 return rx;
             }
-            entry.recent.push_back((submission.text.clone(), now));
         }
         if entry.queue.len() >= self.inner.options.queue_capacity {
             counts.rejected.fetch_add(1, Ordering::SeqCst);
@@ -259,6 +301,10 @@ impl Scheduler {
                 reason: SkipReason::QueueFull,
             });
             return rx;
+        }
+        // Remembered only once queued: a refused input may be sent again.
+        if window.is_some() {
+            entry.recent.push_back((submission.text.clone(), now));
         }
         let pending = Pending {
             id,
@@ -305,7 +351,8 @@ impl Scheduler {
             control.stop.cancel();
             cancelled += 1;
         }
-        for pending in entry.queue.drain(..) {
+        for pending in std::mem::take(&mut entry.queue) {
+            entry.forget_recent(&pending.input.text);
             pending.frames.send(Frame::Skipped {
                 reason: SkipReason::Stopped,
             });
@@ -337,6 +384,7 @@ impl Scheduler {
             }
         } else if let Some(at) = entry.queue.iter().position(|p| p.id == id) {
             if let Some(pending) = entry.queue.remove(at) {
+                entry.forget_recent(&pending.input.text);
                 pending.frames.send(Frame::Skipped {
                     reason: SkipReason::Stopped,
                 });
@@ -376,6 +424,7 @@ impl Scheduler {
                 .map(|(id, s)| (id.clone(), s.queue.len()))
                 .collect(),
             running_sessions: sessions.values().filter(|s| s.running.is_some()).count(),
+            remembered_sessions: sessions.len(),
         }
     }
 
@@ -414,7 +463,7 @@ async fn work(inner: Arc<Inner>, session: String) {
                     // Cleared under the lock, so a submit either sees a
                     // worker that will still look at the queue, or none.
                     entry.worker = false;
-                    if entry.recent.is_empty() {
+                    if entry.forgettable(Instant::now(), inner.options.dedup_window) {
                         sessions.remove(&session);
                     }
                     return;

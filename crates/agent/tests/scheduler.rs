@@ -359,6 +359,103 @@ async fn cancelling_one_input_leaves_the_others_of_its_session_alone() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
+/// The dedup window refuses an input that is running or ran, not one that
+/// never did: a retry after `queue_full`, or after a stop skipped the
+/// queued input, runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_input_that_never_ran_is_not_a_duplicate() {
+    let server = MockServer::start(
+        "127.0.0.1:0",
+        ServerConfig {
+            delay_ms: 300,
+            ..ServerConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    let slow = SourceConfig {
+        base_url: Some(format!("{}/v1", server.url())),
+        model: Some("mock".into()),
+        ..SourceConfig::new("slow", SourceProtocol::Openai)
+    };
+    let (runtime, dir) = runtime(vec![slow], AgentSettings::default());
+    let scheduler = Scheduler::new(
+        runtime,
+        SchedulerOptions {
+            queue_capacity: 1,
+            dedup_window: Some(Duration::from_secs(60)),
+            ..SchedulerOptions::default()
+        },
+    );
+    let last = |frames: &[Frame]| frames.last().cloned().unwrap();
+    // Busy, one queued: "!text hi" finds the queue full.
+    let running = scheduler.submit(submission("a", "!text one"));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let queued = scheduler.submit(submission("a", "!text two"));
+    let full = drain(scheduler.submit(submission("a", "!text hi"))).await;
+    assert_eq!(
+        last(&full),
+        Frame::Skipped {
+            reason: SkipReason::QueueFull
+        }
+    );
+    drain(running).await;
+    drain(queued).await;
+    let retried = drain(scheduler.submit(submission("a", "!text hi"))).await;
+    assert!(
+        matches!(last(&retried), Frame::Response { .. }),
+        "{retried:?}"
+    );
+    // Busy again; the queued input is skipped by a stop, then sent again.
+    let running = scheduler.submit(submission("a", "!text three"));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let queued = scheduler.submit(submission("a", "!text four"));
+    scheduler.stop("a");
+    drain(running).await;
+    assert_eq!(
+        last(&drain(queued).await),
+        Frame::Skipped {
+            reason: SkipReason::Stopped
+        }
+    );
+    let again = drain(scheduler.submit(submission("a", "!text four"))).await;
+    assert!(matches!(last(&again), Frame::Response { .. }), "{again:?}");
+    // What ran is still a duplicate within the window.
+    let twice = drain(scheduler.submit(submission("a", "!text four"))).await;
+    assert_eq!(
+        last(&twice),
+        Frame::Skipped {
+            reason: SkipReason::Duplicate
+        }
+    );
+    server.shutdown().await.unwrap();
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// With a dedup window, a session is remembered for the window and then
+/// forgotten, even when it never sends again (every stateless request of
+/// the OpenAI endpoint is a session of its own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_are_forgotten_after_the_dedup_window() {
+    let (runtime, dir) = runtime(demo_sources(), AgentSettings::default());
+    let window = Duration::from_millis(200);
+    let scheduler = Scheduler::new(
+        runtime,
+        SchedulerOptions {
+            dedup_window: Some(window),
+            ..SchedulerOptions::default()
+        },
+    );
+    for i in 0..10 {
+        drain(scheduler.submit(submission(&format!("once-{i}"), "!text hi"))).await;
+    }
+    assert_eq!(scheduler.counters().remembered_sessions, 10);
+    tokio::time::sleep(window * 2).await;
+    drain(scheduler.submit(submission("later", "!text hi"))).await;
+    assert_eq!(scheduler.counters().remembered_sessions, 1);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn past_max_tool_turns_the_reply_says_so() {
     let settings = AgentSettings {

@@ -73,8 +73,11 @@ pub enum StoreSync {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct AgentSection {
-    /// Model turns with tool calls per input; past this the reply says the
-    /// limit was reached. At least 1.
+    /// Batches of tool calls per input. After this many the input ends
+    /// without asking the model again: the reply is the text it sent with
+    /// its last calls and a note that the limit was reached (the last
+    /// batch's results are stored, and the next input's request shows
+    /// them). At least 1.
     pub max_tool_turns: u32,
     /// Approximate token budget of the history sent to the model; the
     /// oldest turns are dropped whole (the store keeps everything). At
