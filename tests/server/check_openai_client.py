@@ -28,6 +28,14 @@ def main() -> int:
 
     models = [m.id for m in client.models.list()]
     check("models.list names homeagent", models == [MODEL], repr(models))
+    model = client.models.retrieve(MODEL)
+    check("models.retrieve finds homeagent", model.id == MODEL and model.object == "model", repr(model))
+    try:
+        client.models.retrieve("gpt-4o")
+        check("models.retrieve of another model is NotFound", False, "no error")
+    except openai.NotFoundError as e:
+        code = (e.body or {}).get("code") if isinstance(e.body, dict) else None
+        check("models.retrieve of another model is NotFound", code == "model_not_found", repr(e.body))
 
     # Non-streaming, with fields clients commonly send.
     raw = client.chat.completions.with_raw_response.create(

@@ -20,14 +20,19 @@
 use std::time::Duration;
 
 use axum::extract::State;
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::response::Response;
-use homeagent_device::protocol::PROTOCOL_VERSION;
+use axum::response::{IntoResponse, Response};
+use homeagent_device::protocol::{PROTOCOL_VERSION, is_valid_device_id};
 use homeagent_device::{Delivery, DeviceFrame, Hello, MAX_FRAME_BYTES, RefusalCode, ServerFrame};
 use tokio::time::{Instant, interval_at, timeout, timeout_at};
 
+use crate::error::ApiError;
 use crate::http::same_secret;
 use crate::state::ServerState;
+
+/// How much of a handshake message's parse error a refusal repeats.
+const MAX_QUOTED_ERROR_BYTES: usize = 200;
 
 /// How long a device has for each handshake message.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -36,7 +41,26 @@ pub const PING_EVERY: Duration = Duration::from_secs(15);
 /// Silence after which a bound device's link is considered dead.
 pub const DEAD_AFTER: Duration = Duration::from_secs(45);
 
-pub async fn upgrade(State(state): State<ServerState>, ws: WebSocketUpgrade) -> Response {
+pub async fn upgrade(
+    State(state): State<ServerState>,
+    ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Response {
+    let ws = match ws {
+        Ok(ws) => ws,
+        // A plain GET (a browser, curl): the API's JSON, not axum's text.
+        Err(rejection) => {
+            return ApiError::new(
+                rejection.status(),
+                "websocket_expected",
+                format!(
+                    "{}; this route is the device bridge: `homeagent waiter` connects here \
+                     over a WebSocket",
+                    rejection.body_text()
+                ),
+            )
+            .into_response();
+        }
+    };
     ws.max_message_size(MAX_FRAME_BYTES)
         .max_frame_size(MAX_FRAME_BYTES)
         .on_upgrade(move |socket| serve_device(state, socket))
@@ -135,6 +159,15 @@ async fn handshake(state: &ServerState, socket: &mut WebSocket) -> Result<Hello,
         DeviceFrame::Hello(hello) => hello,
         _ => return Err(protocol("the first message must be hello".to_owned())),
     };
+    // Checked before anything repeats the id: the route is open to anyone,
+    // and an id of a megabyte would go into the refusal and the log.
+    if !is_valid_device_id(&hello.device_id) {
+        return Err(protocol(
+            "device_id must be 1 to 64 of A-Z, a-z, 0-9, '.', '_' and '-'; set the waiter's \
+             device_id so"
+                .to_owned(),
+        ));
+    }
     if hello.version != PROTOCOL_VERSION {
         return Err(protocol(format!(
             "protocol version {} is not supported (this server speaks {PROTOCOL_VERSION}); \
@@ -208,8 +241,13 @@ async fn next_frame(socket: &mut WebSocket, deadline: Instant) -> Result<DeviceF
         };
         match message {
             Message::Text(text) => {
-                return serde_json::from_str(text.as_str())
-                    .map_err(|err| refused(format!("unreadable handshake message: {err}")));
+                return serde_json::from_str(text.as_str()).map_err(|err| {
+                    // serde quotes the value it could not take, whole.
+                    let err = err.to_string();
+                    let shown = &err[..err.floor_char_boundary(MAX_QUOTED_ERROR_BYTES)];
+                    let cut = if shown.len() < err.len() { "…" } else { "" };
+                    refused(format!("unreadable handshake message: {shown}{cut}"))
+                });
             }
             Message::Ping(_) | Message::Pong(_) => {}
             _ => return Err(refused("handshake messages are JSON text".to_owned())),

@@ -268,3 +268,31 @@ pub fn json_ok(value: &serde_json::Value) -> Response {
         }
     }
 }
+
+/// A path parameter, like axum's `Path`, whose refusal (a segment that is
+/// not UTF-8, say) is the API's JSON error rather than axum's text.
+pub struct ApiPath<T>(pub T);
+
+impl<S, T> axum::extract::FromRequestParts<S> for ApiPath<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned + Send,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, ApiError> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(value)) => Ok(ApiPath(value)),
+            Err(rejection) => Err(ApiError::bad_request(
+                "invalid_path",
+                format!(
+                    "{}; path segments are percent-encoded UTF-8",
+                    rejection.body_text()
+                ),
+            )),
+        }
+    }
+}

@@ -86,6 +86,7 @@ pub fn router(state: ServerState) -> Router {
     Router::new()
         .route("/", get(dashboard))
         .route("/v1/models", get(openai::models))
+        .route("/v1/models/{id}", get(openai::model))
         .route("/v1/chat/completions", post(openai::completions))
         .route("/api/v1/sessions", get(sessions::list))
         .route(

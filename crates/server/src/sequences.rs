@@ -3,8 +3,10 @@
 //! the same checks as `seq_create` and `homeagent seq create`.
 
 use axum::body::Bytes;
+use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, State};
+
+use crate::http::ApiPath;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use homeagent_core::ToolSource;
@@ -54,7 +56,7 @@ pub async fn list(State(state): State<ServerState>) -> Response {
     }
 }
 
-pub async fn get(State(state): State<ServerState>, Path(name): Path<String>) -> Response {
+pub async fn get(State(state): State<ServerState>, ApiPath(name): ApiPath<String>) -> Response {
     match store(&state).load(&name) {
         Ok(seq) => match serde_json::to_value(&seq) {
             Ok(value) => json_ok(&value),
@@ -93,7 +95,7 @@ pub async fn create(
     }
 }
 
-pub async fn delete(State(state): State<ServerState>, Path(name): Path<String>) -> Response {
+pub async fn delete(State(state): State<ServerState>, ApiPath(name): ApiPath<String>) -> Response {
     match store(&state).delete(&name) {
         Ok(()) => StatusCode::NO_CONTENT.into_response(),
         Err(e) => store_error(e).into_response(),

@@ -5,7 +5,9 @@ use std::net::SocketAddr;
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{ConnectInfo, Path, State};
+use axum::extract::{ConnectInfo, State};
+
+use crate::http::ApiPath;
 use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -57,7 +59,7 @@ fn checked(id: &str) -> Result<(), ApiError> {
 pub async fn send(
     State(state): State<ServerState>,
     ConnectInfo(client): ConnectInfo<SocketAddr>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let started = (|| {
@@ -100,7 +102,7 @@ pub async fn send(
 }
 
 /// `POST /api/v1/sessions/{id}/stop`.
-pub async fn stop(State(state): State<ServerState>, Path(id): Path<String>) -> Response {
+pub async fn stop(State(state): State<ServerState>, ApiPath(id): ApiPath<String>) -> Response {
     if let Err(error) = checked(&id) {
         return error.into_response();
     }
@@ -123,7 +125,7 @@ pub async fn list(State(state): State<ServerState>) -> Response {
 
 /// `GET /api/v1/sessions/{id}`: the session, its messages (calls and
 /// results) and its tool events (timing and status of every call).
-pub async fn get(State(state): State<ServerState>, Path(id): Path<String>) -> Response {
+pub async fn get(State(state): State<ServerState>, ApiPath(id): ApiPath<String>) -> Response {
     if let Err(error) = checked(&id) {
         return error.into_response();
     }
@@ -148,7 +150,7 @@ pub async fn get(State(state): State<ServerState>, Path(id): Path<String>) -> Re
 }
 
 /// `DELETE /api/v1/sessions/{id}`: stops it, then deletes its history.
-pub async fn delete(State(state): State<ServerState>, Path(id): Path<String>) -> Response {
+pub async fn delete(State(state): State<ServerState>, ApiPath(id): ApiPath<String>) -> Response {
     if let Err(error) = checked(&id) {
         return error.into_response();
     }

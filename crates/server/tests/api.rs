@@ -279,6 +279,25 @@ async fn unknown_routes_and_wrong_methods_get_json_errors() {
         "{message}"
     );
     assert_eq!(answer["error"]["type"], "invalid_request_error", "{answer}");
+
+    // A path segment that is not UTF-8, and a plain GET of the device
+    // socket: axum's own refusals, in the API's shape too.
+    for (path, status, code) in [
+        ("/api/v1/sessions/%FF", 400, "invalid_path"),
+        ("/api/v1/sequences/%FF", 400, "invalid_path"),
+        ("/v1/models/%FF", 400, "invalid_path"),
+        ("/api/v1/device/ws", 400, "websocket_expected"),
+    ] {
+        let response = client
+            .get(format!("{}{path}", server.url))
+            .bearer_auth(KEY)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), status, "{path}");
+        let answer = body_json(response).await;
+        assert_eq!(answer["error"]["code"], code, "{path}: {answer}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -450,6 +469,19 @@ async fn malformed_unknown_and_refused_requests_get_a_400_naming_the_problem() {
     .await
     .unwrap();
     assert_eq!(response.status(), 200);
+    // An assistant message with no calls, said as an empty list (clients
+    // other than the official one send it so), is plain text.
+    let response = post(
+        "/v1/chat/completions",
+        json!({"model": "homeagent", "messages": [
+            {"role": "user", "content": "a"},
+            {"role": "assistant", "content": "b", "tool_calls": []},
+            {"role": "user", "content": "c"}]})
+        .to_string(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(response.status(), 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -460,6 +492,20 @@ async fn models_lists_homeagent_and_tools_and_status_describe_the_agent() {
         models,
         json!({"object": "list", "data": [
             {"id": "homeagent", "object": "model", "created": 0, "owned_by": "homeagent"}]})
+    );
+    // One model, as the official clients' `models.retrieve` reads it.
+    let model = body_json(server.get("/v1/models/homeagent").send().await.unwrap()).await;
+    assert_eq!(model, models["data"][0]);
+    let other = server.get("/v1/models/gpt-4o").send().await.unwrap();
+    assert_eq!(other.status(), 404);
+    let other = body_json(other).await;
+    assert_eq!(other["error"]["code"], "model_not_found", "{other}");
+    assert!(
+        other["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`homeagent`"),
+        "{other}"
     );
     let tools = body_json(server.get("/api/v1/tools").send().await.unwrap()).await;
     let tools = tools["tools"].as_array().unwrap();

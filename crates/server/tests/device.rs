@@ -348,6 +348,25 @@ async fn wrong_tokens_duplicate_ids_and_disabled_devices_are_refused_with_reason
 
     let (_bad, bad_id) = bind(&server.url, "no spaces", KEY).await;
     assert_eq!(bad_id.unwrap()["code"], "protocol");
+    // The route is open to anyone (the token is inside the protocol): a
+    // huge id, with the right token or not, is refused without being
+    // repeated into the refusal (and so into the log), and so is a huge
+    // value serde would quote.
+    let huge = "A".repeat(200_000);
+    for token in [KEY, "wrong"] {
+        let (_big, refused) = bind(&server.url, &huge, token).await;
+        let refused = refused.unwrap();
+        assert_eq!(refused["code"], "protocol", "{token}");
+        let reason = refused["reason"].as_str().unwrap();
+        assert!(reason.len() < 1000, "{} bytes", reason.len());
+        assert!(reason.contains("device_id"), "{reason}");
+    }
+    let mut ws = open(&server.url).await;
+    send(&mut ws, json!({"type": huge})).await;
+    let refused = next(&mut ws).await.unwrap();
+    assert_eq!(refused["code"], "protocol");
+    let reason = refused["reason"].as_str().unwrap();
+    assert!(reason.len() < 1000, "{} bytes", reason.len());
 
     // A device token, when set, is the one that counts (not the API key).
     let with_token = start(Setup {

@@ -31,6 +31,8 @@ use std::net::SocketAddr;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{ConnectInfo, State};
+
+use crate::http::ApiPath;
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -51,13 +53,23 @@ use streamed_text::StreamedText;
 /// session a request ran in).
 pub const SESSION_HEADER: &str = "x-session-id";
 
+/// The one model this server answers as, in OpenAI's shape.
+fn model_object() -> Value {
+    json!({"id": MODEL_ID, "object": "model", "created": 0, "owned_by": "homeagent"})
+}
+
 /// `GET /v1/models`.
 pub async fn models() -> Response {
-    json_ok(&json!({
-        "object": "list",
-        "data": [{"id": MODEL_ID, "object": "model", "created": 0, "owned_by": "homeagent"}],
-    }))
-    .into_response()
+    json_ok(&json!({"object": "list", "data": [model_object()]})).into_response()
+}
+
+/// `GET /v1/models/{id}` (the clients' `models.retrieve`).
+pub async fn model(ApiPath(id): ApiPath<String>) -> Response {
+    if id == MODEL_ID {
+        json_ok(&model_object()).into_response()
+    } else {
+        request::model_not_found(&id).into_response()
+    }
 }
 
 /// `POST /v1/chat/completions`.

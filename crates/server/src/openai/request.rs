@@ -174,13 +174,7 @@ pub fn parse(body: Value) -> Result<CompletionRequest, ApiError> {
     check_shape_settings(&fields)?;
     match fields.get("model").and_then(Value::as_str) {
         Some(MODEL_ID) => {}
-        Some(other) => {
-            return Err(ApiError::new(
-                axum::http::StatusCode::NOT_FOUND,
-                "model_not_found",
-                format!("model `{other}` does not exist; this server answers as `{MODEL_ID}`"),
-            ));
-        }
+        Some(other) => return Err(model_not_found(other)),
         None => {
             return Err(ApiError::bad_request(
                 "invalid_request",
@@ -229,6 +223,15 @@ pub fn parse(body: Value) -> Result<CompletionRequest, ApiError> {
         prior: messages,
         input,
     })
+}
+
+/// The refusal of a model this server does not answer as.
+pub(crate) fn model_not_found(model: &str) -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::NOT_FOUND,
+        "model_not_found",
+        format!("model `{model}` does not exist; this server answers as `{MODEL_ID}`"),
+    )
 }
 
 fn check_shape_settings(fields: &Map<String, Value>) -> Result<(), ApiError> {
@@ -286,7 +289,9 @@ fn check_shape_settings(fields: &Map<String, Value>) -> Result<(), ApiError> {
 fn message(index: usize, value: &Value) -> Result<Message, ApiError> {
     let wire: WireMessage = serde_json::from_value(value.clone())
         .map_err(|e| ApiError::bad_request("invalid_request", format!("messages[{index}]: {e}")))?;
-    if wire.tool_calls.as_ref().is_some_and(|v| !v.is_null())
+    // `null` and `[]` both say "no calls".
+    let no_calls = |v: &Value| v.is_null() || v.as_array().is_some_and(Vec::is_empty);
+    if wire.tool_calls.as_ref().is_some_and(|v| !no_calls(v))
         || wire.function_call.as_ref().is_some_and(|v| !v.is_null())
         || wire.tool_call_id.is_some()
     {
