@@ -220,7 +220,14 @@ pub fn json_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Re
 
 pub fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
     body.map_err(|rejection| {
-        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        if deadline_passed(&rejection) {
+            ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "body_timeout",
+                "the request body did not arrive within the server's body timeout, counted \
+                 from the request's start; send the whole body without pauses",
+            )
+        } else if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "body_too_large",
@@ -295,4 +302,79 @@ where
             )),
         }
     }
+}
+
+/// The request body ran past its deadline (`ServerOptions::body_timeout`,
+/// counted from the request's arrival).
+#[derive(Debug)]
+pub struct BodyDeadlinePassed;
+
+impl std::fmt::Display for BodyDeadlinePassed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the request body did not arrive in time")
+    }
+}
+
+impl std::error::Error for BodyDeadlinePassed {}
+
+/// Puts one deadline on a request's whole body. A timer between pieces
+/// (what tower-http's body timeout does) lets a client that sends a byte
+/// now and then hold the connection, its task and its buffer for ever.
+pub async fn body_deadline(
+    State(limit): State<std::time::Duration>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let deadline = tokio::time::Instant::now() + limit;
+    next.run(request.map(|body| {
+        axum::body::Body::new(DeadlineBody {
+            body,
+            deadline: Box::pin(tokio::time::sleep_until(deadline)),
+        })
+    }))
+    .await
+}
+
+/// A body that fails with [`BodyDeadlinePassed`] once its deadline passes.
+struct DeadlineBody {
+    body: axum::body::Body,
+    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
+}
+
+impl http_body::Body for DeadlineBody {
+    type Data = Bytes;
+    type Error = axum::BoxError;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, axum::BoxError>>> {
+        use std::future::Future as _;
+        if self.deadline.as_mut().poll(cx).is_ready() {
+            return std::task::Poll::Ready(Some(Err(Box::new(BodyDeadlinePassed))));
+        }
+        std::pin::Pin::new(&mut self.body)
+            .poll_frame(cx)
+            .map_err(Into::into)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// Whether `error`, or any error behind it, is [`BodyDeadlinePassed`].
+fn deadline_passed(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if error.is::<BodyDeadlinePassed>() {
+            return true;
+        }
+        next = error.source();
+    }
+    false
 }

@@ -114,8 +114,9 @@ pub fn router(state: ServerState) -> Router {
             http::require_key,
         ))
         .layer(DefaultBodyLimit::max(limit))
-        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+        .layer(axum::middleware::from_fn_with_state(
             body_timeout,
+            http::body_deadline,
         ))
         .with_state(state)
 }

@@ -25,8 +25,9 @@ pub struct ServerOptions {
     pub api_key: Option<String>,
     /// Largest request body accepted, in bytes.
     pub body_limit: usize,
-    /// A request body that has not fully arrived after this long is refused
-    /// (a client trickling bytes cannot hold a connection and a task), and
+    /// A request body that has not fully arrived this long after the
+    /// request did is refused with 408 (one deadline for the whole body:
+    /// a client trickling bytes cannot hold a connection and a task), and
     /// a connection whose request head has not arrived after this long is
     /// closed (an idle keep-alive connection as well).
     pub body_timeout: Duration,

@@ -558,7 +558,7 @@ async fn a_body_that_trickles_in_is_refused_after_the_body_timeout() {
     let mut buf = [0u8; 4096];
     // Read until the head and the JSON body are in (the server may keep
     // the connection open after answering).
-    while !String::from_utf8_lossy(&answer).contains("invalid_body") {
+    while !String::from_utf8_lossy(&answer).contains("body_timeout") {
         let n = tokio::time::timeout(std::time::Duration::from_secs(30), stream.read(&mut buf))
             .await
             .expect("the server answers the stalled request")
@@ -569,8 +569,65 @@ async fn a_body_that_trickles_in_is_refused_after_the_body_timeout() {
         answer.extend_from_slice(&buf[..n]);
     }
     let text = String::from_utf8_lossy(&answer);
-    assert!(text.starts_with("HTTP/1.1 400"), "{text}");
-    assert!(text.contains("invalid_body"), "{text}");
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(text.contains("body_timeout"), "{text}");
+    assert!(started.elapsed() >= timeout, "{:?}", started.elapsed());
+}
+
+/// The body timeout bounds the whole body, not the pause between two of
+/// its pieces: a byte every 100 ms never pauses 400 ms, and is still
+/// refused once 400 ms have passed since the request arrived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_keeps_trickling_is_refused_after_the_body_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let timeout = std::time::Duration::from_millis(400);
+    let server = start(Setup {
+        options: homeagent_server::state::ServerOptions {
+            body_timeout: timeout,
+            ..Default::default()
+        },
+        ..Setup::default()
+    })
+    .await;
+    let address = server.url.trim_start_matches("http://").to_owned();
+    let stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let (mut reader, mut writer) = stream.into_split();
+    let started = std::time::Instant::now();
+    writer
+        .write_all(
+            format!(
+                "POST /v1/chat/completions HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {}\r\n\
+                 Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n",
+                common::KEY
+            )
+            .as_bytes(),
+        )
+        .await
+        .unwrap();
+    // One space every 100 ms, for up to 30 s, until the server has answered.
+    let trickle = tokio::spawn(async move {
+        for _ in 0..300 {
+            if writer.write_all(b" ").await.is_err() {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    });
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&answer).contains("\r\n\r\n{") {
+        let n = tokio::time::timeout(std::time::Duration::from_secs(40), reader.read(&mut buf))
+            .await
+            .expect("the server answers the trickling request")
+            .unwrap();
+        if n == 0 {
+            break;
+        }
+        answer.extend_from_slice(&buf[..n]);
+    }
+    trickle.abort();
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
     assert!(started.elapsed() >= timeout, "{:?}", started.elapsed());
 }
 
