@@ -236,20 +236,15 @@ impl EventHub {
     }
 
     /// Everything after `cursor`, with a gap first when some of it is gone.
-    /// A cursor beyond the newest id (a server restart reset the ids) is a
-    /// gap too: the client cannot know what it missed.
+    /// A cursor beyond the newest id is one from before a restart: this
+    /// server's ids began again at 1, so it reads from the start, and the
+    /// gap (if any) names this server's ids the ring no longer keeps.
     fn read_after(&self, cursor: u64, out: &mut VecDeque<Pending>) -> u64 {
         let ring = self.ring();
         let latest = ring.next_id - 1;
         let oldest = ring.events.front().map_or(ring.next_id, |e| e.id);
-        let mut cursor = cursor;
-        if cursor > latest {
-            out.push_back(Pending::Gap {
-                from: latest + 1,
-                to: cursor,
-            });
-            cursor = oldest.saturating_sub(1);
-        } else if cursor + 1 < oldest {
+        let mut cursor = if cursor > latest { 0 } else { cursor };
+        if cursor + 1 < oldest {
             out.push_back(Pending::Gap {
                 from: cursor + 1,
                 to: oldest - 1,

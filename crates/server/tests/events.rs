@@ -56,11 +56,22 @@ async fn the_hub_replays_exactly_what_follows_an_id_and_reports_a_gap_first() {
         Read::Event(e) => assert_eq!(e.id, 7),
         gap => panic!("unexpected {gap:?}"),
     }
-    // An id from the future (a restarted server): a gap, then everything kept.
+    // An id from the future (a restarted server): this server's ids start
+    // again at 1, so the gap names the ones it no longer keeps (1 to 3),
+    // then everything kept follows.
     let mut sub = hub.subscribe(Some(100));
-    assert_eq!(sub.next().await.unwrap(), Read::Gap { from: 8, to: 100 });
+    assert_eq!(sub.next().await.unwrap(), Read::Gap { from: 1, to: 3 });
     match sub.next().await.unwrap() {
         Read::Event(e) => assert_eq!(e.id, 4),
+        gap => panic!("unexpected {gap:?}"),
+    }
+    // A restarted server that still keeps all it sent: nothing of its own
+    // is missing, so its events follow from 1.
+    let fresh = EventHub::new(4);
+    fresh.publish("s", &frame(1));
+    let mut sub = fresh.subscribe(Some(100));
+    match sub.next().await.unwrap() {
+        Read::Event(e) => assert_eq!(e.id, 1),
         gap => panic!("unexpected {gap:?}"),
     }
     // A subscriber that reads too slowly while the ring turns over is told.
