@@ -6,7 +6,6 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 
-use crate::http::ApiPath;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use homeagent_core::ToolSource;
@@ -14,7 +13,7 @@ use homeagent_seq::{CreateError, SeqStore, StoreError, create_sequence, parse_se
 use serde_json::{Value, json};
 
 use crate::error::ApiError;
-use crate::http::{json_body, json_ok};
+use crate::http::{ApiPath, json_body, json_ok};
 use crate::state::ServerState;
 
 fn store(state: &ServerState) -> SeqStore {

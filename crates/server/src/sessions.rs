@@ -7,7 +7,6 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{ConnectInfo, State};
 
-use crate::http::ApiPath;
 use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -18,7 +17,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use crate::error::ApiError;
-use crate::http::{json_body, json_ok};
+use crate::http::{ApiPath, json_body, json_ok};
 use crate::state::ServerState;
 use crate::turn;
 
@@ -149,12 +148,37 @@ pub async fn get(State(state): State<ServerState>, ApiPath(id): ApiPath<String>)
     }
 }
 
-/// `DELETE /api/v1/sessions/{id}`: stops it, then deletes its history.
+/// How long a DELETE waits for the stopped input to end, and how often it
+/// looks. A stop ends tools at once; what remains is the input's last
+/// commits.
+const STOP_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+const STOP_POLL: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// `DELETE /api/v1/sessions/{id}`: stops it, waits for its input to end,
+/// then deletes its history. Deleted under a running input, the input's
+/// later commits would fail (its client told of a store error, not of the
+/// stop) or bring the session back.
 pub async fn delete(State(state): State<ServerState>, ApiPath(id): ApiPath<String>) -> Response {
     if let Err(error) = checked(&id) {
         return error.into_response();
     }
     state.scheduler().stop(&id);
+    let deadline = tokio::time::Instant::now() + STOP_WAIT;
+    while state.scheduler().busy_sessions().contains(&id) {
+        if tokio::time::Instant::now() >= deadline {
+            return ApiError::new(
+                StatusCode::CONFLICT,
+                "session_busy",
+                format!(
+                    "session {id} was stopped, but its input has not ended within {} s; \
+                     send the DELETE again",
+                    STOP_WAIT.as_secs()
+                ),
+            )
+            .into_response();
+        }
+        tokio::time::sleep(STOP_POLL).await;
+    }
     let key = id.clone();
     let deleted = state
         .runtime()

@@ -137,6 +137,50 @@ async fn stop_cancels_a_running_input_and_an_unknown_agent_is_an_error_frame() {
     assert_eq!(frame["code"], "agent");
 }
 
+/// Deleting a session whose input runs stops the input first and deletes
+/// after it ended: its client is told `stopped` (not a failed turn), and
+/// nothing it still commits brings the session back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_running_session_stops_its_input_before_deleting() {
+    let server = start(Setup {
+        tool_sleep_ms: 30_000,
+        ..Setup::default()
+    })
+    .await;
+    let response = server
+        .post_json(
+            "/api/v1/sessions/doomed/messages",
+            &json!({"text": "!slowbatch2"}),
+        )
+        .send()
+        .await
+        .unwrap();
+    let mut frames = SseReader::new(response);
+    let mut starts = 0;
+    while starts < 2 {
+        let frame = json(&frames.next_within(30).await.unwrap().data);
+        if frame["phase"] == "start" {
+            starts += 1;
+        }
+    }
+    let deleted = server
+        .client()
+        .delete(format!("{}/api/v1/sessions/doomed", server.url))
+        .bearer_auth(common::KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), 204);
+    let rest: Vec<Value> = frames.all().await.iter().map(|e| json(&e.data)).collect();
+    let last = rest.last().unwrap();
+    assert_eq!(last["type"], "error", "{rest:?}");
+    assert_eq!(last["code"], "stopped", "{rest:?}");
+    let gone = server.get("/api/v1/sessions/doomed").send().await.unwrap();
+    assert_eq!(gone.status(), 404);
+    let listed = body_json(server.get("/api/v1/sessions").send().await.unwrap()).await;
+    assert_eq!(listed["sessions"], json!([]), "{listed}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_four_clients_times_twelve_requests_are_all_answered_once() {
     const CLIENTS: usize = 24;

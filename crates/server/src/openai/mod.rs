@@ -32,7 +32,6 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{ConnectInfo, State};
 
-use crate::http::ApiPath;
 use axum::http::{HeaderMap, HeaderValue};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -44,7 +43,7 @@ use serde_json::{Value, json};
 pub use request::{CompletionRequest, IGNORED, MODEL_ID};
 
 use crate::error::ApiError;
-use crate::http::{json_body, json_ok};
+use crate::http::{ApiPath, json_body, json_ok};
 use crate::state::{ServerState, TurnGuard};
 use crate::turn::{self, terminal_error};
 use streamed_text::StreamedText;
