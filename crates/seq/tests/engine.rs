@@ -88,6 +88,66 @@ async fn a_tool_that_is_not_parallel_safe_makes_the_group_serial_at_run_time() {
     assert_eq!(report.slots["r"], json!(["ran:A", "U", "ran:B"]));
 }
 
+/// A pre-hook that spells every `device` argument in lower case.
+struct LowerCaseDevice;
+
+impl homeagent_core::PreToolHook for LowerCaseDevice {
+    fn name(&self) -> &str {
+        "lower_case_device"
+    }
+    fn sees(&self, tool: &str) -> bool {
+        tool == "t_device"
+    }
+    fn before(
+        &self,
+        call: &homeagent_core::CallInfo,
+    ) -> homeagent_core::hooks::HookFuture<homeagent_core::PreDecision> {
+        let mut arguments = call.arguments.clone();
+        if let Some(device) = arguments["device"].as_str() {
+            arguments["device"] = Value::String(device.to_lowercase());
+        }
+        Box::pin(async move { Ok(homeagent_core::PreDecision::Rewrite { arguments }) })
+    }
+}
+
+/// Order keys are the ones the handlers get (invariant 4): `NAS` and `nas`
+/// look like two devices, but a pre-hook that sees the tool may make them
+/// one, so the group runs in order; without such a hook it runs at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyed_calls_a_pre_hook_may_rewrite_run_in_order() {
+    let steps = tools(&[
+        json!({"tool": "t_device", "args": {"ms": 150, "device": "NAS"}, "as": "r"}),
+        json!({"tool": "t_device", "args": {"ms": 150, "device": "nas"}, "as": "r"}),
+    ]);
+    let s = seq(
+        json!({"name": "s", "groups": [{"name": "g", "out": {"r": "array<string>"},
+        "tools": steps}]}),
+    );
+    let hooked = common::harness_with_pre_hooks(vec![std::sync::Arc::new(LowerCaseDevice)]);
+    let report = hooked
+        .engine
+        .run_sequence(&s, args(json!({})), &main_caller())
+        .await;
+    assert_eq!(report.status, RunStatus::Completed, "{report:?}");
+    assert_eq!(report.groups[0].mode, Some("serial"));
+    assert_eq!(
+        *hooked.finished.lock().unwrap(),
+        ["start nas", "end nas", "start nas", "end nas"]
+    );
+    assert_eq!(report.slots["r"], json!(["nas", "nas"]));
+
+    let plain = harness();
+    let report = plain
+        .engine
+        .run_sequence(&s, args(json!({})), &main_caller())
+        .await;
+    assert_eq!(report.groups[0].mode, Some("parallel"));
+    assert_eq!(
+        plain.finished.lock().unwrap()[..2],
+        ["start NAS", "start nas"]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_false_condition_skips_the_group_and_field_access_works() {
     let h = harness();

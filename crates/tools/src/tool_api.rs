@@ -35,6 +35,12 @@ impl ToolApi {
         ToolApi { executor }
     }
 
+    /// Whether a hook of the executor sees calls to `tool` (and so may
+    /// rewrite their arguments, order keys included, before they run).
+    pub fn hooks_see(&self, tool: &str) -> bool {
+        self.executor.hooks_see(tool)
+    }
+
     /// Runs `tool` with `args` as `agent`; the outcome is what the model
     /// would have received for the same call.
     pub async fn call(

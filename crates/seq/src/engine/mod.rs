@@ -190,6 +190,12 @@ impl Engine {
             match substitute_step(step, args) {
                 Ok(call_args) => {
                     all_safe &= def.runs_in_parallel();
+                    // Each step runs as its own batch, so nothing plans
+                    // again after a pre-hook rewrote a key: a keyed tool a
+                    // hook sees runs in order (`NAS` may become `nas`).
+                    if def.order_key.is_some() && self.backend.api.hooks_see(&step.tool) {
+                        all_safe = false;
+                    }
                     match order_key(def.order_key.as_ref(), &call_args) {
                         Some(Some(key)) if order_keys.contains(&key) => all_safe = false,
                         Some(Some(key)) => order_keys.push(key),

@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use homeagent_core::{
-    CancellationToken, ErrorReason, Executor, Registry, ToolContext, ToolDef, ToolError,
-    ToolOutcome,
+    CancellationToken, ErrorReason, Executor, OrderKey, PreToolHook, Registry, ToolContext,
+    ToolDef, ToolError, ToolOutcome,
 };
 use homeagent_seq::{
     BackendSlot, Caller, Engine, SeqBackend, SeqStore, SeqToolsOptions, Sequence,
@@ -67,6 +67,12 @@ pub struct Harness {
 pub const LIMITED: &str = "limited";
 
 pub fn harness() -> Harness {
+    harness_with_pre_hooks(Vec::new())
+}
+
+/// [`harness`], with these pre-hooks on the executor (as the runtime
+/// attaches the command hooks).
+pub fn harness_with_pre_hooks(pre_hooks: Vec<Arc<dyn PreToolHook>>) -> Harness {
     let dir = TempDir::new("engine");
     let registry = Arc::new(Registry::new());
     let demo = register_demo_tools(&registry).unwrap();
@@ -95,7 +101,11 @@ pub fn harness() -> Harness {
         gate,
         Approval::Refused,
     ));
-    let executor = Arc::new(Executor::new(gated as _));
+    let executor = Arc::new(
+        pre_hooks
+            .into_iter()
+            .fold(Executor::new(gated as _), Executor::with_pre_hook),
+    );
     let backend = SeqBackend::new(Arc::clone(&executor));
     slot.set(backend.clone()).unwrap();
     Harness {
@@ -127,6 +137,28 @@ fn register_test_tools(
                     tokio::time::sleep(Duration::from_millis(ms)).await;
                     log.lock().unwrap().push(tag.clone());
                     Ok(Value::String(format!("ran:{tag}")))
+                }
+            },
+        )
+        .unwrap();
+    let log = Arc::clone(finished);
+    registry
+        .register(
+            ToolDef::new(
+                "t_device",
+                "holds device `device` for ms; logs start and end",
+            )
+            .parallel_safe()
+            .with_order_key(OrderKey::Argument("device".into())),
+            move |ctx: ToolContext| {
+                let log = Arc::clone(&log);
+                async move {
+                    let ms = ctx.arguments["ms"].as_u64().unwrap_or(0);
+                    let device = ctx.arguments["device"].as_str().unwrap_or("").to_owned();
+                    log.lock().unwrap().push(format!("start {device}"));
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    log.lock().unwrap().push(format!("end {device}"));
+                    Ok(Value::String(device))
                 }
             },
         )
