@@ -336,7 +336,7 @@ impl StreamAssembler {
         } = self;
         // Stable sort: calls sharing an index keep their arrival order.
         buckets.sort_by_key(|b| b.index);
-        let truncated_turn = finish_reason == Some(FinishReason::Length);
+        let truncated_turn = finish_reason.as_ref().is_some_and(FinishReason::cut_output);
         let mut diagnostics = Vec::new();
         let mut calls: Vec<AssembledCall> = Vec::with_capacity(buckets.len());
         let mut ids: HashSet<String> = HashSet::with_capacity(buckets.len());
@@ -434,7 +434,7 @@ pub fn parse_arguments(tool: &str, raw: &str, turn_hit_length_limit: bool) -> Pa
                 ToolError::new(
                     ErrorReason::Truncated,
                     format!(
-                        "the arguments of {tool} were cut off by the output token limit before any of them arrived (finish_reason=length); the call was not run"
+                        "the arguments of {tool} were cut off by the output token limit (or a full context window) before any of them arrived; the call was not run"
                     ),
                 )
                 .with_hint(
@@ -495,7 +495,7 @@ pub fn parse_arguments(tool: &str, raw: &str, turn_hit_length_limit: bool) -> Pa
                     ToolError::new(
                         ErrorReason::Truncated,
                         format!(
-                            "the arguments of {tool} were cut off by the output token limit after {} bytes (finish_reason=length); the call was not run",
+                            "the arguments of {tool} were cut off by the output token limit (or a full context window) after {} bytes; the call was not run",
                             raw.len()
                         ),
                     )

@@ -64,6 +64,24 @@ pub enum FinishReason {
 }
 
 impl FinishReason {
+    /// Whether the model's output was cut off at a limit rather than ended
+    /// by the model: the token limit, or a full context window (Anthropic's
+    /// `model_context_window_exceeded`, Mistral's `model_length`, kept as
+    /// `Other` since raising `max_tokens` does not help them). A call that
+    /// was still arriving is then cut, never runnable.
+    pub fn cut_output(&self) -> bool {
+        match self {
+            FinishReason::Length => true,
+            FinishReason::Other(reason) => {
+                matches!(
+                    reason.as_str(),
+                    "model_context_window_exceeded" | "model_length"
+                )
+            }
+            _ => false,
+        }
+    }
+
     /// Normalizes a wire value. An empty string is *not* a finish: some
     /// servers send `finish_reason: ""` on every chunk.
     pub fn parse(raw: &str) -> Option<FinishReason> {

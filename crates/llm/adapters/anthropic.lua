@@ -191,6 +191,9 @@ function M.transform_response(raw)
     error("provider error: " .. provider_error(body))
   end
   local out = { finish_reason = text(body.stop_reason) }
+  -- A message cut at a limit: an empty input is a cut one, left blank so
+  -- the call is marked truncated instead of run with no arguments.
+  local cut = body.stop_reason == "max_tokens" or body.stop_reason == "model_context_window_exceeded"
   local content, reasoning = {}, {}
   for position, block in ipairs(body.content or {}) do
     if block.type == "text" then
@@ -203,7 +206,7 @@ function M.transform_response(raw)
         id = block.id,
         type = "function",
         name = block.name,
-        raw_arguments = json.encode(block.input or {}),
+        raw_arguments = (cut and next(block.input or {}) == nil) and "" or json.encode(block.input or {}),
         stream_index = position - 1,
       }
     end

@@ -375,6 +375,68 @@ data: {"type":"message_stop"}
     assert!(turn.diagnostics.is_empty(), "{:?}", turn.diagnostics);
 }
 
+/// A full context window cuts the output as the token limit does: a
+/// `tool_use` block that stopped without input is cut, not a call without
+/// arguments; and a whole response's `{}` input on a cut message is the
+/// same cut call, as the stream's is.
+#[test]
+fn a_call_cut_by_a_full_context_window_or_in_a_whole_response_is_not_run() {
+    let stream = |reason: &str| {
+        format!(
+            "event: message_start\ndata: {{\"type\":\"message_start\",\"message\":{{\"id\":\"m\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[]}}}}\n\n\
+             event: content_block_start\ndata: {{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{{\"type\":\"tool_use\",\"id\":\"toolu_1\",\"name\":\"rm\",\"input\":{{}}}}}}\n\n\
+             event: content_block_stop\ndata: {{\"type\":\"content_block_stop\",\"index\":0}}\n\n\
+             event: message_delta\ndata: {{\"type\":\"message_delta\",\"usage\":{{\"output_tokens\":3}}}}\n\n\
+             event: message_delta\ndata: {{\"type\":\"message_delta\",\"delta\":{{\"stop_reason\":\"{reason}\"}}}}\n\n\
+             event: message_stop\ndata: {{\"type\":\"message_stop\"}}\n"
+        )
+    };
+    let whole = |reason: &str| {
+        format!(
+            r#"{{"id":"m","type":"message","role":"assistant","content":[{{"type":"tool_use","id":"toolu_1","name":"rm","input":{{}}}}],"stop_reason":"{reason}"}}"#
+        )
+    };
+    for reason in ["max_tokens", "model_context_window_exceeded"] {
+        let turns = [
+            ("stream", assemble(decode(&stream(reason)).unwrap().0)),
+            (
+                "whole",
+                assemble(
+                    AnthropicCodec
+                        .decode_response(whole(reason).as_bytes())
+                        .unwrap(),
+                ),
+            ),
+        ];
+        for (how, turn) in turns {
+            assert_eq!(turn.calls.len(), 1, "{how} {reason}");
+            let error = turn.calls[0].argument_error.as_ref();
+            assert_eq!(
+                error.map(|e| e.reason),
+                Some(ErrorReason::Truncated),
+                "{how} {reason}: {:?}",
+                turn.calls[0]
+            );
+        }
+    }
+    // Ended on its own, the same call has no arguments and runs.
+    for turn in [
+        assemble(decode(&stream("tool_use")).unwrap().0),
+        assemble(
+            AnthropicCodec
+                .decode_response(whole("tool_use").as_bytes())
+                .unwrap(),
+        ),
+    ] {
+        assert!(
+            turn.calls[0].argument_error.is_none(),
+            "{:?}",
+            turn.calls[0]
+        );
+        assert_eq!(turn.calls[0].call.arguments, json!({}));
+    }
+}
+
 /// Extended thinking: a signed thinking block, a redacted one, then a call.
 const THINKING: &str = r#"event: message_start
 data: {"type":"message_start","message":{"id":"msg_01Think","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":50,"cache_read_input_tokens":2000,"cache_creation_input_tokens":300,"output_tokens":1}}}

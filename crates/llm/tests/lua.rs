@@ -745,6 +745,37 @@ fn anthropic_lua_assembles_two_interleaved_calls_by_itself() {
     assert_eq!(turn.usage, native.usage);
 }
 
+/// A whole response cut at a limit: the adapter leaves an empty input
+/// blank, as the native codec does, so the call is truncated, not run with
+/// `{}`; a message that ended on its own runs it with `{}` on both.
+#[test]
+fn anthropic_lua_whole_response_keeps_a_cut_call_unrunnable() {
+    for (reason, cut) in [
+        ("max_tokens", true),
+        ("model_context_window_exceeded", true),
+        ("tool_use", false),
+    ] {
+        let body = format!(
+            r#"{{"id":"m","type":"message","role":"assistant","content":[{{"type":"tool_use","id":"toolu_1","name":"rm","input":{{}}}}],"stop_reason":"{reason}"}}"#
+        );
+        let lua = assemble(
+            strict(bundled("anthropic"))
+                .decode_response(body.as_bytes())
+                .unwrap(),
+        );
+        let native = assemble(
+            homeagent_llm::codec::anthropic::AnthropicCodec
+                .decode_response(body.as_bytes())
+                .unwrap(),
+        );
+        for (who, turn) in [("lua", &lua), ("native", &native)] {
+            let error = turn.calls[0].argument_error.as_ref().map(|e| e.reason);
+            let expected = cut.then_some(homeagent_core::ErrorReason::Truncated);
+            assert_eq!(error, expected, "{who} {reason}: {:?}", turn.calls[0]);
+        }
+    }
+}
+
 /// Streamed text keeps its whitespace-only pieces: a paragraph break sent
 /// on its own is part of the reply (the rule against whitespace-only text
 /// is for the blocks of a request). The native codec is the reference.

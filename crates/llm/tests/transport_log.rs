@@ -126,6 +126,21 @@ async fn the_api_key_is_sent_but_never_logged_nor_printed() {
         )
         .unwrap();
     }
+    // A proxy's credentials in the URL are as secret as the key.
+    let with_credentials = url.replacen("http://", "http://proxyuser:s3cretpass@", 1);
+    for protocol in Protocol::ALL {
+        let provider = provider(&with_credentials, protocol);
+        let err = provider
+            .stream(&chat("hi"), CancellationToken::new())
+            .await
+            .err();
+        write!(
+            debug_output,
+            "{provider:?} {err:?} {}",
+            err.as_ref().unwrap()
+        )
+        .unwrap();
+    }
     let mock = MockServer::start("127.0.0.1:0", ServerConfig::default())
         .await
         .unwrap();
@@ -144,7 +159,7 @@ async fn the_api_key_is_sent_but_never_logged_nor_printed() {
 
     // The key really went out, in each wire's own header...
     let received = received.lock().unwrap().clone();
-    assert_eq!(received.len(), 4);
+    assert_eq!(received.len(), 8);
     for headers in &received {
         let carries_key = headers
             .values()
@@ -155,12 +170,22 @@ async fn the_api_key_is_sent_but_never_logged_nor_printed() {
     let log = log.lock().unwrap().clone();
     assert_eq!(
         log.matches("sending a model request").count(),
-        8,
+        12,
         "the transport did not log every request:\n{log}"
     );
     assert!(log.contains("/v1/chat/completions"), "{log}");
     // ...but never the key, and neither did any Debug output.
     assert!(!log.contains(KEY), "the key leaked into the log:\n{log}");
+    for secret in ["s3cretpass", "proxyuser"] {
+        assert!(
+            !log.contains(secret),
+            "{secret} leaked into the log:\n{log}"
+        );
+        assert!(
+            !debug_output.contains(secret),
+            "{secret} leaked into Debug output:\n{debug_output}"
+        );
+    }
     assert!(
         !debug_output.contains(KEY),
         "the key leaked into Debug output:\n{debug_output}"

@@ -310,7 +310,7 @@ impl HttpProvider {
         // Only the URL and the protocol: never headers (they hold the key).
         tracing::debug!(
             protocol = protocol.as_str(),
-            url = %wire.url,
+            url = %crate::base_url::shown_url(&wire.url),
             stream = request.stream,
             body_bytes = body.len(),
             "sending a model request"

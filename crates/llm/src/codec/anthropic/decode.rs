@@ -4,7 +4,7 @@
 //! `stream_index` of a `tool_use` block's fragments, so interleaved blocks
 //! stay apart, and the assembler orders the calls by it.
 
-use homeagent_core::{StreamEvent, ToolCallFragment, Usage};
+use homeagent_core::{FinishReason, StreamEvent, ToolCallFragment, Usage};
 use serde_json::{Value, json};
 
 use super::{PROTOCOL, wire};
@@ -90,8 +90,8 @@ impl Decoder {
             "content_block_stop" => self.block_stop(block_index(&event), out),
             "message_delta" => {
                 let reason = event.pointer("/delta/stop_reason").and_then(Value::as_str);
-                self.settle_empty_inputs(reason, out);
                 if let Some(reason) = reason {
+                    self.settle_empty_inputs(Some(reason), out);
                     out.push(StreamEvent::Finish {
                         reason: reason.to_owned(),
                     });
@@ -134,8 +134,8 @@ impl Decoder {
             "content_block_stop" => self.block_stop(index, out),
             "message_delta" => {
                 let reason = event.delta.and_then(|d| d.stop_reason);
-                self.settle_empty_inputs(reason.as_deref(), out);
                 if let Some(reason) = reason {
+                    self.settle_empty_inputs(Some(&reason), out);
                     out.push(StreamEvent::Finish { reason });
                 }
                 if let Some(usage) = event.usage.and_then(|u| u.usage()) {
@@ -300,11 +300,13 @@ impl Decoder {
     }
 
     /// Gives the blocks that stopped without input their `{}`, unless the
-    /// message ended on the token limit (`reason` `max_tokens`): then their
-    /// input was cut, and they stay blank. `None`: the message ended with
-    /// no reason given, so the blocks are taken as complete.
+    /// message's output was cut (`max_tokens`, a full context window): then
+    /// their input was cut, and they stay blank. Called with the stop
+    /// reason when it comes (not with a `message_delta` that carries only
+    /// usage), and with `None` at `message_stop` when none came: the
+    /// blocks are then taken as complete.
     fn settle_empty_inputs(&mut self, reason: Option<&str>, out: &mut Vec<StreamEvent>) {
-        let cut = reason == Some("max_tokens");
+        let cut = reason.is_some_and(output_cut);
         for index in self.stopped_without_input.drain(..) {
             if !cut {
                 out.push(StreamEvent::ToolCall(ToolCallFragment {
@@ -334,6 +336,9 @@ pub(super) fn decode_message(body: &[u8]) -> Result<Vec<StreamEvent>, CodecError
             detail: "the message has no `content` array".into(),
         });
     };
+    let stop_reason = message.get("stop_reason").and_then(Value::as_str);
+    // The stream's rule: an empty input on a cut message is a cut input.
+    let cut = stop_reason.is_some_and(output_cut);
     let mut out = Vec::with_capacity(blocks.len() + 2);
     if let Some(usage) = message.get("usage").and_then(usage_of) {
         out.push(StreamEvent::Usage(usage));
@@ -352,6 +357,7 @@ pub(super) fn decode_message(body: &[u8]) -> Result<Vec<StreamEvent>, CodecError
                 // by max_tokens, not JSON, not an object) and never run as
                 // an innocent `{}`.
                 let raw_arguments = match block.get("input") {
+                    Some(Value::Object(input)) if input.is_empty() && cut => String::new(),
                     Some(input @ Value::Object(_)) => input.to_string(),
                     Some(Value::String(text)) => text.clone(),
                     None | Some(Value::Null) => String::new(),
@@ -367,7 +373,7 @@ pub(super) fn decode_message(body: &[u8]) -> Result<Vec<StreamEvent>, CodecError
             _ => {}
         }
     }
-    if let Some(reason) = message.get("stop_reason").and_then(Value::as_str) {
+    if let Some(reason) = stop_reason {
         out.push(StreamEvent::Finish {
             reason: reason.to_owned(),
         });
@@ -432,6 +438,11 @@ fn push_redacted_str(data: Option<&str>, out: &mut Vec<StreamEvent>) {
             metadata: json!({PROTOCOL: {"redacted_data": data}}),
         });
     }
+}
+
+/// Whether a stop reason says the output was cut at a limit.
+fn output_cut(reason: &str) -> bool {
+    FinishReason::parse(reason).is_some_and(|reason| reason.cut_output())
 }
 
 /// Token counts from a `usage` object. Cached input is still input: the
