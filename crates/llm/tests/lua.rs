@@ -198,6 +198,19 @@ fn a_finalizer_is_refused_because_it_would_run_outside_the_instruction_limit() {
         message.contains("gc.lua") && message.contains("__gc"),
         "{message}"
     );
+    // json.array_mt is the metatable Rust sets on decoded arrays, without
+    // the guarded setmetatable: a __gc put on it is refused there too.
+    let adapter = request_adapter(
+        "array_gc.lua",
+        "json.array_mt.__gc = function() while true do end end; \
+         local decoded = json.decode('[1]'); return raw",
+    );
+    let err = adapter.transform_request("{}").unwrap_err();
+    let message = err.to_string();
+    assert!(
+        message.contains("array_gc.lua") && message.contains("__gc"),
+        "{message}"
+    );
     let adapter = request_adapter("meta.lua", "return raw");
     assert_eq!(
         eval(

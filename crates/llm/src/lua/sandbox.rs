@@ -139,7 +139,8 @@ const RAW_SETMETATABLE: &str = "homeagent.setmetatable";
 /// not reach them: an endless `__gc` would hang the thread that happened to
 /// collect (or drop) the state. Lua marks a table for finalization only if
 /// its metatable has `__gc` when it is set, and the sandbox leaves no other
-/// way to set one (no `debug`, no userdata), so checking here is enough.
+/// way to set one (no `debug`, no userdata) but Rust's own, on decoded
+/// arrays (`json_to_lua`, which checks `json.array_mt` the same way).
 fn guard_setmetatable(lua: &Lua, globals: &Table) -> mlua::Result<()> {
     let raw: mlua::Function = globals.raw_get("setmetatable")?;
     lua.set_named_registry_value(RAW_SETMETATABLE, raw)?;
@@ -373,7 +374,17 @@ pub(crate) fn json_to_lua(lua: &Lua, value: &serde_json::Value) -> mlua::Result<
         serde_json::Value::String(s) => Value::String(lua.create_string(s)?),
         serde_json::Value::Array(items) => {
             let table = lua.create_table_with_capacity(items.len(), 0)?;
-            table.set_metatable(Some(lua.named_registry_value::<Table>(ARRAY_MT)?))?;
+            let array_mt = lua.named_registry_value::<Table>(ARRAY_MT)?;
+            // Set from Rust, past the guarded setmetatable: scripts can
+            // reach this table as `json.array_mt`, so its `__gc` is
+            // checked here too (a finalizer escapes the instruction limit).
+            if !array_mt.raw_get::<Value>("__gc")?.is_nil() {
+                return Err(mlua::Error::runtime(
+                    "json.decode: json.array_mt has a __gc field, which is not allowed in an \
+                     adapter (finalizers run outside the instruction limit); remove it",
+                ));
+            }
+            table.set_metatable(Some(array_mt))?;
             for (index, item) in items.iter().enumerate() {
                 table.raw_set(index + 1, json_to_lua(lua, item)?)?;
             }
