@@ -107,6 +107,9 @@ fn mcp_report(agent: &homeagent_agent::Agent) -> String {
                 "  {setting} names `{name}`, which it does not list (a typo? it changes nothing)\n"
             ));
         }
+        for (tool, why) in &server.unusable_tools {
+            report.push_str(&format!("  its tool `{tool}` is not exposed: {why}\n"));
+        }
         for collision in &server.collisions {
             report.push_str(&format!(
                 "  its tool `{}` is not exposed: the name {} is taken by {}\n",

@@ -82,7 +82,7 @@ impl std::fmt::Debug for McpTransport {
                 .finish(),
             McpTransport::Http { url, bearer_token } => f
                 .debug_struct("Http")
-                .field("url", url)
+                .field("url", &self.scrub(url))
                 .field("bearer_token", &bearer_token.as_ref().map(|_| "<redacted>"))
                 .finish(),
         }
@@ -101,6 +101,40 @@ impl std::fmt::Debug for McpServerSpec {
             .field("max_timeout", &self.max_timeout)
             .finish()
     }
+}
+
+impl McpTransport {
+    /// `text` without the secrets an HTTP server's URL may carry (its
+    /// `user:password@` and its query, where a key often sits), for error
+    /// texts that quote the URL and for `Debug`.
+    pub fn scrub(&self, text: &str) -> String {
+        let McpTransport::Http { url, .. } = self else {
+            return text.to_owned();
+        };
+        url_secrets(url)
+            .into_iter()
+            .filter(|secret| !secret.is_empty())
+            .fold(text.to_owned(), |text, secret| text.replace(secret, ""))
+    }
+}
+
+/// The parts of `url` that must not be shown, as they are spelled in it:
+/// the user info with its `@`, and the query with its `?`.
+fn url_secrets(url: &str) -> Vec<&str> {
+    let mut secrets = Vec::new();
+    let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = after_scheme
+        .split(['/', '?', '#'])
+        .next()
+        .unwrap_or_default();
+    if let Some(at) = authority.rfind('@') {
+        secrets.push(&authority[..=at]);
+    }
+    if let Some(start) = url.find('?') {
+        let end = url[start..].find('#').map_or(url.len(), |len| start + len);
+        secrets.push(&url[start..end]);
+    }
+    secrets
 }
 
 impl McpServerSpec {

@@ -610,6 +610,60 @@ async fn a_name_taken_by_a_built_in_tool_is_a_reported_collision() {
     manager.shutdown().await;
 }
 
+/// A built-in tool's own "not found" (a device that is offline) reaches
+/// the model as the tool said it, not as "no such tool": only a name no
+/// one has is the manager's to answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_built_in_tools_own_not_found_is_passed_through() {
+    let builtin = Registry::new();
+    builtin
+        .register(ToolDef::new("device_probe", "built in"), |_ctx| async {
+            Err::<serde_json::Value, _>(homeagent_core::ToolError::new(
+                ErrorReason::NotFound,
+                "device nas is not connected",
+            ))
+        })
+        .unwrap();
+    let manager =
+        start_mcp_servers(Vec::new(), Some(Arc::new(builtin)), McpOptions::default()).await;
+    let source: Arc<dyn ToolSource> = Arc::new(manager.clone());
+    let offline = call(source.clone(), "device_probe", json!({})).await;
+    let error = offline.error.unwrap();
+    assert_eq!(error.reason, ErrorReason::NotFound);
+    assert_eq!(error.detail, "device nas is not connected");
+    let missing = call(source, "no_such_tool", json!({})).await;
+    let error = missing.error.unwrap();
+    assert_eq!(error.reason, ErrorReason::NotFound);
+    assert_ne!(error.detail, "device nas is not connected");
+    manager.shutdown().await;
+}
+
+/// A key in an MCP server's URL (its query, or user:password) is as
+/// secret as its bearer token: not in the down reason `homeagent tools`
+/// prints and the log keeps, not in `Debug`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn secrets_in_an_mcp_url_are_not_shown() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let mut spec = McpServerSpec::http(
+        "remote",
+        format!("http://me:pw-s3cret@127.0.0.1:{port}/mcp?key=q-s3cret"),
+    );
+    spec.timeout = Duration::from_secs(5);
+    let shown = format!("{spec:?}");
+    let manager = start_mcp_servers(vec![spec], None, McpOptions::default()).await;
+    let status = manager.status();
+    let reason = match &status[0].phase {
+        ServerPhase::Down { reason } | ServerPhase::GaveUp { reason } => reason.clone(),
+        other => panic!("unexpected {other:?}"),
+    };
+    let text = format!("{shown} {reason} {status:?}");
+    assert!(text.contains(&format!("127.0.0.1:{port}/mcp")), "{text}");
+    assert!(!text.contains("s3cret"), "{text}");
+    manager.shutdown().await;
+}
+
 /// Polls `check` until it holds; fails after 60 s (a generous bound on a
 /// condition, not a timing assertion).
 async fn wait_for<F, Fut>(mut check: F)

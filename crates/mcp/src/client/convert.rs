@@ -23,7 +23,11 @@ pub const EXECUTOR_BACKSTOP: std::time::Duration = std::time::Duration::from_sec
 /// listed in `serial` is serial whatever else says. `read_only` (shown
 /// again when HomeAgent serves MCP; a batch of such calls runs before it is
 /// stored) is taken from a trusted server only.
-pub fn tool_def(spec: &McpServerSpec, exposed: &str, tool: &Tool) -> ToolDef {
+///
+/// The input schema must be an object schema, as every provider requires:
+/// one without a `type` gets `"type": "object"`; one of another type is
+/// refused with the reason (the tool is then not exposed).
+pub fn tool_def(spec: &McpServerSpec, exposed: &str, tool: &Tool) -> Result<ToolDef, String> {
     let remote = tool.name.as_ref();
     let annotated_read_only = spec.trusted
         && tool
@@ -31,9 +35,22 @@ pub fn tool_def(spec: &McpServerSpec, exposed: &str, tool: &Tool) -> ToolDef {
             .as_ref()
             .and_then(|a| a.read_only_hint)
             .unwrap_or(false);
+    let mut schema = (*tool.input_schema).clone();
+    match schema.get("type") {
+        None => {
+            schema.insert("type".into(), Value::String("object".into()));
+        }
+        Some(Value::String(kind)) if kind == "object" => {}
+        Some(other) => {
+            return Err(format!(
+                "its input schema has type {other}; a tool's arguments must be an object \
+                 schema, which every model provider requires"
+            ));
+        }
+    }
     let description = tool.description.as_deref().unwrap_or("").to_owned();
     let mut def = ToolDef::new(exposed, description)
-        .with_parameters(Value::Object((*tool.input_schema).clone()))
+        .with_parameters(Value::Object(schema))
         // The server's own limits (an answer or progress every `timeout`,
         // at most `max_call_time` in all) are kept by the client, which
         // then tells the server to cancel; the executor's limit is the
@@ -48,7 +65,7 @@ pub fn tool_def(spec: &McpServerSpec, exposed: &str, tool: &Tool) -> ToolDef {
     if annotated_read_only {
         def = def.read_only();
     }
-    def
+    Ok(def)
 }
 
 /// What a successful `tools/call` answer becomes.
@@ -253,6 +270,38 @@ mod tests {
         assert!(!validator.is_valid(&json!({"to": 7})));
         let broken = json!({"type": "object", "properties": {"n": {"type": "integr"}}});
         assert!(output_validator(broken.as_object()).is_none());
+    }
+
+    fn listed(schema: Value) -> Tool {
+        serde_json::from_value(json!({"name": "t", "inputSchema": schema})).unwrap()
+    }
+
+    /// Providers take only an object schema for a tool's arguments: one
+    /// without a `type` (common in servers' lists) is an object schema
+    /// said short, and gets its `type`; one of another type cannot be
+    /// offered at all, and says why.
+    #[test]
+    fn input_schemas_are_object_schemas_or_the_tool_is_not_exposed() {
+        let spec = McpServerSpec::stdio("s", "server", Vec::new());
+        let short = tool_def(
+            &spec,
+            "s__t",
+            &listed(json!({"properties": {"q": {"type": "string"}}})),
+        )
+        .unwrap();
+        let schema = short.parameters.clone();
+        assert_eq!(
+            schema,
+            json!({"type": "object", "properties": {"q": {"type": "string"}}})
+        );
+        let full = json!({"type": "object", "properties": {}});
+        let kept = tool_def(&spec, "s__t", &listed(full.clone())).unwrap();
+        assert_eq!(kept.parameters, full);
+        let array = tool_def(&spec, "s__t", &listed(json!({"type": "array"}))).unwrap_err();
+        assert!(
+            array.contains("\"array\"") && array.contains("object"),
+            "{array}"
+        );
     }
 
     #[test]

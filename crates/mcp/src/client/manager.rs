@@ -59,6 +59,9 @@ pub struct McpServerStatus {
     /// Exposed names of the tools it provides (while running).
     pub tools: Vec<String>,
     pub collisions: Vec<Collision>,
+    /// Tools the server lists that cannot be offered to a model, as
+    /// `(tool, why)` (an input schema that is not an object schema).
+    pub unusable_tools: Vec<(String, String)>,
     /// Restarts after a crash or failed start.
     pub restarts: u32,
     /// The child's process id (stdio servers, while running).
@@ -228,6 +231,7 @@ pub fn spawn_mcp_servers(
                         phase,
                         tools: Vec::new(),
                         collisions: Vec::new(),
+                        unusable_tools: Vec::new(),
                         restarts: 0,
                         pid: None,
                         output_schema_warnings: Vec::new(),
@@ -506,12 +510,18 @@ impl McpManager {
     fn miss(&self, name: &str, ctx: ToolContext) -> ToolFuture {
         match &self.shared.parent {
             Some(parent) => {
+                // Only a name the parent does not have is ours to answer: a
+                // tool it has may say NotFound about what it looked up (an
+                // offline device), and that must reach the model as said.
+                let parent_has_it = parent.definition(name).is_some();
                 let from_parent = parent.invoke(name, ctx);
                 let me = self.clone();
                 let name = name.to_owned();
                 Box::pin(async move {
                     match from_parent.await {
-                        Err(e) if e.reason == ErrorReason::NotFound => Err(me.not_found(&name)),
+                        Err(e) if e.reason == ErrorReason::NotFound && !parent_has_it => {
+                            Err(me.not_found(&name))
+                        }
                         other => other,
                     }
                 })

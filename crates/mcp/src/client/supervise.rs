@@ -64,6 +64,8 @@ pub(crate) async fn supervise(
             }
             Err(e) => e.to_string(),
         };
+        // The client's errors quote the URL it sent to, query and all.
+        let reason = spec.transport.scrub(&reason);
         shared.with_server(&name, |s| {
             s.peer = None;
             s.status.pid = None;
@@ -244,6 +246,7 @@ async fn list_and_publish(
         .await
         .map_err(|_| format!("tools/list got no answer within {:?}", spec.timeout))??;
     let mut collisions = Vec::new();
+    let mut unusable = Vec::new();
     let mut exposed_names = Vec::new();
     {
         let mut tools = shared.tools.write().unwrap_or_else(|e| e.into_inner());
@@ -281,7 +284,18 @@ async fn list_and_publish(
                 });
                 continue;
             }
-            let def = tool_def(spec, &name, tool);
+            let def = match tool_def(spec, &name, tool) {
+                Ok(def) => def,
+                Err(why) => {
+                    tracing::warn!(
+                        server = %spec.name,
+                        "MCP tool `{}` is not exposed: {why}",
+                        tool.name
+                    );
+                    unusable.push((tool.name.to_string(), why));
+                    continue;
+                }
+            };
             tools.insert(
                 name.clone(),
                 ExposedTool {
@@ -308,6 +322,7 @@ async fn list_and_publish(
     shared.with_server(&spec.name, |s| {
         s.status.tools = exposed_names;
         s.status.collisions = collisions;
+        s.status.unusable_tools = unusable;
         s.status.unlisted_settings = unlisted;
     });
     Ok(())
