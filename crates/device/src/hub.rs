@@ -289,7 +289,10 @@ impl DeviceHub {
             req_id,
             argv: None,
             command: Some(command.to_owned()),
-            timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+            // 0 would mean "the device's default": round up, never down.
+            timeout_ms: u64::try_from(timeout.as_millis())
+                .unwrap_or(u64::MAX)
+                .max(1),
         };
         let waited = timeout + self.inner.options.answer_grace;
         let exchange = async {
@@ -672,6 +675,21 @@ mod tests {
             Delivery::Late { req_id }
         );
         assert_eq!(hub.list()[0].in_flight, 0);
+    }
+
+    /// `timeout_ms: 0` means "the device's default" on the wire: a
+    /// timeout under a millisecond is sent as 1 ms, not as that.
+    #[tokio::test]
+    async fn a_sub_millisecond_timeout_is_not_sent_as_the_default() {
+        let hub = DeviceHub::new(HubOptions::default());
+        let (_link, mut outbound) = hub.attach(&hello("nas")).unwrap();
+        let cancel = CancellationToken::new();
+        let _call = spawn_run(&hub, "nas", "ls", Duration::from_micros(500), &cancel);
+        let Some(ServerFrame::Cmd { timeout_ms, .. }) = outbound.recv().await else {
+            panic!("expected a cmd frame");
+        };
+        assert_eq!(timeout_ms, 1);
+        cancel.cancel();
     }
 
     #[tokio::test]

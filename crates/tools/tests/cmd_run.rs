@@ -509,6 +509,10 @@ async fn the_definition_declares_its_scheduling() {
     assert!(def.parallel_safe && !def.serial && def.read_only);
     assert!(def.description.contains("WITHOUT a shell"));
     assert!(def.description.contains("grep"));
+    // The tool keeps the call's own timeout and says so; the executor's
+    // limit is a backstop past the longest a call may ask for.
+    let max = CmdRunPolicy::default().max_timeout;
+    assert!(def.timeout.is_some_and(|t| t > max), "{:?}", def.timeout);
     // Writes allowed, or a program the default list does not hold (its
     // options are not guarded: `systemctl restart`, `touch`): the tool may
     // change things, so it is not read-only, and two calls may depend on
