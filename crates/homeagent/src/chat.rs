@@ -131,7 +131,14 @@ pub async fn run(args: ChatArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode
                     continue;
                 }
                 "/tools" => {
-                    for def in agent.registry.definitions() {
+                    // What this agent can reach: MCP tools too, its denied
+                    // ones not.
+                    let tools = agent.runtime.tools();
+                    let visible = tools
+                        .definitions()
+                        .into_iter()
+                        .filter(|def| tools.gate().visible(&args.agent, &def.name));
+                    for def in visible {
                         let how = if def.runs_in_parallel() {
                             "parallel-safe"
                         } else {
@@ -190,19 +197,24 @@ pub async fn run(args: ChatArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode
                         }
                     }
                     question = questions.recv(), if pending_question.is_none() => {
-                        if let Some(question) = question {
+                        // A call stopped while its question waited in the
+                        // queue no longer wants an answer.
+                        if let Some(question) = question.filter(|q| !q.answer.is_closed()) {
                             write!(out, "\r{}", question.prompt)?;
                             out.flush()?;
                             pending_question = Some(question);
                         }
                     }
-                    line = lines.recv(), if pending_question.is_some() => {
+                    line = lines.recv(), if pending_question.as_ref().is_some_and(|q| !q.answer.is_closed()) => {
                         let yes = line.as_deref().map(str::trim).is_some_and(|l| l.eq_ignore_ascii_case("y") || l.eq_ignore_ascii_case("yes"));
                         if let Some(question) = pending_question.take() {
                             let _ = question.answer.send(yes);
                         }
                     }
                     _ = tokio::signal::ctrl_c() => {
+                        // The stop ends the call that asked: what is typed
+                        // next is not its answer.
+                        pending_question = None;
                         let n = agent.scheduler.stop(&session);
                         writeln!(out, "\n(Ctrl-C: stopping the turn; {n} input(s) cancelled)")?;
                     }
@@ -213,6 +225,10 @@ pub async fn run(args: ChatArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode
                     }
                 }
             }
+            // The turn is over: a question it left (stopped while asking)
+            // is dead, and the next line is a new input, not its answer.
+            pending_question = None;
+            while questions.try_recv().is_ok() {}
         }
     }
     .await;
