@@ -896,6 +896,8 @@ fn other_processes_proc_entries_are_refused_in_every_spelling() {
         "ps --forest axe".to_owned(),
         "ps --no-headers e".to_owned(),
         "ps -N e".to_owned(),
+        // A flag group before it takes no value: `e` is an option.
+        "ps ax e".to_owned(),
     ] {
         private_refusal(&policy, &command);
     }
@@ -941,6 +943,8 @@ fn other_processes_proc_entries_are_refused_in_every_spelling() {
         "grep -A1 --group-separator=-- foo /etc/hostname",
         "grep -A1 --group-separator ~~ foo /etc/hostname",
         "ps p 1",
+        // `U` takes the rest as a user list: `edward` is no option `e`.
+        "ps Uedward",
         "ps 1",
         "sort --field-separator=, /etc/hostname",
         "ls -l /tmp",
