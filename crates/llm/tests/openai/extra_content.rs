@@ -104,6 +104,12 @@ fn a_streamed_calls_extra_content_goes_back_on_that_call() {
             "to {base_url}"
         );
     }
+    // Servers that refuse members they do not know (a fallback from Gemini
+    // to them mid-input) never get it.
+    for strict in ["https://api.openai.com/v1", "https://api.mistral.ai/v1"] {
+        let sent = sent_extras(&replay(strict, history.clone()));
+        assert_eq!(sent, [vec![None, None]], "to {strict}");
+    }
 
     // In an earlier turn the signature stays home: only the current turn
     // is checked, and other servers never see a member they did not send.

@@ -250,25 +250,39 @@ fn reasoning_content_goes_back_in_the_current_turn_only() {
         stream: false,
         rendered: Default::default(),
     };
-    let body = OpenAiCodec
-        .build_request(
-            &Endpoint {
-                base_url: "https://api.deepseek.com".into(),
-                api_key: None,
-            },
-            &request,
-        )
-        .unwrap()
-        .body_json()
-        .unwrap();
-    let sent: Vec<Option<&str>> = body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "assistant")
-        .map(|m| m.get("reasoning_content").and_then(Value::as_str))
-        .collect();
-    assert_eq!(sent, [None, Some("Read it."), Some(""), None]);
+    let sent_to = |base_url: &str| {
+        let body = OpenAiCodec
+            .build_request(
+                &Endpoint {
+                    base_url: base_url.into(),
+                    api_key: None,
+                },
+                &request,
+            )
+            .unwrap()
+            .body_json()
+            .unwrap();
+        body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["role"] == "assistant")
+            .map(|m| {
+                m.get("reasoning_content")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned)
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        sent_to("https://api.deepseek.com"),
+        [None, Some("Read it.".into()), Some(String::new()), None]
+    );
+    // A fallback to a server that refuses members it does not know
+    // (OpenAI's own API, Mistral's) sends the text and calls only.
+    for strict in ["https://api.openai.com/v1", "https://api.mistral.ai/v1"] {
+        assert_eq!(sent_to(strict), [None, None, None, None], "to {strict}");
+    }
 }
 
 /// OpenAI's own API refuses `max_tokens` for its reasoning models (gpt-5,

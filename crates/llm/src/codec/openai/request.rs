@@ -49,6 +49,7 @@ pub(super) fn build(endpoint: &Endpoint, request: &ChatRequest) -> Result<WireRe
         // permitted") and puts usage in its last chunk unasked; vLLM serving
         // a Mistral model takes it (and sends usage only when asked).
         stream_options: !host.ends_with("mistral.ai"),
+        foreign_members: !(openai_itself || host.ends_with("mistral.ai")),
     };
     let body = write_body(request, server, ids.as_ref(), temperature.as_ref());
     Ok(WireRequest {
@@ -180,6 +181,12 @@ struct Server {
     openai_itself: bool,
     /// Whether `stream_options` may be sent.
     stream_options: bool,
+    /// Whether members of other servers' making may go back on the
+    /// current turn (DeepSeek's `reasoning_content`, Gemini's
+    /// `extra_content`): not to servers that refuse members they do not
+    /// know, which a fallback in the middle of an input would otherwise
+    /// send them.
+    foreign_members: bool,
 }
 
 /// The request body, written by hand ([`homeagent_core::json_text`]).
@@ -189,6 +196,7 @@ fn write_body(
         gemini,
         openai_itself,
         stream_options,
+        foreign_members,
     }: Server,
     ids: Option<&WireIds<'_>>,
     temperature: Option<&Value>,
@@ -200,7 +208,7 @@ fn write_body(
     out.push_str("{\"model\":");
     push_string(&mut out, &request.model);
     out.push_str(",\"messages\":");
-    write_messages(&mut out, request, gemini, ids, messages);
+    write_messages(&mut out, request, gemini, foreign_members, ids, messages);
     if !request.tools.is_empty() {
         out.push_str(",\"tools\":");
         request
@@ -239,6 +247,7 @@ fn write_messages(
     out: &mut String,
     request: &ChatRequest,
     gemini: bool,
+    foreign_members: bool,
     ids: Option<&WireIds<'_>>,
     KeptMessages {
         mut kept,
@@ -274,7 +283,8 @@ fn write_messages(
             out.push(',');
         }
         let start = out.len();
-        write_message(out, index, message, current_from, gemini, ids, &mut scratch);
+        let current = index >= current_from && foreign_members;
+        write_message(out, message, current, gemini, ids, &mut scratch);
         if keeps && index < current_from {
             kept.push(&out[start..]);
         }
@@ -324,12 +334,12 @@ impl KeptMessages {
     }
 }
 
-/// One message of the array; `index` is its place in it.
+/// One message of the array; `current`: it is in the current turn, and
+/// the server takes what the current turn carries back.
 fn write_message(
     out: &mut String,
-    index: usize,
     message: &Message,
-    current_from: usize,
+    current: bool,
     gemini: bool,
     ids: Option<&WireIds<'_>>,
     scratch: &mut String,
@@ -343,7 +353,7 @@ fn write_message(
             out.push('}');
         }
         Message::Assistant(assistant) => {
-            let turn = match (index >= current_from, gemini) {
+            let turn = match (current, gemini) {
                 (false, _) => Turn::Earlier,
                 (true, false) => Turn::Current,
                 (true, true) => Turn::CurrentOnGemini,
@@ -368,9 +378,8 @@ fn check_kept(kept: &str, messages: &[Message], gemini: bool, current_from: usiz
         }
         write_message(
             &mut fresh,
-            index,
             message,
-            current_from,
+            index >= current_from,
             gemini,
             None,
             &mut scratch,
