@@ -25,20 +25,53 @@ local function piece(value)
   return nil
 end
 
--- A call id as Anthropic accepts it (^[a-zA-Z0-9_-]+$): a history made
+-- Call ids as Anthropic accepts them (^[a-zA-Z0-9_-]+$): a history made
 -- with another provider may hold others (Kimi writes functions.ls:0).
--- Every other byte becomes "_", on the call and on its result alike. (The
--- native codec also keeps such an id from equalling another one.)
-local function wire_id(id)
-  local safe = tostring(id or ""):gsub("[^%w_-]", "_")
-  if safe == "" then
-    return "call"
+-- Every other byte becomes "_", and an id that would then equal another
+-- gets a suffix (_2, _3, ...), as the native codec does; the same on the
+-- call and on its result. Returns the function that gives an id's wire id.
+local function wire_ids(messages)
+  local function accepted(id)
+    return id ~= "" and not id:find("[^%w_-]")
   end
-  return safe
+  local ids, taken, renamed = {}, {}, {}
+  for _, message in ipairs(messages) do
+    for _, call in ipairs(message.tool_calls or {}) do
+      local id = tostring(call.id or "")
+      ids[#ids + 1] = id
+      if accepted(id) then
+        taken[id] = true
+      end
+    end
+  end
+  for _, id in ipairs(ids) do
+    if not accepted(id) and not renamed[id] then
+      local base = id:gsub("[^%w_-]", "_")
+      if base == "" then
+        base = "call"
+      end
+      local sent, attempt = base, 0
+      while taken[sent] do
+        attempt = attempt + 1
+        sent = base .. "_" .. (attempt + 1)
+      end
+      taken[sent] = true
+      renamed[id] = sent
+    end
+  end
+  return function(id)
+    id = tostring(id or "")
+    return renamed[id] or id
+  end
 end
 
+-- What the native codec sends first when a history opens with the model's
+-- turn (a chat UI's greeting): Anthropic refuses a first message that is
+-- not the user's.
+local OPENING_NOTE = "(start of conversation)"
+
 -- A tool message from the OpenAI shape: failures are {"error": ...}.
-local function tool_result(message)
+local function tool_result(message, wire_id)
   local content = message.content or ""
   local decoded = json.decode(content)
   local failed = type(decoded) == "table" and decoded.error ~= nil and next(decoded, next(decoded)) == nil
@@ -52,6 +85,7 @@ end
 
 function M.transform_request(raw)
   local request = json.decode(raw)
+  local wire_id = wire_ids(request.messages or {})
   local system = {}
   local messages = {}
   local function push(role, block)
@@ -81,8 +115,11 @@ function M.transform_request(raw)
         push("assistant", { type = "tool_use", id = wire_id(call.id), name = call["function"].name, input = input })
       end
     elseif message.role == "tool" then
-      push("user", tool_result(message))
+      push("user", tool_result(message, wire_id))
     end
+  end
+  if messages[1] and messages[1].role == "assistant" then
+    table.insert(messages, 1, { role = "user", content = { { type = "text", text = OPENING_NOTE } } })
   end
   local body = {
     model = request.model,

@@ -940,6 +940,67 @@ fn anthropic_lua_sends_call_ids_anthropic_accepts() {
     );
 }
 
+/// A history that opens with the assistant, and ids that map onto each
+/// other (`a.b`, `a:b` and `a_b` are all `a_b` in Anthropic's alphabet):
+/// the adapter sends what the native codec sends, an opening user note
+/// and one distinct id per call, alike on each call and its result.
+#[test]
+fn anthropic_lua_matches_the_native_codec_on_greetings_and_colliding_ids() {
+    let endpoint = Endpoint {
+        base_url: "https://api.anthropic.com".into(),
+        api_key: None,
+    };
+    let ids = ["a.b", "a:b", "a_b"];
+    let mut request = chat_request();
+    request.messages = vec![
+        Message::Assistant(homeagent_core::AssistantMessage {
+            content: "Ahoy! What can I do for ye?".into(),
+            ..Default::default()
+        }),
+        Message::user("list three ways"),
+        Message::Assistant(homeagent_core::AssistantMessage {
+            content: String::new(),
+            reasoning: vec![],
+            tool_calls: ids
+                .iter()
+                .map(|id| call(id, "ls", json!({}), "{}"))
+                .collect(),
+        }),
+    ];
+    for id in ids {
+        request
+            .messages
+            .push(Message::Tool(homeagent_core::ToolMessage {
+                tool_call_id: id.into(),
+                name: "ls".into(),
+                content: format!("from {id}"),
+                success: true,
+            }));
+    }
+    let lua = strict(bundled("anthropic"))
+        .build_request(&endpoint, &request)
+        .unwrap()
+        .body_json()
+        .unwrap();
+    let native = homeagent_llm::codec::anthropic::AnthropicCodec
+        .build_request(&endpoint, &request)
+        .unwrap()
+        .body_json()
+        .unwrap();
+    assert_eq!(lua["messages"], native["messages"]);
+    assert_eq!(
+        lua["messages"][0]["content"][0]["text"],
+        homeagent_llm::codec::OPENING_NOTE
+    );
+    let sent: std::collections::BTreeSet<&str> = lua["messages"][3]["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|block| block["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(sent.len(), 3, "{lua}");
+}
+
 #[test]
 fn transform_error_gives_the_providers_message() {
     let codec = strict(bundled("anthropic"));
