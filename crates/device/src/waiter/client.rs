@@ -10,7 +10,7 @@
 //!   error, a dead link, a refusal with `retry: true`) reconnects after an
 //!   exponential backoff with jitter (`backoff_min` doubling to
 //!   `backoff_max`, each wait 50–100 % of its step so waiters that lost the
-//!   same server do not return in lockstep). A successful bind resets it.
+//!   same server do not return in lockstep). A bind that lasts (at least the backoff cap) resets it.
 //! - **Commands** run concurrently, each in its own task (at most
 //!   `max_concurrent_cmds` at once); results go back as they finish. When
 //!   the link drops, running commands are dropped with it, which kills their
@@ -161,18 +161,34 @@ pub async fn run_waiter(
     tracing::info!(server = %target.url, device_id = %options.hello.device_id, "waiter starting");
     let mut failures: u32 = 0;
     loop {
+        let started = Instant::now();
         match session(&target, tls.clone(), &options, &policy).await {
             End::Fatal(error) => return Err(error),
             End::Lost { why, was_bound } => {
-                if was_bound {
-                    failures = 0;
-                }
-                let delay = backoff(failures, options.backoff_min, options.backoff_max);
-                failures = failures.saturating_add(1);
+                failures =
+                    failures_after(failures, was_bound, started.elapsed(), options.backoff_max);
+                // The first loss waits the least.
+                let delay = backoff(
+                    failures.saturating_sub(1),
+                    options.backoff_min,
+                    options.backoff_max,
+                );
                 tracing::warn!(%why, delay_ms = delay.as_millis() as u64, "no link to the server; reconnecting");
                 tokio::time::sleep(delay).await;
             }
         }
+    }
+}
+
+/// The failure count after a session that ended: a link that bound and
+/// lasted at least `backoff_max` starts it over (this loss is the first);
+/// any other session adds one. (Reset by any bind, a peer that closes
+/// each link right after `bound` had the waiter reconnect twice a second.)
+fn failures_after(failures: u32, was_bound: bool, lasted: Duration, backoff_max: Duration) -> u32 {
+    if was_bound && lasted >= backoff_max {
+        1
+    } else {
+        failures.saturating_add(1)
     }
 }
 
@@ -455,6 +471,22 @@ mod tests {
                 step_ms / 2
             );
         }
+    }
+
+    /// A link that bound and stayed up starts the backoff over; one that
+    /// bound and dropped at once (a peer that closes every link after
+    /// `bound`) does not, or the waiter would reconnect twice a second for
+    /// ever.
+    #[test]
+    fn only_a_link_that_lasted_starts_the_backoff_over() {
+        let max = Duration::from_secs(30);
+        assert_eq!(failures_after(5, true, Duration::from_secs(31), max), 1);
+        assert_eq!(failures_after(5, true, Duration::from_millis(200), max), 6);
+        assert_eq!(failures_after(5, false, Duration::from_secs(300), max), 6);
+        assert_eq!(
+            failures_after(u32::MAX, false, Duration::ZERO, max),
+            u32::MAX
+        );
     }
 
     #[test]
