@@ -6,6 +6,27 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
+/// `homeagent chat` with `config` and its data in `dir`, stdin and stdout
+/// piped, no model key in its environment (the offline demo model).
+fn chat_in(dir: &std::path::Path, config: &str) -> Command {
+    let config_path = dir.join("homeagent.toml");
+    std::fs::write(&config_path, config).unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_homeagent"));
+    command
+        .arg("--config")
+        .arg(&config_path)
+        .arg("--data-dir")
+        .arg(dir)
+        .arg("chat")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("GEMINI_API_KEY")
+        .env_remove("OLLAMA_HOST")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    command
+}
+
 fn chat(config: &str, input: &str) -> (String, bool) {
     let dir = std::env::temp_dir().join(format!(
         "homeagent-chat-{}-{}",
@@ -14,20 +35,7 @@ fn chat(config: &str, input: &str) -> (String, bool) {
     ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let config_path = dir.join("homeagent.toml");
-    std::fs::write(&config_path, config).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_homeagent"))
-        .arg("--config")
-        .arg(&config_path)
-        .arg("--data-dir")
-        .arg(&dir)
-        .arg("chat")
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("GEMINI_API_KEY")
-        .env_remove("OLLAMA_HOST")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
+    let mut child = chat_in(&dir, config)
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -94,24 +102,7 @@ fn an_approval_left_by_a_stopped_turn_does_not_swallow_the_next_one() {
     let dir = std::env::temp_dir().join(format!("homeagent-chat-stale-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let config_path = dir.join("homeagent.toml");
-    std::fs::write(
-        &config_path,
-        "[tools]\nrequire_approval = [\"demo_echo\"]\n",
-    )
-    .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_homeagent"))
-        .arg("--config")
-        .arg(&config_path)
-        .arg("--data-dir")
-        .arg(&dir)
-        .arg("chat")
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("GEMINI_API_KEY")
-        .env_remove("OLLAMA_HOST")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
+    let mut child = chat_in(&dir, "[tools]\nrequire_approval = [\"demo_echo\"]\n")
         .stderr(Stdio::null())
         .spawn()
         .unwrap();

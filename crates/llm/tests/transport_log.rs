@@ -113,23 +113,13 @@ async fn the_api_key_is_sent_but_never_logged_nor_printed() {
 
     let (url, received) = unauthorized_server().await;
     let mut debug_output = String::new();
-    for protocol in Protocol::ALL {
-        let provider = provider(&url, protocol);
-        let err = provider
-            .stream(&chat("hi"), CancellationToken::new())
-            .await
-            .err();
-        write!(
-            debug_output,
-            "{provider:?} {err:?} {}",
-            err.as_ref().unwrap()
-        )
-        .unwrap();
-    }
     // A proxy's credentials in the URL are as secret as the key.
     let with_credentials = url.replacen("http://", "http://proxyuser:s3cretpass@", 1);
-    for protocol in Protocol::ALL {
-        let provider = provider(&with_credentials, protocol);
+    for (base, protocol) in [&url, &with_credentials]
+        .into_iter()
+        .flat_map(|base| Protocol::ALL.into_iter().map(move |p| (base, p)))
+    {
+        let provider = provider(base, protocol);
         let err = provider
             .stream(&chat("hi"), CancellationToken::new())
             .await

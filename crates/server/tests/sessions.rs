@@ -85,16 +85,12 @@ async fn messages_stream_the_run_json_frames_and_the_history_can_be_read_and_del
     assert_eq!(body_json(gone).await["error"]["code"], "not_found");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn stop_cancels_a_running_input_and_an_unknown_agent_is_an_error_frame() {
-    let server = start(Setup {
-        tool_sleep_ms: 30_000,
-        ..Setup::default()
-    })
-    .await;
+/// Sends `!slowbatch2` to `session` and reads its frames until both of
+/// its tools have started; the rest of the frames are the caller's.
+async fn two_tools_running(server: &common::TestServer, session: &str) -> SseReader {
     let response = server
         .post_json(
-            "/api/v1/sessions/s1/messages",
+            &format!("/api/v1/sessions/{session}/messages"),
             &json!({"text": "!slowbatch2"}),
         )
         .send()
@@ -108,6 +104,17 @@ async fn stop_cancels_a_running_input_and_an_unknown_agent_is_an_error_frame() {
             starts += 1;
         }
     }
+    frames
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_cancels_a_running_input_and_an_unknown_agent_is_an_error_frame() {
+    let server = start(Setup {
+        tool_sleep_ms: 30_000,
+        ..Setup::default()
+    })
+    .await;
+    let mut frames = two_tools_running(&server, "s1").await;
     let stopped = body_json(
         server
             .post_json("/api/v1/sessions/s1/stop", &json!({}))
@@ -147,22 +154,7 @@ async fn deleting_a_running_session_stops_its_input_before_deleting() {
         ..Setup::default()
     })
     .await;
-    let response = server
-        .post_json(
-            "/api/v1/sessions/doomed/messages",
-            &json!({"text": "!slowbatch2"}),
-        )
-        .send()
-        .await
-        .unwrap();
-    let mut frames = SseReader::new(response);
-    let mut starts = 0;
-    while starts < 2 {
-        let frame = json(&frames.next_within(30).await.unwrap().data);
-        if frame["phase"] == "start" {
-            starts += 1;
-        }
-    }
+    let mut frames = two_tools_running(&server, "doomed").await;
     let deleted = server
         .client()
         .delete(format!("{}/api/v1/sessions/doomed", server.url))
