@@ -114,7 +114,7 @@ async fn stop_cancels_a_running_input_and_an_unknown_agent_is_an_error_frame() {
         ..Setup::default()
     })
     .await;
-    let mut frames = two_tools_running(&server, "s1").await;
+    let frames = two_tools_running(&server, "s1").await;
     let stopped = body_json(
         server
             .post_json("/api/v1/sessions/s1/stop", &json!({}))
@@ -154,7 +154,7 @@ async fn deleting_a_running_session_stops_its_input_before_deleting() {
         ..Setup::default()
     })
     .await;
-    let mut frames = two_tools_running(&server, "doomed").await;
+    let frames = two_tools_running(&server, "doomed").await;
     let deleted = server
         .client()
         .delete(format!("{}/api/v1/sessions/doomed", server.url))
