@@ -300,13 +300,29 @@ fn a_call_cut_before_any_argument_text_is_truncated_not_run_with_nothing() {
         .expect("a call cut before its arguments has an error");
     assert_eq!(err.reason, ErrorReason::Truncated);
     assert!(err.detail.contains("output token limit"), "{}", err.detail);
+    // A full context window cuts the output too (Anthropic, Mistral name
+    // it so), though it is not the `length` the token limit gives.
+    for reason in ["model_context_window_exceeded", "model_length"] {
+        let turn = assemble([
+            frag(Some(0), Some("cut"), Some("files_delete"), ""),
+            finish(reason),
+        ]);
+        assert_eq!(
+            turn.finish_reason,
+            Some(FinishReason::Other(reason.to_owned()))
+        );
+        let error = turn.calls[0].argument_error.as_ref().map(|e| e.reason);
+        assert_eq!(error, Some(ErrorReason::Truncated), "{reason}");
+    }
     // Without the limit, blank arguments stay a call without arguments.
-    let turn = assemble([
-        frag(Some(0), Some("c"), Some("clock_now"), ""),
-        finish("tool_calls"),
-    ]);
-    assert!(turn.calls[0].argument_error.is_none());
-    assert_eq!(turn.calls[0].call.arguments, json!({}));
+    for reason in ["tool_calls", "pause_turn"] {
+        let turn = assemble([
+            frag(Some(0), Some("c"), Some("clock_now"), ""),
+            finish(reason),
+        ]);
+        assert!(turn.calls[0].argument_error.is_none(), "{reason}");
+        assert_eq!(turn.calls[0].call.arguments, json!({}));
+    }
 }
 
 #[test]
