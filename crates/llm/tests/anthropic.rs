@@ -419,6 +419,15 @@ fn a_call_cut_by_a_full_context_window_or_in_a_whole_response_is_not_run() {
             );
         }
     }
+    // A whole input on a cut message came complete: it runs as sent.
+    let complete = whole("max_tokens").replace(r#""input":{}"#, r#""input":{"path":"/x"}"#);
+    let turn = assemble(AnthropicCodec.decode_response(complete.as_bytes()).unwrap());
+    assert!(
+        turn.calls[0].argument_error.is_none(),
+        "{:?}",
+        turn.calls[0]
+    );
+    assert_eq!(turn.calls[0].call.arguments, json!({"path": "/x"}));
     // Ended on its own, the same call has no arguments and runs.
     for turn in [
         assemble(decode(&stream("tool_use")).unwrap().0),
@@ -772,4 +781,9 @@ fn absurd_token_counts_saturate_instead_of_overflowing() {
     let whole = assemble(AnthropicCodec.decode_response(body.as_bytes()).unwrap());
     assert_eq!(whole.usage.prompt_tokens, u64::MAX);
     assert_eq!(whole.usage.completion_tokens, 2);
+    // Input counted, no output yet (a message_start): still a usage.
+    let body = r#"{"id":"m","type":"message","role":"assistant","content":[{"type":"text","text":"ok"}],
+        "stop_reason":"end_turn","usage":{"input_tokens":25,"output_tokens":0}}"#;
+    let whole = assemble(AnthropicCodec.decode_response(body.as_bytes()).unwrap());
+    assert_eq!(whole.usage.prompt_tokens, 25);
 }
