@@ -237,9 +237,30 @@ fn daemonize(args: &WaiterArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode>
     if let Some(token) = &args.token {
         command.env(TOKEN_ENV, token);
     }
-    let child = command
+    let mut child = command
         .spawn()
         .context("cannot start the background waiter")?;
+    // A waiter the server refuses (a wrong token) stops at once, with its
+    // own exit code (78 for a refusal): said here, for the caller and its
+    // service manager, rather than only in the log.
+    let deadline = std::time::Instant::now() + DAEMON_START_CHECK;
+    while std::time::Instant::now() < deadline {
+        if let Some(status) = child
+            .try_wait()
+            .context("cannot check on the background waiter")?
+        {
+            let code = status
+                .code()
+                .and_then(|c| u8::try_from(c).ok())
+                .unwrap_or(1);
+            eprintln!(
+                "error: the background waiter stopped at once (exit {code}); see its log, {}",
+                log_path.display()
+            );
+            return Ok(ExitCode::from(code.max(1)));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
     println!(
         "waiter running in the background: pid {}, log {}",
         child.id(),
@@ -247,6 +268,10 @@ fn daemonize(args: &WaiterArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode>
     );
     Ok(ExitCode::SUCCESS)
 }
+
+/// How long `--daemon` watches the background waiter before reporting it
+/// running: long enough for a local or nearby server to refuse its token.
+const DAEMON_START_CHECK: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// This process's arguments for the background one: the same, minus
 /// `--daemon`, `--log-file` and `--token` (which goes in the environment),

@@ -271,6 +271,43 @@ async fn the_daemon_enforces_the_configured_allowlist() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `--daemon` with a token the server refuses: the background waiter
+/// stops at once, and the command that started it says so with its exit
+/// code (78), instead of reporting a waiter that is already gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_refused_at_once_exits_with_the_refusal_code() {
+    let (dir, config) = setup("daemon-refused", ECHO_ONLY);
+    let (listener, url) = listen().await;
+    let mut parent = waiter_command(
+        &dir,
+        &["--server", &url, "--device-id", "cli-gone", "--daemon"],
+    )
+    .arg("--config")
+    .arg(&config)
+    .env("HOMEAGENT_DEVICE_TOKEN", "wrong")
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut ws = accept(&listener).await;
+    assert!(matches!(recv(&mut ws).await, DeviceFrame::Hello(_)));
+    assert!(matches!(recv(&mut ws).await, DeviceFrame::Bind { .. }));
+    send(
+        &mut ws,
+        &ServerFrame::Refused {
+            code: RefusalCode::BadToken,
+            reason: "the device token does not match".into(),
+            retry: false,
+        },
+    )
+    .await;
+    let _ = ws.close(None).await;
+    let (status, stderr) = wait_for_exit(&mut parent).await;
+    assert_eq!(status.code(), Some(78), "{stderr}");
+    let log = dir.join("waiter.log");
+    assert!(stderr.contains(&log.display().to_string()), "{stderr}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_token_exits_naming_the_token_without_retrying() {
     let (dir, config) = setup("badtoken", ECHO_ONLY);
