@@ -367,6 +367,16 @@ async fn wrong_tokens_duplicate_ids_and_disabled_devices_are_refused_with_reason
     assert_eq!(refused["code"], "protocol");
     let reason = refused["reason"].as_str().unwrap();
     assert!(reason.len() < 1000, "{} bytes", reason.len());
+    assert!(reason.ends_with('…'), "a cut error says so: {reason}");
+    // A short error is shown whole, with no mark of a cut.
+    let mut ws = open(&server.url).await;
+    send(&mut ws, json!({"type": "hullo"})).await;
+    let refused = next(&mut ws).await.unwrap();
+    let reason = refused["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("hullo") && !reason.contains('…'),
+        "{reason}"
+    );
 
     // A device token, when set, is the one that counts (not the API key).
     let with_token = start(Setup {
