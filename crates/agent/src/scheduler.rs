@@ -142,15 +142,15 @@ impl SessionQueue {
     }
 
     /// Whether nothing keeps this session's entry: no worker, nothing
-    /// queued or running, no input within the dedup window.
-    fn forgettable(&self, now: Instant, window: Option<Duration>) -> bool {
+    /// queued or running, no input within the dedup window. `now` is read
+    /// only when there is a remembered input to age.
+    fn forgettable(&self, window: Option<Duration>, now: impl FnOnce() -> Instant) -> bool {
         !self.worker
             && self.running.is_none()
             && self.queue.is_empty()
-            && self
-                .recent
-                .back()
-                .is_none_or(|(_, at)| window.is_none_or(|window| now.duration_since(*at) > window))
+            && self.recent.back().is_none_or(|(_, at)| {
+                window.is_none_or(|window| now().duration_since(*at) > window)
+            })
     }
 }
 
@@ -260,9 +260,14 @@ impl Scheduler {
             return rx;
         }
         let mut sessions = self.sessions();
-        let window = self.inner.options.dedup_window;
-        let now = Instant::now();
-        if let Some(window) = window {
+        // The clock is read only with a dedup window: without one, submit
+        // (every input) needs no time.
+        let dedup = self
+            .inner
+            .options
+            .dedup_window
+            .map(|window| (window, Instant::now()));
+        if let Some((window, now)) = dedup {
             // Once per window: each pass is one walk of the map.
             let mut last_sweep = self
                 .inner
@@ -270,12 +275,12 @@ impl Scheduler {
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner);
             if now.duration_since(*last_sweep) > window {
-                sessions.retain(|_, entry| !entry.forgettable(now, Some(window)));
+                sessions.retain(|_, entry| !entry.forgettable(Some(window), || now));
                 *last_sweep = now;
             }
         }
         let entry = sessions.entry(submission.session.clone()).or_default();
-        if let Some(window) = window {
+        if let Some((window, now)) = dedup {
             while entry
                 .recent
                 .front()
@@ -303,7 +308,7 @@ impl Scheduler {
             return rx;
         }
         // Remembered only once queued: a refused input may be sent again.
-        if window.is_some() {
+        if let Some((_, now)) = dedup {
             entry.recent.push_back((submission.text.clone(), now));
         }
         let pending = Pending {
@@ -463,7 +468,7 @@ async fn work(inner: Arc<Inner>, session: String) {
                     // Cleared under the lock, so a submit either sees a
                     // worker that will still look at the queue, or none.
                     entry.worker = false;
-                    if entry.forgettable(Instant::now(), inner.options.dedup_window) {
+                    if entry.forgettable(inner.options.dedup_window, Instant::now) {
                         sessions.remove(&session);
                     }
                     return;
