@@ -50,7 +50,7 @@ const LOG_FILE_NAME: &str = "waiter.log";
 pub async fn run(args: WaiterArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode> {
     let prepared = prepare(&args, global)?;
     if args.daemon {
-        return daemonize(&args, global);
+        return daemonize(&args, global).await;
     }
     if let Some(token) = &args.token {
         leave_the_command_line(token)?;
@@ -210,7 +210,7 @@ fn init_logs() {
 }
 
 /// Starts this program again without `--daemon`, detached, and reports it.
-fn daemonize(args: &WaiterArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode> {
+async fn daemonize(args: &WaiterArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode> {
     let log_path = match &args.log_file {
         Some(path) => path.clone(),
         None => data_dir(global)?.join(LOG_FILE_NAME),
@@ -259,7 +259,7 @@ fn daemonize(args: &WaiterArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode>
             );
             return Ok(ExitCode::from(code.max(1)));
         }
-        std::thread::sleep(std::time::Duration::from_millis(25));
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
     }
     println!(
         "waiter running in the background: pid {}, log {}",
