@@ -44,6 +44,17 @@ fn demo_sources() -> Vec<SourceConfig> {
     vec![SourceConfig::new("demo", SourceProtocol::Demo)]
 }
 
+/// The mock model, slowed by `config`, and a source that asks it.
+async fn slow_mock(config: ServerConfig) -> (MockServer, SourceConfig) {
+    let server = MockServer::start("127.0.0.1:0", config).await.unwrap();
+    let slow = SourceConfig {
+        base_url: Some(format!("{}/v1", server.url())),
+        model: Some("mock".into()),
+        ..SourceConfig::new("slow", SourceProtocol::Openai)
+    };
+    (server, slow)
+}
+
 fn submission(session: &str, text: &str) -> Submission {
     Submission {
         session: session.into(),
@@ -120,20 +131,11 @@ async fn many_sessions_each_input_gets_exactly_one_terminal_reply() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn empty_full_and_duplicate_inputs_are_skipped_with_their_reason() {
-    let server = MockServer::start(
-        "127.0.0.1:0",
-        ServerConfig {
-            delay_ms: 300,
-            ..ServerConfig::default()
-        },
-    )
-    .await
-    .unwrap();
-    let slow = SourceConfig {
-        base_url: Some(format!("{}/v1", server.url())),
-        model: Some("mock".into()),
-        ..SourceConfig::new("slow", SourceProtocol::Openai)
-    };
+    let (server, slow) = slow_mock(ServerConfig {
+        delay_ms: 300,
+        ..ServerConfig::default()
+    })
+    .await;
     let (runtime, dir) = runtime(vec![slow], AgentSettings::default());
     let scheduler = Scheduler::new(
         runtime,
@@ -178,20 +180,11 @@ async fn empty_full_and_duplicate_inputs_are_skipped_with_their_reason() {
 async fn an_interrupt_cuts_the_stream_runs_next_and_keeps_the_history_paired() {
     // Slow chunks: the first input is still streaming when the interrupt
     // arrives.
-    let server = MockServer::start(
-        "127.0.0.1:0",
-        ServerConfig {
-            chunk_delay_ms: 150,
-            ..ServerConfig::default()
-        },
-    )
-    .await
-    .unwrap();
-    let slow = SourceConfig {
-        base_url: Some(format!("{}/v1", server.url())),
-        model: Some("mock".into()),
-        ..SourceConfig::new("slow", SourceProtocol::Openai)
-    };
+    let (server, slow) = slow_mock(ServerConfig {
+        chunk_delay_ms: 150,
+        ..ServerConfig::default()
+    })
+    .await;
     let (runtime, dir) = runtime(vec![slow], AgentSettings::default());
     let scheduler = Scheduler::new(Arc::clone(&runtime), SchedulerOptions::default());
     let first = scheduler.submit(submission("s", "!slowbatch4"));
@@ -364,20 +357,11 @@ async fn cancelling_one_input_leaves_the_others_of_its_session_alone() {
 /// queued input, runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_input_that_never_ran_is_not_a_duplicate() {
-    let server = MockServer::start(
-        "127.0.0.1:0",
-        ServerConfig {
-            delay_ms: 300,
-            ..ServerConfig::default()
-        },
-    )
-    .await
-    .unwrap();
-    let slow = SourceConfig {
-        base_url: Some(format!("{}/v1", server.url())),
-        model: Some("mock".into()),
-        ..SourceConfig::new("slow", SourceProtocol::Openai)
-    };
+    let (server, slow) = slow_mock(ServerConfig {
+        delay_ms: 300,
+        ..ServerConfig::default()
+    })
+    .await;
     let (runtime, dir) = runtime(vec![slow], AgentSettings::default());
     let scheduler = Scheduler::new(
         runtime,

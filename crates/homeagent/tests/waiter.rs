@@ -289,9 +289,22 @@ async fn a_daemon_refused_at_once_exits_with_the_refusal_code() {
     .stderr(Stdio::piped())
     .spawn()
     .unwrap();
-    let mut ws = accept(&listener).await;
+    refuse_the_token(&listener).await;
+    let (status, stderr) = wait_for_exit(&mut parent).await;
+    assert_eq!(status.code(), Some(78), "{stderr}");
+    let log = dir.join("waiter.log");
+    assert!(stderr.contains(&log.display().to_string()), "{stderr}");
+}
+
+/// Plays a server that refuses the next waiter's token for good: accepts
+/// it, reads its hello and bind, answers `bad_token`, closes. Returns the
+/// token the waiter sent.
+async fn refuse_the_token(listener: &TcpListener) -> String {
+    let mut ws = accept(listener).await;
     assert!(matches!(recv(&mut ws).await, DeviceFrame::Hello(_)));
-    assert!(matches!(recv(&mut ws).await, DeviceFrame::Bind { .. }));
+    let DeviceFrame::Bind { token } = recv(&mut ws).await else {
+        panic!("the second frame is not a bind");
+    };
     send(
         &mut ws,
         &ServerFrame::Refused {
@@ -302,10 +315,7 @@ async fn a_daemon_refused_at_once_exits_with_the_refusal_code() {
     )
     .await;
     let _ = ws.close(None).await;
-    let (status, stderr) = wait_for_exit(&mut parent).await;
-    assert_eq!(status.code(), Some(78), "{stderr}");
-    let log = dir.join("waiter.log");
-    assert!(stderr.contains(&log.display().to_string()), "{stderr}");
+    token
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -321,19 +331,8 @@ async fn a_wrong_token_exits_naming_the_token_without_retrying() {
         .spawn()
         .unwrap();
     let guard = KillOnDrop(child.id());
-    let mut ws = accept(&listener).await;
-    assert!(matches!(recv(&mut ws).await, DeviceFrame::Hello(_)));
-    assert!(matches!(recv(&mut ws).await, DeviceFrame::Bind { token } if token == "wrong"));
-    send(
-        &mut ws,
-        &ServerFrame::Refused {
-            code: RefusalCode::BadToken,
-            reason: "the device token does not match".into(),
-            retry: false,
-        },
-    )
-    .await;
-    let _ = ws.close(None).await;
+    let token = refuse_the_token(&listener).await;
+    assert_eq!(token, "wrong");
     let (status, stderr) = wait_for_exit(&mut child).await;
     // It exited by itself; its pid must not be signalled any more.
     std::mem::forget(guard);

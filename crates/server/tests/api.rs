@@ -527,31 +527,44 @@ async fn models_lists_homeagent_and_tools_and_status_describe_the_agent() {
     assert_eq!(status["events"]["ring_capacity"], 4096);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_body_that_trickles_in_is_refused_after_the_body_timeout() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let timeout = std::time::Duration::from_millis(400);
+/// A server with this body timeout on `threads` serving threads, and its
+/// `host:port` for a raw connection.
+async fn with_body_timeout(
+    timeout: std::time::Duration,
+    threads: usize,
+) -> (common::TestServer, String) {
     let server = start(Setup {
         options: homeagent_server::state::ServerOptions {
             body_timeout: timeout,
             ..Default::default()
         },
+        threads,
         ..Setup::default()
     })
     .await;
     let address = server.url.trim_start_matches("http://").to_owned();
+    (server, address)
+}
+
+/// The head of a completions request announcing `length` body bytes.
+fn completions_head(address: &str, length: usize) -> String {
+    format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {}\r\n\
+         Content-Type: application/json\r\nContent-Length: {length}\r\n\r\n",
+        common::KEY
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_that_trickles_in_is_refused_after_the_body_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let timeout = std::time::Duration::from_millis(400);
+    let (_server, address) = with_body_timeout(timeout, 1).await;
     let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
     let started = std::time::Instant::now();
     // Announce 100 bytes, send 9, then nothing.
     stream
-        .write_all(
-            format!(
-                "POST /v1/chat/completions HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {}\r\n\
-                 Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"model\":",
-                common::KEY
-            )
-            .as_bytes(),
-        )
+        .write_all(format!("{}{{\"model\":", completions_head(&address, 100)).as_bytes())
         .await
         .unwrap();
     let mut answer = Vec::new();
@@ -581,27 +594,12 @@ async fn a_body_that_trickles_in_is_refused_after_the_body_timeout() {
 async fn a_body_that_keeps_trickling_is_refused_after_the_body_timeout() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let timeout = std::time::Duration::from_millis(400);
-    let server = start(Setup {
-        options: homeagent_server::state::ServerOptions {
-            body_timeout: timeout,
-            ..Default::default()
-        },
-        ..Setup::default()
-    })
-    .await;
-    let address = server.url.trim_start_matches("http://").to_owned();
+    let (_server, address) = with_body_timeout(timeout, 1).await;
     let stream = tokio::net::TcpStream::connect(&address).await.unwrap();
     let (mut reader, mut writer) = stream.into_split();
     let started = std::time::Instant::now();
     writer
-        .write_all(
-            format!(
-                "POST /v1/chat/completions HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {}\r\n\
-                 Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n",
-                common::KEY
-            )
-            .as_bytes(),
-        )
+        .write_all(completions_head(&address, 100_000).as_bytes())
         .await
         .unwrap();
     // One space every 100 ms, for up to 30 s, until the server has answered.
@@ -640,16 +638,7 @@ async fn a_head_that_never_completes_is_closed_after_the_timeout() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let timeout = std::time::Duration::from_millis(400);
     for threads in [1, 2] {
-        let server = start(Setup {
-            options: homeagent_server::state::ServerOptions {
-                body_timeout: timeout,
-                ..Default::default()
-            },
-            threads,
-            ..Setup::default()
-        })
-        .await;
-        let address = server.url.trim_start_matches("http://").to_owned();
+        let (server, address) = with_body_timeout(timeout, threads).await;
         for partial in ["", "GET /api/v1/status HTTP/1.1\r\nHost: x\r\n"] {
             let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
             let started = std::time::Instant::now();
