@@ -104,6 +104,16 @@ fn executor(
 }
 
 async fn run(executor: &Executor, tool: &str, args: Value) -> ToolOutcome {
+    run_until(executor, tool, args, CancellationToken::new()).await
+}
+
+/// [`run`], stopped when `cancel` fires.
+async fn run_until(
+    executor: &Executor,
+    tool: &str,
+    args: Value,
+    cancel: CancellationToken,
+) -> ToolOutcome {
     let turn = AssembledTurn {
         calls: vec![AssembledCall {
             call: ToolCall {
@@ -122,7 +132,7 @@ async fn run(executor: &Executor, tool: &str, args: Value) -> ToolOutcome {
     let batch = BatchContext {
         batch_id: "b1".into(),
         extras: extras.into(),
-        cancel: CancellationToken::new(),
+        cancel,
     };
     executor.run(&turn, &batch).await.outcomes.pop().unwrap()
 }
@@ -436,23 +446,6 @@ async fn a_stop_kills_a_running_hook_and_what_it_started() {
         let seen = Arc::new(Seen::default());
         let executor = executor(&seen, pre, post_hooks, Approval::Refused);
         let cancel = CancellationToken::new();
-        let turn = AssembledTurn {
-            calls: vec![AssembledCall {
-                call: ToolCall {
-                    id: "call_9".into(),
-                    name: "note".into(),
-                    arguments: json!({"text": "x"}),
-                    raw_arguments: r#"{"text":"x"}"#.into(),
-                },
-                argument_error: None,
-            }],
-            ..AssembledTurn::default()
-        };
-        let batch = BatchContext {
-            batch_id: "b9".into(),
-            extras: Map::new().into(),
-            cancel: cancel.clone(),
-        };
         let stopper = async {
             for _ in 0..400 {
                 if std::fs::read_to_string(&pid_file).is_ok_and(|t| t.ends_with('\n')) {
@@ -462,8 +455,10 @@ async fn a_stop_kills_a_running_hook_and_what_it_started() {
             }
             cancel.cancel();
         };
-        let (report, ()) = tokio::join!(executor.run(&turn, &batch), stopper);
-        let outcome = &report.outcomes[0];
+        let (outcome, ()) = tokio::join!(
+            run_until(&executor, "note", json!({"text": "x"}), cancel.clone()),
+            stopper
+        );
         if post {
             assert!(outcome.success, "{outcome:?}");
             assert_eq!(*seen.0.lock().unwrap(), vec!["x".to_owned()]);
