@@ -17,6 +17,7 @@
 pub mod assemble;
 pub mod batch;
 pub mod call_notes;
+pub mod env_name;
 pub mod event;
 pub mod hooks;
 pub mod json_text;
@@ -31,6 +32,7 @@ pub mod validate;
 
 pub use assemble::{ArgumentErrors, AssembledCall, AssembledTurn, Diagnostic, StreamAssembler};
 pub use batch::{BatchContext, BatchMode, BatchResult, Executor, ExecutorOptions, SerialReason};
+pub use env_name::is_env_var_name;
 pub use event::{EventSink, ToolEvent};
 pub use hooks::{CallInfo, PostToolHook, PreDecision, PreToolHook};
 pub use message::{AssistantMessage, Message, ReasoningPart, ToolCall, ToolMessage};

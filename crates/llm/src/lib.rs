@@ -27,6 +27,6 @@ pub use lua::{AdapterError, LuaAdapter, LuaCodec};
 pub use request::{ChatRequest, RenderCache, ToolSpec};
 pub use source::{
     API_KEY_ENV_HELP, FallbackError, FallbackOptions, LocalModel, SourceConfig, SourceHealth,
-    SourceProtocol, SourceSetup, SourceStream, Sources, is_env_var_name,
+    SourceProtocol, SourceSetup, SourceStream, Sources,
 };
 pub use transport::{EventStream, HttpProvider, Options, ProviderError, SetupError};

@@ -33,7 +33,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use futures_util::Stream;
-use homeagent_core::{CancellationToken, StreamEvent};
+use homeagent_core::{CancellationToken, StreamEvent, is_env_var_name};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -848,16 +848,6 @@ pub fn environment_configs(env: &impl Fn(&str) -> Option<String>) -> Vec<SourceC
         });
     }
     configs
-}
-
-/// Whether `name` can name an environment variable as shells write them:
-/// a letter or `_`, then letters, digits and `_`.
-pub fn is_env_var_name(name: &str) -> bool {
-    let mut bytes = name.bytes();
-    bytes
-        .next()
-        .is_some_and(|first| first.is_ascii_alphabetic() || first == b'_')
-        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
 }
 
 /// Why an `api_key_env` that is not a variable name is refused. The value

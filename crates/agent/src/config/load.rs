@@ -386,7 +386,7 @@ impl Config {
                 }
             }
             if let Some(var) = &source.api_key_env
-                && !homeagent_llm::is_env_var_name(var)
+                && !homeagent_core::is_env_var_name(var)
             {
                 return Err(invalid(
                     format!("llm.sources[{index}].api_key_env"),

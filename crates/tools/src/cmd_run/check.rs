@@ -22,7 +22,6 @@ use std::path::{Path, PathBuf};
 use super::guard::{Hardening, guard_arguments};
 use super::policy::{
     CHILD_PATH, CmdRunPolicy, PROGRAM_RUNNERS, WRITE_ONLY_PROGRAMS, dangerous_env_reason,
-    is_valid_env_name,
 };
 use super::private::check_private_reads;
 
@@ -173,7 +172,7 @@ pub fn check_command(policy: &CmdRunPolicy, command: &str) -> Result<CheckedComm
         let Some((name, value)) = word.split_once('=') else {
             break;
         };
-        if !is_valid_env_name(name) {
+        if !homeagent_core::is_env_var_name(name) {
             return Err(CmdRefusal::BadEnvAssignment {
                 name: name.to_string(),
                 why: "is not a variable name (letters, digits and `_`, not starting with a digit)",

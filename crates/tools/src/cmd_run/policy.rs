@@ -240,13 +240,6 @@ fn loads_code(name: &str) -> bool {
     EXACT.contains(&name) || PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
-/// `[A-Za-z_][A-Za-z0-9_]*`: the names a shell would accept as a variable.
-pub fn is_valid_env_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
 /// The `cmd_run` configuration (`[tools.cmd_run]`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CmdRunPolicy {
@@ -376,7 +369,7 @@ impl CmdRunPolicy {
             }
         }
         for name in &self.env {
-            if !is_valid_env_name(name) {
+            if !homeagent_core::is_env_var_name(name) {
                 return Err(PolicyError::BadEnvName {
                     name: name.clone(),
                     why: "is not a valid variable name",
