@@ -19,6 +19,7 @@ pub mod batch;
 pub mod call_notes;
 pub mod env_name;
 pub mod event;
+pub mod excerpt;
 pub mod hooks;
 pub mod json_text;
 pub mod message;
@@ -34,6 +35,7 @@ pub use assemble::{ArgumentErrors, AssembledCall, AssembledTurn, Diagnostic, Str
 pub use batch::{BatchContext, BatchMode, BatchResult, Executor, ExecutorOptions, SerialReason};
 pub use env_name::is_env_var_name;
 pub use event::{EventSink, ToolEvent};
+pub use excerpt::excerpt;
 pub use hooks::{CallInfo, PostToolHook, PreDecision, PreToolHook};
 pub use message::{AssistantMessage, Message, ReasoningPart, ToolCall, ToolMessage};
 pub use outcome::{CallStatus, ErrorReason, ToolError, ToolOutcome};

@@ -14,6 +14,7 @@ use jsonschema::error::{TypeKind, ValidationErrorKind};
 use jsonschema::types::JsonType;
 use serde_json::{Map, Number, Value};
 
+use crate::excerpt::excerpt;
 use crate::outcome::{ErrorReason, ToolError};
 
 /// Bounds the schema/value walks so a hostile, deeply nested schema or value
@@ -101,7 +102,7 @@ impl CompiledSchema {
             },
             Ok(Err(err)) => unenforced(Some(format!(
                 "argument schema could not be compiled ({}); not enforced",
-                cap(&err, MAX_TEXT)
+                excerpt(&err, MAX_TEXT)
             ))),
             Err(Panicked) => unenforced(Some(
                 "argument schema could not be compiled (the validator panicked); not enforced"
@@ -243,7 +244,7 @@ fn other_error(
     message: &str,
 ) -> ToolError {
     let (mut field, located) = locate(pointer, arguments, schema);
-    let message = cap(message, MAX_TEXT);
+    let message = excerpt(message, MAX_TEXT);
     let detail = if field.is_empty() {
         format!("arguments: {message}")
     } else {
@@ -263,21 +264,23 @@ fn other_error(
             if known.is_empty() {
                 format!("remove `{extra}` (the tool does not take it) and call the tool again")
             } else {
-                cap(
+                excerpt(
                     &format!(
                         "remove `{extra}` (the tool does not take it; it takes: {}) and call the tool again",
                         known.join(", ")
                     ),
                     MAX_TEXT,
                 )
+                .into_owned()
             }
         }
-        ValidationErrorKind::Enum { options } => cap(
+        ValidationErrorKind::Enum { options } => excerpt(
             &format!(
                 "use one of the allowed values for `{field}`: {options} and call the tool again"
             ),
             MAX_TEXT,
-        ),
+        )
+        .into_owned(),
         _ if field.is_empty() => {
             "fix the arguments to match the tool's schema and call the tool again".into()
         }
@@ -347,7 +350,7 @@ fn description_of(schema: &Value) -> Option<String> {
         .trim()
         .trim_end_matches('.')
         .trim_end();
-    (!text.is_empty()).then(|| cap(text, MAX_TEXT / 2))
+    (!text.is_empty()).then(|| excerpt(text, MAX_TEXT / 2).into_owned())
 }
 
 /// How to write a value of the type, in words a model follows.
@@ -374,13 +377,6 @@ pub(crate) fn json_type_name(value: &Value) -> &'static str {
         Value::Array(_) => "array",
         Value::Object(_) => "object",
     }
-}
-
-fn cap(text: &str, limit: usize) -> String {
-    if text.len() <= limit {
-        return text.to_owned();
-    }
-    format!("{}…", &text[..text.floor_char_boundary(limit)])
 }
 
 /// Arguments are always an object, so a schema whose root cannot be one

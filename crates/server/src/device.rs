@@ -244,9 +244,8 @@ async fn next_frame(socket: &mut WebSocket, deadline: Instant) -> Result<DeviceF
                 return serde_json::from_str(text.as_str()).map_err(|err| {
                     // serde quotes the value it could not take, whole.
                     let err = err.to_string();
-                    let shown = &err[..err.floor_char_boundary(MAX_QUOTED_ERROR_BYTES)];
-                    let cut = if shown.len() < err.len() { "…" } else { "" };
-                    refused(format!("unreadable handshake message: {shown}{cut}"))
+                    let shown = homeagent_core::excerpt(&err, MAX_QUOTED_ERROR_BYTES);
+                    refused(format!("unreadable handshake message: {shown}"))
                 });
             }
             Message::Ping(_) | Message::Pong(_) => {}

@@ -103,9 +103,10 @@ impl WireCodec for GeminiCodec {
         if text.is_empty() {
             return format!("HTTP {status}");
         }
-        let cut = text.floor_char_boundary(ERROR_EXCERPT_BYTES);
-        let ellipsis = if cut < text.len() { "…" } else { "" };
-        format!("HTTP {status}: {}{ellipsis}", &text[..cut])
+        format!(
+            "HTTP {status}: {}",
+            homeagent_core::excerpt(text, ERROR_EXCERPT_BYTES)
+        )
     }
 }
 
