@@ -45,8 +45,9 @@ pub enum CallStatus {
     Missing,
     /// The tool does not exist and its slot got the fallback.
     Degraded,
-    /// A `seq_when_call` whose condition was false: nothing ran, and its
-    /// slot is not written.
+    /// A `seq_when_call` whose condition was false, or a called group
+    /// whose own `when` was false: nothing ran, and its slot is not
+    /// written.
     Skipped,
 }
 

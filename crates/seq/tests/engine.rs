@@ -464,6 +464,64 @@ async fn a_seq_when_call_whose_condition_is_false_writes_no_slot() {
     assert_eq!(report.slots["all"].as_array().map(Vec::len), Some(1));
 }
 
+/// A `seq_call` to a group whose own `when` is false ran nothing either:
+/// its step is skipped and writes no slot, as a false `seq_when_call`
+/// does (the skipped report in the slot read as true to a later `when`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seq_call_to_a_group_skipped_by_its_own_when_writes_no_slot() {
+    let h = harness();
+    let s = seq(json!({"name": "s", "groups": [
+        {"name": "inner", "in": {"go": "boolean"}, "when": "$args.go", "out": {"e": "object"},
+         "tools": tools(&[json!({"tool": "demo_echo", "args": {"v": 1}, "as": "e"})])},
+        {"name": "outer", "in": {"go": "boolean"}, "out": {"r": "object", "all": "array<object>"},
+         "tools": tools(&[
+            json!({"tool": "seq_call", "args": {"target": "inner", "args": {"go": "$args.go"}}, "as": "r"}),
+            json!({"tool": "seq_call", "args": {"target": "inner", "args": {"go": "$args.go"}}, "as": "all"}),
+         ])}
+    ]}));
+    h.store.save(&s).unwrap();
+    let report = h
+        .engine
+        .run_sequence(&s, args(json!({"go": false})), &main_caller())
+        .await;
+    assert_eq!(report.status, RunStatus::Completed, "{report:?}");
+    assert!(!report.slots.contains_key("r"), "{:?}", report.slots);
+    assert!(!report.slots.contains_key("all"), "{:?}", report.slots);
+    let calls = &report.groups[1].calls;
+    assert_eq!(calls.len(), 2);
+    assert!(
+        calls.iter().all(|c| c.status == CallStatus::Skipped),
+        "{calls:?}"
+    );
+
+    let report = h
+        .engine
+        .run_sequence(&s, args(json!({"go": true})), &main_caller())
+        .await;
+    assert_eq!(report.status, RunStatus::Completed, "{report:?}");
+    assert_eq!(report.slots["r"]["status"], "ran", "{:?}", report.slots);
+    assert_eq!(report.slots["all"].as_array().map(Vec::len), Some(1));
+}
+
+/// A plain tool whose value happens to say `"status": "skipped"` ran: its
+/// slot is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_value_that_says_skipped_is_still_a_result() {
+    let h = harness();
+    let s = seq(json!({"name": "s", "groups": [
+        {"name": "only", "out": {"e": "object"},
+         "tools": tools(&[json!({"tool": "demo_echo", "args": {"status": "skipped"}, "as": "e"})])}
+    ]}));
+    h.store.save(&s).unwrap();
+    let report = h
+        .engine
+        .run_sequence(&s, args(json!({})), &main_caller())
+        .await;
+    assert_eq!(report.status, RunStatus::Completed, "{report:?}");
+    assert_eq!(report.slots["e"]["status"], "skipped", "{:?}", report.slots);
+    assert_eq!(report.groups[0].calls[0].status, CallStatus::Ok);
+}
+
 /// A `seq_call` step stores the called group's slots whole: the report's
 /// slots are cut to 1000 characters for the model to read, and that cut
 /// copy used to be what the calling step's slot got, and what later steps

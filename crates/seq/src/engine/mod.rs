@@ -355,11 +355,13 @@ impl CallCtx<'_> {
                 .await;
             if outcome.success {
                 // Read by its status, not compared whole: a post-hook may
-                // have added to the value. (A called group skipped by its
-                // own `when` ran nothing either.)
+                // have added to the value. A `seq_when_call` whose condition
+                // is false and a called group skipped by its own `when`
+                // (through either tool) ran nothing; another tool's value
+                // that says "skipped" is just its value.
                 let skipped =
                     outcome.value.get("status").and_then(Value::as_str) == Some("skipped");
-                report.status = if step.tool == SEQ_WHEN_CALL && skipped {
+                report.status = if step.is_seq_call() && skipped {
                     CallStatus::Skipped
                 } else {
                     CallStatus::Ok
