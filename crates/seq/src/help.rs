@@ -32,6 +32,7 @@ seq_run, seq_create, seq_delete and tool reloads may not run inside a sequence.
 
 $args: the run's args overlaid with the slots written by earlier groups. A string that is exactly
 "$args.K" becomes K's value with its type (3 stays 3); inside longer text it is interpolated.
+A reference goes on into objects and arrays as in conditions ($args.r.count, $args.items.0.name).
 
 Conditions: literals ("text", 'text', 3, 2.5, true, false, null), $args.key, field access
 ($args.result.count, $args.items.0.name), == != > < >= <= contains, && || ! and parentheses.

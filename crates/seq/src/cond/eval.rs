@@ -42,42 +42,50 @@ fn resolve<'v>(
     })?;
     let mut walked = first.clone();
     for segment in rest {
-        current = match current {
-            Value::Object(map) => map.get(segment).ok_or_else(|| {
-                let fields: Vec<&str> = map.keys().map(String::as_str).collect();
-                unknown(format!(
-                    "`{walked}` has no field `{segment}` (fields: {})",
-                    if fields.is_empty() {
-                        "none".to_owned()
-                    } else {
-                        fields.join(", ")
-                    }
-                ))
-            })?,
-            Value::Array(items) => {
-                let index: usize = segment.parse().map_err(|_| {
-                    unknown(format!(
-                        "`{walked}` is an array; index it with a number, not `{segment}`"
-                    ))
-                })?;
-                items.get(index).ok_or_else(|| {
-                    unknown(format!(
-                        "`{walked}` has {} items; index {index} is out of range",
-                        items.len()
-                    ))
-                })?
-            }
-            other => {
-                return Err(unknown(format!(
-                    "`{walked}` is {}, which has no field `{segment}`",
-                    crate::format::kind(other)
-                )));
-            }
-        };
+        current = field(&walked, current, segment).map_err(unknown)?;
         walked.push('.');
         walked.push_str(segment);
     }
     Ok(current)
+}
+
+/// One step of a `$args` path: `segment` of `current` (a field of an
+/// object, an index into an array), or why there is none. `walked` is the
+/// path so far, for the message. Conditions and argument substitution
+/// both walk paths with it.
+pub(crate) fn field<'v>(
+    walked: &str,
+    current: &'v Value,
+    segment: &str,
+) -> Result<&'v Value, String> {
+    match current {
+        Value::Object(map) => map.get(segment).ok_or_else(|| {
+            let fields: Vec<&str> = map.keys().map(String::as_str).collect();
+            format!(
+                "`{walked}` has no field `{segment}` (fields: {})",
+                if fields.is_empty() {
+                    "none".to_owned()
+                } else {
+                    fields.join(", ")
+                }
+            )
+        }),
+        Value::Array(items) => {
+            let index: usize = segment.parse().map_err(|_| {
+                format!("`{walked}` is an array; index it with a number, not `{segment}`")
+            })?;
+            items.get(index).ok_or_else(|| {
+                format!(
+                    "`{walked}` has {} items; index {index} is out of range",
+                    items.len()
+                )
+            })
+        }
+        other => Err(format!(
+            "`{walked}` is {}, which has no field `{segment}`",
+            crate::format::kind(other)
+        )),
+    }
 }
 
 /// The truth value of a value; see the module docs.

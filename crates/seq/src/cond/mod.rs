@@ -27,6 +27,7 @@ mod eval;
 mod lex;
 
 use eval::eval;
+pub(crate) use eval::field;
 pub use eval::truthy;
 use lex::{Token, describe, tokenize};
 

@@ -430,7 +430,7 @@ impl CallCtx<'_> {
 fn substitute_step(
     step: &ToolStep,
     args: &Map<String, Value>,
-) -> Result<Value, crate::subst::MissingArg> {
+) -> Result<Value, crate::subst::SubstError> {
     let mut out = Map::with_capacity(step.args.len());
     for (key, value) in &step.args {
         let value = if step.tool == SEQ_WHEN_CALL && key == "when" {
