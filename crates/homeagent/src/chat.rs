@@ -1,10 +1,15 @@
 //! `homeagent chat`: an interactive session.
 //!
 //! Lines typed are inputs; `/stop`, `/tools`, `/new`, `/quit` are commands.
-//! Ctrl-C stops the current turn (running tools included), not the program.
-//! Tools listed in `tools.require_approval` ask here first: the next line
-//! typed answers (y/n).
+//! Ctrl-C, or `/stop` typed while a turn runs, stops the current turn
+//! (running tools included), not the program. Other lines typed while a
+//! turn runs wait their turn as the next inputs (type-ahead), `/quit` and
+//! the end of input included. Tools listed in `tools.require_approval` ask
+//! here first: the first line typed *after* the question answers it (y/n);
+//! a line typed before it was shown never does, so a "yes" meant for the
+//! model cannot let a tool run unseen.
 
+use std::collections::VecDeque;
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -101,16 +106,26 @@ pub async fn run(args: ChatArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode
             "HomeAgent chat (session {session}). /stop /tools /new /quit; Ctrl-C stops a turn."
         )?;
         let mut lines = stdin_lines();
+        // Lines typed while a turn ran: the next inputs, in order.
+        let mut typed_ahead: VecDeque<String> = VecDeque::new();
+        let mut input_ended = false;
         let mut pending_question: Option<Question> = None;
         loop {
             write!(out, "> ")?;
             out.flush()?;
-            let line = tokio::select! {
-                line = lines.recv() => line,
-                _ = tokio::signal::ctrl_c() => {
-                    // Ctrl-C belongs to turns; at the prompt it only explains.
-                    writeln!(out, "\n(nothing is running; /quit or Ctrl-D leaves)")?;
-                    continue;
+            let line = if let Some(line) = typed_ahead.pop_front() {
+                writeln!(out, "{line}")?;
+                Some(line)
+            } else if input_ended {
+                None
+            } else {
+                tokio::select! {
+                    line = lines.recv() => line,
+                    _ = tokio::signal::ctrl_c() => {
+                        // Ctrl-C belongs to turns; at the prompt it only explains.
+                        writeln!(out, "\n(nothing is running; /quit or Ctrl-D leaves)")?;
+                        continue;
+                    }
                 }
             };
             let Some(line) = line else {
@@ -200,15 +215,42 @@ pub async fn run(args: ChatArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode
                         // A call stopped while its question waited in the
                         // queue no longer wants an answer.
                         if let Some(question) = question.filter(|q| !q.answer.is_closed()) {
-                            write!(out, "\r{}", question.prompt)?;
+                            // Whatever was typed before the question is on
+                            // the screen was not typed as its answer.
+                            while let Ok(line) = lines.try_recv() {
+                                typed_ahead.push_back(line);
+                            }
+                            if input_ended || lines.is_closed() && lines.is_empty() {
+                                input_ended = true;
+                                writeln!(out, "\r   \r{}(no more input to answer with: no)", question.prompt)?;
+                                let _ = question.answer.send(false);
+                            } else {
+                                write!(out, "\r   \r{}", question.prompt)?;
+                                pending_question = Some(question);
+                            }
                             out.flush()?;
-                            pending_question = Some(question);
                         }
                     }
-                    line = lines.recv(), if pending_question.as_ref().is_some_and(|q| !q.answer.is_closed()) => {
-                        let yes = line.as_deref().map(str::trim).is_some_and(|l| l.eq_ignore_ascii_case("y") || l.eq_ignore_ascii_case("yes"));
-                        if let Some(question) = pending_question.take() {
-                            let _ = question.answer.send(yes);
+                    line = lines.recv(), if !input_ended => {
+                        let asked = pending_question.take().filter(|q| !q.answer.is_closed());
+                        match (line, asked) {
+                            (Some(line), Some(question)) => {
+                                let yes = matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes");
+                                let _ = question.answer.send(yes);
+                            }
+                            (Some(line), None) if line.trim() == "/stop" => {
+                                let n = agent.scheduler.stop(&session);
+                                writeln!(out, "\n(stopped {n} input(s))")?;
+                            }
+                            (Some(line), None) => typed_ahead.push_back(line),
+                            (None, asked) => {
+                                // Input ended: nobody can answer any more,
+                                // and the chat ends once what was typed ran.
+                                input_ended = true;
+                                if let Some(question) = asked {
+                                    let _ = question.answer.send(false);
+                                }
+                            }
                         }
                     }
                     _ = tokio::signal::ctrl_c() => {
@@ -218,7 +260,7 @@ pub async fn run(args: ChatArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode
                         let n = agent.scheduler.stop(&session);
                         writeln!(out, "\n(Ctrl-C: stopping the turn; {n} input(s) cancelled)")?;
                     }
-                    _ = ticker.tick(), if tools_running > 0 => {
+                    _ = ticker.tick(), if tools_running > 0 && pending_question.is_none() => {
                         spin = (spin + 1) % SPINNER.len();
                         write!(out, "\r {} ", SPINNER[spin])?;
                         out.flush()?;

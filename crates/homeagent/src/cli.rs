@@ -52,8 +52,10 @@ pub enum Command {
     /// Send one input to the agent and print its reply (streamed). Exits 0
     /// on a reply, non-zero on an error or a skipped input.
     Run(RunArgs),
-    /// Talk with the agent interactively. Ctrl-C cancels the current turn;
-    /// /stop, /tools, /new and /quit are commands.
+    /// Talk with the agent interactively. Ctrl-C (or /stop) cancels the
+    /// current turn; /stop, /tools, /new and /quit are commands; lines
+    /// typed while a turn runs are the next inputs. An approval question
+    /// is answered only by a line typed after it.
     Chat(ChatArgs),
     /// Check the config or print a complete, commented example.
     #[command(subcommand)]

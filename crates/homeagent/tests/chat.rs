@@ -77,18 +77,138 @@ fn slash_tools_lists_the_agents_own_tools() {
     assert!(!out.contains("demo_note"), "{out}");
 }
 
+/// A chat driven line by line: what it printed so far, read on a thread.
+struct Conversation {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    out: std::sync::mpsc::Receiver<String>,
+    seen: String,
+    dir: std::path::PathBuf,
+}
+
+impl Conversation {
+    fn start(name: &str, config: &str) -> Self {
+        use std::io::Read;
+        let dir =
+            std::env::temp_dir().join(format!("homeagent-chat-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut child = chat_in(&dir, config).stderr(Stdio::null()).spawn().unwrap();
+        let stdin = child.stdin.take();
+        let mut stdout = child.stdout.take().unwrap();
+        let (tx, out) = std::sync::mpsc::channel::<String>();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stdout.read(&mut buf) {
+                if n == 0
+                    || tx
+                        .send(String::from_utf8_lossy(&buf[..n]).into_owned())
+                        .is_err()
+                {
+                    return;
+                }
+            }
+        });
+        Conversation {
+            child,
+            stdin,
+            out,
+            seen: String::new(),
+            dir,
+        }
+    }
+
+    fn send(&mut self, line: &str) {
+        writeln!(self.stdin.as_mut().unwrap(), "{line}").unwrap();
+    }
+
+    /// Everything printed once `needle` has been printed `count` times in
+    /// all; `Err` with what was printed when it is not within 30 s.
+    fn wait_for(&mut self, needle: &str, count: usize) -> Result<String, String> {
+        use std::time::{Duration, Instant};
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.seen.matches(needle).count() < count {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.out.recv_timeout(left) {
+                Ok(piece) => self.seen.push_str(&piece),
+                Err(_) => return Err(self.seen.clone()),
+            }
+        }
+        Ok(self.seen.clone())
+    }
+
+    fn interrupt(&self) {
+        let sent = Command::new("kill")
+            .args(["-INT", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+    }
+}
+
+impl Drop for Conversation {
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The line typed after the question answers it.
 #[test]
 fn a_tool_that_needs_approval_asks_and_the_answer_decides() {
-    let config = "[tools]\nrequire_approval = [\"demo_echo\"]\n";
+    let mut chat = Conversation::start("approve", "[tools]\nrequire_approval = [\"demo_echo\"]\n");
     let echo = r#"!calls [{"name":"demo_echo","arguments":{"tag":"t1"}}]"#;
-    let (out, ok) = chat(config, &format!("{echo}\ny\n{echo}\nn\n/quit\n"));
-    assert!(ok, "{out}");
-    let asks = out.matches("wants to run demo_echo").count();
-    assert_eq!(asks, 2, "{out}");
-    // The first call ran, the second was declined.
-    assert!(out.contains("◂ demo_echo ok"), "{out}");
-    assert!(out.contains("◂ demo_echo denied"), "{out}");
+    chat.send(echo);
+    chat.wait_for("Allow?", 1).unwrap();
+    chat.send("y");
+    chat.wait_for("◂ demo_echo ok", 1).unwrap();
+    chat.send(echo);
+    chat.wait_for("Allow?", 2).unwrap();
+    chat.send("n");
+    let out = chat.wait_for("◂ demo_echo denied", 1).unwrap();
     assert!(out.contains("declined"), "{out}");
+}
+
+/// A line typed while the turn ran, before the question was shown, is the
+/// next input, not the answer: a "yes" meant for the model must not let a
+/// gated tool run unseen.
+#[test]
+fn a_line_typed_before_the_question_does_not_answer_it() {
+    let mut chat = Conversation::start("ahead", "[tools]\nrequire_approval = [\"demo_note\"]\n");
+    chat.send(
+        r#"!calls [{"name":"demo_sleep","arguments":{"ms":1500}},{"name":"demo_note","arguments":{"text":"x"}}]"#,
+    );
+    chat.wait_for("▸ demo_sleep", 1).unwrap();
+    chat.send("yes");
+    let asked = chat.wait_for("Allow?", 1);
+    let asked = asked.unwrap_or_else(|out| panic!("no question:\n{out}"));
+    assert!(!asked.contains("◂ demo_note ok"), "{asked}");
+    chat.send("n");
+    let out = chat
+        .wait_for("◂ demo_note denied", 1)
+        .unwrap_or_else(|out| {
+            panic!("the answer typed after the question was not the one used:\n{out}")
+        });
+    assert!(!out.contains("◂ demo_note ok"), "{out}");
+    // The early line was kept: it is the next input, answered by the model.
+    chat.wait_for("model request(s)", 2)
+        .unwrap_or_else(|out| panic!("the line typed ahead was lost:\n{out}"));
+}
+
+/// `/stop` typed while a turn runs stops it then, not after it ends.
+#[test]
+fn slash_stop_during_a_turn_stops_it() {
+    let mut chat = Conversation::start("stop", "");
+    chat.send(r#"!calls [{"name":"demo_sleep","arguments":{"ms":60000}}]"#);
+    chat.wait_for("▸ demo_sleep", 1).unwrap();
+    chat.send("/stop");
+    let out = chat
+        .wait_for("(stopped 1 input(s))", 1)
+        .unwrap_or_else(|out| panic!("the turn was not stopped:\n{out}"));
+    assert!(!out.contains("◂ demo_sleep ok"), "{out}");
+    chat.send("/quit");
 }
 
 /// A question a stopped turn left unanswered dies with the turn: the next
@@ -96,61 +216,17 @@ fn a_tool_that_needs_approval_asks_and_the_answer_decides() {
 /// one). Ctrl-C is SIGINT, sent as a terminal would.
 #[test]
 fn an_approval_left_by_a_stopped_turn_does_not_swallow_the_next_one() {
-    use std::io::Read;
-    use std::sync::mpsc;
-    use std::time::{Duration, Instant};
-    let dir = std::env::temp_dir().join(format!("homeagent-chat-stale-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut child = chat_in(&dir, "[tools]\nrequire_approval = [\"demo_echo\"]\n")
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut stdout = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = stdout.read(&mut buf) {
-            if n == 0
-                || tx
-                    .send(String::from_utf8_lossy(&buf[..n]).into_owned())
-                    .is_err()
-            {
-                return;
-            }
-        }
-    });
-    let mut seen = String::new();
-    let mut wait_for = |needle: &str, count: usize| {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while seen.matches(needle).count() < count {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(piece) => seen.push_str(&piece),
-                Err(_) => return Err(seen.clone()),
-            }
-        }
-        Ok(seen.clone())
-    };
+    let mut chat = Conversation::start("stale", "[tools]\nrequire_approval = [\"demo_echo\"]\n");
     let echo = r#"!calls [{"name":"demo_echo","arguments":{"tag":"t1"}}]"#;
-    writeln!(stdin, "{echo}").unwrap();
-    wait_for("Allow?", 1).unwrap();
-    let interrupted = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(interrupted.success());
-    wait_for("Ctrl-C: stopping the turn", 1).unwrap();
-    writeln!(stdin, "{echo}").unwrap();
-    let asked = wait_for("Allow?", 2);
-    writeln!(stdin, "y").unwrap();
-    writeln!(stdin, "/quit").unwrap();
-    drop(stdin);
-    let ran = wait_for("demo_echo ok", 1);
-    let _ = child.kill();
-    let _ = child.wait();
-    let _ = std::fs::remove_dir_all(&dir);
+    chat.send(echo);
+    chat.wait_for("Allow?", 1).unwrap();
+    chat.interrupt();
+    chat.wait_for("Ctrl-C: stopping the turn", 1).unwrap();
+    chat.send(echo);
+    let asked = chat.wait_for("Allow?", 2);
+    chat.send("y");
+    chat.send("/quit");
+    let ran = chat.wait_for("demo_echo ok", 1);
     let out = asked.unwrap_or_else(|out| panic!("the second question was not asked:\n{out}"));
     assert!(ran.is_ok(), "the second call did not run:\n{out}");
 }
