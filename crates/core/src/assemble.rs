@@ -131,6 +131,17 @@ struct Bucket {
 }
 
 impl Bucket {
+    /// Whether a fragment with this id and name opens another call rather
+    /// than continuing this one: another id, or, without an id to go by,
+    /// another tool's name (a call is never renamed, or it would run one
+    /// tool's arguments as another tool).
+    fn is_another_call(&self, id: Option<&str>, name: Option<&str>) -> bool {
+        match id {
+            Some(new) if !self.id.is_empty() => self.id != new,
+            _ => name.is_some_and(|new| !self.name.is_empty() && self.name != new),
+        }
+    }
+
     fn absorb(&mut self, id: Option<String>, name: Option<String>, piece: String) {
         if let Some(id) = id {
             self.id = id;
@@ -149,6 +160,34 @@ impl Bucket {
             self.arguments.push_str(&piece);
         }
     }
+}
+
+/// Gives the argument text of calls that never got a name or an id to the
+/// named call opened before them, if that call got no argument text of its
+/// own; `buckets` in the order they were opened.
+///
+/// Some OpenAI-compatible servers send a call's name at one stream index
+/// and its argument pieces at another (or each piece at a new one). Those
+/// pieces open calls of their own that never get a name; dropped, they
+/// left the named call blank, and a blank call runs with `{}`. A named
+/// call that had argument text keeps it alone: pieces after it are another
+/// call that lost its name, dropped with a diagnostic.
+fn lend_orphan_pieces(buckets: Vec<Bucket>) -> Vec<Bucket> {
+    let mut kept: Vec<Bucket> = Vec::with_capacity(buckets.len());
+    let mut receiver: Option<usize> = None;
+    for bucket in buckets {
+        if !bucket.name.is_empty() {
+            receiver = bucket.arguments.trim().is_empty().then_some(kept.len());
+        } else if bucket.id.is_empty()
+            && !bucket.arguments.is_empty()
+            && let Some(to) = receiver
+        {
+            kept[to].arguments.push_str(&bucket.arguments);
+            continue;
+        }
+        kept.push(bucket);
+    }
+    kept
 }
 
 /// Maps a stream index to the bucket receiving it. Indices are small in
@@ -257,10 +296,7 @@ impl StreamAssembler {
         if let (Some(index), Some(last)) = (stream_index, self.last) {
             let current = self.current_at_index.get(index);
             let bucket = &mut self.buckets[last];
-            let same_call = match &id {
-                Some(new) => bucket.id.is_empty() || bucket.id == *new,
-                None => true,
-            };
+            let same_call = !bucket.is_another_call(id.as_deref(), name.as_deref());
             if bucket.index == index && same_call && current == Some(last) {
                 bucket.absorb(id, name, raw_arguments);
                 return;
@@ -269,12 +305,10 @@ impl StreamAssembler {
         let target = match stream_index {
             Some(index) => match self.current_at_index.get(index) {
                 Some(pos) => {
-                    let held = &self.buckets[pos].id;
-                    match &id {
-                        Some(new) if !held.is_empty() && held != new => {
-                            Some(self.open_bucket(index))
-                        }
-                        _ => Some(pos),
+                    if self.buckets[pos].is_another_call(id.as_deref(), name.as_deref()) {
+                        Some(self.open_bucket(index))
+                    } else {
+                        Some(pos)
                     }
                 }
                 None if carries_nothing => None,
@@ -289,9 +323,11 @@ impl StreamAssembler {
                     }
                 },
                 None => match self.last {
-                    Some(pos) => Some(pos),
+                    Some(pos) if !self.buckets[pos].is_another_call(None, name.as_deref()) => {
+                        Some(pos)
+                    }
                     None if carries_nothing => None,
-                    None => {
+                    _ => {
                         let index = self.next_free_index();
                         Some(self.open_bucket(index))
                     }
@@ -334,6 +370,9 @@ impl StreamAssembler {
             finish_reason,
             ..
         } = self;
+        if buckets.iter().any(|b| b.name.is_empty()) {
+            buckets = lend_orphan_pieces(buckets);
+        }
         // Stable sort: calls sharing an index keep their arrival order.
         buckets.sort_by_key(|b| b.index);
         let truncated_turn = finish_reason.as_ref().is_some_and(FinishReason::cut_output);

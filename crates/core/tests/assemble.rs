@@ -238,6 +238,82 @@ fn a_call_that_never_gets_a_name_is_dropped_with_a_diagnostic() {
     );
 }
 
+/// Some OpenAI-compatible servers open a call at one index and send its
+/// argument pieces under another, never opened (name at 0, arguments at
+/// 1, or each piece at an index of its own). The pieces belong to the
+/// call before them: dropped, they left it blank, and a blank call runs
+/// with `{}` (its defaults), not with what the model asked.
+#[test]
+fn argument_pieces_under_an_index_nobody_opened_join_the_call_before_them() {
+    let turn = assemble([
+        frag(Some(0), Some("c1"), Some("files_list"), ""),
+        frag(Some(1), None, None, "{\"dir\":"),
+        frag(Some(2), None, None, "\"/etc\"}"),
+        frag(Some(3), Some("c2"), Some("files_read"), ""),
+        frag(Some(4), None, None, "{\"path\":\"a\"}"),
+        finish("tool_calls"),
+    ]);
+    assert_eq!(
+        calls_of(&turn),
+        vec![
+            ("c1", "files_list", &json!({"dir": "/etc"})),
+            ("c2", "files_read", &json!({"path": "a"})),
+        ]
+    );
+    assert!(turn.calls.iter().all(|c| c.argument_error.is_none()));
+    assert!(
+        !turn
+            .diagnostics
+            .iter()
+            .any(|d| matches!(d, Diagnostic::NamelessCallDropped { .. })),
+        "{:?}",
+        turn.diagnostics
+    );
+}
+
+/// Argument pieces that arrive before their call's name, at the call's own
+/// index, stay that call's: only a call that never gets a name lends its
+/// pieces, and only to a named call that had none of its own.
+#[test]
+fn pieces_at_their_own_index_before_the_name_stay_with_their_call() {
+    let turn = assemble([
+        frag(Some(0), Some("c1"), Some("a"), "{\"x\":1}"),
+        frag(Some(1), None, None, "{\"y\":"),
+        frag(Some(1), Some("c2"), Some("b"), "2}"),
+        frag(Some(2), None, None, "{\"orphan\":true}"),
+        finish("tool_calls"),
+    ]);
+    assert_eq!(
+        calls_of(&turn),
+        vec![("c1", "a", &json!({"x": 1})), ("c2", "b", &json!({"y": 2}))]
+    );
+    // The orphan found no blank call to join: dropped, and said so.
+    assert_eq!(
+        turn.diagnostics,
+        vec![Diagnostic::NamelessCallDropped {
+            stream_index: 2,
+            argument_bytes: 15
+        }]
+    );
+}
+
+/// A fragment with another tool's name at a busy index, without an id, is
+/// a new call: it used to rename the call there, which then ran the first
+/// call's arguments as the second tool.
+#[test]
+fn another_name_at_a_busy_index_starts_a_new_call_instead_of_renaming() {
+    let turn = assemble([
+        frag(Some(0), None, Some("files_list"), "{\"dir\":\"/\"}"),
+        frag(Some(0), None, Some("files_delete"), "{\"path\":\"/x\"}"),
+        frag(Some(0), None, Some("files_delete"), ""),
+        finish("tool_calls"),
+    ]);
+    let names: Vec<&str> = turn.calls.iter().map(|c| c.call.name.as_str()).collect();
+    assert_eq!(names, ["files_list", "files_delete"], "{turn:?}");
+    assert_eq!(turn.calls[0].call.arguments, json!({"dir": "/"}));
+    assert_eq!(turn.calls[1].call.arguments, json!({"path": "/x"}));
+}
+
 #[test]
 fn an_empty_finish_reason_is_not_the_end() {
     let turn = assemble([
