@@ -455,7 +455,12 @@ impl Runtime {
             extras.insert(AGENT_EXTRA.into(), Value::String(input.agent.clone()));
             extras.insert("session".into(), Value::String(input.session.clone()));
             let batch = BatchContext {
-                batch_id: format!("{}-{}-{batches}", input.session, next_batch()),
+                batch_id: format!(
+                    "{}-{}{}-{batches}",
+                    input.session,
+                    process_tag(),
+                    next_batch()
+                ),
                 extras: extras.into(),
                 cancel: control.stop.clone(),
             };
@@ -728,6 +733,22 @@ impl EventBuffer {
     fn take(&self) -> Vec<EventRow> {
         std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
     }
+}
+
+/// A tag for this process, put before its batch counter: the counter
+/// starts at 1 in every process, and a session continued after a restart
+/// (or by another process) must not get an earlier batch's id again (the
+/// dashboard draws the calls of one id as one batch). The start second
+/// and the pid: two processes share both only if a pid is reused within
+/// a second.
+fn process_tag() -> &'static str {
+    static TAG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TAG.get_or_init(|| {
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        format!("{secs:x}.{:x}.", std::process::id())
+    })
 }
 
 fn next_batch() -> u64 {

@@ -944,3 +944,28 @@ fn a_config_that_serves_itself_over_mcp_does_not_start_copies_without_end() {
     let _ = std::fs::remove_dir_all(&dir);
     assert!(left.is_empty(), "{}", String::from_utf8_lossy(&left));
 }
+
+/// Batch ids stay unique within a session across processes: each process
+/// counted its batches from 1, so a session continued after a restart
+/// reused its earlier batches' ids, and the dashboard drew a serial batch
+/// into an earlier parallel one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batch_ids_differ_across_processes_on_one_session() {
+    let setup = setup("");
+    let mut ids = Vec::new();
+    for input in ["!slowbatch2", "!serialbatch1"] {
+        let (output, frames) = run_async(&setup, &["--session", "dup1", "--json", input]).await;
+        assert!(output.status.success(), "{output:?}");
+        let starts = phase(&frames, "start");
+        assert!(!starts.is_empty(), "{frames:?}");
+        let batch: Vec<String> = starts
+            .iter()
+            .map(|f| f["batch_id"].as_str().unwrap().to_owned())
+            .collect();
+        ids.push(batch);
+    }
+    assert!(
+        ids[0].iter().all(|id| !ids[1].contains(id)),
+        "the second process reused a batch id: {ids:?}"
+    );
+}
