@@ -51,6 +51,59 @@ pub fn build_validator(schema: &Value) -> Result<Result<Validator, String>, Pani
     .map_err(|_| Panicked)
 }
 
+/// `schema` with OpenAPI 3.0's `nullable: true` said the JSON Schema way
+/// (`"null"` added to the `type` beside it), or `None` when nothing in it
+/// needs that. MCP servers ship schemas generated from OpenAPI or zod
+/// that way; jsonschema knows no `nullable`, so it refused a null those
+/// schemas allow, and the coercion dropped it as an absence.
+fn with_nullable_types(schema: &Value, depth: usize) -> Option<Value> {
+    if depth > MAX_DEPTH {
+        return None;
+    }
+    match schema {
+        Value::Object(map) => {
+            let mut changed: Option<Map<String, Value>> = None;
+            if map.get("nullable") == Some(&Value::Bool(true)) {
+                let widened = match map.get("type") {
+                    Some(Value::String(one)) if one != "null" => Some(Value::Array(vec![
+                        Value::String(one.clone()),
+                        "null".into(),
+                    ])),
+                    Some(Value::Array(types)) if !types.iter().any(|t| t == "null") => {
+                        let mut types = types.clone();
+                        types.push("null".into());
+                        Some(Value::Array(types))
+                    }
+                    _ => None,
+                };
+                if let Some(types) = widened {
+                    changed
+                        .get_or_insert_with(|| map.clone())
+                        .insert("type".into(), types);
+                }
+            }
+            for (key, value) in map {
+                if let Some(inner) = with_nullable_types(value, depth + 1) {
+                    changed
+                        .get_or_insert_with(|| map.clone())
+                        .insert(key.clone(), inner);
+                }
+            }
+            changed.map(Value::Object)
+        }
+        Value::Array(items) => {
+            let mut changed: Option<Vec<Value>> = None;
+            for (at, item) in items.iter().enumerate() {
+                if let Some(inner) = with_nullable_types(item, depth + 1) {
+                    changed.get_or_insert_with(|| items.clone())[at] = inner;
+                }
+            }
+            changed.map(Value::Array)
+        }
+        _ => None,
+    }
+}
+
 /// A tool's argument schema, compiled once and reused for every call.
 pub struct CompiledSchema {
     /// The raw schema: coercion and hints read `properties`, `required`,
@@ -90,6 +143,8 @@ impl CompiledSchema {
             }
             _ => {}
         }
+        let normalized = with_nullable_types(schema, 0);
+        let schema = normalized.as_ref().unwrap_or(schema);
         match build_validator(schema) {
             Ok(Ok(_)) if !root_may_be_object(schema) => unenforced(Some(format!(
                 "argument schema's root type is {} rather than object; not enforced",
@@ -735,6 +790,32 @@ mod tests {
             json!({"due": null}),
             "the null `note` cannot hold is dropped"
         );
+    }
+
+    /// OpenAPI 3.0's `nullable: true` (schemas that MCP servers generate
+    /// from OpenAPI or zod) lets a typed property hold null: the null is a
+    /// value ("clear the due date"), kept and accepted, not dropped as an
+    /// absence. jsonschema alone knows no `nullable` and refused it.
+    #[test]
+    fn an_openapi_nullable_property_keeps_its_null() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "due": {"type": "string", "nullable": true},
+                "tags": {"type": "array", "items": {"type": "integer", "nullable": true}},
+                "note": {"type": "string"}
+            },
+            "required": ["due"]
+        });
+        let (_, args) = pass(
+            schema.clone(),
+            json!({"due": null, "tags": [1, null], "note": null}),
+        );
+        assert_eq!(args, json!({"due": null, "tags": [1, null]}));
+        // Still typed: nullable adds null, nothing else.
+        let err = fail(schema, json!({"due": 5}));
+        assert_eq!(err.reason, ErrorReason::Type, "{err:?}");
+        assert!(err.detail.contains("null or string"), "{err:?}");
     }
 
     #[test]
