@@ -938,15 +938,17 @@ fn toml_paths(value: &toml::Value, prefix: &str, out: &mut Vec<String>) {
     }
 }
 
-/// The example with its commented-out `# key = value` lines switched on.
+/// The example with its commented-out `# key = value` lines and `# [[...]]`
+/// entries switched on.
 fn uncommented(example: &str) -> String {
     example
         .lines()
         .map(|line| match line.strip_prefix("# ") {
             Some(rest)
-                if rest.split_once(" = ").is_some_and(|(key, _)| {
-                    !key.is_empty() && key.chars().all(|c| c.is_ascii_lowercase() || c == '_')
-                }) =>
+                if rest.starts_with('[')
+                    || rest.split_once(" = ").is_some_and(|(key, _)| {
+                        !key.is_empty() && key.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+                    }) =>
             {
                 rest
             }
@@ -959,25 +961,29 @@ fn uncommented(example: &str) -> String {
 #[test]
 fn the_example_parses_and_shows_every_key() {
     let example = example_toml();
+    // Copied as it is, the example is the defaults: its example entries
+    // (a demo source, an MCP server, hooks, a device) are commented out,
+    // or they would start, shadow the environment's model, or deny tools.
     let config = parse(&example).unwrap_or_else(|e| panic!("{e}\n{example}"));
-    // Its values are the defaults plus the demo source and the main agent.
-    let expected = Config {
-        llm: homeagent_agent::config::LlmSection {
-            sources: vec![SourceConfig::new("demo", SourceProtocol::Demo)],
-            ..Default::default()
-        },
-        agents: vec![AgentEntry::main()],
-        server: example_server(),
-        mcp: example_mcp(),
-        hooks: example_hooks(),
-        ..Config::default()
-    };
-    assert_eq!(config, expected);
+    assert_eq!(config, Config::default(), "{example}");
+    assert!(example.contains("\n# [[llm.sources]]\n"), "{example}");
+    assert!(example.contains("\n# name = \"demo\"\n"), "{example}");
+    assert!(example.contains("\n# [[mcp.servers]]\n"), "{example}");
 
     let all_on = uncommented(&example);
     assert_ne!(all_on, example, "no commented-out keys found");
     let config = parse(&all_on).unwrap_or_else(|e| panic!("{e}\n{all_on}"));
     assert_eq!(config.scheduler.dedup_window.unwrap().to_string(), "10s");
+    // Switched on, each entry is the example shown.
+    assert_eq!(config.llm.sources.len(), 1);
+    assert_eq!(config.llm.sources[0].name, "demo");
+    assert_eq!(config.agents.len(), 1);
+    assert_eq!(config.agents[0].name, "main");
+    assert_eq!(config.mcp.servers.len(), 1);
+    assert_eq!(config.mcp.servers[0].name, "git");
+    assert_eq!(config.server.devices.len(), 1);
+    assert_eq!(config.hooks.pre_tool_use.len(), 1);
+    assert_eq!(config.hooks.post_tool_use.len(), 1);
 
     let document: toml::Value = toml::from_str(&all_on).unwrap();
     let mut present = Vec::new();
@@ -1051,42 +1057,6 @@ fn docs_config_md_is_the_generated_example() {
         "docs/CONFIG.md is out of date with the config types; regenerate it with \
          `HOMEAGENT_UPDATE_DOCS=1 cargo test -p homeagent-agent --test it config::`"
     );
-}
-
-/// The `[server]` the example shows: the defaults and one declared device.
-fn example_server() -> homeagent_agent::config::ServerSection {
-    homeagent_agent::config::ServerSection {
-        devices: vec![
-            toml::from_str("id = \"kitchen-pi\"\ntoken_env = \"HOMEAGENT_DEVICE_TOKEN_KITCHEN\"")
-                .unwrap(),
-        ],
-        ..Default::default()
-    }
-}
-
-/// The `[[mcp.servers]]` entry the example shows, written out by hand.
-fn example_mcp() -> homeagent_agent::config::McpSection {
-    let mut server: homeagent_agent::config::McpServerEntry =
-        toml::from_str("name = \"git\"\ncommand = \"/usr/local/bin/mcp-server-git\"").unwrap();
-    server.args = vec!["--repository".into(), "/srv/repo".into()];
-    server.serial = vec!["git_commit".into()];
-    homeagent_agent::config::McpSection {
-        servers: vec![server],
-    }
-}
-
-/// The hook entries the example shows, written out by hand.
-fn example_hooks() -> homeagent_agent::config::HooksSection {
-    let hook = |matcher: &str, command: &str| -> homeagent_agent::config::HookEntry {
-        toml::from_str(&format!("matcher = {matcher:?}\ncommand = {command:?}")).unwrap()
-    };
-    homeagent_agent::config::HooksSection {
-        pre_tool_use: vec![hook(
-            "cmd_run|files_write",
-            "$HOME/.config/homeagent/hooks/check.sh",
-        )],
-        post_tool_use: vec![hook("git__.*", "logger -t homeagent-tool")],
-    }
 }
 
 #[test]
