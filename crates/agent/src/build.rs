@@ -159,8 +159,8 @@ impl std::fmt::Debug for Agent {
 /// The notice printed when no real model is configured.
 pub const DEMO_NOTICE: &str = "no model source is configured: using the offline demo model. \
     To connect a real one, set OPENAI_API_KEY (and OPENAI_BASE_URL for a compatible server), \
-    ANTHROPIC_API_KEY, GEMINI_API_KEY or OLLAMA_HOST, or add [[llm.sources]] to the config \
-    (`homeagent config example` shows how).";
+    ANTHROPIC_API_KEY, GEMINI_API_KEY or OLLAMA_HOST (HOMEAGENT_MODEL names the model), or add \
+    [[llm.sources]] to the config (`homeagent config example` shows how).";
 
 /// Builds the agent `loaded` describes; `env` reads the environment (API
 /// keys, the conventional provider variables).

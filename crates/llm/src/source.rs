@@ -796,6 +796,39 @@ pub const DEFAULT_ANTHROPIC_MODEL: &str = "claude-sonnet-4-5";
 pub const DEFAULT_GEMINI_MODEL: &str = "gemini-2.5-flash";
 pub const DEFAULT_OLLAMA_MODEL: &str = "llama3.2";
 
+/// The URL `OLLAMA_HOST` names, read as Ollama's own clients read it:
+/// `http` unless a scheme is given, Ollama's port 11434 (443 for `https`)
+/// unless a port is given, not the scheme's 80; and `0.0.0.0` (or `::`),
+/// the address a server binds to listen everywhere and the most common
+/// setting of the variable, is reached on loopback.
+fn ollama_base_url(host: &str) -> String {
+    let host = host.trim().trim_end_matches('/');
+    let (scheme, rest) = host.split_once("://").unwrap_or(("http", host));
+    let (authority, path) = rest.find('/').map_or((rest, ""), |at| rest.split_at(at));
+    let (name, port) = match authority.strip_prefix('[') {
+        Some(inside) => match inside.split_once(']') {
+            Some((address, after)) => (format!("[{address}]"), after.strip_prefix(':')),
+            None => (authority.to_owned(), None),
+        },
+        None => match authority.rsplit_once(':') {
+            Some((name, port)) if !name.contains(':') => (name.to_owned(), Some(port)),
+            _ => (authority.to_owned(), None),
+        },
+    };
+    let name = match name.as_str() {
+        "" | "0.0.0.0" => "127.0.0.1".to_owned(),
+        "[::]" => "[::1]".to_owned(),
+        _ => name,
+    };
+    let default_port = if scheme.eq_ignore_ascii_case("https") {
+        "443"
+    } else {
+        "11434"
+    };
+    let port = port.filter(|p| !p.is_empty()).unwrap_or(default_port);
+    format!("{scheme}://{name}:{port}{path}")
+}
+
 /// The sources the conventional environment variables describe (see
 /// [`Sources::from_environment`]); empty when none is set.
 pub fn environment_configs(env: &impl Fn(&str) -> Option<String>) -> Vec<SourceConfig> {
@@ -835,14 +868,8 @@ pub fn environment_configs(env: &impl Fn(&str) -> Option<String>) -> Vec<SourceC
         "GEMINI_API_KEY",
     );
     if let Some(host) = set("OLLAMA_HOST") {
-        let host = host.trim().trim_end_matches('/');
-        let base_url = if host.contains("://") {
-            host.to_owned()
-        } else {
-            format!("http://{host}")
-        };
         configs.push(SourceConfig {
-            base_url: Some(base_url),
+            base_url: Some(ollama_base_url(&host)),
             model: Some(model(DEFAULT_OLLAMA_MODEL)),
             ..SourceConfig::new("ollama", SourceProtocol::Ollama)
         });

@@ -510,6 +510,30 @@ async fn cancellation_stops_the_backoff() {
     assert_eq!(err, FallbackError::Cancelled);
 }
 
+/// `OLLAMA_HOST` as Ollama's own clients read it: without a port, the
+/// port is Ollama's 11434 (443 for https), not the scheme's 80; and the
+/// common `0.0.0.0` (what the server binds) is reached on loopback.
+#[test]
+fn ollama_host_without_a_port_means_ollamas_port() {
+    let url_for = |host: &str| {
+        let env = |name: &str| (name == "OLLAMA_HOST").then(|| host.to_owned());
+        let configs = homeagent_llm::source::environment_configs(&env);
+        configs[0].base_url.clone().unwrap()
+    };
+    assert_eq!(url_for("0.0.0.0"), "http://127.0.0.1:11434");
+    assert_eq!(url_for("myhost"), "http://myhost:11434");
+    assert_eq!(url_for("myhost:8000"), "http://myhost:8000");
+    assert_eq!(url_for("http://myhost"), "http://myhost:11434");
+    assert_eq!(
+        url_for("https://ollama.example/"),
+        "https://ollama.example:443"
+    );
+    assert_eq!(url_for("http://10.0.0.2:11434/"), "http://10.0.0.2:11434");
+    assert_eq!(url_for("[::1]"), "http://[::1]:11434");
+    assert_eq!(url_for("[::1]:9000"), "http://[::1]:9000");
+    assert_eq!(url_for("0.0.0.0:11500"), "http://127.0.0.1:11500");
+}
+
 #[test]
 fn environment_discovery_uses_conventional_variables() {
     let vars: HashMap<&str, &str> = [
