@@ -622,6 +622,18 @@ impl Executor {
         let Some(info) = kept else {
             return outcome;
         };
+        // A stopped batch runs no post-hook: a stopped call has no result
+        // to show one, and a stop must not wait for hooks (deciding this
+        // up front, not by racing each hook against the stop, makes it the
+        // same every time).
+        if batch.cancel.is_cancelled() {
+            if inner.post_hooks.iter().any(|hook| hook.sees(name)) {
+                notes.push_warning(
+                    "the post-tool hooks did not run: the batch was stopped".to_owned(),
+                );
+            }
+            return outcome;
+        }
         for hook in inner.post_hooks.iter().filter(|hook| hook.sees(name)) {
             let hook_name = hook.name().to_owned();
             // A stop drops a running post-hook (and the ones after it): the
@@ -676,7 +688,7 @@ impl Executor {
         // A task-local does not follow a spawn: the handler's task gets the
         // call's notes explicitly.
         let notes = notes.clone();
-        let mut handle = tokio::spawn(async move { notes.scope(future).await });
+        let mut handle = AbortOnDrop(tokio::spawn(async move { notes.scope(future).await }));
         enum Ended {
             Joined(Result<Result<Value, ToolError>, tokio::task::JoinError>),
             TimedOut,
@@ -684,7 +696,7 @@ impl Executor {
         }
         let ended = tokio::select! {
             biased;
-            joined = &mut handle => Ended::Joined(joined),
+            joined = &mut handle.0 => Ended::Joined(joined),
             () = batch_cancel.cancelled() => Ended::Stopped,
             () = tokio::time::sleep(timeout) => Ended::TimedOut,
         };
@@ -726,11 +738,24 @@ impl Executor {
 
     /// Drops a running handler. Returns true when it did not unwind within
     /// the grace period (it blocks its thread) and was abandoned.
-    async fn stop<T>(&self, handle: tokio::task::JoinHandle<T>) -> bool {
-        handle.abort();
-        tokio::time::timeout(self.inner.options.abandon_grace, handle)
+    async fn stop<T>(&self, mut handle: AbortOnDrop<T>) -> bool {
+        handle.0.abort();
+        tokio::time::timeout(self.inner.options.abandon_grace, &mut handle.0)
             .await
             .is_err()
+    }
+}
+
+/// A handler's task, aborted when its call's future is dropped: a batch
+/// dropped by its caller (an outer timeout, a nested batch whose calling
+/// tool was stopped) must not leave handlers running on their own after
+/// their calls were reported stopped, where a serial tool could overlap
+/// the next call.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -78,7 +78,9 @@ pub struct ToolDef {
     /// The tool may run at the same time as other calls of the same batch.
     #[serde(default)]
     pub parallel_safe: bool,
-    /// The tool never runs beside another call; wins over `parallel_safe`.
+    /// The tool never runs beside another call of its batch; wins over
+    /// `parallel_safe`. (Batches of different sessions run side by side:
+    /// a tool that must never overlap itself anywhere keeps its own lock.)
     #[serde(default)]
     pub serial: bool,
     /// The tool does not change anything. Used for MCP annotations, and by

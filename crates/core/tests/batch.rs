@@ -614,6 +614,89 @@ async fn stopping_a_batch_cancels_running_calls_and_still_pairs_them() {
     );
 }
 
+/// Counts the calls it saw.
+struct CountingPostHook(Arc<AtomicUsize>);
+
+impl PostToolHook for CountingPostHook {
+    fn name(&self) -> &str {
+        "count"
+    }
+    fn after(&self, _call: &CallInfo, _outcome: &ToolOutcome) -> HookFuture<Option<Value>> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move { Ok(None) })
+    }
+}
+
+/// A call stopped with its batch has no result for a post-hook to see:
+/// the hooks are skipped, every time (it was a race between a finished
+/// hook and the stop), and the warning says they did not run (it said
+/// the result "was kept as the tool returned it").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn post_hooks_of_a_stopped_call_are_skipped_every_time() {
+    let gauge = Arc::new(Gauge::default());
+    let seen = Arc::new(AtomicUsize::new(0));
+    let reg = Registry::new();
+    sleeper(&reg, "long", &gauge, true);
+    let exec = executor(reg).with_post_hook(Arc::new(CountingPostHook(seen.clone())));
+    for round in 0..20 {
+        let batch = BatchContext {
+            cancel: stop_after(Duration::from_millis(20)),
+            ..Default::default()
+        };
+        let calls = vec![call(&format!("c{round}"), "long", json!({"ms": 30_000}))];
+        let result = exec.run(&turn("", calls), &batch).await;
+        let outcome = &result.outcomes[0];
+        assert_eq!(outcome.status(), CallStatus::Cancelled, "{outcome:?}");
+        assert!(
+            outcome
+                .warnings
+                .iter()
+                .any(|w| w.contains("did not run") && w.contains("stopped")),
+            "{outcome:?}"
+        );
+    }
+    assert_eq!(
+        seen.load(Ordering::SeqCst),
+        0,
+        "a post-hook saw a stopped call"
+    );
+}
+
+/// A batch whose future is dropped (an outer timeout, a nested batch's
+/// caller stopped) drops its running handlers with it: a handler left
+/// running on its own task finished after its call was reported stopped,
+/// and a serial tool could overlap the next call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_running_batch_drops_its_handlers() {
+    let finished = Arc::new(AtomicUsize::new(0));
+    let reg = Registry::new();
+    let done = finished.clone();
+    reg.register(
+        ToolDef::new("slow_write", "serial"),
+        move |_ctx: ToolContext| {
+            let done = done.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                done.fetch_add(1, Ordering::SeqCst);
+                Ok::<Value, ToolError>(json!({"ok": true}))
+            }
+        },
+    )
+    .unwrap();
+    let exec = executor(reg);
+    let writes = turn("", vec![call("w1", "slow_write", json!({}))]);
+    let batch = BatchContext::default();
+    let run = exec.run(&writes, &batch);
+    let dropped = tokio::time::timeout(Duration::from_millis(50), run).await;
+    assert!(dropped.is_err(), "the batch ended before the drop");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        finished.load(Ordering::SeqCst),
+        0,
+        "the handler ran on after its batch was dropped"
+    );
+}
+
 fn process_is_running(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         // The state follows the parenthesised command name; Z is a zombie.
