@@ -48,6 +48,58 @@ fn literals_references_and_comparisons() {
     }
 }
 
+/// Equality reads a string as a number or a boolean only against a number
+/// or a boolean: two strings are compared as text ("1.10" is not "1.1",
+/// "007" is not "7"), `null` is only null, a list is not its JSON text, and
+/// integers compare exactly (beyond f64's 2^53). A string that reads as a
+/// boolean is that boolean as a truth value too, so `$args.a` and
+/// `$args.a == true` agree.
+#[test]
+fn equality_compares_text_as_text_and_truth_agrees_with_it() {
+    let args = |v: Value| v.as_object().cloned().unwrap();
+    let check = |text: &str, values: Value, expected: bool| {
+        assert_eq!(
+            evaluate(text, &args(values.clone())),
+            Ok(expected),
+            "{text} with {values}"
+        );
+    };
+    check(
+        "$args.a == $args.b",
+        json!({"a": "1.10", "b": "1.1"}),
+        false,
+    );
+    check("$args.a == $args.b", json!({"a": "007", "b": "7"}), false);
+    check(
+        "$args.a == $args.b",
+        json!({"a": "1e3", "b": "1000"}),
+        false,
+    );
+    check("$args.a == $args.b", json!({"a": "null", "b": null}), false);
+    check(
+        "$args.a == $args.b",
+        json!({"a": [1, 2], "b": "[1,2]"}),
+        false,
+    );
+    check(
+        "$args.a == $args.b",
+        json!({"a": 9_007_199_254_740_993_u64, "b": 9_007_199_254_740_992_u64}),
+        false,
+    );
+    // Still: text against a number or a boolean reads the text.
+    check("$args.a == 7", json!({"a": "7"}), true);
+    check("$args.a == 7", json!({"a": "7.0"}), true);
+    check("$args.a == true", json!({"a": "true"}), true);
+    check("$args.a == $args.b", json!({"a": 2, "b": 2.0}), true);
+    check("$args.a == $args.b", json!({"a": null, "b": null}), true);
+    check("$args.a == $args.b", json!({"a": "x", "b": "x"}), true);
+    // Truth agrees with == true / == false.
+    check("$args.a", json!({"a": "false"}), false);
+    check("$args.a == false", json!({"a": "false"}), true);
+    check("$args.a", json!({"a": "true"}), true);
+    check("$args.a", json!({"a": "no"}), true);
+}
+
 #[test]
 fn field_access_into_structured_values() {
     assert_eq!(eval("$args.result.count > 10"), Ok(true));

@@ -94,6 +94,8 @@ pub fn truthy(value: &Value) -> bool {
         Value::Null => false,
         Value::Bool(b) => *b,
         Value::Number(n) => n.as_f64().is_some_and(|f| f != 0.0),
+        // As `== true` / `== false` read it.
+        Value::String(s) if s == "false" => false,
         Value::String(s) => !s.is_empty(),
         Value::Array(a) => !a.is_empty(),
         Value::Object(o) => !o.is_empty(),
@@ -128,13 +130,35 @@ fn compare(left: &Value, op: CmpOp, right: &Value) -> Result<bool, CondError> {
     }
 }
 
-/// Equality: numbers (and numeric strings) by value, everything else by
-/// its text form, so `"3" == 3` and `"true" == true` hold.
+/// Equality: numbers by value (integers exactly); a string against a
+/// number or a boolean by what the string reads as, so `"3" == 3` and
+/// `"true" == true` hold; everything else as JSON values, so two strings
+/// are compared as text ("1.10" is not "1.1"), `null` is only null, and a
+/// list is not its JSON text.
 fn equal(left: &Value, right: &Value) -> bool {
-    if let (Some(a), Some(b)) = (number(left), number(right)) {
-        return a == b;
+    match (left, right) {
+        (Value::Number(a), Value::Number(b)) => numbers_equal(a, b),
+        (Value::String(s), Value::Number(n)) | (Value::Number(n), Value::String(s)) => s
+            .trim()
+            .parse::<serde_json::Number>()
+            .is_ok_and(|parsed| numbers_equal(&parsed, n)),
+        (Value::String(s), Value::Bool(b)) | (Value::Bool(b), Value::String(s)) => {
+            s.trim() == if *b { "true" } else { "false" }
+        }
+        _ => left == right,
     }
-    left == right || text_of(left) == text_of(right)
+}
+
+/// Two JSON numbers by value: integers exactly (f64 loses them past
+/// 2^53), anything with a fraction as f64.
+fn numbers_equal(a: &serde_json::Number, b: &serde_json::Number) -> bool {
+    if let (Some(x), Some(y)) = (a.as_i64(), b.as_i64()) {
+        return x == y;
+    }
+    if let (Some(x), Some(y)) = (a.as_u64(), b.as_u64()) {
+        return x == y;
+    }
+    matches!((a.as_f64(), b.as_f64()), (Some(x), Some(y)) if x == y)
 }
 
 fn number(value: &Value) -> Option<f64> {

@@ -19,7 +19,13 @@
 //!
 //! `&&` and `||` short-circuit (`$args.has_x && $args.x > 3` is a guard).
 //! A value used as a truth value is false when it is `false`, `null`, `0`,
-//! `""`, `[]` or `{}`, and true otherwise.
+//! `""`, `"false"`, `[]` or `{}`, and true otherwise (so `$args.x` and
+//! `$args.x == true` agree on a string that reads as a boolean).
+//!
+//! `==` compares numbers by value (integers exactly), a string against a
+//! number or a boolean by what the string reads as (`"3" == 3`,
+//! `"true" == true`), and everything else as JSON values: two strings as
+//! text (`"1.10" != "1.1"`), `null` only with null.
 
 use serde_json::{Map, Value};
 
