@@ -162,12 +162,15 @@ pub struct BenchArgs {
 #[derive(Debug, Subcommand)]
 pub enum SeqCommand {
     /// Save a sequence from a JSON file (checked first; warnings on
-    /// stderr, any error exits non-zero). `homeagent seq create --help`
-    /// and the seq_help tool describe the format.
+    /// stderr, any error exits non-zero). `homeagent seq guide` (and the
+    /// model's seq_help tool) describes the format, with an example.
     Create {
+        /// The sequence, as JSON: {"name", "description", "groups": [...]}.
         #[arg(long, value_name = "FILE")]
         file: std::path::PathBuf,
     },
+    /// Print the sequence format guide, with a complete example to copy.
+    Guide,
     /// List saved sequences.
     List,
     /// Print a saved sequence.

@@ -66,10 +66,29 @@ fn main() -> std::process::ExitCode {
             // One line with the whole cause chain ("cannot load the adapter
             // x.lua: cannot read adapter x.lua: No such file"), never a stack
             // trace: the message is for the person who typed the command.
-            eprintln!("error: {error:#}");
+            eprintln!("error: {}", one_line(&error));
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// `error` and its causes joined by `: `, each cause said once: many of
+/// our error types put their cause's text in their own message (so that a
+/// log line that shows only the message still says it) and also name it
+/// as their source, and a cause whose text the line already ends with is
+/// left out.
+fn one_line(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if line.is_empty() {
+            line = text;
+        } else if !line.ends_with(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+    }
+    line
 }
 
 /// The runtime's threads: `[runtime]` for a command that runs the agent
@@ -243,6 +262,7 @@ fn seq(
         cli::SeqCommand::List => seq_cmd::list(&data_dir, out),
         cli::SeqCommand::Show { name } => seq_cmd::show(&data_dir, &name, out),
         cli::SeqCommand::Delete { name } => seq_cmd::delete(&data_dir, &name, out),
+        cli::SeqCommand::Guide => Ok(writeln!(out, "{}", homeagent_seq::help::GUIDE)?),
         // Handled (async, with the MCP servers started) before this match.
         cli::SeqCommand::Create { .. } | cli::SeqCommand::Run { .. } => Ok(()),
     }

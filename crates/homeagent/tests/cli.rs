@@ -264,3 +264,38 @@ fn config_example_and_check_work_and_a_typo_is_named() {
     assert!(err.contains("bash") && err.contains("cmd_run"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The one `error:` line says each cause once: an error whose message
+/// already ends with its cause's text (`cannot read nope.json: No such
+/// file…`) used to be followed by that cause again.
+#[test]
+fn an_error_line_says_each_cause_once() {
+    let missing =
+        std::env::temp_dir().join(format!("homeagent-cli-nope-{}.json", std::process::id()));
+    let output = homeagent_fresh(&["seq", "create", "--file", missing.to_str().unwrap()]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(
+        stderr.matches("No such file or directory").count(),
+        1,
+        "{stderr}"
+    );
+}
+
+/// `seq create --help` points at a guide that exists: `homeagent seq
+/// guide` prints the format (it pointed at its own help, which had none).
+#[test]
+fn seq_guide_prints_the_format_that_create_help_points_at() {
+    let help = homeagent(&["seq", "create", "--help"]);
+    assert!(
+        stdout(&help).contains("homeagent seq guide"),
+        "{}",
+        stdout(&help)
+    );
+    let guide = homeagent_fresh(&["seq", "guide"]);
+    assert!(guide.status.success(), "{guide:?}");
+    assert_eq!(
+        stdout(&guide).trim_end(),
+        homeagent_seq::help::GUIDE.trim_end()
+    );
+}

@@ -29,7 +29,9 @@ pub const SEQUENCES_DIR: &str = "sequences";
 pub enum StoreError {
     #[error("bad sequence name {name:?}: {reason}")]
     BadName { name: String, reason: &'static str },
-    #[error("sequence \"{name}\" does not exist (use seq_list to see the sequences)")]
+    #[error(
+        "sequence \"{name}\" does not exist (seq_list, or `homeagent seq list`, shows the sequences)"
+    )]
     NotFound { name: String },
     #[error("sequence file {path} is damaged: {detail}")]
     Corrupt { path: PathBuf, detail: String },
