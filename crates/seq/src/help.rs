@@ -44,7 +44,8 @@ seq_call {target, sequence?, args?}: target = a group name (from outside a seque
 which one) or "#Name" to run a whole sequence. seq_when_call adds `when`, checked on `args` first.
 Nested sequence calls may go 4 levels deep; calls that would form a cycle (between sequences, or between
 groups of one) are refused, so a seq_call target is written out ("group" or "#Name"), never computed from $args.
-seq_create takes the groups as `groups` or a file in the sequences directory as `file` (exactly one).
+seq_create takes the groups as `groups` or, as `file`, a file in the sequence sources directory
+(<data dir>/sequence-sources; the sequences directory is the store) (exactly one).
 
 Complete example (copy it as is):
 {"name":"host_report","description":"Echo a host twice in parallel, then note the facts when verbose","groups":[{"name":"gather","in":{"host":"string"},"out":{"facts":"array<object>"},"tools":"{\"tool\":\"demo_echo\",\"args\":{\"tag\":\"uptime on $args.host\"},\"as\":\"facts\"} ; {\"tool\":\"demo_sleep\",\"args\":{\"ms\":10,\"tag\":\"$args.host\"},\"as\":\"facts\"} ;"},{"name":"note","in":{"facts":"array<object>","verbose":"boolean"},"out":{"count":"object"},"when":"$args.verbose == true","tools":"{\"tool\":\"demo_note\",\"args\":{\"text\":\"facts: $args.facts\"},\"as\":\"count\"} ;"}]}

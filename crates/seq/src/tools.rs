@@ -120,7 +120,7 @@ pub fn register_seq_tools(
         ToolDef::new(
             SEQ_CREATE,
             "Saves a named tool sequence. Give exactly one of `groups` (the group objects) or `file` \
-             (a sequence JSON file in the sequences directory). Groups run in order; calls inside a \
+             (a sequence JSON file in the sequence sources directory, <data dir>/sequence-sources). Groups run in order; calls inside a \
              group run in parallel when every tool allows it. Call seq_help first for the format.",
         )
         .with_parameters(obj(
@@ -128,7 +128,7 @@ pub fn register_seq_tools(
                 "name": {"type": "string", "description": "the sequence's name"},
                 "description": {"type": "string"},
                 "groups": {"type": "array", "description": "group objects; see seq_help"},
-                "file": {"type": "string", "description": "a path inside the sequences directory"}
+                "file": {"type": "string", "description": "a path inside the sequence sources directory"}
             }),
             &["name"],
         )),
@@ -391,7 +391,12 @@ fn read_source(root: &Root, path: &std::path::Path) -> Result<String, String> {
     use std::io::Read;
     let (file, meta) = root
         .open_inside(path, Access::Read, Expect::File)
-        .map_err(|refusal| refusal.to_string())?;
+        .map_err(|refusal| {
+            format!(
+                "{refusal} (`file` is read from the sequence sources directory {})",
+                root.configured().display()
+            )
+        })?;
     let shown = root.display_relative(path);
     if meta.len() > MAX_SOURCE_BYTES {
         return Err(format!(

@@ -241,6 +241,21 @@ async fn file_inputs_are_read_only_from_the_sources_directory() {
         .await;
     assert!(!piped.success);
     assert!(piped.text.contains("not a regular file"), "{}", piped.text);
+    // A file that is not there: the error says where files are read from
+    // (the sources directory, not the store's `sequences`).
+    let missing = h
+        .call(
+            "main",
+            "seq_create",
+            json!({"name": "from_file", "file": "nope.json"}),
+        )
+        .await;
+    assert!(!missing.success);
+    assert!(
+        missing.text.contains(&sources.display().to_string()),
+        "{}",
+        missing.text
+    );
     let mismatch = h
         .call(
             "main",
