@@ -173,7 +173,7 @@ pub enum SeqCommand {
     Guide,
     /// List saved sequences.
     List,
-    /// Print a saved sequence.
+    /// Print a saved sequence, in the form `seq create --file` takes.
     Show { name: String },
     /// Run a saved sequence; prints each group's status and the final
     /// slots, and exits non-zero when the run failed.

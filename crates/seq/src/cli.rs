@@ -86,7 +86,8 @@ pub fn list(store: &SeqStore, out: &mut dyn Write) -> Result<(), CliError> {
 /// `seq show NAME`: the stored tree as JSON.
 pub fn show(store: &SeqStore, name: &str, out: &mut dyn Write) -> Result<(), CliError> {
     let seq = store.load(name)?;
-    let text = serde_json::to_string_pretty(&seq).map_err(|e| CliError::Args(e.to_string()))?;
+    let text = serde_json::to_string_pretty(&seq.to_author_value())
+        .map_err(|e| CliError::Args(e.to_string()))?;
     writeln!(out, "{text}")?;
     Ok(())
 }

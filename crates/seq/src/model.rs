@@ -155,6 +155,24 @@ impl Sequence {
         self.groups.iter().find(|g| g.name == name)
     }
 
+    /// The sequence as its author writes it: the stored form, with each
+    /// group's `tools` as the `;`-terminated string of step objects the
+    /// format takes (it takes no array), so what `seq show` prints can be
+    /// edited and given back to `seq create`.
+    pub fn to_author_value(&self) -> Value {
+        let mut value = serde_json::to_value(self).unwrap_or(Value::Null);
+        let groups = value.get_mut("groups").and_then(Value::as_array_mut);
+        for (group, written) in groups.into_iter().flatten().zip(&self.groups) {
+            let steps: Vec<String> = written
+                .tools
+                .iter()
+                .map(|step| format!("{} ;", serde_json::to_string(step).unwrap_or_default()))
+                .collect();
+            group["tools"] = Value::String(steps.join(" "));
+        }
+        value
+    }
+
     /// The sequences this one calls with `seq_call`/`seq_when_call`
     /// `#Name`, without the `#`.
     pub fn called_sequences(&self) -> Vec<String> {

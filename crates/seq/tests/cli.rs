@@ -39,8 +39,19 @@ async fn create_list_show_run_delete() {
     );
     let mut out = Vec::new();
     cli::show(&h.store, "s", &mut out).unwrap();
+    // Shown as its author writes it (`tools` a string), so what `show`
+    // prints goes back through `create` as it is.
     let shown: serde_json::Value = serde_json::from_slice(&out).unwrap();
-    assert_eq!(shown["groups"][0]["tools"][0]["tool"], "demo_echo");
+    assert_eq!(
+        shown["groups"][0]["tools"],
+        "{\"tool\":\"demo_echo\",\"args\":{\"v\":1},\"as\":\"r\"} ;"
+    );
+    let shown_file = h.dir.path().join("shown.json");
+    std::fs::write(&shown_file, &out).unwrap();
+    let stored = h.store.load("s").unwrap();
+    let (mut again, mut warned) = (Vec::new(), Vec::new());
+    cli::create_from_file(&h.store, Some(tools), &shown_file, &mut again, &mut warned).unwrap();
+    assert_eq!(h.store.load("s").unwrap(), stored);
 
     let mut out = Vec::new();
     let report = cli::run(&h.engine, "s", r#"{"go": true}"#, "main", &mut out)
