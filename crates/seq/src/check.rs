@@ -110,11 +110,32 @@ pub enum CheckError {
 /// Something worth knowing that does not stop the sequence being stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Warning {
-    UnusedInput { group: String, key: String },
-    UnwrittenOutput { group: String, slot: String },
-    UnknownTool { group: String, tool: String },
-    NoFallback { group: String, tool: String },
-    MissingSequence { sequence: String, target: String },
+    UnusedInput {
+        group: String,
+        key: String,
+    },
+    UnwrittenOutput {
+        group: String,
+        slot: String,
+    },
+    UnknownTool {
+        group: String,
+        tool: String,
+    },
+    NoFallback {
+        group: String,
+        tool: String,
+    },
+    /// A `fallback` under a `missing` policy other than degrade: unused.
+    UnusedFallback {
+        group: String,
+        tool: String,
+        missing: String,
+    },
+    MissingSequence {
+        sequence: String,
+        target: String,
+    },
 }
 
 impl std::fmt::Display for Warning {
@@ -139,6 +160,15 @@ impl std::fmt::Display for Warning {
             Warning::NoFallback { group, tool } => write!(
                 f,
                 "group \"{group}\" degrades but `{tool}` has no `fallback`; its slot would get null"
+            ),
+            Warning::UnusedFallback {
+                group,
+                tool,
+                missing,
+            } => write!(
+                f,
+                "group \"{group}\": `{tool}` has a `fallback`, which only `missing: degrade` uses \
+                 (this group's is {missing}); it is never used"
             ),
             Warning::MissingSequence { sequence, target } => write!(
                 f,
@@ -284,6 +314,13 @@ fn check_group(
             report.warnings.push(Warning::NoFallback {
                 group: g.clone(),
                 tool: step.tool.clone(),
+            });
+        }
+        if group.missing != MissingPolicy::Degrade && step.fallback.is_some() {
+            report.warnings.push(Warning::UnusedFallback {
+                group: g.clone(),
+                tool: step.tool.clone(),
+                missing: group.missing.as_str().to_owned(),
             });
         }
     }

@@ -91,6 +91,15 @@ pub enum OnError {
 
 impl MissingPolicy {
     pub const LEGAL: &'static str = "fail / skip / degrade";
+
+    /// The word the format uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MissingPolicy::Fail => "fail",
+            MissingPolicy::Skip => "skip",
+            MissingPolicy::Degrade => "degrade",
+        }
+    }
 }
 
 impl OnError {

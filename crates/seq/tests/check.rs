@@ -211,6 +211,33 @@ fn unused_inputs_unwritten_slots_and_unknown_tools_are_warnings() {
     );
 }
 
+/// A `fallback` is used only by `missing: degrade`: given under another
+/// policy it never is, and the author who wrote it expects it to be.
+#[test]
+fn a_fallback_without_degrade_is_a_warning_naming_the_policy() {
+    let (errors, warnings) = check(json!({"name": "g", "out": {"r": "object"},
+        "tools": "{\"tool\":\"demo_echo\",\"as\":\"r\",\"fallback\":{\"x\":1}} ;"}));
+    assert_eq!(errors, []);
+    assert_eq!(
+        warnings,
+        [Warning::UnusedFallback {
+            group: "g".into(),
+            tool: "demo_echo".into(),
+            missing: "fail".into(),
+        }]
+    );
+    assert!(
+        warnings[0].to_string().contains("missing: degrade"),
+        "{}",
+        warnings[0]
+    );
+    let (_, warnings) = check(
+        json!({"name": "g", "out": {"r": "object"}, "missing": "degrade",
+        "tools": "{\"tool\":\"demo_echo\",\"as\":\"r\",\"fallback\":{\"x\":1}} ;"}),
+    );
+    assert_eq!(warnings, []);
+}
+
 #[test]
 fn bad_conditions_and_retry_without_retries_are_errors() {
     let (errors, _) =
