@@ -63,6 +63,15 @@ pub enum CheckError {
         inputs: String,
     },
     #[error(
+        "group \"{group}\" tool #{index} (seq_when_call) `when` uses $args.{arg}, but the call's `args` do not pass it (passed: {passed}); `when` reads the args given to the call, not the group's: add \"{arg}\": \"$args.{arg}\" to the call's `args`"
+    )]
+    WhenArgNotPassed {
+        group: String,
+        index: usize,
+        arg: String,
+        passed: String,
+    },
+    #[error(
         "group \"{group}\": slot `{slot}` is written by {writers} calls but is not an array; concurrent writers would race — declare it \"array\" (values append in declaration order) or use separate slots"
     )]
     SlotWrittenTwice {
@@ -446,15 +455,32 @@ fn check_target(
     }
     if step.tool == SEQ_WHEN_CALL {
         match step.args.get("when") {
-            Some(Value::String(when)) => {
-                if let Err(error) = cond::parse(when) {
-                    report.errors.push(CheckError::BadCondition {
-                        group: group.name.clone(),
-                        place: format!("tool #{index} (seq_when_call) `when`"),
-                        error,
-                    });
+            Some(Value::String(when)) => match cond::parse(when) {
+                Ok(expr) => {
+                    // The call's args are known here when written out as
+                    // an object (none given = none passed).
+                    let passed = match step.args.get("args") {
+                        None | Some(Value::Null) => Some(Vec::new()),
+                        Some(Value::Object(map)) => Some(map.keys().cloned().collect()),
+                        Some(_) => None,
+                    };
+                    for arg in cond::referenced_keys(&expr) {
+                        if let Some(passed) = passed.as_ref().filter(|p| !p.contains(&arg)) {
+                            report.errors.push(CheckError::WhenArgNotPassed {
+                                group: group.name.clone(),
+                                index,
+                                arg,
+                                passed: keys_or_none(passed.iter()),
+                            });
+                        }
+                    }
                 }
-            }
+                Err(error) => report.errors.push(CheckError::BadCondition {
+                    group: group.name.clone(),
+                    place: format!("tool #{index} (seq_when_call) `when`"),
+                    error,
+                }),
+            },
             _ => report
                 .errors
                 .push(bad("needs a string `when` condition".into())),

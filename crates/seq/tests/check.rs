@@ -238,6 +238,35 @@ fn a_fallback_without_degrade_is_a_warning_naming_the_policy() {
     assert_eq!(warnings, []);
 }
 
+/// A `seq_when_call`'s `when` reads the args the call passes, not the
+/// group's: a key the call's `args` do not pass is refused at create time
+/// (it used to be saved and then fail every run with "unknown reference").
+#[test]
+fn a_seq_when_call_condition_may_read_only_what_the_call_passes() {
+    let (errors, _) = check_groups(json!([
+        {"name": "sub", "in": {"go": "boolean"}, "tools": "{\"tool\":\"demo_echo\"} ;"},
+        {"name": "main", "in": {"verbose": "boolean"},
+         "tools": "{\"tool\":\"seq_when_call\",\"args\":{\"target\":\"sub\",\"when\":\"$args.verbose\",\"args\":{\"go\":true}}} ;"}
+    ]));
+    assert_eq!(
+        errors,
+        [CheckError::WhenArgNotPassed {
+            group: "main".into(),
+            index: 1,
+            arg: "verbose".into(),
+            passed: "go".into(),
+        }]
+    );
+    let text = errors[0].to_string();
+    assert!(text.contains("\"verbose\": \"$args.verbose\""), "{text}");
+    let (errors, _) = check_groups(json!([
+        {"name": "sub", "in": {"go": "boolean"}, "tools": "{\"tool\":\"demo_echo\"} ;"},
+        {"name": "main", "in": {"verbose": "boolean"},
+         "tools": "{\"tool\":\"seq_when_call\",\"args\":{\"target\":\"sub\",\"when\":\"$args.go\",\"args\":{\"go\":\"$args.verbose\"}}} ;"}
+    ]));
+    assert_eq!(errors, []);
+}
+
 #[test]
 fn bad_conditions_and_retry_without_retries_are_errors() {
     let (errors, _) =
