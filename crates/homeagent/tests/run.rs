@@ -969,3 +969,82 @@ async fn batch_ids_differ_across_processes_on_one_session() {
         "the second process reused a batch id: {ids:?}"
     );
 }
+
+/// `POST /api/v1/sequences` checks a sequence against the tools a run
+/// reaches, MCP servers' included, as `homeagent seq create` does: it
+/// checked the built-in registry only, so every MCP tool was "not
+/// registered right now".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sequences_api_checks_against_the_mcp_tools_too() {
+    use std::io::BufRead;
+    let setup = setup(&fixture_mcp(""));
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_homeagent"))
+        .arg("--config")
+        .arg(&setup.config)
+        .arg("--data-dir")
+        .arg(&setup.dir)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("HOMEAGENT_CONFIG")
+        .env_remove("HOMEAGENT_API_KEY")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let _serve = Kill(child);
+    let url = line
+        .trim()
+        .strip_prefix("HomeAgent listening on ")
+        .unwrap_or_else(|| panic!("unexpected first line: {line:?}"))
+        .to_owned();
+    homeagent_llm::transport::install_crypto_provider();
+    let client = reqwest::Client::new();
+    // The MCP server starts beside the HTTP front: wait for its tool.
+    let mut listed = String::new();
+    for _ in 0..200 {
+        listed = client
+            .get(format!("{url}/api/v1/tools"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if listed.contains("fx__echo") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(listed.contains("fx__echo"), "{listed}");
+    let listed: Value = serde_json::from_str(&listed).unwrap();
+    let echo = listed["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "fx__echo")
+        .unwrap();
+    assert_eq!(echo["source"], "mcp", "{echo}");
+    let seq = json!({"name": "via_mcp", "groups": [
+        {"name": "g", "tools": "{\"tool\":\"fx__echo\",\"args\":{\"text\":\"hi\"}} ;"}
+    ]});
+    let created = client
+        .post(format!("{url}/api/v1/sequences"))
+        .json(&seq)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let body: Value = created.json().await.unwrap();
+    assert_eq!(body["warnings"], json!([]), "{body}");
+}

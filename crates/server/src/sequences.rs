@@ -8,7 +8,6 @@ use axum::extract::rejection::BytesRejection;
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use homeagent_core::ToolSource;
 use homeagent_seq::{CreateError, SeqStore, StoreError, create_sequence, parse_sequence_value};
 use serde_json::{Value, json};
 
@@ -77,8 +76,7 @@ pub async fn create(
         Ok(seq) => seq,
         Err(e) => return ApiError::bad_request("invalid_sequence", e.to_string()).into_response(),
     };
-    let tools: &dyn ToolSource = state.registry().as_ref();
-    match create_sequence(&store(&state), &seq, Some(tools)) {
+    match create_sequence(&store(&state), &seq, Some(state.tools())) {
         Ok(warnings) => (
             StatusCode::CREATED,
             [(axum::http::header::CONTENT_TYPE, "application/json")],

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 use homeagent_agent::{Agent, InputId, Runtime, Scheduler};
-use homeagent_core::{CancellationToken, Registry};
+use homeagent_core::{CancellationToken, Registry, ToolSource};
 use homeagent_device::DeviceHub;
 
 use crate::error::ApiError;
@@ -212,11 +212,19 @@ impl ServerState {
     }
 
     pub fn tool_source(&self, tool: &str) -> &'static str {
-        self.inner
-            .tool_sources
-            .get(tool)
-            .copied()
-            .unwrap_or("other")
+        match self.inner.tool_sources.get(tool) {
+            Some(source) => source,
+            // The runtime's tools are the registry's and the MCP servers'.
+            None if self.inner.registry.definition(tool).is_none() => "mcp",
+            None => "other",
+        }
+    }
+
+    /// Every tool a run reaches, before the gate: the built-in registry's
+    /// and the MCP servers' (the registry alone has no MCP tool), as the
+    /// runtime sees them now.
+    pub fn tools(&self) -> &dyn ToolSource {
+        self.inner.runtime.tools().as_ref()
     }
 
     pub fn options(&self) -> &ServerOptions {

@@ -5,7 +5,6 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 
 use crate::http::json_ok;
-use homeagent_core::ToolSource;
 use serde_json::{Value, json};
 
 use crate::state::ServerState;
@@ -32,7 +31,7 @@ pub async fn status(State(state): State<ServerState>) -> Response {
             })
         })
         .collect();
-    let definitions = state.registry().definitions();
+    let definitions = state.tools().definitions();
     let mut by_source = serde_json::Map::new();
     for def in &definitions {
         let entry = by_source
@@ -76,7 +75,7 @@ pub async fn status(State(state): State<ServerState>) -> Response {
 /// Every tool with its scheduling declarations and where it came from.
 pub async fn tools(State(state): State<ServerState>) -> Response {
     let tools: Vec<Value> = state
-        .registry()
+        .tools()
         .definitions()
         .iter()
         .map(|def| {
