@@ -171,6 +171,13 @@ pub fn build(
 ) -> Result<Agent, BuildError> {
     let config = &loaded.config;
     let mut notices = Vec::new();
+    if matches!(options.approval, Approval::Refused) && !config.tools.require_approval.is_empty() {
+        notices.push(format!(
+            "tools.require_approval lists {}, and nobody can be asked here: their calls are \
+             refused (chat asks; run and mcp-serve approve them with --yes)",
+            config.tools.require_approval.join(", ")
+        ));
+    }
     let mut source_configs = config.llm.sources.clone();
     if source_configs.is_empty() {
         source_configs = environment_configs(env);

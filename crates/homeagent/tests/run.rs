@@ -1048,3 +1048,27 @@ async fn the_sequences_api_checks_against_the_mcp_tools_too() {
     let body: Value = created.json().await.unwrap();
     assert_eq!(body["warnings"], json!([]), "{body}");
 }
+
+/// Where nobody can be asked (`run` without `--yes`, `serve`), tools that
+/// need approval are refused, and the start says so once, naming them
+/// and the way out, instead of every call failing with nothing said up
+/// front.
+#[test]
+fn tools_that_need_approval_are_named_where_nobody_can_be_asked() {
+    let setup = setup("[tools]\nrequire_approval = [\"demo_note\"]\n");
+    std::fs::write(
+        &setup.config,
+        "[tools]\ndemo = true\nrequire_approval = [\"demo_note\"]\n",
+    )
+    .unwrap();
+    let (output, _) = run(&setup, &["!text"]);
+    assert!(output.status.success(), "{output:?}");
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        stderr.contains("demo_note") && stderr.contains("--yes"),
+        "{stderr}"
+    );
+    let (output, _) = run(&setup, &["--yes", "!text"]);
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(!stderr.contains("demo_note"), "{stderr}");
+}

@@ -231,8 +231,10 @@ pub struct ToolsSection {
     pub parallel: bool,
     /// Register the demo tools demo_sleep, demo_echo and demo_note.
     pub demo: bool,
-    /// Tools that ask before they run: y/n in `chat`; elsewhere denied
-    /// unless `--yes` was given.
+    /// Tools that ask before they run: y/n in `chat`; `run` and
+    /// `mcp-serve` approve them with `--yes`; elsewhere (`serve`, `run`
+    /// without `--yes`) nobody can be asked and their calls are denied
+    /// (the start says so).
     pub require_approval: Vec<String>,
     /// The `cmd_run` tool: runs allowlisted programs, without a shell.
     pub cmd_run: CmdRunSection,
