@@ -13,7 +13,10 @@ batch holds a serial tool, so it ran serially). "Side by side" and "one
 under another" are judged from the bars' rectangles as laid out by the
 browser, not from class names, so a stylesheet that draws a parallel batch
 stacked fails the check. The replies must state executed=4 and executed=2
-(counted by the model's script from the tool results). Saves a screenshot.
+(counted by the model's script from the tool results). Finally it loads the
+page through a proxy, starts a long call and cuts the connection: the reply
+must say the connection was lost, and no call may stay drawn as running.
+Saves a screenshot.
 
 The browser and the driver are the system's: /usr/bin/chromium and
 /usr/bin/chromedriver are named explicitly, so selenium never runs
@@ -22,8 +25,10 @@ selenium-manager (which would try to download a browser of its own).
 
 import json
 import os
+import socket
 import sys
 import tempfile
+import threading
 import time
 
 from selenium import webdriver
@@ -42,6 +47,7 @@ EPSILON_PX = 0.5
 
 FAILING_CALLS = '!calls [{"name": "no_such_tool", "arguments": {}}, {"name": "demo_echo", "arguments": {"tag": "x"}}]'
 MESSAGES = ["!slowbatch4", "!serialbatch2", FAILING_CALLS, "!cut"]
+SLOW_CALL = '!calls [{"name": "demo_sleep", "arguments": {"ms": 20000}}]'
 
 # Each bar of a batch: its tool, status, painted background and whether its
 # tooltip carries an error; run in the page.
@@ -127,6 +133,76 @@ def failed_batch(driver):
         if len(calls) == 2 and len(ended) == 2 and "no_such_tool" in batch.text:
             return batch
     return None
+
+
+class DroppingProxy:
+    """A TCP proxy on a free loopback port in front of `base` whose
+    `drop_all` cuts every connection it carries, as a lost network or a
+    restarted server would (Chromium's offline emulation leaves a stream
+    already being read alone)."""
+
+    def __init__(self, base):
+        host, port = base.split("//", 1)[1].split(":")
+        self.upstream = (host, int(port.rstrip("/")))
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(16)
+        self.url = "http://127.0.0.1:%d" % self.listener.getsockname()[1]
+        self.sockets = []
+        self.lock = threading.Lock()
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.upstream)
+            with self.lock:
+                self.sockets += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self.pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def pump(source, sink):
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        for s in (source, sink):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def drop_all(self):
+        with self.lock:
+            dropped, self.sockets = self.sockets, []
+        for s in dropped:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.listener.close()
+        self.drop_all()
+
+
+def error_containing(needle):
+    def find(driver):
+        for msg in driver.find_elements(By.CSS_SELECTOR, "#conversation .msg.error"):
+            if needle in msg.text:
+                return msg.text
+        return None
+
+    return find
 
 
 def user_messages(driver):
@@ -313,6 +389,25 @@ def run(driver, base, key, screenshot, check):
     check("after a reload the parallel batch is drawn side by side again", side_by_side(bars),
           json.dumps(bars, indent=1))
     wait_for(driver, "the event stream after a reload", lambda d: d.find_element(By.ID, "conn").text == "live")
+
+    # The connection drops while a turn runs (the network goes, or the
+    # server restarts): the reply says so, instead of staying blank with
+    # its call drawn as running for ever. The page is loaded through a
+    # proxy that then cuts every connection it carries.
+    with DroppingProxy(base) as proxy:
+        driver.get(proxy.url + "/")
+        wait_for(driver, "the page through the proxy to ask for the key", lambda d: visible(d, "token"))
+        driver.find_element(By.ID, "token").send_keys(key, Keys.ENTER)
+        wait_for(driver, "the app through the proxy", lambda d: visible(d, "app"))
+        send(driver, SLOW_CALL)
+        wait_for(driver, "the slow call to be drawn running",
+                 lambda d: d.find_elements(By.CSS_SELECTOR, '#timeline .call[data-status="running"]'))
+        proxy.drop_all()
+        lost = wait_for(driver, "the reply to say the connection was lost", error_containing("connection was lost"))
+    check("a turn whose connection dropped says so", "may not have finished" in lost, lost)
+    statuses = [c.get_attribute("data-status") for c in driver.find_elements(By.CSS_SELECTOR, "#timeline .call")]
+    check("no call is left drawn as running after the connection dropped", "running" not in statuses,
+          json.dumps(statuses))
 
 
 if __name__ == "__main__":
