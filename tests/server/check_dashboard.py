@@ -404,7 +404,15 @@ def run(driver, base, key, screenshot, check):
                  lambda d: d.find_elements(By.CSS_SELECTOR, '#timeline .call[data-status="running"]'))
         proxy.drop_all()
         lost = wait_for(driver, "the reply to say the connection was lost", error_containing("connection was lost"))
-    check("a turn whose connection dropped says so", "may not have finished" in lost, lost)
+        check("a turn whose connection dropped says so", "may not have finished" in lost, lost)
+        # Reloaded, the conversation says that input got no reply (the
+        # dropped connection stopped its turn), instead of showing the
+        # question alone.
+        driver.refresh()
+        wait_for(driver, "the app after the reload through the proxy", lambda d: visible(d, "app"))
+        stopped = wait_for(driver, "the history to mark the input without a reply",
+                           error_containing("no reply was stored"))
+        check("after a reload an input without a stored reply says so", "stopped" in stopped, stopped)
     statuses = [c.get_attribute("data-status") for c in driver.find_elements(By.CSS_SELECTOR, "#timeline .call")]
     check("no call is left drawn as running after the connection dropped", "running" not in statuses,
           json.dumps(statuses))
