@@ -90,6 +90,17 @@ pub async fn run(args: ChatArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode
             ..BuildOptions::default()
         },
     )?;
+    // Refused up front, as `run` refuses them: a conversation whose every
+    // input fails is no use.
+    if agent.runtime.tools().gate().agent(&args.agent).is_none() {
+        anyhow::bail!(
+            "unknown agent `{}`; declare it in [[agents]] or use `main`",
+            args.agent
+        );
+    }
+    if let Some(session) = &args.session {
+        homeagent_agent::store::validate_session_id(session)?;
+    }
     setup::mcp_started(&agent).await;
     // Every way out of the conversation passes here, so the MCP servers
     // are closed gracefully whichever it was.

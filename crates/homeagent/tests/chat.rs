@@ -230,3 +230,31 @@ fn an_approval_left_by_a_stopped_turn_does_not_swallow_the_next_one() {
     let out = asked.unwrap_or_else(|out| panic!("the second question was not asked:\n{out}"));
     assert!(ran.is_ok(), "the second call did not run:\n{out}");
 }
+
+/// A chat with an agent that does not exist, or a session id the store
+/// refuses, fails at once naming it (as `run` does), instead of starting
+/// a conversation in which every input fails.
+#[test]
+fn an_unknown_agent_or_a_bad_session_id_ends_the_chat_at_start() {
+    for (flag, value, named) in [
+        ("--agent", "nope", "nope"),
+        ("--session", "bad id!", "bad id!"),
+    ] {
+        let dir = std::env::temp_dir().join(format!(
+            "homeagent-chat-start-{}-{}",
+            std::process::id(),
+            flag.trim_start_matches('-')
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut command = chat_in(&dir, "");
+        command.args([flag, value]).stderr(Stdio::piped());
+        let mut child = command.spawn().unwrap();
+        child.stdin.take().unwrap().write_all(b"hello\n").unwrap();
+        let output = child.wait_with_output().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert!(!output.status.success(), "{flag}: {stderr}");
+        assert!(stderr.contains(named), "{flag}: {stderr}");
+    }
+}
