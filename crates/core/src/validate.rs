@@ -51,20 +51,43 @@ pub fn build_validator(schema: &Value) -> Result<Result<Validator, String>, Pani
     .map_err(|_| Panicked)
 }
 
-/// `schema` with OpenAPI 3.0's `nullable: true` said the JSON Schema way
-/// (`"null"` added to the `type` beside it), or `None` when nothing in it
-/// needs that. MCP servers ship schemas generated from OpenAPI or zod
-/// that way; jsonschema knows no `nullable`, so it refused a null those
-/// schemas allow, and the coercion dropped it as an absence.
-fn with_nullable_types(schema: &Value, depth: usize) -> Option<Value> {
+/// `schema` with two common spellings of a type list said as one, or
+/// `None` when nothing in it needs that:
+///
+/// - OpenAPI 3.0's `nullable: true` beside a `type` gets `"null"` added to
+///   it. MCP servers ship schemas generated from OpenAPI or zod that way;
+///   jsonschema knows no `nullable`, so it refused a null those schemas
+///   allow, and the coercion dropped it as an absence.
+/// - `anyOf` (or `oneOf`) whose branches are nothing but a `type` each (a
+///   title or description aside) becomes that `type` list: pydantic and
+///   FastMCP write `Optional[int]` so. The values accepted are the same
+///   (a `oneOf` only when no two branches can both hold a value: not
+///   `integer` beside `number`); the coercion and the error messages read
+///   a type list, and did not look into the branches.
+fn normalized(schema: &Value, depth: usize) -> Option<Value> {
     if depth > MAX_DEPTH {
         return None;
     }
     match schema {
         Value::Object(map) => {
             let mut changed: Option<Map<String, Value>> = None;
-            if map.get("nullable") == Some(&Value::Bool(true)) {
-                let widened = match map.get("type") {
+            for (key, value) in map {
+                if let Some(inner) = normalized(value, depth + 1) {
+                    changed
+                        .get_or_insert_with(|| map.clone())
+                        .insert(key.clone(), inner);
+                }
+            }
+            let current = changed.as_ref().unwrap_or(map);
+            if let Some(merged) = branch_types(current) {
+                let out = changed.get_or_insert_with(|| map.clone());
+                out.remove("anyOf");
+                out.remove("oneOf");
+                out.insert("type".into(), merged);
+            }
+            let current = changed.as_ref().unwrap_or(map);
+            if current.get("nullable") == Some(&Value::Bool(true)) {
+                let widened = match current.get("type") {
                     Some(Value::String(one)) if one != "null" => Some(Value::Array(vec![
                         Value::String(one.clone()),
                         "null".into(),
@@ -82,19 +105,12 @@ fn with_nullable_types(schema: &Value, depth: usize) -> Option<Value> {
                         .insert("type".into(), types);
                 }
             }
-            for (key, value) in map {
-                if let Some(inner) = with_nullable_types(value, depth + 1) {
-                    changed
-                        .get_or_insert_with(|| map.clone())
-                        .insert(key.clone(), inner);
-                }
-            }
             changed.map(Value::Object)
         }
         Value::Array(items) => {
             let mut changed: Option<Vec<Value>> = None;
             for (at, item) in items.iter().enumerate() {
-                if let Some(inner) = with_nullable_types(item, depth + 1) {
+                if let Some(inner) = normalized(item, depth + 1) {
                     changed.get_or_insert_with(|| items.clone())[at] = inner;
                 }
             }
@@ -102,6 +118,39 @@ fn with_nullable_types(schema: &Value, depth: usize) -> Option<Value> {
         }
         _ => None,
     }
+}
+
+/// The `type` list an `anyOf`/`oneOf` of bare types stands for (see
+/// [`normalized`]), when the object has one and no `type` of its own.
+fn branch_types(map: &Map<String, Value>) -> Option<Value> {
+    if map.contains_key("type") {
+        return None;
+    }
+    let (keyword, branches) = match (map.get("anyOf"), map.get("oneOf")) {
+        (Some(Value::Array(branches)), None) => ("anyOf", branches),
+        (None, Some(Value::Array(branches))) => ("oneOf", branches),
+        _ => return None,
+    };
+    let mut types: Vec<Value> = Vec::with_capacity(branches.len());
+    for branch in branches {
+        let Value::Object(branch) = branch else {
+            return None;
+        };
+        let bare = branch
+            .keys()
+            .all(|k| matches!(k.as_str(), "type" | "title" | "description"));
+        match branch.get("type") {
+            Some(Value::String(t)) if bare && !types.iter().any(|have| have == t) => {
+                types.push(Value::String(t.clone()));
+            }
+            _ => return None,
+        }
+    }
+    let overlapping = types.iter().any(|t| t == "integer") && types.iter().any(|t| t == "number");
+    if types.is_empty() || (keyword == "oneOf" && overlapping) {
+        return None;
+    }
+    Some(Value::Array(types))
 }
 
 /// A tool's argument schema, compiled once and reused for every call.
@@ -143,8 +192,8 @@ impl CompiledSchema {
             }
             _ => {}
         }
-        let normalized = with_nullable_types(schema, 0);
-        let schema = normalized.as_ref().unwrap_or(schema);
+        let rewritten = normalized(schema, 0);
+        let schema = rewritten.as_ref().unwrap_or(schema);
         match build_validator(schema) {
             Ok(Ok(_)) if !root_may_be_object(schema) => unenforced(Some(format!(
                 "argument schema's root type is {} rather than object; not enforced",
@@ -816,6 +865,34 @@ mod tests {
         let err = fail(schema, json!({"due": 5}));
         assert_eq!(err.reason, ErrorReason::Type, "{err:?}");
         assert!(err.detail.contains("null or string"), "{err:?}");
+    }
+
+    /// `Optional[int] = None` as pydantic and FastMCP write it: `anyOf` of
+    /// plain types. A numeric string is coerced as for a plain `integer`,
+    /// and a wrong value is told the types it may be, not "not valid under
+    /// any of the schemas listed in the 'anyOf' keyword".
+    #[test]
+    fn an_any_of_plain_types_is_coerced_and_explained_like_a_type_list() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "limit": {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": null},
+                "tag": {"oneOf": [{"type": "string"}, {"type": "null"}]}
+            }
+        });
+        let (_, args) = pass(schema.clone(), json!({"limit": "10", "tag": null}));
+        assert_eq!(args, json!({"limit": 10, "tag": null}));
+        let err = fail(schema, json!({"limit": "many"}));
+        assert_eq!(err.reason, ErrorReason::Type, "{err:?}");
+        assert!(err.detail.contains("must be null or integer"), "{err:?}");
+        // A oneOf whose branches overlap keeps its meaning: 3 is an integer
+        // and a number, so it matches both and is refused.
+        let overlapping = json!({
+            "type": "object",
+            "properties": {"n": {"oneOf": [{"type": "integer"}, {"type": "number"}]}}
+        });
+        pass(overlapping.clone(), json!({"n": 2.5}));
+        fail(overlapping, json!({"n": 3}));
     }
 
     #[test]
