@@ -431,6 +431,28 @@ fn semantic_errors_name_the_key() {
     assert_eq!(key, "scheduler.max_concurrent_sessions");
 }
 
+/// `server.listen` must say HOST:PORT: `config check` said OK to
+/// `listen = "localhost"`, and `serve` then failed to resolve it.
+#[test]
+fn a_listen_address_without_a_port_is_refused_at_load() {
+    for listen in [
+        "localhost",
+        "127.0.0.1",
+        "[::1]",
+        "host:",
+        "host:http",
+        "host:70000",
+    ] {
+        let (key, message) = invalid_key(&format!("[server]\nlisten = \"{listen}\"\n"));
+        assert_eq!(key, "server.listen", "{listen}");
+        assert!(message.contains("HOST:PORT"), "{listen}: {message}");
+    }
+    for listen in ["localhost:8080", "0.0.0.0:80", "[::1]:8080", "nas.local:0"] {
+        let parsed = parse(&format!("[server]\nlisten = \"{listen}\"\n"));
+        assert!(parsed.is_ok(), "{listen}: {parsed:?}");
+    }
+}
+
 /// A zero where zero means "never works" (a timeout that fires at once, a
 /// reply of no tokens, a context that holds not even the question) is a
 /// typo: refused naming the key and the default, never run as written.

@@ -313,6 +313,22 @@ impl Config {
             ));
         }
         self.check_limits(&invalid)?;
+        // HOST:PORT, as serve resolves it (a name or an address; IPv6 in
+        // brackets): without a port it fails only when serve starts.
+        let has_port = self
+            .server
+            .listen
+            .rsplit_once(':')
+            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+        if !has_port {
+            return Err(invalid(
+                "server.listen".into(),
+                format!(
+                    "{:?} is not HOST:PORT; write e.g. \"127.0.0.1:8080\" (or \"[::1]:8080\")",
+                    self.server.listen
+                ),
+            ));
+        }
         if self.scheduler.queue_capacity == 0 {
             return Err(invalid(
                 "scheduler.queue_capacity".into(),
