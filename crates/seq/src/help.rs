@@ -11,7 +11,8 @@ A sequence: {"name": "...", "description": "...", "groups": [ group, ... ]}. Gro
 A group (unknown fields are errors):
 - name: unique in the sequence (seq_call targets it)
 - description: free text
-- in: an object {"key": "type"} of the $args the group reads; no inputs = {}
+- in: an object {"key": "type"} of the $args the group reads; no inputs = {}; checked when the
+  group starts ("3" passes for integer, "true" for boolean, null for any type)
 - out: an object {"slot": "type"} of the slots its calls write; no outputs = {}
   types: string, integer, number, boolean, object, array, array<T>
 - when: a condition (default "true"); false skips the group (no calls, no slots)

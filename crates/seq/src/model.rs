@@ -136,6 +136,32 @@ impl SlotType {
         ok.then(|| SlotType(text.to_owned()))
     }
 
+    /// Whether `value` is of this type. Lenient where models are: a
+    /// string that reads as the integer, number or boolean asked for
+    /// passes (the kernel's argument coercion accepts those forms), and
+    /// null passes any type (a degraded slot without a fallback holds it).
+    pub fn accepts(&self, value: &Value) -> bool {
+        // `array<array<T>>` peeled a level per element, in a loop.
+        let mut kind = self.0.as_str();
+        let mut values = vec![value];
+        while let Some(element) = kind
+            .strip_prefix("array<")
+            .and_then(|rest| rest.strip_suffix('>'))
+        {
+            let mut items = Vec::new();
+            for value in values {
+                match value {
+                    Value::Array(list) => items.extend(list.iter()),
+                    Value::Null => {}
+                    _ => return false,
+                }
+            }
+            kind = element.trim();
+            values = items;
+        }
+        values.into_iter().all(|value| scalar_accepts(kind, value))
+    }
+
     /// Array slots collect one value per writer, in declaration order.
     pub fn is_array(&self) -> bool {
         self.0.starts_with("array")
@@ -143,6 +169,24 @@ impl SlotType {
 
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+}
+
+/// [`SlotType::accepts`] for a type without `array<…>`.
+fn scalar_accepts(kind: &str, value: &Value) -> bool {
+    let text = value.as_str().map(str::trim);
+    match (kind, value) {
+        (_, Value::Null) => true,
+        ("string", v) => v.is_string(),
+        ("integer", Value::Number(n)) => n.is_i64() || n.is_u64(),
+        ("integer", _) => text.is_some_and(|t| t.parse::<i64>().is_ok()),
+        ("number", v) => {
+            v.is_number() || text.is_some_and(|t| t.parse::<f64>().is_ok_and(f64::is_finite))
+        }
+        ("boolean", v) => v.is_boolean() || matches!(text, Some("true" | "false")),
+        ("object", v) => v.is_object(),
+        ("array", v) => v.is_array(),
+        _ => false,
     }
 }
 

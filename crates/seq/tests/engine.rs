@@ -196,6 +196,51 @@ async fn a_condition_that_cannot_be_evaluated_fails_the_group_and_runs_nothing()
     assert!(h.finished.lock().unwrap().is_empty(), "no call ran");
 }
 
+/// A group's declared `in` types are checked when it starts: a value of
+/// another kind fails the group naming the input, the type and what came,
+/// and nothing runs (it used to run with whatever came: `verbose: 1` made
+/// `$args.verbose == true` false and skipped work silently). The forms a
+/// model sends for scalars ("3", "true") pass, as the kernel's coercion
+/// lets them, and so does null (a degraded slot's value).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn declared_input_types_are_checked_when_a_group_starts() {
+    let h = harness();
+    let s = seq(json!({"name": "s", "groups": [{"name": "g",
+        "in": {"host": "string", "verbose": "boolean", "n": "integer", "tags": "array<string>"},
+        "tools": tools(&[json!({"tool": "t_delay", "args": {"ms": 0, "tag": "$args.host"}})])}]}));
+    for (bad, named, wanted) in [
+        (json!({"host": {"a": 1}}), "host", "string"),
+        (json!({"host": "x", "verbose": 1}), "verbose", "boolean"),
+        (json!({"host": "x", "n": 2.5}), "n", "integer"),
+        (
+            json!({"host": "x", "tags": ["a", 3]}),
+            "tags",
+            "array<string>",
+        ),
+    ] {
+        let report = h
+            .engine
+            .run_sequence(&s, args(bad.clone()), &main_caller())
+            .await;
+        assert_eq!(report.groups[0].status, GroupStatus::Failed, "{bad}");
+        let error = report.groups[0].error.clone().unwrap();
+        assert!(
+            error.contains(&format!("`{named}`")) && error.contains(wanted),
+            "{bad}: {error}"
+        );
+    }
+    assert!(h.finished.lock().unwrap().is_empty(), "no call ran");
+    let report = h
+        .engine
+        .run_sequence(
+            &s,
+            args(json!({"host": "x", "verbose": "true", "n": "3", "tags": null})),
+            &main_caller(),
+        )
+        .await;
+    assert_eq!(report.status, RunStatus::Completed, "{report:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn abort_stops_the_run_and_continue_goes_on() {
     let h = harness();

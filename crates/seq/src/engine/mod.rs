@@ -161,6 +161,22 @@ impl Engine {
         caller: &Caller,
     ) -> GroupReport {
         let mut report = GroupReport::new(&group.name, GroupStatus::Ran);
+        // The group's contract: what it declared it reads, of the kinds it
+        // declared, before its condition or any call reads them.
+        for (key, declared) in &group.inputs {
+            if let Some(value) = args.get(key)
+                && !declared.accepts(value)
+            {
+                report.status = GroupStatus::Failed;
+                report.error = Some(format!(
+                    "input `{key}` is declared {}, but its value is {}; pass a value of that type \
+                     (or declare the type it is)",
+                    declared.as_str(),
+                    crate::display::cut(&crate::display::value_text(value), 80)
+                ));
+                return report;
+            }
+        }
         match cond::evaluate(&group.when, args) {
             Ok(true) => {}
             Ok(false) => {
