@@ -224,6 +224,45 @@ fn schemas_lose_the_keywords_gemini_rejects() {
     );
 }
 
+/// Every ARRAY must say its `items` to Gemini ("parameters.properties[x]
+/// .items: missing field" fails the whole request); JSON Schema may leave
+/// them out (our own seq_create does). An array without usable items gets
+/// `items: {}`, any element, at every depth.
+#[test]
+fn an_array_without_items_gets_empty_items() {
+    let request = ChatRequest {
+        model: "gemini-2.5-flash".into(),
+        messages: vec![Message::user("go")],
+        tools: vec![ToolSpec::new(
+            "bare",
+            "Arrays without items",
+            &json!({
+                "type": "object",
+                "properties": {
+                    "groups": {"type": "array", "description": "any"},
+                    "rows": {"type": "array", "items": {"type": "array"}},
+                    "pair": {"type": "array", "items": [true]},
+                    "maybe": {"type": ["array", "null"], "items": true},
+                },
+            }),
+        )],
+        max_tokens: 100,
+        temperature: None,
+        stream: false,
+        rendered: Default::default(),
+    };
+    let wire = GeminiCodec.build_request(&endpoint(), &request).unwrap();
+    assert_eq!(
+        wire.body_json().unwrap()["tools"][0]["functionDeclarations"][0]["parameters"]["properties"],
+        json!({
+            "groups": {"type": "ARRAY", "description": "any", "items": {}},
+            "rows": {"type": "ARRAY", "items": {"type": "ARRAY", "items": {}}},
+            "pair": {"type": "ARRAY", "items": {}},
+            "maybe": {"type": "ARRAY", "nullable": true, "items": {}},
+        })
+    );
+}
+
 #[test]
 fn bad_model_names_are_refused() {
     let request = ChatRequest {

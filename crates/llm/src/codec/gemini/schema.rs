@@ -93,6 +93,12 @@ pub(super) fn sanitize(schema: &Value) -> Value {
         }
     }
     fit_enum_and_format(&mut out);
+    // Every ARRAY must say its items ("items: missing field" fails the
+    // whole request); JSON Schema may leave them out, or give `true` or a
+    // tuple of non-objects. `{}` is any element, what those meant.
+    if out.get("type").and_then(Value::as_str) == Some("ARRAY") && !out.contains_key("items") {
+        out.insert("items".into(), Value::Object(Map::new()));
+    }
     Value::Object(out)
 }
 
