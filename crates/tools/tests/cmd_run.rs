@@ -412,6 +412,16 @@ fn sort_uniq_date_hostname_options_that_write() {
             "uniq -c -f 1 a b",
             write_guard("uniq", "b", "is an output file uniq would write"),
         ),
+        // `+N` is GNU uniq's old form of `-s N`, not a file: the output
+        // file is the one after the input.
+        (
+            "uniq +0 - victim",
+            write_guard("uniq", "victim", "is an output file uniq would write"),
+        ),
+        (
+            "uniq -c +1 a q",
+            write_guard("uniq", "q", "is an output file uniq would write"),
+        ),
         (
             "date -s 2020-01-01",
             write_guard("date", "-s", "sets the system clock"),
@@ -898,6 +908,14 @@ fn other_processes_proc_entries_are_refused_in_every_spelling() {
         "ps -N e".to_owned(),
         // A flag group before it takes no value: `e` is an option.
         "ps ax e".to_owned(),
+        // procps reads every argument again as BSD when one is not SysV
+        // (`-x`, or a BSD group): `-e` is then the BSD `e` too.
+        "ps -ex".to_owned(),
+        "ps -e -x".to_owned(),
+        "ps -aex".to_owned(),
+        "ps -x -e -o args".to_owned(),
+        "ps --sort pid -x -e".to_owned(),
+        "ps -e ax".to_owned(),
     ] {
         private_refusal(&policy, &command);
     }
@@ -937,6 +955,10 @@ fn other_processes_proc_entries_are_refused_in_every_spelling() {
         // A value that starts with `e` is not the option `e`.
         "ps axo etime,pid",
         "ps -o etime,pid",
+        // SysV all through: `-e` is every process.
+        "ps -eo pid,comm",
+        "ps -e -o pid",
+        "ps -eF",
         "ps --sort etime",
         "ps --format etime,pid",
         "grep -A1 --no-group-separator foo /var/log",

@@ -332,19 +332,26 @@ impl Guard<'_> {
     /// `uniq [INPUT [OUTPUT]]`: a second operand is a file to write
     /// (`-` is standard output and harmless).
     fn uniq(&self, args: &[String]) -> Result<(), CmdRefusal> {
-        let operands: Vec<String> = self
+        // `+N` is GNU uniq's old spelling of `-s N` (with POSIXLY_CORRECT
+        // unset, which the checker sees to), not a file: counted as the
+        // input, it hid the output file behind it (`uniq +0 - FILE`
+        // emptied FILE). Every file after the input is refused, not only
+        // the second operand: which one uniq writes is then never guessed.
+        let is_old_skip = |o: &str| {
+            o.strip_prefix('+')
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        };
+        let files: Vec<String> = self
             .parse(&UNIQ, args)?
             .into_iter()
             .filter_map(|p| match p {
-                Parsed::Operand(o) => Some(o),
+                Parsed::Operand(o) if !is_old_skip(&o) => Some(o),
                 _ => None,
             })
             .collect();
-        match operands.get(1) {
-            Some(output) if output != "-" => {
-                self.write(output.clone(), "is an output file uniq would write")
-            }
-            _ => Ok(()),
+        match files.iter().skip(1).find(|f| *f != "-") {
+            Some(output) => self.write(output.clone(), "is an output file uniq would write"),
+            None => Ok(()),
         }
     }
 

@@ -72,6 +72,18 @@ pub(super) fn check_private_reads(
             "the BSD option `e` shows other processes' environments".into(),
         ));
     }
+    if program == "ps"
+        && reread_as_bsd(args)
+        && let Some(arg) = dashed_environment_option(args)
+    {
+        return Err(refuse(
+            arg,
+            "beside an option that is not SysV (`-x`, a BSD group), ps reads every argument again \
+             as BSD, and `e` there shows other processes' environments; write `-e` with SysV \
+             options only (`ps -ef`, `ps -eo pid,args`) or `ax` without the dash"
+                .into(),
+        ));
+    }
     if let Some(arg) = args.iter().find(|a| names_files0_from(a)) {
         return Err(refuse(
             arg,
@@ -249,6 +261,43 @@ fn bsd_environment_option(args: &[String]) -> Option<&String> {
     })
 }
 
+/// procps ps's short options with a value (`-N` negates; it takes none).
+const PS_VALUED_SHORT: &str = "CDGUgpqstuoOk";
+
+/// procps `ps`'s SysV short options. An argument with another letter (or
+/// a BSD group, without a dash) makes ps read all its arguments again the
+/// BSD way, where the dash is ignored and `-e` is the BSD `e`.
+const SYSV_SHORT: &str = "AaCcDdeFfGgHjLlMmNnOoPpqsTtUuVwyZ";
+
+/// Whether ps will read these arguments again as BSD (see [`SYSV_SHORT`]).
+fn reread_as_bsd(args: &[String]) -> bool {
+    args.iter().enumerate().any(|(i, arg)| {
+        if i > 0 && ps_takes_next_as_value(&args[i - 1]) || arg.starts_with("--") {
+            return false;
+        }
+        match arg.strip_prefix('-') {
+            Some(cluster) => {
+                // The letters up to the first that takes a value (the rest
+                // is that value: `-opid,args`).
+                let letters = cluster
+                    .find(|c: char| PS_VALUED_SHORT.contains(c))
+                    .map_or(cluster, |at| &cluster[..at]);
+                letters.chars().any(|c| !SYSV_SHORT.contains(c))
+            }
+            None => arg.starts_with(|c: char| c.is_ascii_alphabetic()),
+        }
+    })
+}
+
+/// A single-dash `ps` argument holding `e` as the BSD reading takes it.
+fn dashed_environment_option(args: &[String]) -> Option<&String> {
+    args.iter().enumerate().find_map(|(i, arg)| {
+        let is_value = i > 0 && ps_takes_next_as_value(&args[i - 1]);
+        let cluster = arg.strip_prefix('-').filter(|c| !c.starts_with('-'))?;
+        (!is_value && bsd_options(cluster).contains('e')).then_some(arg)
+    })
+}
+
 /// The option letters of a BSD-syntax `ps` argument (empty for any other).
 fn bsd_options(arg: &str) -> &str {
     if !arg.starts_with(|c: char| c.is_ascii_alphabetic()) {
@@ -271,8 +320,6 @@ fn bsd_options(arg: &str) -> &str {
 /// Unknown long options are taken as not: the next argument is then checked
 /// as an option, which can only refuse more.
 fn ps_takes_next_as_value(option: &str) -> bool {
-    // procps ps's short options with a value (`-N` negates; it takes none).
-    const VALUED_SHORT: &str = "CDGUgpqstuoOk";
     const VALUED_LONG: [&str; 17] = [
         "cols",
         "columns",
@@ -299,7 +346,7 @@ fn ps_takes_next_as_value(option: &str) -> bool {
         return short
             .chars()
             .last()
-            .is_some_and(|c| VALUED_SHORT.contains(c));
+            .is_some_and(|c| PS_VALUED_SHORT.contains(c));
     }
     // A BSD group ending with a value-taking letter (`axo`, `p`).
     let letters = bsd_options(option);
