@@ -104,6 +104,12 @@ pub enum BuildError {
     #[error("MCP servers need a running Tokio runtime to start in (build the agent inside one)")]
     NoRuntime,
     #[error(
+        "tools.files.root is the data directory {}, which holds the store and HomeAgent's own \
+         files: give the files tools a directory of their own (the default is <data dir>/files)",
+        root.display()
+    )]
+    FilesRootIsDataDir { root: PathBuf },
+    #[error(
         "`{key}` names the tool `{name}`, which does not exist (a name ending in `*` matches \
          a prefix; MCP tools are named <server>__<tool>); known tools: {known}"
     )]
@@ -242,7 +248,18 @@ pub fn build(
         }
         register_cmd_run(&registry, policy).map_err(|e| BuildError::CmdRun(e.to_string()))?;
     }
-    register_files_tools(&registry, FilesPolicy::new(loaded.files_root()))?;
+    let files_root = loaded.files_root();
+    let data_dir = &loaded.paths.data_dir;
+    if std::fs::canonicalize(&files_root).ok() == std::fs::canonicalize(data_dir).ok()
+        && data_dir.exists()
+    {
+        return Err(BuildError::FilesRootIsDataDir { root: files_root });
+    }
+    // The config holds keys and the hook commands, the data directory the
+    // store: never the files tools', wherever the root is.
+    let mut files = FilesPolicy::new(files_root);
+    files.private = vec![loaded.paths.config_file.clone(), data_dir.clone()];
+    register_files_tools(&registry, files)?;
     attribute(&registry, &mut tool_sources, "builtin");
     let channels = ChannelRegistry::new();
     channels

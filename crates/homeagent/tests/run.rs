@@ -1072,3 +1072,18 @@ fn tools_that_need_approval_are_named_where_nobody_can_be_asked() {
     let stderr = String::from_utf8(output.stderr).unwrap();
     assert!(!stderr.contains("demo_note"), "{stderr}");
 }
+
+/// A files root that is the data directory would hand the model the
+/// store and the config: refused at start, naming the key and the way out.
+#[test]
+fn a_files_root_that_is_the_data_directory_is_refused() {
+    let setup = setup("");
+    std::fs::write(&setup.config, "[tools.files]\nroot = \".\"\n").unwrap();
+    let (output, _) = run(&setup, &["!text"]);
+    assert!(!output.status.success());
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(
+        stderr.contains("tools.files.root") && stderr.contains("data directory"),
+        "{stderr}"
+    );
+}

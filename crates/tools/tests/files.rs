@@ -787,3 +787,93 @@ async fn listing_a_file_says_it_is_one() {
     );
     assert_eq!(error.hint.as_deref(), Some("use files_read to read a file"));
 }
+
+/// A files root that holds the agent's own config file or data directory
+/// (`root = "."` beside the config, or a home directory) must not hand
+/// them to the model: the config holds keys and the hook commands, the
+/// data directory the store. Reads, writes and lists of them (through a
+/// symlink inside the root too) are refused; the rest of the root works.
+#[tokio::test]
+async fn the_agents_own_config_and_data_are_private_inside_the_root() {
+    let tmp = TempDir::new("private");
+    let root = tmp.path().join("home");
+    let data = root.join(".local/homeagent");
+    std::fs::create_dir_all(&data).unwrap();
+    let config = root.join("homeagent.toml");
+    std::fs::write(&config, "api_key = \"SECRET\"\n").unwrap();
+    std::fs::write(data.join("homeagent.db"), "store").unwrap();
+    std::fs::write(root.join("notes.txt"), "mine").unwrap();
+    symlink(&data, root.join("shortcut")).unwrap();
+    let registry = Registry::new();
+    let mut policy = FilesPolicy::new(&root);
+    policy.private = vec![config.clone(), data.clone()];
+    register_files_tools(&registry, policy).unwrap();
+    let call = |tool: &'static str, arguments: Value| {
+        let registry = &registry;
+        async move {
+            let ctx = ToolContext {
+                call_id: "c1".into(),
+                tool: tool.into(),
+                arguments,
+                batch_id: "b1".into(),
+                extras: serde_json::Map::new().into(),
+                cancel: Default::default(),
+            };
+            registry.invoke(tool, ctx).await
+        }
+    };
+    for (tool, arguments) in [
+        ("files_read", json!({"path": "homeagent.toml"})),
+        (
+            "files_write",
+            json!({"path": "homeagent.toml", "content": "x"}),
+        ),
+        (
+            "files_read",
+            json!({"path": ".local/homeagent/homeagent.db"}),
+        ),
+        (
+            "files_write",
+            json!({"path": ".local/homeagent/new", "content": "x"}),
+        ),
+        ("files_read", json!({"path": "shortcut/homeagent.db"})),
+        ("files_list", json!({"path": ".local/homeagent"})),
+        ("files_list", json!({"path": "shortcut"})),
+    ] {
+        let refused = call(tool, arguments.clone()).await.unwrap_err();
+        assert_eq!(
+            refused.reason,
+            ErrorReason::Denied,
+            "{tool} {arguments}: {refused:?}"
+        );
+        assert!(refused.detail.contains("HomeAgent's own"), "{refused:?}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(&config).unwrap(),
+        "api_key = \"SECRET\"\n"
+    );
+    assert!(!data.join("new").exists());
+    let read = call("files_read", json!({"path": "notes.txt"}))
+        .await
+        .unwrap();
+    assert_eq!(read["content"], "mine");
+    // A recursive list of the root names the data directory but does not
+    // walk into it.
+    let listed = call("files_list", json!({"recursive": true}))
+        .await
+        .unwrap();
+    let names: Vec<&str> = listed["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&".local/homeagent"), "{names:?}");
+    assert!(
+        !names.iter().any(|n| n.contains("homeagent.db")),
+        "{names:?}"
+    );
+    call("files_write", json!({"path": "more.txt", "content": "ok"}))
+        .await
+        .unwrap();
+}

@@ -75,8 +75,10 @@ fn walk(shared: &Shared, dir: PathBuf, recursive: bool) -> Result<(Vec<Entry>, b
             } else {
                 ("file", item.metadata().ok().map(|m| m.len()))
             };
-            if kind == "dir" && recursive {
-                pending.push_back((current.join(item.file_name()), format!("{name}/")));
+            // HomeAgent's own directory is named but not walked into.
+            let below = current.join(item.file_name());
+            if kind == "dir" && recursive && !shared.root.is_private(&below) {
+                pending.push_back((below, format!("{name}/")));
             }
             here.push(Entry { name, kind, size });
         }

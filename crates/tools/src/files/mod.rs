@@ -46,6 +46,10 @@ pub struct FilesPolicy {
     pub max_read_bytes: u64,
     /// Most bytes one write accepts; larger content is refused, not cut.
     pub max_write_bytes: u64,
+    /// HomeAgent's own files (the config file, the data directory): never
+    /// read, written or listed where they lie inside the root (see
+    /// [`Root::with_private`]).
+    pub private: Vec<PathBuf>,
 }
 
 impl FilesPolicy {
@@ -55,6 +59,7 @@ impl FilesPolicy {
             root: root.into(),
             max_read_bytes: DEFAULT_MAX_READ_BYTES,
             max_write_bytes: DEFAULT_MAX_WRITE_BYTES,
+            private: Vec::new(),
         }
     }
 }
@@ -85,10 +90,12 @@ pub fn register_files_tools(
     registry: &Registry,
     policy: FilesPolicy,
 ) -> Result<(), FilesSetupError> {
-    let root = Root::open(&policy.root).map_err(|source| FilesSetupError::Root {
-        root: policy.root.clone(),
-        source,
-    })?;
+    let root = Root::open(&policy.root)
+        .map_err(|source| FilesSetupError::Root {
+            root: policy.root.clone(),
+            source,
+        })?
+        .with_private(policy.private.iter().cloned());
     tracing::debug!(root = %root.canonical().display(), "files tools confined");
     let shared = Arc::new(Shared { root, policy });
     read::register(registry, shared.clone())?;
@@ -172,6 +179,12 @@ impl Shared {
                 "cannot {action} {shown}: it is not a regular file (a FIFO, socket or device)"
             ))
             .with_field("path"),
+            private @ OpenRefusal::Private { .. } => ToolError::new(
+                ErrorReason::Denied,
+                format!("cannot {action} {private}, which the files tools never read or write"),
+            )
+            .with_field("path")
+            .with_hint(self.root_hint()),
             escaped @ OpenRefusal::Escaped { .. } => ToolError::new(
                 ErrorReason::Denied,
                 format!("cannot {action} {shown}: {escaped}"),

@@ -48,6 +48,10 @@ pub enum PathRefusal {
     DanglingSymlink { path: String, link: String },
     #[error("path `{path}` contains a NUL byte")]
     NulByte { path: String },
+    #[error(
+        "path `{path}` is HomeAgent's own (its config file or data directory), which the files tools never read or write"
+    )]
+    Private { path: String },
     #[error("path `{path}` could not be checked: {source}")]
     Io {
         path: String,
@@ -78,6 +82,9 @@ pub enum OpenRefusal {
         opened.display()
     )]
     Escaped { shown: String, opened: PathBuf },
+    /// The opened file is HomeAgent's own (see [`Root::with_private`]).
+    #[error("{shown} is HomeAgent's own (its config file or data directory)")]
+    Private { shown: String },
 }
 
 /// How [`Root::open_inside`] opens the file.
@@ -107,6 +114,8 @@ pub struct Root {
     configured: PathBuf,
     /// The root with every symlink resolved: what resolved paths start with.
     canonical: PathBuf,
+    /// HomeAgent's own files inside the root, canonical: never opened.
+    private: Vec<PathBuf>,
 }
 
 impl Root {
@@ -124,7 +133,30 @@ impl Root {
         Ok(Root {
             configured,
             canonical,
+            private: Vec::new(),
         })
+    }
+
+    /// Marks HomeAgent's own files (the config file, the data directory)
+    /// as never to be opened, where they lie inside the root: a root set
+    /// to `.` beside the config, or to a home directory, holds them, and
+    /// the config holds keys and the hook commands, which run unasked.
+    /// A path outside the root, or one that holds the root (the default
+    /// root is inside the data directory), needs nothing: nothing there
+    /// can be reached. One that does not exist yet is kept as written.
+    pub fn with_private(mut self, paths: impl IntoIterator<Item = PathBuf>) -> Self {
+        for path in paths {
+            let path = std::fs::canonicalize(&path).unwrap_or(path);
+            if path.starts_with(&self.canonical) && path != self.canonical {
+                self.private.push(path);
+            }
+        }
+        self
+    }
+
+    /// Whether `path` (canonical) is one of HomeAgent's own.
+    pub fn is_private(&self, path: &Path) -> bool {
+        self.private.iter().any(|p| path.starts_with(p))
     }
 
     /// The root with symlinks resolved.
@@ -220,6 +252,11 @@ impl Root {
                 }
             }
         }
+        if self.is_private(&resolved) {
+            return Err(PathRefusal::Private {
+                path: user_path.to_owned(),
+            });
+        }
         Ok(resolved)
     }
 
@@ -297,6 +334,9 @@ impl Root {
                     opened,
                 });
             }
+            if self.is_private(&opened) {
+                return Err(OpenRefusal::Private { shown: shown() });
+            }
         }
         Ok((file, meta))
     }
@@ -334,6 +374,9 @@ impl Root {
                     shown: shown(),
                     opened,
                 });
+            }
+            if self.is_private(&opened) {
+                return Err(OpenRefusal::Private { shown: shown() });
             }
         }
         Ok(fd)
