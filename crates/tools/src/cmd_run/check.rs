@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 use super::guard::{Hardening, guard_arguments};
 use super::policy::{
-    CHILD_PATH, CmdRunPolicy, PROGRAM_RUNNERS, WRITE_ONLY_PROGRAMS, dangerous_env_reason,
+    CHILD_PATH, CmdRunPolicy, WRITE_ONLY_PROGRAMS, dangerous_env_reason, is_program_runner,
 };
 use super::private::check_private_reads;
 
@@ -198,7 +198,7 @@ pub fn check_command(policy: &CmdRunPolicy, command: &str) -> Result<CheckedComm
         .and_then(|n| n.to_str())
         .unwrap_or("")
         .to_string();
-    if PROGRAM_RUNNERS.contains(&program.as_str()) {
+    if is_program_runner(&program) {
         return Err(CmdRefusal::ProgramRunner { program });
     }
     let allowed = policy.effective_allowlist();

@@ -82,12 +82,16 @@ pub const PROGRAM_RUNNERS: &[&str] = &[
     "bash",
     "batch",
     "busybox",
+    "bwrap",
+    "capsh",
     "chroot",
+    "chrt",
     "command",
     "cpio",
     "crontab",
     "csh",
     "dash",
+    "dc",
     "doas",
     "docker",
     "ed",
@@ -96,17 +100,21 @@ pub const PROGRAM_RUNNERS: &[&str] = &[
     "ex",
     "exec",
     "expect",
+    "firejail",
     "fish",
     "flock",
     "gawk",
     "gdb",
     "git",
     "ionice",
+    "ip",
     "ksh",
     "kubectl",
     "ld.so",
     "less",
+    "ltrace",
     "lua",
+    "m4",
     "make",
     "man",
     "mawk",
@@ -116,12 +124,14 @@ pub const PROGRAM_RUNNERS: &[&str] = &[
     "nc",
     "ncat",
     "netcat",
+    "newgrp",
     "nice",
     "node",
     "nohup",
     "npm",
     "npx",
     "nsenter",
+    "numactl",
     "nvim",
     "parallel",
     "perl",
@@ -130,44 +140,68 @@ pub const PROGRAM_RUNNERS: &[&str] = &[
     "pip3",
     "pkexec",
     "podman",
+    "prlimit",
     "psql",
     "python",
     "python2",
     "python3",
     "rsync",
     "ruby",
+    "runcon",
     "runuser",
     "scp",
     "screen",
     "script",
+    "setarch",
+    "setpriv",
     "setsid",
     "sftp",
+    "sg",
     "sh",
     "socat",
     "sqlite3",
     "ssh",
+    "ssh-agent",
     "stdbuf",
     "strace",
     "su",
     "sudo",
+    "systemd-nspawn",
     "systemd-run",
     "tar",
     "taskset",
     "tclsh",
+    "tcpdump",
     "tcsh",
     "time",
     "timeout",
     "tmux",
+    "toybox",
     "unshare",
     "uvx",
+    "valgrind",
     "vi",
     "view",
     "vim",
     "watch",
+    "wget",
     "xargs",
     "zip",
     "zsh",
 ];
+
+/// Whether `program` (a file name) runs other programs: one of
+/// [`PROGRAM_RUNNERS`], one of them under a versioned name (`python3.11`,
+/// `perl5.36.0`, `lua5.4`: Debian installs those beside the plain names),
+/// or the dynamic loader (`ld-linux-x86-64.so.2 /bin/sh`).
+pub fn is_program_runner(program: &str) -> bool {
+    if PROGRAM_RUNNERS.contains(&program) || program.starts_with("ld-linux") {
+        return true;
+    }
+    let base =
+        program.trim_end_matches(|c: char| c.is_ascii_digit() || matches!(c, '.' | '-' | '_'));
+    base != program && PROGRAM_RUNNERS.contains(&base)
+}
 
 /// Programs whose only purpose is to change files: refused unless
 /// `allow_writes` is on, even when a configuration lists them.
@@ -336,7 +370,7 @@ impl CmdRunPolicy {
         } else {
             self.allowlist.clone()
         };
-        list.retain(|p| !PROGRAM_RUNNERS.contains(&p.as_str()));
+        list.retain(|p| !is_program_runner(p));
         list.sort();
         list.dedup();
         list
@@ -362,7 +396,7 @@ impl CmdRunPolicy {
             if name.is_empty() || name.contains('/') || name == "." || name == ".." {
                 return Err(PolicyError::BadProgramName { name: name.clone() });
             }
-            if PROGRAM_RUNNERS.contains(&name.as_str()) {
+            if is_program_runner(name) {
                 return Err(PolicyError::ProgramRunner {
                     program: name.clone(),
                 });
