@@ -1112,6 +1112,19 @@ fn private_paths_are_refused_directly_through_a_symlink_and_recursively() {
     // `-x` to the config is read as the file `-x`.
     std::os::unix::fs::symlink(&config, dir.join("-x")).unwrap();
     assert_eq!(private_refusal(&in_dir, "cat -- -x"), "-x");
+    // GNU getopt gives an option that takes a value the next argument
+    // even when it starts with a dash: `date -f --/../x` reads the file
+    // `--/../x`, and `-` and `--` are directories as good as any.
+    std::fs::create_dir_all(dir.join("conf/--")).unwrap();
+    std::fs::create_dir_all(dir.join("conf/-")).unwrap();
+    assert_eq!(
+        private_refusal(&in_conf, "date -f --/../homeagent.toml"),
+        "--/../homeagent.toml"
+    );
+    assert_eq!(
+        private_refusal(&in_conf, "date -f -/../homeagent.toml"),
+        "-/../homeagent.toml"
+    );
     // A long option cluster costs its length in checks, not its square in
     // memory: tails longer than a path can be are not paths.
     let long = format!("grep -e{} notes.txt", "a".repeat(60_000));

@@ -202,7 +202,9 @@ fn private_roots(policy: &CmdRunPolicy) -> impl Iterator<Item = &Path> {
 ///
 /// A tail longer than a path can be ([`MAX_PATH_BYTES`]) names nothing, so a
 /// long cluster costs at most that many checks, never its length squared.
-/// After `--` (`operand`) every argument is a file name, dash or not.
+/// After `--` (`operand`) every argument is a file name, dash or not; and
+/// a dashed argument is one as it stands too (the value of the option
+/// before it).
 fn path_candidates(arg: &str, operand: bool) -> Vec<&str> {
     if operand {
         return if arg.is_empty() {
@@ -211,14 +213,19 @@ fn path_candidates(arg: &str, operand: bool) -> Vec<&str> {
             vec![arg]
         };
     }
+    // A dashed argument is also a path as it stands: GNU getopt gives an
+    // option that takes a value the next argument whatever it starts with
+    // (`date -f --/../x` reads the file `--/../x`).
+    let whole = (arg.len() <= MAX_PATH_BYTES).then_some(arg);
     if let Some(long) = arg.strip_prefix("--") {
-        long.split_once('=')
-            .map(|(_, value)| vec![value])
-            .unwrap_or_default()
+        whole
+            .into_iter()
+            .chain(long.split_once('=').map(|(_, value)| value))
+            .collect()
     } else if let Some(short) = arg.strip_prefix('-') {
-        short
-            .char_indices()
-            .map(|(at, _)| &short[at..])
+        whole
+            .into_iter()
+            .chain(short.char_indices().map(|(at, _)| &short[at..]))
             .filter(|tail| tail.len() <= MAX_PATH_BYTES)
             .collect()
     } else if arg.is_empty() {
