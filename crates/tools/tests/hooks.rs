@@ -256,6 +256,30 @@ async fn a_hook_that_cannot_be_run_denies() {
     assert!(seen.0.lock().unwrap().is_empty(), "a call ran");
 }
 
+/// A hook killed by a signal (the OOM killer, a crash) gave no verdict:
+/// it fails closed like one that cannot run, instead of letting the call
+/// through with a warning (a policy hook that crashes must not be a way
+/// around it).
+#[tokio::test]
+async fn a_hook_killed_by_a_signal_denies() {
+    let seen = Arc::new(Seen::default());
+    let outcome = run(
+        &executor(
+            &seen,
+            &[spec("kill -KILL $$".to_owned())],
+            &[],
+            Approval::Refused,
+        ),
+        "note",
+        json!({"text": "a"}),
+    )
+    .await;
+    let error = outcome.error.expect("the call must be denied");
+    assert_eq!(error.reason, ErrorReason::Denied);
+    assert!(error.detail.contains("signal"), "{}", error.detail);
+    assert!(seen.0.lock().unwrap().is_empty(), "the call ran");
+}
+
 /// Output that starts like JSON but is not (a missing brace, a stray
 /// quote) may be a deny the hook meant to give: it fails closed, naming the
 /// parse error, instead of reading as "no decision" and allowing.

@@ -92,6 +92,18 @@ impl PreToolHook for CommandPreHook {
                         run.stderr.trim()
                     ));
                 }
+                // Killed by a signal (the OOM killer, a crash): no
+                // verdict either, and a policy hook that crashes must not
+                // become the way around it.
+                None => {
+                    return Err(format!(
+                        "was killed by a signal before it gave a verdict{}",
+                        match run.stderr.trim() {
+                            "" => String::new(),
+                            said => format!(" ({said})"),
+                        }
+                    ));
+                }
                 Some(2) => {
                     let reason = run.stderr.trim();
                     return Ok(PreDecision::Deny {
@@ -102,15 +114,11 @@ impl PreToolHook for CommandPreHook {
                         },
                     });
                 }
-                other => {
+                Some(code) => {
                     // Non-blocking, as in the protocol people know: the
                     // call runs, and its outcome says what went wrong.
-                    let exit = match other {
-                        Some(code) => format!("code {code}"),
-                        None => "a signal".to_owned(),
-                    };
                     let warning = format!(
-                        "pre-tool hook {name} exited with {exit} (only 0 allows and 2 denies): {}; the call ran anyway",
+                        "pre-tool hook {name} exited with code {code} (only 0 allows and 2 denies): {}; the call ran anyway",
                         run.stderr.trim()
                     );
                     tracing::warn!("{warning}");
