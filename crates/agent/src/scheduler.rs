@@ -483,6 +483,14 @@ async fn work(inner: Arc<Inner>, session: String) {
             if let Some(entry) = sessions.get_mut(&session) {
                 entry.running = None;
                 entry.running_id = None;
+                // Only an answered input is a duplicate of a later one: an
+                // error (the model, the store, a busy session) answered
+                // nothing, and sending it again must run it.
+                if inner.options.dedup_window.is_some()
+                    && !matches!(terminal, Frame::Response { .. })
+                {
+                    entry.forget_recent(&pending.input.text);
+                }
             }
         }
         inner.counts.executed.fetch_add(1, Ordering::SeqCst);

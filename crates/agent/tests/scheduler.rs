@@ -416,6 +416,32 @@ async fn an_input_that_never_ran_is_not_a_duplicate() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
+/// An input that ended with an error (the model failed, the store was
+/// busy, the session was another process's) got no answer: sent again,
+/// it runs, instead of being refused as a duplicate of what never
+/// answered (OpenAI's clients retry such errors on their own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_input_that_failed_is_not_a_duplicate() {
+    let (server, mock) = slow_mock(ServerConfig::default()).await;
+    let (runtime, dir) = runtime(vec![mock], AgentSettings::default());
+    let scheduler = Scheduler::new(
+        runtime,
+        SchedulerOptions {
+            dedup_window: Some(Duration::from_secs(60)),
+            ..SchedulerOptions::default()
+        },
+    );
+    for attempt in 0..2 {
+        let frames = drain(scheduler.submit(submission("a", "!err please"))).await;
+        assert!(
+            matches!(frames.last(), Some(Frame::Error { .. })),
+            "attempt {attempt}: {frames:?}"
+        );
+    }
+    server.shutdown().await.unwrap();
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
 /// With a dedup window, a session is remembered for the window and then
 /// forgotten, even when it never sends again (every stateless request of
 /// the OpenAI endpoint is a session of its own).
