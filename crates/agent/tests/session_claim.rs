@@ -178,18 +178,21 @@ fn two_handles_in_one_process_exclude_each_other() {
     let _y = first.claim_session("y").unwrap();
 }
 
-/// A session deleted while an input holds it stays claimed: another
-/// claimant is refused until the input ends.
+/// A session an input holds (in this process or another) is not deleted
+/// under it: the delete is refused as busy, and the input's next write
+/// does not fail on a session that vanished ("does not exist"), its
+/// reply lost. Once the input ends, the delete goes through.
 #[test]
-fn deleting_a_claimed_session_leaves_the_claim_in_force() {
+fn a_claimed_session_is_not_deleted_under_its_input() {
     let dir = TempDir::new("delete-held");
     let store = Store::open(&dir.db()).unwrap();
     let other = Store::open(&dir.db()).unwrap();
     store.ensure_session("held", "main").unwrap();
     let claim = store.claim_session("held").unwrap();
-    assert!(other.delete_session("held").unwrap());
-    busy(other.claim_session("held"), "held");
+    busy(other.delete_session("held"), "held");
+    assert!(store.session("held").unwrap().is_some());
     drop(claim);
+    assert!(other.delete_session("held").unwrap());
     drop(other.claim_session("held").unwrap());
 }
 

@@ -47,7 +47,9 @@ pub enum StoreError {
     #[error("invalid agent name {name:?}: use 1 to 128 characters")]
     InvalidAgentName { name: String },
     /// The session has not been created (see `Store::ensure_session`).
-    #[error("session {id} does not exist; create it with ensure_session first")]
+    #[error(
+        "session {id} does not exist (it was deleted, or never created); send the input again to start it afresh"
+    )]
     SessionNotFound { id: String },
     /// The session exists but belongs to another agent. Continuing one
     /// agent's history as another could hand it results of tools it may not use.

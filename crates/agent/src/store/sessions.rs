@@ -241,9 +241,13 @@ impl Store {
     }
 
     /// Deletes the session with its messages and events. Returns whether it
-    /// existed.
+    /// existed. A session an input holds (in any process: see
+    /// `claim_session`) is refused as [`StoreError::SessionBusy`], never
+    /// waited for: deleted under it, the input's next write would fail on
+    /// a session that vanished, and its reply be lost.
     pub fn delete_session(&self, id: &str) -> Result<bool, StoreError> {
         validate_session_id(id)?;
+        let _held = self.claim_session(id)?;
         let conn = self.lock();
         // Messages and events go with it through ON DELETE CASCADE.
         let deleted = conn.execute("DELETE FROM sessions WHERE id = ?1", [id])?;
