@@ -1593,3 +1593,18 @@ fn a_session_is_created_and_seeded_once_however_many_race_for_it() {
     assert!(!store.create_seeded_session("shared", "main", &[]).unwrap());
     assert_eq!(store.write_stats().writes, before);
 }
+
+/// Opening a store whose schema is current takes no write lock: another
+/// program holding one (a long write, `sqlite3` with BEGIN IMMEDIATE)
+/// used to make every open wait for it once per migration step and then
+/// fail with "cannot migrate ... from schema version 0 to 1".
+#[test]
+fn opening_a_current_store_waits_for_no_writer() {
+    let dir = TempDir::new("open-locked");
+    drop(Store::open(&dir.db()).unwrap());
+    let holder = raw(&dir.db());
+    holder.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let opened = Store::open(&dir.db());
+    holder.execute_batch("ROLLBACK").unwrap();
+    assert!(opened.is_ok(), "{:?}", opened.err());
+}

@@ -31,7 +31,10 @@ pub enum StoreError {
         supported: i64,
     },
     /// A migration step failed; the database stays at `from`.
-    #[error("cannot migrate the store {path} from schema version {from} to {to}: {source}")]
+    #[error(
+        "cannot migrate the store {path} from schema version {from} to {to}: {source} (when it is \
+         locked, another program is writing to it: let it finish, or stop it, and start again)"
+    )]
     Migration {
         path: PathBuf,
         from: i64,

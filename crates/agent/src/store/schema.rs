@@ -95,7 +95,13 @@ pub fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
     if found > SCHEMA_VERSION {
         return Err(refuse_newer(found));
     }
-    for (step, sql) in MIGRATIONS.iter().enumerate() {
+    // Current (every open but the first): no write lock to wait for, which
+    // another program's long write would otherwise make each open do.
+    if found == SCHEMA_VERSION {
+        return Ok(());
+    }
+    let first = usize::try_from(found).unwrap_or(0);
+    for (step, sql) in MIGRATIONS.iter().enumerate().skip(first) {
         let from = step as i64;
         let to = from + 1;
         let failed = |source| StoreError::Migration {
