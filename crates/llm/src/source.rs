@@ -224,13 +224,13 @@ pub enum FallbackError {
     Disabled {
         source: String,
         env_var: Option<String>,
-        /// What the provider said when it refused (a 403 is often not about
-        /// the key: an API not enabled for the project, a region), `None`
+        /// What the provider said when it refused the key (401), `None`
         /// when no request was made (the key is missing).
         refusal: Option<String>,
     },
-    /// The source rejected the request itself (a 4xx other than 401/403, or
-    /// a request that cannot be encoded): no other source is tried.
+    /// The source rejected the request itself (a 4xx that says the request
+    /// is wrong: not 401, 402, 403, 404, 408 or 429; or a request that
+    /// cannot be encoded): no other source is tried.
     Rejected {
         source: String,
         error: ProviderError,
@@ -677,6 +677,7 @@ impl Sources {
                     tracing::debug!(source = %source.name, attempt, %error, "retrying");
                     last = Some(error);
                 }
+                _ if error.is_source_fault() => return Outcome::Failed(error),
                 _ => return Outcome::Rejected(error),
             }
         }

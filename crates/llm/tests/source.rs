@@ -278,9 +278,47 @@ async fn a_401_source_is_disabled_named_and_not_touched_again() {
     assert_eq!(stat(&mock, "requests").await, json!(2));
 }
 
+/// A 403 (moderation, a region, an API not enabled: rarely the key), a
+/// 402 (no credit) or a 404 (a model retired or misnamed) says the source
+/// cannot answer, not that the request is wrong: the next source is tried
+/// (once each, no retry here), and the source cools down but is never
+/// disabled for the life of the process, as a refused key (401) is.
+#[tokio::test]
+async fn a_source_that_cannot_answer_falls_back_and_is_not_disabled() {
+    for status in [402, 403, 404] {
+        let refusing = tiny(vec![error(status), ok()]).await;
+        let answering = tiny(vec![ok()]).await;
+        let set = sources(
+            vec![
+                source("main", &refusing.url, 10),
+                source("backup", &answering.url, 0),
+            ],
+            fast(),
+        );
+        let (name, _) = set
+            .stream(&mut chat(), CancellationToken::new())
+            .await
+            .unwrap_or_else(|e| panic!("{status}: {e}"));
+        assert_eq!(name, "backup", "{status}");
+        assert_eq!(refusing.hits(), 1, "{status}: not retried");
+        let main = set.health().into_iter().find(|h| h.name == "main").unwrap();
+        assert!(main.disabled.is_none(), "{status}: {main:?}");
+        assert_eq!(main.failures, 1, "{status}");
+    }
+    // Alone, its error is the provider's own message.
+    let refusing = tiny(vec![error(403)]).await;
+    let set = sources(vec![source("main", &refusing.url, 0)], fast());
+    let err = set
+        .stream(&mut chat(), CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, FallbackError::AllFailed { .. }), "{err:?}");
+    assert!(err.to_string().contains("scripted failure"), "{err}");
+}
+
 #[tokio::test]
 async fn a_lone_401_source_is_a_disabled_error_naming_its_variable() {
-    let refusing = tiny(vec![error(403)]).await;
+    let refusing = tiny(vec![error(401)]).await;
     let set = sources(vec![source("main", &refusing.url, 0)], fast());
     for _ in 0..2 {
         let err = set
@@ -294,7 +332,7 @@ async fn a_lone_401_source_is_a_disabled_error_naming_its_variable() {
         );
         assert!(err.to_string().contains("MAIN_KEY"), "{err}");
         // What the provider said is kept, on the second call too (the
-        // source is not asked again): a 403 is often not about the key.
+        // source is not asked again).
         assert!(err.to_string().contains("scripted failure"), "{err}");
     }
     assert_eq!(refusing.hits(), 1);

@@ -446,8 +446,8 @@ fn canned(status: u16, body: &str) -> Canned {
 }
 
 #[tokio::test]
-async fn status_401_and_403_are_unauthorized_on_every_wire() {
-    for status in [401, 403] {
+async fn status_401_is_unauthorized_on_every_wire() {
+    for status in [401] {
         let server = tiny_server(canned(
             status,
             r#"{"error":{"message":"invalid api key","type":"authentication_error"}}"#,

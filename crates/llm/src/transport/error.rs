@@ -73,6 +73,20 @@ impl ProviderError {
         }
     }
 
+    /// Whether the error says the source cannot answer (no credit, 402;
+    /// refused for a reason of its own, 403: moderation, a region, an API
+    /// not enabled; the model or endpoint gone, 404) rather than that the
+    /// request is wrong: not retried here, but the next source is tried.
+    pub fn is_source_fault(&self) -> bool {
+        matches!(
+            self,
+            ProviderError::Status {
+                status: 402..=404,
+                ..
+            }
+        )
+    }
+
     /// The server's `Retry-After`, when it sent one.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {

@@ -376,7 +376,10 @@ impl HttpProvider {
             status,
             "the model server answered with an error status"
         );
-        if status == 401 || status == 403 {
+        // Only 401 says the key was refused. A 403 is as often moderation,
+        // a region or an API not enabled: the source cannot answer now
+        // (`is_source_fault`), which does not disable it for good.
+        if status == 401 {
             ProviderError::Unauthorized { status, message }
         } else {
             ProviderError::Status {
