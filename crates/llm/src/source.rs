@@ -688,18 +688,27 @@ impl Sources {
     }
 }
 
-/// Reads a response up to its first content: the usage reports that came
-/// before it (Anthropic's `message_start` carries one) and the content
-/// event itself. Usage alone is not content: an error after it has still
-/// given the caller nothing, so it is retried or falls back like an error
-/// before the first byte.
+/// Reads a response up to its first content: the usage reports, reasoning
+/// and empty finishes that came before it (Anthropic's `message_start`
+/// carries usage; a reasoning model thinks first, for a long while) and
+/// the content event itself. None of those is content the user sees (the
+/// agent shows text and calls): an error after them has still given the
+/// caller nothing, so it is retried or falls back like an error before
+/// the first byte.
 async fn opening(
     stream: &mut EventStream,
 ) -> Result<(Vec<StreamEvent>, StreamEvent), ProviderError> {
     let mut early = Vec::new();
     loop {
         match futures_util::StreamExt::next(stream).await {
-            Some(Ok(event @ StreamEvent::Usage(_))) => early.push(event),
+            Some(Ok(
+                event @ (StreamEvent::Usage(_)
+                | StreamEvent::ReasoningDelta { .. }
+                | StreamEvent::ReasoningMetadata { .. }),
+            )) => early.push(event),
+            Some(Ok(event @ StreamEvent::Finish { .. })) if event_is_empty_finish(&event) => {
+                early.push(event);
+            }
             Some(Ok(first)) => return Ok((early, first)),
             Some(Err(error)) => return Err(error),
             None => {
@@ -709,6 +718,12 @@ async fn opening(
             }
         }
     }
+}
+
+/// A finish with no reason (some servers send `finish_reason: ""` on
+/// every chunk): not the end, and not content.
+fn event_is_empty_finish(event: &StreamEvent) -> bool {
+    matches!(event, StreamEvent::Finish { reason } if reason.trim().is_empty())
 }
 
 /// Counts a request in a source's `in_flight` while alive.

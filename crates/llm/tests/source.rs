@@ -446,6 +446,32 @@ async fn an_empty_stream_is_retried_but_a_cut_after_content_is_not() {
     assert_eq!(stat(&mock, "requests").await, json!(0));
 }
 
+/// Reasoning is not content the caller has seen (only text and calls
+/// reach the user): a stream cut during a long reasoning phase is retried
+/// and falls back like one cut before its first byte, and the reasoning
+/// of the answer that came is all there once.
+#[tokio::test]
+async fn a_stream_cut_while_reasoning_is_retried() {
+    let reasoning = concat!(
+        "data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,",
+        "\"delta\":{\"reasoning_content\":\"Let me think about\"},\"finish_reason\":null}]}\n\n",
+    );
+    let cut = Canned {
+        status: 200,
+        headers: vec![("content-type", "text/event-stream".into())],
+        body: reasoning.into(),
+    };
+    let server = tiny(vec![cut, ok()]).await;
+    let set = sources(vec![source("only", &server.url, 0)], fast());
+    let (name, stream) = set
+        .stream(&mut chat(), CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(name, "only");
+    assert_eq!(text(&stream.collect().await.unwrap()), "from tiny");
+    assert_eq!(server.hits(), 2, "the cut while reasoning was retried");
+}
+
 #[tokio::test]
 async fn max_concurrent_holds_under_a_burst() {
     let mock = start_mock(ServerConfig {
