@@ -290,11 +290,13 @@ fn reasoning_content_goes_back_in_the_current_turn_only() {
 /// with this model. Use 'max_completion_tokens' instead.") and takes
 /// `max_completion_tokens` for every model; so does Azure OpenAI. Other
 /// servers speaking the protocol (vLLM, llama.cpp, DeepSeek, ...) know
-/// `max_tokens`.
+/// `max_tokens`. OpenAI's reasoning models go by their name too: a
+/// gateway that passes the body through (Cloudflare's, Helicone, a
+/// company proxy) reaches the same refusal.
 #[test]
 fn openai_itself_gets_max_completion_tokens_other_servers_max_tokens() {
     let request = ChatRequest {
-        model: "gpt-5-mini".into(),
+        model: "gpt-4.1-mini".into(),
         messages: vec![Message::user("hi")],
         tools: vec![],
         max_tokens: 300,
@@ -325,4 +327,32 @@ fn openai_itself_gets_max_completion_tokens_other_servers_max_tokens() {
         limits("https://proxy.example.net/api.openai.com/v1"),
         classic
     );
+    for model in [
+        "gpt-5-mini",
+        "o3",
+        "o4-mini",
+        "o1-preview",
+        "openai/gpt-5",
+        "GPT-5",
+    ] {
+        let request = ChatRequest {
+            model: model.into(),
+            ..request.clone()
+        };
+        let body = super::encoded("https://gateway.example.net/v1", &request);
+        assert_eq!(
+            body.get("max_completion_tokens"),
+            Some(&json!(300)),
+            "{model}"
+        );
+        assert_eq!(body.get("max_tokens"), None, "{model}");
+    }
+    for model in ["gpt-oss-20b", "o3x-local", "llama3.2", "olmo-2"] {
+        let request = ChatRequest {
+            model: model.into(),
+            ..request.clone()
+        };
+        let body = super::encoded("http://127.0.0.1:8000/v1", &request);
+        assert_eq!(body.get("max_tokens"), Some(&json!(300)), "{model}");
+    }
 }

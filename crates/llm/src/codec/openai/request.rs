@@ -217,7 +217,7 @@ fn write_body(
                 Tools(&request.tools).push_to(out);
             });
     }
-    let limit = if openai_itself {
+    let limit = if openai_itself || is_openai_reasoning_model(&request.model) {
         ",\"max_completion_tokens\":"
     } else {
         ",\"max_tokens\":"
@@ -496,4 +496,18 @@ impl Tools<'_> {
             out.push_str(tool.rendered(TOOL_SHAPE, || openai_tool(tool)).get());
         });
     }
+}
+
+/// OpenAI's reasoning models (the o-series, gpt-5), by name: they refuse
+/// `max_tokens` wherever the request reaches them, a gateway that passes
+/// the body through included. A provider prefix (`openai/gpt-5`) is
+/// allowed; `gpt-oss` and look-alikes (`o3x`) are other models.
+fn is_openai_reasoning_model(model: &str) -> bool {
+    let model = model.to_ascii_lowercase();
+    let name = model.strip_prefix("openai/").unwrap_or(&model);
+    let family = |prefix: &str| {
+        name.strip_prefix(prefix)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(['-', '.', ':']))
+    };
+    ["o1", "o3", "o4", "gpt-5"].into_iter().any(family)
 }
