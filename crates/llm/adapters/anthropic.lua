@@ -159,12 +159,15 @@ function M.build_headers(raw)
   return json.encode(headers)
 end
 
-local function provider_error(event)
+-- The provider's error as the host's `error` output takes it: the object
+-- the provider sent (its type or code tells the host whether trying again
+-- may help), or its text as the message.
+local function reported(event)
   local e = event.error
   if type(e) == "table" then
-    return e.message or json.encode(e)
+    return e
   end
-  return tostring(e)
+  return { message = tostring(e) }
 end
 
 function M.transform_stream_chunk(raw)
@@ -214,7 +217,7 @@ function M.transform_stream_chunk(raw)
   elseif kind == "message_stop" then
     out.done = true
   elseif kind == "error" then
-    error("provider error: " .. provider_error(event))
+    return json.encode({ error = reported(event) })
   end
   return json.encode(out)
 end
@@ -225,7 +228,7 @@ function M.transform_response(raw)
     error("response is not JSON: " .. tostring(err))
   end
   if body.type == "error" then
-    error("provider error: " .. provider_error(body))
+    return json.encode({ error = reported(body) })
   end
   local out = { finish_reason = text(body.stop_reason) }
   -- A message cut at a limit: an empty input is a cut one, left blank so

@@ -46,12 +46,15 @@ local function usage(u)
   }
 end
 
-local function provider_error(chunk)
+-- The provider's error as the host's `error` output takes it: the object
+-- the provider sent (its type or code tells the host whether trying again
+-- may help), or its text as the message.
+local function reported(chunk)
   local e = chunk.error
   if type(e) == "table" then
-    return e.message or json.encode(e)
+    return e
   end
-  return tostring(e)
+  return { message = tostring(e) }
 end
 
 function M.transform_stream_chunk(raw)
@@ -61,7 +64,7 @@ function M.transform_stream_chunk(raw)
     return "{}"
   end
   if chunk.error then
-    error("provider error: " .. provider_error(chunk))
+    return json.encode({ error = reported(chunk) })
   end
   local out = {}
   for _, choice in ipairs(chunk.choices or {}) do
@@ -94,7 +97,7 @@ function M.transform_response(raw)
     error("response is not JSON: " .. tostring(err))
   end
   if body.error then
-    error("provider error: " .. provider_error(body))
+    return json.encode({ error = reported(body) })
   end
   local out = { usage = usage(body.usage) }
   local choice = (body.choices or {})[1]

@@ -1017,3 +1017,49 @@ fn transform_error_gives_the_providers_message() {
         "HTTP 401: Incorrect API key"
     );
 }
+
+/// An adapter reports an error the provider sent inside a stream (or a
+/// whole response) with `error`, as the provider sent it: the host tells a
+/// passing one (an overload, a rate limit) from the request's fault, so
+/// the first is retried and falls back like the HTTP status it stands for.
+/// It used to be `error()`, a malformed response, never retried.
+#[test]
+fn an_adapter_reports_a_providers_error_and_the_host_classifies_it() {
+    let transient = |codec: &LuaCodec, body: &[u8]| match decode_stream_body(codec, body) {
+        Err(homeagent_llm::CodecError::ProviderReported {
+            message, transient, ..
+        }) => (message, transient),
+        other => panic!("expected a provider report, got {other:?}"),
+    };
+    let overloaded = chunk_adapter(
+        "report.lua",
+        r#"json.encode({error = {type = "overloaded_error", message = "Overloaded"}})"#,
+    );
+    assert_eq!(
+        transient(&strict(overloaded), b"data: {}\n\n"),
+        ("Overloaded".to_owned(), true)
+    );
+    let invalid = chunk_adapter(
+        "report.lua",
+        r#"json.encode({error = {type = "invalid_request_error", message = "bad"}})"#,
+    );
+    assert_eq!(
+        transient(&strict(invalid), b"data: {}\n\n"),
+        ("bad".to_owned(), false)
+    );
+    // The bundled adapters report that way: Anthropic's overload after a
+    // 200, OpenRouter's mid-stream error through openai.lua.
+    let anthropic = strict(bundled("anthropic"));
+    let (message, retry) = transient(
+        &anthropic,
+        b"event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"usage\":{\"input_tokens\":1,\"output_tokens\":0}}}\n\n\
+          event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n",
+    );
+    assert!(retry && message.contains("Overloaded"), "{message}");
+    let openai = strict(bundled("openai"));
+    let (message, retry) = transient(
+        &openai,
+        b"data: {\"error\":{\"code\":502,\"message\":\"upstream failed\"}}\n\n",
+    );
+    assert!(retry && message.contains("upstream failed"), "{message}");
+}

@@ -55,9 +55,18 @@ impl LuaCodec {
 }
 
 fn codec_error(error: AdapterError) -> CodecError {
-    CodecError::MalformedResponse {
-        protocol: PROTOCOL,
-        detail: error.to_string(),
+    match error {
+        AdapterError::ProviderReported {
+            message, transient, ..
+        } => CodecError::ProviderReported {
+            protocol: PROTOCOL,
+            message,
+            transient,
+        },
+        other => CodecError::MalformedResponse {
+            protocol: PROTOCOL,
+            detail: other.to_string(),
+        },
     }
 }
 

@@ -8,8 +8,12 @@
 //!   `""` (parse the chunk with the standard OpenAI decoder, when that
 //!   fallback is on) or an object with exactly the keys `content`,
 //!   `reasoning_content`, `done`, `finish_reason`, `usage`
-//!   (`{prompt_tokens, completion_tokens, total_tokens}`) and `tool_calls`,
-//!   each call exactly `{id, type, name, raw_arguments, stream_index}`.
+//!   (`{prompt_tokens, completion_tokens, total_tokens}`), `tool_calls`,
+//!   each call exactly `{id, type, name, raw_arguments, stream_index}`, and
+//!   `error`: an error the provider sent inside the stream, as it sent it
+//!   (`{type, code, message}`), which the host classifies (an overload or
+//!   a rate limit is retried and falls back like its HTTP status; an
+//!   adapter's own `error()` is a malformed response, never retried).
 //!   Any other key is an error naming it and the file;
 //! - `transform_response(json)`: a whole response body in, one object of
 //!   the same shape as a chunk out (without it, the body is read as OpenAI);
@@ -93,6 +97,14 @@ pub enum AdapterError {
         file: String,
         function: &'static str,
         detail: String,
+    },
+    /// The adapter reported an error the provider sent (`error` in its
+    /// output); `transient` when trying again may help.
+    #[error("the provider reported an error (through adapter {file}): {message}")]
+    ProviderReported {
+        file: String,
+        message: String,
+        transient: bool,
     },
 }
 
@@ -292,6 +304,7 @@ impl LuaAdapter {
                 return Ok(ChunkResult::Standard);
             }
             let chunk = output::parse(&text).map_err(|detail| self.bad_output(NAME, detail))?;
+            self.check_reported(&chunk)?;
             let done = chunk.done();
             let mut events = Vec::new();
             chunk.into_events(&mut events);
@@ -306,6 +319,7 @@ impl LuaAdapter {
         let function = self.transform_response.as_ref()?;
         Some(self.call_string(function, NAME, body).and_then(|text| {
             let chunk = output::parse(&text).map_err(|detail| self.bad_output(NAME, detail))?;
+            self.check_reported(&chunk)?;
             let mut events = Vec::new();
             chunk.into_events(&mut events);
             Ok(events)
@@ -393,6 +407,18 @@ impl LuaAdapter {
                 }
             }
         })
+    }
+
+    /// The provider's error an adapter reported, as an error.
+    fn check_reported(&self, chunk: &output::ChunkOut) -> Result<(), AdapterError> {
+        match chunk.reported_error() {
+            Some((message, transient)) => Err(AdapterError::ProviderReported {
+                file: self.file.clone(),
+                message,
+                transient,
+            }),
+            None => Ok(()),
+        }
     }
 
     fn bad_output(&self, function: &'static str, detail: String) -> AdapterError {

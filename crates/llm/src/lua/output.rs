@@ -26,6 +26,11 @@ pub(crate) struct ChunkOut {
     usage: Option<UsageOut>,
     #[serde(default)]
     tool_calls: Option<Vec<ToolCallOut>>,
+    /// An error the provider sent in the stream (or as the whole body),
+    /// as it sent it: `{type, code, message, ...}`. The host decides from
+    /// it whether trying again may help (`is_transient_report`).
+    #[serde(default)]
+    error: Option<Value>,
 }
 
 /// A flat tool-call fragment. `stream_index` is required: without it
@@ -56,7 +61,7 @@ struct UsageOut {
 }
 
 const CONTRACT: &str = "expected {content, reasoning_content, done, finish_reason, usage, \
-     tool_calls: [{id, type, name, raw_arguments, stream_index}]}";
+     tool_calls: [{id, type, name, raw_arguments, stream_index}], error}";
 
 /// Parses an adapter's JSON output. The error is a sentence for the
 /// adapter's author.
@@ -73,6 +78,20 @@ pub(crate) fn parse(text: &str) -> Result<ChunkOut, String> {
 }
 
 impl ChunkOut {
+    /// The provider's error the adapter reported: its message, and
+    /// whether it names a passing condition.
+    pub(crate) fn reported_error(&self) -> Option<(String, bool)> {
+        let error = self.error.as_ref().filter(|e| !e.is_null())?;
+        let message = match error.get("message").and_then(Value::as_str) {
+            Some(message) => message.to_owned(),
+            None => match error {
+                Value::String(text) => text.clone(),
+                other => other.to_string(),
+            },
+        };
+        Some((message, crate::error::is_transient_report(error)))
+    }
+
     /// Whether the adapter said the response is complete.
     pub(crate) fn done(&self) -> bool {
         self.done.unwrap_or(false)
