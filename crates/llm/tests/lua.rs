@@ -657,6 +657,24 @@ fn openai_lua_builds_the_native_request() {
     assert_eq!(lua_headers, native_headers);
 }
 
+/// A base URL with a query (an Azure deployment's `?api-version=`) keeps
+/// it at the end: the adapter's endpoint goes into the path, before the
+/// query (it was appended after it, `?api-version=...//chat/completions`).
+#[test]
+fn the_endpoint_goes_before_the_base_urls_query() {
+    let endpoint = Endpoint {
+        base_url: "https://res.example.net/openai/deployments/gpt4o/?api-version=2024-10-21".into(),
+        api_key: None,
+    };
+    let wire = strict(bundled("openai"))
+        .build_request(&endpoint, &chat_request())
+        .unwrap();
+    assert_eq!(
+        wire.url,
+        "https://res.example.net/openai/deployments/gpt4o/chat/completions?api-version=2024-10-21"
+    );
+}
+
 /// The Anthropic docs' tool-use stream with a second call (the same
 /// transcript as the native codec's test).
 const ANTHROPIC_TWO_CALLS: &str = r#"event: message_start

@@ -99,11 +99,17 @@ impl WireCodec for LuaCodec {
                 self.adapter.file()
             ),
         })?;
-        let url = format!(
-            "{}{}",
-            endpoint.base_url.trim_end_matches('/'),
-            self.adapter.endpoint()
-        );
+        // The endpoint joins the path, before any query the base URL has
+        // (an Azure deployment's `?api-version=`).
+        let (path, query) = match endpoint.base_url.split_once('?') {
+            Some((path, query)) => (path, Some(query)),
+            None => (endpoint.base_url.as_str(), None),
+        };
+        let mut url = format!("{}{}", path.trim_end_matches('/'), self.adapter.endpoint());
+        if let Some(query) = query {
+            url.push('?');
+            url.push_str(query);
+        }
         let timestamp = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs())
