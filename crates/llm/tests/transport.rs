@@ -483,6 +483,36 @@ async fn status_401_is_unauthorized_on_every_wire() {
     }
 }
 
+/// Gemini names its wait in the body, not in a Retry-After header
+/// (`RetryInfo.retryDelay` among the error's details): read as the
+/// Retry-After it stands for, so a 429 on the free tier is retried after
+/// the wait it asked for, not 200 ms later. A header still wins.
+#[tokio::test]
+async fn geminis_retry_delay_in_the_body_is_a_retry_after() {
+    let body = r#"{"error":{"code":429,"message":"Resource has been exhausted","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.QuotaFailure"},{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"7.5s"}]}}"#;
+    let server = tiny_server(canned(429, body)).await;
+    let err = provider(&server.url, Protocol::Gemini, Options::default())
+        .stream(&chat("hi"), CancellationToken::new())
+        .await
+        .err();
+    assert!(
+        matches!(&err, Some(ProviderError::Status { status: 429, retry_after: Some(after), .. })
+            if *after == Duration::from_millis(7500)),
+        "{err:?}"
+    );
+    let mut with_header = canned(429, body);
+    with_header.headers.push(("retry-after", "3".into()));
+    let server = tiny_server(with_header).await;
+    let err = provider(&server.url, Protocol::Gemini, Options::default())
+        .stream(&chat("hi"), CancellationToken::new())
+        .await
+        .err();
+    assert_eq!(
+        err.and_then(|e| e.retry_after()),
+        Some(Duration::from_secs(3))
+    );
+}
+
 #[tokio::test]
 async fn retry_after_is_read_on_429_and_503() {
     let cases = [

@@ -179,6 +179,14 @@ pub trait WireCodec: Send + Sync {
     /// <status>` alone for an empty body). [`crate::ProviderError`]'s text
     /// shows it as it is, so it must name the status.
     fn error_message(&self, status: u16, body: &[u8]) -> String;
+
+    /// A wait the provider named in an error body, for a response that
+    /// came without a `Retry-After` header (Gemini puts it in the body's
+    /// `RetryInfo`). `None` by default.
+    fn retry_delay(&self, body: &[u8]) -> Option<std::time::Duration> {
+        let _ = body;
+        None
+    }
 }
 
 /// A temperature as JSON, through its shortest decimal form: `0.7f32`

@@ -370,6 +370,7 @@ impl HttpProvider {
                 Err(_) => break,
             }
         }
+        let retry_after = retry_after.or_else(|| self.codec.retry_delay(&body));
         let message = self.codec.error_message(status, &body);
         tracing::debug!(
             protocol = self.codec.protocol().as_str(),

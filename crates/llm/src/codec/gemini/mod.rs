@@ -84,6 +84,35 @@ impl WireCodec for GeminiCodec {
     /// `{"error":{"code":400,"message":"...","status":"INVALID_ARGUMENT"}}`
     /// (or a one-element array of it, as the non-SSE stream endpoint sends)
     /// becomes `HTTP <status>: <STATUS>: <message>`.
+    /// `RetryInfo.retryDelay` (`"7.5s"`) among the error's details.
+    fn retry_delay(&self, body: &[u8]) -> Option<std::time::Duration> {
+        let parsed: Value = serde_json::from_slice(body).ok()?;
+        let error = match &parsed {
+            Value::Array(items) => items.first()?.get("error")?,
+            other => other.get("error")?,
+        };
+        error
+            .get("details")?
+            .as_array()?
+            .iter()
+            .filter(|detail| {
+                detail
+                    .get("@type")
+                    .and_then(Value::as_str)
+                    .is_some_and(|kind| kind.ends_with("google.rpc.RetryInfo"))
+            })
+            .find_map(|detail| {
+                let delay = detail
+                    .get("retryDelay")?
+                    .as_str()?
+                    .trim()
+                    .strip_suffix('s')?;
+                let seconds: f64 = delay.parse().ok()?;
+                (seconds.is_finite() && seconds >= 0.0)
+                    .then(|| std::time::Duration::from_secs_f64(seconds.min(86_400.0)))
+            })
+    }
+
     fn error_message(&self, status: u16, body: &[u8]) -> String {
         let parsed: Option<Value> = serde_json::from_slice(body).ok();
         let error = parsed.as_ref().and_then(|v| match v {
