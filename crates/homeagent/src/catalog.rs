@@ -96,7 +96,7 @@ fn mcp_report(agent: &homeagent_agent::Agent) -> String {
                 format!("down ({reason}); it is restarted with backoff")
             }
             ServerPhase::GaveUp { reason } => {
-                format!("given up after crashing too often ({reason})")
+                format!("resting after crashing too often ({reason})")
             }
             ServerPhase::Invalid { reason } => format!("not started: {reason}"),
             ServerPhase::Stopped => "stopped".to_owned(),

@@ -219,9 +219,14 @@ pub struct McpOptions {
     /// Longest wait between restarts.
     pub max_restart_backoff: Duration,
     /// Crashes (or failed starts) within `crash_window` after which the
-    /// server is given up on until HomeAgent restarts.
+    /// server is given up on for `rest_after_giving_up`.
     pub max_crashes: u32,
     pub crash_window: Duration,
+    /// How long a server given up on rests before it is tried again (with
+    /// its crash count and backoff starting over): a home server or a NAS
+    /// that restarts takes longer than a few backoffs, and giving up for
+    /// good left its tools gone until HomeAgent restarted.
+    pub rest_after_giving_up: Duration,
     /// How often a Streamable HTTP server is pinged while idle. A stdio
     /// server's death closes its pipe; an HTTP server that went away is
     /// only noticed when a request to it fails, so one is made regularly
@@ -236,6 +241,7 @@ impl Default for McpOptions {
             max_restart_backoff: Duration::from_secs(30),
             max_crashes: 5,
             crash_window: Duration::from_secs(300),
+            rest_after_giving_up: Duration::from_secs(300),
             http_ping_interval: Duration::from_secs(15),
         }
     }

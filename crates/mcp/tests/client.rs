@@ -548,6 +548,53 @@ async fn a_server_that_keeps_crashing_is_given_up_and_a_silent_one_does_not_bloc
     manager.shutdown().await;
 }
 
+/// A server that crashed too often rests, then is tried again: a home
+/// server or a NAS that restarts takes longer than the crash window's
+/// few backoffs, and giving up for good left its tools gone until
+/// HomeAgent itself restarted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_given_up_on_is_tried_again_after_a_rest() {
+    let python = python().to_string_lossy().into_owned();
+    let counter = std::env::temp_dir().join(format!("homeagent-mcp-rest-{}", std::process::id()));
+    let _ = std::fs::remove_file(&counter);
+    // Exits 3 the first three times it starts, then is the fixture.
+    let script = format!(
+        "import os, sys\n\
+         p = {counter:?}\n\
+         n = int(open(p).read()) if os.path.exists(p) else 0\n\
+         open(p, 'w').write(str(n + 1))\n\
+         if n < 3: sys.exit(3)\n\
+         os.execv(sys.executable, [sys.executable, {fixture:?}])\n",
+        counter = counter.display().to_string(),
+        fixture = fixture(),
+    );
+    let mut spec = McpServerSpec::stdio("late", python, vec!["-c".into(), script]);
+    spec.timeout = Duration::from_secs(30);
+    let options = McpOptions {
+        restart_backoff: Duration::from_millis(10),
+        max_restart_backoff: Duration::from_millis(20),
+        max_crashes: 3,
+        rest_after_giving_up: Duration::from_millis(500),
+        ..McpOptions::default()
+    };
+    let manager = start_mcp_servers(vec![spec], None, options).await;
+    wait_for(|| async {
+        manager
+            .status()
+            .iter()
+            .any(|s| matches!(s.phase, ServerPhase::Running))
+    })
+    .await;
+    let source: Arc<dyn ToolSource> = Arc::new(manager.clone());
+    assert!(
+        call(source, "late__echo", json!({"text": "back"}))
+            .await
+            .success
+    );
+    let _ = std::fs::remove_file(&counter);
+    manager.shutdown().await;
+}
+
 /// A refresh after `list_changed` that fails is tried again: it was only
 /// logged, and the server's new tools stayed missing until its next
 /// notification or a restart.

@@ -31,7 +31,7 @@ pub enum ServerPhase {
     /// Crashed, failed to start, or never answered `initialize`; a restart
     /// is scheduled.
     Down { reason: String },
-    /// Crashed too often; not restarted until HomeAgent restarts.
+    /// Crashed too often: resting, then tried again (`reason` says when).
     GaveUp { reason: String },
     /// The spec is unusable; never started.
     Invalid { reason: String },
@@ -576,9 +576,9 @@ fn server_down(name: &str, server: &str, phase: &ServerPhase) -> ToolError {
     let (detail, hint) = match phase {
         ServerPhase::GaveUp { reason } => (
             format!(
-                "tool {name} is unavailable: its MCP server `{server}` is down and will not be restarted ({reason})"
+                "tool {name} is unavailable: its MCP server `{server}` crashed too often and is resting ({reason})"
             ),
-            "use another tool; the server comes back only when HomeAgent restarts".to_owned(),
+            "use another tool; the server is tried again after its rest".to_owned(),
         ),
         ServerPhase::Down { reason } => (
             format!(

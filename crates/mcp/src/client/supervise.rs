@@ -1,6 +1,7 @@
 //! One task per server: connect, publish its tools, refresh them when the
-//! server says they changed, and restart it with backoff when it dies —
-//! until it has died too often within the window.
+//! server says they changed, and restart it with backoff when it dies;
+//! when it has died too often within the window, rest a while (the
+//! server is "given up on") and then start over.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -82,25 +83,32 @@ pub(crate) async fn supervise(
         {
             failures.pop_front();
         }
-        if failures.len() >= options.max_crashes as usize {
+        let wait = if failures.len() >= options.max_crashes as usize {
             let reason = format!(
-                "{} crashes or failed starts within {:?}; last: {reason}",
+                "{} crashes or failed starts within {:?}; tried again in {:?}; last: {reason}",
                 failures.len(),
-                options.crash_window
+                options.crash_window,
+                options.rest_after_giving_up
             );
-            tracing::error!(server = %name, "giving up on MCP server: {reason}");
+            tracing::error!(server = %name, "giving up on MCP server for a while: {reason}");
             set_phase(&shared, &name, ServerPhase::GaveUp { reason });
-            return;
-        }
-        set_phase(&shared, &name, ServerPhase::Down { reason });
+            // After the rest it starts over, as if new.
+            failures.clear();
+            backoff = options.restart_backoff;
+            options.rest_after_giving_up
+        } else {
+            set_phase(&shared, &name, ServerPhase::Down { reason });
+            let wait = backoff;
+            backoff = (backoff * 2).min(options.max_restart_backoff);
+            wait
+        };
         tokio::select! {
-            () = tokio::time::sleep(backoff) => {}
+            () = tokio::time::sleep(wait) => {}
             () = shared.shutdown.cancelled() => {
                 set_phase(&shared, &name, ServerPhase::Stopped);
                 return;
             }
         }
-        backoff = (backoff * 2).min(options.max_restart_backoff);
         shared.with_server(&name, |s| s.status.restarts += 1);
     }
 }
