@@ -197,7 +197,20 @@ impl RequestMessages {
             check_pairing(&messages[start..])?;
         } else {
             let system = if keep_from > 0 {
-                format!("{system_prompt}\n\n{}", elision_note(keep_from))
+                // The client's own system messages, kept (`fit_start`),
+                // join the agent's prompt: the messages after it are the
+                // history from `keep_from` on.
+                let pinned = leading_system(all);
+                let mut system = system_prompt.to_owned();
+                for message in &all[..pinned] {
+                    if let Message::System { content } = message {
+                        system.push_str("\n\n");
+                        system.push_str(content);
+                    }
+                }
+                system.push_str("\n\n");
+                system.push_str(&elision_note(keep_from - pinned));
+                system
             } else {
                 system_prompt.to_owned()
             };
@@ -227,13 +240,33 @@ impl RequestMessages {
 
 fn fit_counted(history: &[Message], tokens: &[usize], budget: usize, reserved: usize) -> Fitted {
     let keep_from = fit_start(history, tokens, budget, reserved);
+    if keep_from == 0 {
+        return Fitted {
+            messages: history.to_vec(),
+            elided: 0,
+        };
+    }
+    let pinned = leading_system(history);
+    let mut messages = history[..pinned].to_vec();
+    messages.extend_from_slice(&history[keep_from..]);
     Fitted {
-        messages: history[keep_from..].to_vec(),
-        elided: keep_from,
+        messages,
+        elided: keep_from - pinned,
     }
 }
 
-/// Where the kept part of `history` starts.
+/// How many system messages open `history`: a client's own (a persona, a
+/// preset, what an OpenAI-compatible client sends first). They are kept
+/// whatever is left out, as the agent's own prompt is.
+fn leading_system(history: &[Message]) -> usize {
+    history
+        .iter()
+        .take_while(|m| matches!(m, Message::System { .. }))
+        .count()
+}
+
+/// Where the kept part of `history` starts (0: all of it); when it is not
+/// 0, the leading system messages ([`leading_system`]) are kept besides.
 fn fit_start(history: &[Message], tokens: &[usize], budget: usize, reserved: usize) -> usize {
     let available = budget.saturating_sub(reserved);
     // Nearly always the whole history fits: then every turn is kept, and
@@ -242,17 +275,19 @@ fn fit_start(history: &[Message], tokens: &[usize], budget: usize, reserved: usi
     if tokens.iter().sum::<usize>() <= available {
         return 0;
     }
+    let pinned = leading_system(history);
+    let available = available.saturating_sub(tokens[..pinned].iter().sum::<usize>());
     let starts: Vec<usize> = history
         .iter()
         .enumerate()
         .filter(|(_, m)| matches!(m, Message::User { .. }))
         .map(|(i, _)| i)
         .collect();
-    // Turn boundaries: messages before the first user message belong to
-    // the first turn.
+    // Turn boundaries: messages before the first user message (after the
+    // kept system messages) belong to the first turn.
     let mut bounds: Vec<usize> = starts.clone();
-    if bounds.first().is_none_or(|first| *first != 0) {
-        bounds.insert(0, 0);
+    if bounds.first().is_none_or(|first| *first != pinned) {
+        bounds.insert(0, pinned);
     }
     let mut keep_from = history.len();
     let mut used = 0usize;

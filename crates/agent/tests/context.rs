@@ -292,6 +292,43 @@ fn a_fit_that_moves_by_as_much_as_was_added_rebuilds_the_request() {
     assert!(elided.windows(2).any(|w| w[1] == w[0] + 2), "{elided:?}");
 }
 
+/// A client's own system message at the start of a conversation (a
+/// persona, a preset: what an OpenAI-compatible client sends first) is
+/// kept when old turns are left out, as the agent's own prompt is: it was
+/// the first thing dropped, silently. It goes into the request's system
+/// message, with the note on what was left out.
+#[test]
+fn a_clients_leading_system_message_is_kept_when_old_turns_go() {
+    let persona = Message::system("You are PIRATE. Always answer like a pirate.");
+    let mut all = vec![persona.clone()];
+    all.extend((0..10).flat_map(exchange));
+    let turn_cost: usize = exchange(5).iter().map(approx_tokens).sum();
+    // Room for the persona and three turns (and less than a fourth).
+    let budget = approx_tokens(&persona) + turn_cost * 3 + 100 + 40;
+    let fitted = fit_history(&all, budget, 40);
+    assert_eq!(
+        fitted.elided,
+        7 * 4,
+        "the persona is not counted as left out"
+    );
+    assert_eq!(fitted.messages[0], persona);
+    assert_eq!(fitted.messages[1..], all[all.len() - 12..]);
+
+    let history = CountedHistory::new(all.clone());
+    let mut sent = RequestMessages::default();
+    let mut request = Vec::new();
+    sent.update(&mut request, "agent prompt", &history, budget, 40)
+        .unwrap();
+    let Message::System { content } = &request[0] else {
+        panic!("{request:?}")
+    };
+    assert!(content.starts_with("agent prompt"), "{content}");
+    assert!(content.contains("You are PIRATE"), "{content}");
+    assert!(content.ends_with(&elision_note(7 * 4)), "{content}");
+    assert_eq!(request[1..], all[all.len() - 12..]);
+    check_pairing(&request).unwrap();
+}
+
 #[test]
 fn tokens_are_about_a_quarter_of_the_json_plus_framing() {
     let message = Message::user("abcd".repeat(25));
