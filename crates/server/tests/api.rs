@@ -757,7 +757,11 @@ async fn fields_real_clients_send_are_accepted() {
         ],
         "top_k": 40, "min_p": 0.05, "repetition_penalty": 1.1, "typical_p": 1.0,
         "prediction": {"type": "content", "content": "x"},
-        "modalities": ["text"]
+        "modalities": ["text"],
+        // The current SDK's prompt-cache and moderation settings.
+        "prompt_cache_retention": "24h",
+        "prompt_cache_options": {"mode": "auto"},
+        "moderation": null
     });
     let response = server
         .post_json("/v1/chat/completions", &body)

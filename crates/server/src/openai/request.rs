@@ -51,6 +51,9 @@ pub const IGNORED: &[&str] = &[
     "function_call",
     "safety_identifier",
     "prompt_cache_key",
+    "prompt_cache_retention",
+    "prompt_cache_options",
+    "moderation",
     "verbosity",
     "prediction",
     // Checked in `check_shape_settings`: only their text-only forms pass.
