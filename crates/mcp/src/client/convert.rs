@@ -210,7 +210,9 @@ pub fn service_error(server: &str, tool: &str, error: ServiceError) -> ToolError
         )
         .with_hint(
             "a call may run longer while its server reports progress, up to the server's \
-             max_timeout; do less per call, or raise timeout / max_timeout in [[mcp.servers]]",
+             max_timeout; do less per call, or raise timeout / max_timeout in [[mcp.servers]]. \
+             An answer over 16 MiB on one line is dropped by the MCP client and ends the same \
+             way (ask for less output, not more time)",
         ),
         ServiceError::Cancelled { reason } => ToolError::new(
             ErrorReason::Cancelled,
