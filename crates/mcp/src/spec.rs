@@ -111,11 +111,57 @@ impl McpTransport {
         let McpTransport::Http { url, .. } = self else {
             return text.to_owned();
         };
-        url_secrets(url)
+        let text = url_secrets(url)
             .into_iter()
             .filter(|secret| !secret.is_empty())
-            .fold(text.to_owned(), |text, secret| text.replace(secret, ""))
+            .fold(text.to_owned(), |text, secret| text.replace(secret, ""));
+        scrub_spellings(&text, host_of(url))
     }
+}
+
+/// The `host[:port]` of `url`, without user info.
+fn host_of(url: &str) -> &str {
+    let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let authority = after_scheme
+        .split(['/', '?', '#'])
+        .next()
+        .unwrap_or_default();
+    authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host)
+}
+
+/// Cuts, from every URL in `text` that names `host`, its user info and its
+/// query, however they are spelled: the HTTP client quotes the URL it
+/// sent, re-encoded (`%20` for a space, `%22` for a quote), which the
+/// configured spelling does not match.
+fn scrub_spellings(text: &str, host: &str) -> String {
+    if host.is_empty() {
+        return text.to_owned();
+    }
+    // A URL ends at whitespace or at what usually closes a quoted one.
+    let ends = |c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '<' | '>' | ')' | '`');
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        let (before, after) = rest.split_at(at + 3);
+        out.push_str(before);
+        let end = after.find(ends).unwrap_or(after.len());
+        let (url, tail) = after.split_at(end);
+        let authority_end = url.find(['/', '?', '#']).unwrap_or(url.len());
+        let authority = &url[..authority_end];
+        let named = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+        if named == host {
+            out.push_str(named);
+            let path = &url[authority_end..];
+            out.push_str(path.split(['?', '#']).next().unwrap_or_default());
+        } else {
+            out.push_str(url);
+        }
+        rest = tail;
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The parts of `url` that must not be shown, as they are spelled in it:
@@ -303,6 +349,33 @@ pub enum SpecError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The client quotes the URL as it sent it, re-encoded (a space is
+    /// `%20`, a quote `%22`): a query or a password in that spelling is
+    /// cut too, not only the one the config wrote.
+    #[test]
+    fn a_re_encoded_spelling_of_the_urls_secrets_is_scrubbed() {
+        let transport = McpTransport::Http {
+            url: "http://me:p w@nas.local:8123/mcp?api_key=TOP SECRET&x=\"q\"".into(),
+            bearer_token: None,
+        };
+        let text = "error sending request for url (http://me:p%20w@nas.local:8123/mcp?api_key=TOP%20SECRET&x=%22q%22): \
+                    connection refused; url: \"http://nas.local:8123/mcp?api_key=TOP%20SECRET\", \
+                    and as written: http://me:p w@nas.local:8123/mcp?api_key=TOP SECRET&x=\"q\"";
+        let scrubbed = transport.scrub(text);
+        assert!(!scrubbed.contains("TOP"), "{scrubbed}");
+        assert!(
+            !scrubbed.contains("p%20w") && !scrubbed.contains("p w@"),
+            "{scrubbed}"
+        );
+        assert!(scrubbed.contains("nas.local:8123/mcp"), "{scrubbed}");
+        assert!(scrubbed.contains("connection refused"), "{scrubbed}");
+        // Other URLs keep their queries.
+        assert_eq!(
+            transport.scrub("see http://example.net/doc?page=2"),
+            "see http://example.net/doc?page=2"
+        );
+    }
 
     #[test]
     fn server_names_must_be_usable_as_tool_name_prefixes() {
