@@ -153,6 +153,29 @@ pub struct Agent {
     pub devices: Option<DeviceHub>,
 }
 
+impl Agent {
+    /// Where the tool `name` comes from: its entry in
+    /// [`Agent::tool_sources`], else `mcp` (the runtime's tools are the
+    /// registry's and the MCP servers'; MCP tools come and go, so they are
+    /// not listed there).
+    pub fn tool_source(&self, name: &str) -> &'static str {
+        tool_source_of(&self.tool_sources, &self.registry, name)
+    }
+}
+
+/// [`Agent::tool_source`], for holders of the agent's parts.
+pub fn tool_source_of(
+    sources: &BTreeMap<String, &'static str>,
+    registry: &Registry,
+    name: &str,
+) -> &'static str {
+    match sources.get(name) {
+        Some(source) => source,
+        None if homeagent_core::ToolSource::definition(registry, name).is_none() => "mcp",
+        None => "other",
+    }
+}
+
 impl std::fmt::Debug for Agent {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Agent")

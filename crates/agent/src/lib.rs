@@ -22,7 +22,7 @@ pub mod runtime;
 pub mod scheduler;
 pub mod store;
 
-pub use build::{Agent, BuildError, BuildOptions, DEMO_NOTICE, build};
+pub use build::{Agent, BuildError, BuildOptions, DEMO_NOTICE, build, tool_source_of};
 pub use demo_model::DemoModel;
 pub use frames::{Frame, Incomplete, SkipReason, UsageFrame};
 pub use runtime::{AgentSettings, FrameSink, Runtime, TurnControl, TurnInput};

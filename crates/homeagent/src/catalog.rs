@@ -131,11 +131,7 @@ fn print_agent_tools(
         .definitions()
         .into_iter()
         .map(|def| {
-            let source = agent
-                .tool_sources
-                .get(&def.name)
-                .copied()
-                .unwrap_or("unknown");
+            let source = agent.tool_source(&def.name);
             (def, source)
         })
         .collect();

@@ -1087,3 +1087,33 @@ fn a_files_root_that_is_the_data_directory_is_refused() {
         "{stderr}"
     );
 }
+
+/// `homeagent tools` names an MCP tool's source (`mcp`), as the tools API
+/// does: it said `unknown`.
+#[test]
+fn the_tools_command_names_mcp_as_an_mcp_tools_source() {
+    let setup = setup(&fixture_mcp(""));
+    let output = Command::new(env!("CARGO_BIN_EXE_homeagent"))
+        .arg("--config")
+        .arg(&setup.config)
+        .arg("--data-dir")
+        .arg(&setup.dir)
+        .args(["tools", "--json"])
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("HOMEAGENT_CONFIG")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let listed: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let tools = listed
+        .as_array()
+        .or_else(|| listed["tools"].as_array())
+        .unwrap_or_else(|| panic!("{listed}"));
+    let echo = tools
+        .iter()
+        .find(|t| t["name"] == "fx__echo")
+        .unwrap_or_else(|| panic!("{listed}"));
+    assert_eq!(echo["source"], "mcp", "{echo}");
+    let note = tools.iter().find(|t| t["name"] == "cmd_run").unwrap();
+    assert_eq!(note["source"], "builtin", "{note}");
+}

@@ -212,12 +212,7 @@ impl ServerState {
     }
 
     pub fn tool_source(&self, tool: &str) -> &'static str {
-        match self.inner.tool_sources.get(tool) {
-            Some(source) => source,
-            // The runtime's tools are the registry's and the MCP servers'.
-            None if self.inner.registry.definition(tool).is_none() => "mcp",
-            None => "other",
-        }
+        homeagent_agent::tool_source_of(&self.inner.tool_sources, &self.inner.registry, tool)
     }
 
     /// Every tool a run reaches, before the gate: the built-in registry's
