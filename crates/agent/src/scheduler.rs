@@ -477,7 +477,29 @@ async fn work(inner: Arc<Inner>, session: String) {
         };
         let frames = pending.frames.clone();
         let sink: FrameSink = Arc::new(move |frame| frames.send(frame));
-        let terminal = inner.runtime.run(&pending.input, &control, &sink).await;
+        // A panic (a bug) ends this input with an error, not the worker:
+        // a dead worker left the input without its terminal frame and the
+        // session's later inputs waiting for ever.
+        let running =
+            std::panic::AssertUnwindSafe(inner.runtime.run(&pending.input, &control, &sink));
+        let terminal = match futures_util::FutureExt::catch_unwind(running).await {
+            Ok(terminal) => terminal,
+            Err(payload) => {
+                let what = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| payload.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic".to_owned());
+                tracing::error!(session = %session, "an input panicked: {what}");
+                Frame::error(
+                    "internal",
+                    format!(
+                        "the agent failed while running this input (a bug: {what}); the session \
+                         goes on, and what the input stored before the failure is kept"
+                    ),
+                )
+            }
+        };
         {
             let mut sessions = lock(&inner.sessions);
             if let Some(entry) = sessions.get_mut(&session) {

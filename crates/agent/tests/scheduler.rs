@@ -536,3 +536,57 @@ async fn observers_see_every_frame_of_every_input_in_order() {
     drop(seen);
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// Panics on the text `!panic`, answers anything else.
+struct PanicsOnCue;
+
+impl homeagent_llm::LocalModel for PanicsOnCue {
+    fn respond(
+        &self,
+        request: &homeagent_llm::ChatRequest,
+    ) -> Result<Vec<homeagent_core::StreamEvent>, homeagent_llm::ProviderError> {
+        let asked = request.messages.iter().rev().find_map(|m| match m {
+            Message::User { content } => Some(content.clone()),
+            _ => None,
+        });
+        if asked.as_deref() == Some("!panic") {
+            panic!("a bug on cue");
+        }
+        Ok(vec![homeagent_core::StreamEvent::TextDelta {
+            text: "fine".into(),
+        }])
+    }
+}
+
+/// A panic while an input runs (a bug) ends that input with an error and
+/// leaves its session usable: the worker's task died with it, so the input
+/// got no terminal frame and every later input of the session waited for
+/// ever behind a worker that was gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_while_an_input_runs_ends_it_with_an_error_and_the_session_goes_on() {
+    let dir = temp_dir();
+    let store = Arc::new(Store::open(&dir.join("homeagent.db")).unwrap());
+    let runtime = runtime_over(
+        demo_sources(),
+        Arc::new(PanicsOnCue),
+        store,
+        AgentSettings::default(),
+    );
+    let scheduler = Scheduler::new(Arc::new(runtime), SchedulerOptions::default());
+    let frames = drain(scheduler.submit(submission("p", "!panic"))).await;
+    assert!(
+        matches!(frames.last(), Some(Frame::Error { .. })),
+        "{frames:?}"
+    );
+    let next = tokio::time::timeout(
+        Duration::from_secs(60),
+        drain(scheduler.submit(submission("p", "hello"))),
+    )
+    .await
+    .expect("the session's next input never ran");
+    assert!(
+        matches!(next.last(), Some(Frame::Response { .. })),
+        "{next:?}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
