@@ -482,6 +482,10 @@ fn zero_limits_are_refused_naming_the_key() {
             "tools.cmd_run.timeout",
         ),
         (
+            "[server]\nmax_body_bytes = 0\n".to_owned(),
+            "server.max_body_bytes",
+        ),
+        (
             format!("[[hooks.pre_tool_use]]\n{hook}"),
             "hooks.pre_tool_use[0].timeout",
         ),

@@ -63,6 +63,7 @@ pub async fn run(
             api_key,
             device_token,
             device_tokens,
+            body_limit: usize::try_from(loaded.config.server.max_body_bytes).unwrap_or(usize::MAX),
             ..ServerOptions::default()
         },
     );

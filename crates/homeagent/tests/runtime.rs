@@ -153,3 +153,44 @@ fn serve_runs_without_transparent_huge_pages() {
         .unwrap_or_else(|| panic!("no THP_enabled line in {status}"));
     assert_eq!(thp.trim(), "0", "{status}");
 }
+
+/// The largest request body `serve` takes is `[server] max_body_bytes`
+/// (a long stateless conversation sends its whole history each time, and
+/// 1 MiB was a wall), and a body over it is told the limit and its key.
+#[tokio::test]
+async fn the_body_limit_is_the_configured_one_and_named_when_passed() {
+    let big = format!(
+        "{{\"model\":\"homeagent\",\"messages\":[{{\"role\":\"user\",\"content\":\"{}\"}}]}}",
+        "x".repeat(1_500_000)
+    );
+    homeagent_llm::transport::install_crypto_provider();
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let send = |url: String, body: String| {
+        let http = http.clone();
+        async move {
+            http.post(format!("{url}/v1/chat/completions"))
+                .header("content-type", "application/json")
+                .body(body)
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let (_dir, child, url) = listening("", None);
+    let refused = send(url, big.clone()).await;
+    assert_eq!(refused.status(), 413);
+    let error: Value = refused.json().await.unwrap();
+    let message = error["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        message.contains("1048576") && message.contains("max_body_bytes"),
+        "{error}"
+    );
+    drop(child);
+    let (_dir, child, url) = listening("[server]\nmax_body_bytes = 4000000\n", None);
+    let taken = send(url, big).await;
+    assert_ne!(taken.status(), 413, "{:?}", taken.text().await);
+    drop(child);
+}

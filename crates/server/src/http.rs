@@ -213,12 +213,17 @@ fn percent_decode(text: &str) -> String {
 /// JSON a 400 `invalid_json`, JSON of the wrong shape (a missing or unknown
 /// field, a wrong type) a 400 `invalid_request`; each message names the
 /// problem and where it is.
-pub fn json_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
-    let bytes = body_bytes(body)?;
+/// The JSON of a request body; `limit` is the server's body limit, which
+/// a refusal names.
+pub fn json_body<T: DeserializeOwned>(
+    body: Result<Bytes, BytesRejection>,
+    limit: usize,
+) -> Result<T, ApiError> {
+    let bytes = body_bytes(body, limit)?;
     serde_json::from_slice(&bytes).map_err(|e| json_error(&e))
 }
 
-pub fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+pub fn body_bytes(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Bytes, ApiError> {
     body.map_err(|rejection| {
         if deadline_passed(&rejection) {
             ApiError::new(
@@ -231,7 +236,10 @@ pub fn body_bytes(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError
             ApiError::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "body_too_large",
-                "the request body is larger than the server accepts; send a shorter one",
+                format!(
+                    "the request body is larger than the server takes ({limit} bytes, \
+                     [server] max_body_bytes); send a shorter one, or raise the limit"
+                ),
             )
         } else {
             ApiError::bad_request(

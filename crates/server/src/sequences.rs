@@ -68,7 +68,7 @@ pub async fn create(
     State(state): State<ServerState>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let value: Value = match json_body(body) {
+    let value: Value = match json_body(body, state.options().body_limit) {
         Ok(value) => value,
         Err(e) => return e.into_response(),
     };

@@ -63,7 +63,7 @@ pub async fn send(
 ) -> Response {
     let started = (|| {
         checked(&id)?;
-        let message: SendMessage = json_body(body)?;
+        let message: SendMessage = json_body(body, state.options().body_limit)?;
         let agent = message
             .agent
             .unwrap_or_else(|| state.options().default_agent.clone());

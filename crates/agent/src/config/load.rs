@@ -313,6 +313,12 @@ impl Config {
             ));
         }
         self.check_limits(&invalid)?;
+        if self.server.max_body_bytes < 1024 {
+            return Err(invalid(
+                "server.max_body_bytes".into(),
+                "must be at least 1024 (the default is 1048576)".into(),
+            ));
+        }
         // HOST:PORT, as serve resolves it (a name or an address; IPv6 in
         // brackets): without a port it fails only when serve starts.
         let has_port = self

@@ -352,6 +352,10 @@ pub struct ServerSection {
     /// Devices not declared here bind with the shared token, if one is set.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub devices: Vec<DeviceEntry>,
+    /// The largest request body the server takes, in bytes (at least
+    /// 1024). An OpenAI-compatible client without a session sends the
+    /// whole conversation with every request.
+    pub max_body_bytes: u64,
 }
 
 impl Default for ServerSection {
@@ -361,6 +365,7 @@ impl Default for ServerSection {
             api_key: None,
             device_token: None,
             devices: Vec::new(),
+            max_body_bytes: 1024 * 1024,
         }
     }
 }

@@ -90,7 +90,7 @@ async fn completions_inner(
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let body: Value = json_body(body)?;
+    let body: Value = json_body(body, state.options().body_limit)?;
     let mut request = request::parse(body)?;
     let agent = state.options().default_agent.clone();
     // Refused here, not only by the scheduler: by then earlier messages
