@@ -178,7 +178,10 @@ fn scalar_accepts(kind: &str, value: &Value) -> bool {
     match (kind, value) {
         (_, Value::Null) => true,
         ("string", v) => v.is_string(),
-        ("integer", Value::Number(n)) => n.is_i64() || n.is_u64(),
+        // As JSON Schema counts them: 3.0 is an integer.
+        ("integer", Value::Number(n)) => {
+            n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0)
+        }
         ("integer", _) => text.is_some_and(|t| t.parse::<i64>().is_ok()),
         ("number", v) => {
             v.is_number() || text.is_some_and(|t| t.parse::<f64>().is_ok_and(f64::is_finite))

@@ -234,7 +234,16 @@ async fn declared_input_types_are_checked_when_a_group_starts() {
         .engine
         .run_sequence(
             &s,
-            args(json!({"host": "x", "verbose": "true", "n": "3", "tags": null})),
+            args(json!({"host": "x", "verbose": "true", "n": 3.0, "tags": null})),
+            &main_caller(),
+        )
+        .await;
+    assert_eq!(report.status, RunStatus::Completed, "{report:?}");
+    let report = h
+        .engine
+        .run_sequence(
+            &s,
+            args(json!({"host": "x", "verbose": false, "n": "3", "tags": ["a"]})),
             &main_caller(),
         )
         .await;
