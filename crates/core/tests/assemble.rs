@@ -312,6 +312,15 @@ fn another_name_at_a_busy_index_starts_a_new_call_instead_of_renaming() {
     assert_eq!(names, ["files_list", "files_delete"], "{turn:?}");
     assert_eq!(turn.calls[0].call.arguments, json!({"dir": "/"}));
     assert_eq!(turn.calls[1].call.arguments, json!({"path": "/x"}));
+    // Without an index either: another name is another call.
+    let turn = assemble([
+        frag(None, None, Some("files_list"), "{\"dir\":\"/\"}"),
+        frag(None, None, Some("files_delete"), "{\"path\":\"/x\"}"),
+        finish("tool_calls"),
+    ]);
+    let names: Vec<&str> = turn.calls.iter().map(|c| c.call.name.as_str()).collect();
+    assert_eq!(names, ["files_list", "files_delete"], "{turn:?}");
+    assert_eq!(turn.calls[1].call.arguments, json!({"path": "/x"}));
 }
 
 #[test]

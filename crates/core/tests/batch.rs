@@ -578,6 +578,14 @@ async fn stopping_a_batch_cancels_running_calls_and_still_pairs_them() {
             .iter()
             .all(|o| o.status() == CallStatus::Cancelled)
     );
+    // Handlers that unwind at the stop are not said to be abandoned.
+    for outcome in &result.outcomes {
+        let detail = &outcome.error.as_ref().unwrap().detail;
+        assert_eq!(
+            detail, "the call was stopped before it finished",
+            "{outcome:?}"
+        );
+    }
     assert_eq!(result.tool_messages.len(), 3);
     assert_eq!(
         gauge.now.load(Ordering::SeqCst),

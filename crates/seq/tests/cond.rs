@@ -91,6 +91,17 @@ fn equality_compares_text_as_text_and_truth_agrees_with_it() {
     check("$args.a == 7", json!({"a": "7.0"}), true);
     check("$args.a == true", json!({"a": "true"}), true);
     check("$args.a == $args.b", json!({"a": 2, "b": 2.0}), true);
+    // Past i64, as u64, exactly.
+    check(
+        "$args.a == $args.b",
+        json!({"a": 18_446_744_073_709_551_615_u64, "b": 18_446_744_073_709_551_615_u64}),
+        true,
+    );
+    check(
+        "$args.a == $args.b",
+        json!({"a": 18_446_744_073_709_551_615_u64, "b": 18_446_744_073_709_551_614_u64}),
+        false,
+    );
     check("$args.a == $args.b", json!({"a": null, "b": null}), true);
     check("$args.a == $args.b", json!({"a": "x", "b": "x"}), true);
     // Truth agrees with == true / == false.
