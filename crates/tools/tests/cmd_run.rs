@@ -424,6 +424,11 @@ fn sort_uniq_date_hostname_options_that_write() {
             "uniq -c +1 a q",
             write_guard("uniq", "q", "is an output file uniq would write"),
         ),
+        // Only `+` and digits is the old form: `+out` is a file.
+        (
+            "uniq a +out",
+            write_guard("uniq", "+out", "is an output file uniq would write"),
+        ),
         (
             "date -s 2020-01-01",
             write_guard("date", "-s", "sets the system clock"),
@@ -793,6 +798,9 @@ fn policy_validation_names_the_problem() {
     assert!(CmdRunPolicy::default().unavailable_programs().is_empty());
     // A runner that slipped into the configuration still never runs.
     assert_eq!(with(&["ls", "bash"], &[]).effective_allowlist(), vec!["ls"]);
+    // A program whose name ends in digits is no runner unless its name
+    // without them is one.
+    assert_eq!(with(&["ls", "base64"], &[]).validate(), Ok(()));
     // Programs that run commands through an option: tar
     // --checkpoint-action=exec=CMD, rsync -e CMD, zip -TT CMD, scp -S CMD,
     // and the editors, database shells and relays with a `!` command.
@@ -1009,6 +1017,10 @@ fn other_processes_proc_entries_are_refused_in_every_spelling() {
         "ps -o etime,pid",
         // SysV all through: `-e` is every process.
         "ps -eo pid,comm",
+        // Re-read as BSD, a dashed option without `e`, or an `e` that is
+        // the value of the option before it, is no environment.
+        "ps -A x",
+        "ps x -o -etime",
         "ps -e -o pid",
         "ps -eF",
         "ps --sort etime",

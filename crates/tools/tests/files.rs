@@ -876,4 +876,23 @@ async fn the_agents_own_config_and_data_are_private_inside_the_root() {
     call("files_write", json!({"path": "more.txt", "content": "ok"}))
         .await
         .unwrap();
+
+    // A private directory that holds the root (the default root is inside
+    // the data directory) leaves the root usable.
+    let registry = Registry::new();
+    let inner = data.join("files");
+    let mut policy = FilesPolicy::new(&inner);
+    policy.private = vec![config, data.clone()];
+    register_files_tools(&registry, policy).unwrap();
+    std::fs::write(inner.join("own.txt"), "own").unwrap();
+    let ctx = ToolContext {
+        call_id: "c2".into(),
+        tool: "files_read".into(),
+        arguments: json!({"path": "own.txt"}),
+        batch_id: "b2".into(),
+        extras: serde_json::Map::new().into(),
+        cancel: Default::default(),
+    };
+    let read = registry.invoke("files_read", ctx).await.unwrap();
+    assert_eq!(read["content"], "own");
 }
