@@ -135,6 +135,13 @@ fn a_turn_that_fits_exactly_is_kept_and_leading_non_user_messages_count() {
     let all = fit_history(&greeted, 1_000_000, 0);
     assert_eq!(all.elided, 0);
     assert_eq!(all.messages.len(), 5);
+    // Over the budget, the greeting is the oldest and goes first: room for
+    // both turns is not room for it too.
+    greeted.extend(exchange(1));
+    let turns: usize = greeted[1..].iter().map(approx_tokens).sum();
+    let fitted = fit_history(&greeted, turns + 50, 50);
+    assert_eq!(fitted.elided, 1, "{:?}", fitted.messages.first());
+    assert_eq!(fitted.messages, greeted[1..]);
 }
 
 /// The agent keeps its history counted as messages join it (loaded, then

@@ -828,7 +828,9 @@ fn ollama_base_url(host: &str) -> String {
         },
         None => match authority.rsplit_once(':') {
             Some((name, port)) if !name.contains(':') => (name.to_owned(), Some(port)),
-            _ => (authority.to_owned(), None),
+            // More than one colon and no brackets: an IPv6 address alone.
+            Some(_) => (format!("[{authority}]"), None),
+            None => (authority.to_owned(), None),
         },
     };
     let name = match name.as_str() {

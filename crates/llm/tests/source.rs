@@ -470,6 +470,48 @@ async fn a_stream_cut_while_reasoning_is_retried() {
     assert_eq!(name, "only");
     assert_eq!(text(&stream.collect().await.unwrap()), "from tiny");
     assert_eq!(server.hits(), 2, "the cut while reasoning was retried");
+
+    // An empty finish (some servers send `finish_reason: ""` on every
+    // chunk) is no content either; a real one is the answer, if empty.
+    let empty_finish = Canned {
+        status: 200,
+        headers: vec![("content-type", "text/event-stream".into())],
+        body: concat!(
+            "data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,",
+            "\"delta\":{},\"finish_reason\":\"\"}]}\n\n",
+        )
+        .into(),
+    };
+    let server = tiny(vec![empty_finish, ok()]).await;
+    let set = sources(vec![source("only", &server.url, 0)], fast());
+    let (_, stream) = set
+        .stream(&mut chat(), CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(text(&stream.collect().await.unwrap()), "from tiny");
+    assert_eq!(
+        server.hits(),
+        2,
+        "the cut after an empty finish was retried"
+    );
+    let finished = Canned {
+        status: 200,
+        headers: vec![("content-type", "text/event-stream".into())],
+        body: concat!(
+            "data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,",
+            "\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+            "data: [DONE]\n\n",
+        )
+        .into(),
+    };
+    let server = tiny(vec![finished, ok()]).await;
+    let set = sources(vec![source("only", &server.url, 0)], fast());
+    let (_, stream) = set
+        .stream(&mut chat(), CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(text(&stream.collect().await.unwrap()), "");
+    assert_eq!(server.hits(), 1, "an empty answer is an answer");
 }
 
 #[tokio::test]
@@ -596,6 +638,9 @@ fn ollama_host_without_a_port_means_ollamas_port() {
     assert_eq!(url_for("[::1]"), "http://[::1]:11434");
     assert_eq!(url_for("[::1]:9000"), "http://[::1]:9000");
     assert_eq!(url_for("0.0.0.0:11500"), "http://127.0.0.1:11500");
+    assert_eq!(url_for("[::]"), "http://[::1]:11434");
+    assert_eq!(url_for("::1"), "http://[::1]:11434");
+    assert_eq!(url_for("fe80::2"), "http://[fe80::2]:11434");
 }
 
 #[test]
