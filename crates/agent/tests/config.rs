@@ -751,6 +751,15 @@ fn secrets_come_from_the_environment_first_and_are_never_shown() {
     assert_eq!(loaded.secrets.api_key, None);
     assert!(describe(&loaded).contains("api key: not set"));
     assert!(describe(&loaded).contains("device token: not set"));
+    // The demo tools are off in the config, but the offline demo model
+    // (no source configured) registers them: the line says so, as the
+    // tool list below it shows them.
+    assert!(
+        describe(&loaded)
+            .contains("demo tools: off (on anyway while the offline demo model answers)"),
+        "{}",
+        describe(&loaded)
+    );
 }
 
 /// `[[server.devices]]`: each device's own token comes from its variable

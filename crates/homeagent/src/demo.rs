@@ -170,7 +170,8 @@ pub async fn run(options: &DemoOptions, out: &mut dyn Write) -> anyhow::Result<(
         out,
         "Next: `homeagent chat` talks to the agent. To connect a real model, set OPENAI_API_KEY \
          (with OPENAI_BASE_URL for a compatible server), ANTHROPIC_API_KEY, GEMINI_API_KEY or \
-         OLLAMA_HOST, or add [[llm.sources]] to the config (`homeagent config example`)."
+         OLLAMA_HOST (HOMEAGENT_MODEL names the model), or add [[llm.sources]] to the config \
+         (`homeagent config example`)."
     )?;
     Ok(())
 }

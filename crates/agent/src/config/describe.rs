@@ -77,11 +77,16 @@ pub fn describe(loaded: &LoadedConfig) -> String {
     let tools = &config.tools;
     let cmd_run = &tools.cmd_run;
     out.push_str("\ntools:\n");
+    // The offline demo model registers the demo tools whatever this says.
+    let demo = if tools.demo {
+        "on"
+    } else {
+        "off (on anyway while the offline demo model answers)"
+    };
     let _ = writeln!(
         out,
-        "  parallel batches: {}\n  demo tools: {}",
+        "  parallel batches: {}\n  demo tools: {demo}",
         on_off(tools.parallel),
-        on_off(tools.demo)
     );
     let _ = writeln!(
         out,
