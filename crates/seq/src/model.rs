@@ -123,11 +123,8 @@ impl SlotType {
         // the model or the network, and recursing once per level let a
         // deep enough one overflow the stack.
         let mut inner = text;
-        while let Some(element) = inner
-            .strip_prefix("array<")
-            .and_then(|rest| rest.strip_suffix('>'))
-        {
-            inner = element.trim();
+        while let Some(element) = element_type(inner) {
+            inner = element;
         }
         let ok = matches!(
             inner,
@@ -144,10 +141,7 @@ impl SlotType {
         // `array<array<T>>` peeled a level per element, in a loop.
         let mut kind = self.0.as_str();
         let mut values = vec![value];
-        while let Some(element) = kind
-            .strip_prefix("array<")
-            .and_then(|rest| rest.strip_suffix('>'))
-        {
+        while let Some(element) = element_type(kind) {
             let mut items = Vec::new();
             for value in values {
                 match value {
@@ -156,7 +150,7 @@ impl SlotType {
                     _ => return false,
                 }
             }
-            kind = element.trim();
+            kind = element;
             values = items;
         }
         values.into_iter().all(|value| scalar_accepts(kind, value))
@@ -170,6 +164,13 @@ impl SlotType {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+}
+
+/// The `T` of `array<T>` (trimmed), or `None` for any other type.
+fn element_type(kind: &str) -> Option<&str> {
+    kind.strip_prefix("array<")
+        .and_then(|rest| rest.strip_suffix('>'))
+        .map(str::trim)
 }
 
 /// [`SlotType::accepts`] for a type without `array<…>`.

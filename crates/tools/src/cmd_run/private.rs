@@ -262,10 +262,16 @@ const BSD_VALUED: &str = "oOpqtUk";
 /// An argument that is the value of the option before it (`-C sleep`,
 /// `--sort etime`, `axo etime,pid`) is not one.
 fn bsd_environment_option(args: &[String]) -> Option<&String> {
-    args.iter().enumerate().find_map(|(i, arg)| {
-        let is_value = i > 0 && ps_takes_next_as_value(&args[i - 1]);
-        (!is_value && bsd_options(arg).contains('e')).then_some(arg)
-    })
+    ps_options(args).find(|arg| bsd_options(arg).contains('e'))
+}
+
+/// The `ps` arguments that are options, not the value of the option
+/// before them.
+fn ps_options(args: &[String]) -> impl Iterator<Item = &String> {
+    args.iter()
+        .enumerate()
+        .filter(|(i, _)| *i == 0 || !ps_takes_next_as_value(&args[i - 1]))
+        .map(|(_, arg)| arg)
 }
 
 /// procps ps's short options with a value (`-N` negates; it takes none).
@@ -278,8 +284,8 @@ const SYSV_SHORT: &str = "AaCcDdeFfGgHjLlMmNnOoPpqsTtUuVwyZ";
 
 /// Whether ps will read these arguments again as BSD (see [`SYSV_SHORT`]).
 fn reread_as_bsd(args: &[String]) -> bool {
-    args.iter().enumerate().any(|(i, arg)| {
-        if i > 0 && ps_takes_next_as_value(&args[i - 1]) || arg.starts_with("--") {
+    ps_options(args).any(|arg| {
+        if arg.starts_with("--") {
             return false;
         }
         match arg.strip_prefix('-') {
@@ -298,10 +304,10 @@ fn reread_as_bsd(args: &[String]) -> bool {
 
 /// A single-dash `ps` argument holding `e` as the BSD reading takes it.
 fn dashed_environment_option(args: &[String]) -> Option<&String> {
-    args.iter().enumerate().find_map(|(i, arg)| {
-        let is_value = i > 0 && ps_takes_next_as_value(&args[i - 1]);
-        let cluster = arg.strip_prefix('-').filter(|c| !c.starts_with('-'))?;
-        (!is_value && bsd_options(cluster).contains('e')).then_some(arg)
+    ps_options(args).find(|arg| {
+        arg.strip_prefix('-')
+            .filter(|cluster| !cluster.starts_with('-'))
+            .is_some_and(|cluster| bsd_options(cluster).contains('e'))
     })
 }
 
