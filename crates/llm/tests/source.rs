@@ -452,66 +452,46 @@ async fn an_empty_stream_is_retried_but_a_cut_after_content_is_not() {
 /// of the answer that came is all there once.
 #[tokio::test]
 async fn a_stream_cut_while_reasoning_is_retried() {
-    let reasoning = concat!(
-        "data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,",
-        "\"delta\":{\"reasoning_content\":\"Let me think about\"},\"finish_reason\":null}]}\n\n",
-    );
-    let cut = Canned {
-        status: 200,
-        headers: vec![("content-type", "text/event-stream".into())],
-        body: reasoning.into(),
+    // One chunk of the OpenAI stream with this `delta` and finish reason.
+    let chunk = |delta: &str, finish: &str| {
+        format!(
+            "data: {{\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{{\"index\":0,\
+             \"delta\":{delta},\"finish_reason\":{finish}}}]}}\n\n"
+        )
     };
-    let server = tiny(vec![cut, ok()]).await;
-    let set = sources(vec![source("only", &server.url, 0)], fast());
-    let (name, stream) = set
-        .stream(&mut chat(), CancellationToken::new())
-        .await
-        .unwrap();
-    assert_eq!(name, "only");
-    assert_eq!(text(&stream.collect().await.unwrap()), "from tiny");
-    assert_eq!(server.hits(), 2, "the cut while reasoning was retried");
+    // A lone source answering `first`, then `ok()`: the text the stream
+    // gave and how many requests the source got.
+    let answer = |first: String| async move {
+        let scripted = Canned {
+            status: 200,
+            headers: vec![("content-type", "text/event-stream".into())],
+            body: first,
+        };
+        let server = tiny(vec![scripted, ok()]).await;
+        let set = sources(vec![source("only", &server.url, 0)], fast());
+        let (name, stream) = set
+            .stream(&mut chat(), CancellationToken::new())
+            .await
+            .unwrap();
+        assert_eq!(name, "only");
+        (text(&stream.collect().await.unwrap()), server.hits())
+    };
+    let (said, hits) = answer(chunk(
+        r#"{"reasoning_content":"Let me think about"}"#,
+        "null",
+    ))
+    .await;
+    assert_eq!(said, "from tiny");
+    assert_eq!(hits, 2, "the cut while reasoning was retried");
 
     // An empty finish (some servers send `finish_reason: ""` on every
     // chunk) is no content either; a real one is the answer, if empty.
-    let empty_finish = Canned {
-        status: 200,
-        headers: vec![("content-type", "text/event-stream".into())],
-        body: concat!(
-            "data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,",
-            "\"delta\":{},\"finish_reason\":\"\"}]}\n\n",
-        )
-        .into(),
-    };
-    let server = tiny(vec![empty_finish, ok()]).await;
-    let set = sources(vec![source("only", &server.url, 0)], fast());
-    let (_, stream) = set
-        .stream(&mut chat(), CancellationToken::new())
-        .await
-        .unwrap();
-    assert_eq!(text(&stream.collect().await.unwrap()), "from tiny");
-    assert_eq!(
-        server.hits(),
-        2,
-        "the cut after an empty finish was retried"
-    );
-    let finished = Canned {
-        status: 200,
-        headers: vec![("content-type", "text/event-stream".into())],
-        body: concat!(
-            "data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,",
-            "\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
-            "data: [DONE]\n\n",
-        )
-        .into(),
-    };
-    let server = tiny(vec![finished, ok()]).await;
-    let set = sources(vec![source("only", &server.url, 0)], fast());
-    let (_, stream) = set
-        .stream(&mut chat(), CancellationToken::new())
-        .await
-        .unwrap();
-    assert_eq!(text(&stream.collect().await.unwrap()), "");
-    assert_eq!(server.hits(), 1, "an empty answer is an answer");
+    let (said, hits) = answer(chunk("{}", r#""""#)).await;
+    assert_eq!(said, "from tiny");
+    assert_eq!(hits, 2, "the cut after an empty finish was retried");
+    let (said, hits) = answer(chunk("{}", r#""stop""#) + "data: [DONE]\n\n").await;
+    assert_eq!(said, "");
+    assert_eq!(hits, 1, "an empty answer is an answer");
 }
 
 #[tokio::test]
