@@ -43,8 +43,9 @@ two strings compare as text ("1.10" != "1.1"). false, null, 0, "", "false", [] a
 
 seq_call {target, sequence?, args?}: target = a group name (from outside a sequence, `sequence` names
 which one) or "#Name" to run a whole sequence. seq_when_call adds `when`, checked on `args` first.
-Nested sequence calls may go 4 levels deep; calls that would form a cycle (between sequences, or between
-groups of one) are refused, so a seq_call target is written out ("group" or "#Name"), never computed from $args.
+Nested sequence calls may go 4 levels deep (a run is one level, each seq_call entry one more); a sequence
+that would make a deeper chain, or calls that would form a cycle (between sequences, or between groups of
+one), are refused, so a seq_call target is written out ("group" or "#Name"), never computed from $args.
 seq_create takes the groups as `groups` or, as `file`, a file in the sequence sources directory
 (<data dir>/sequence-sources; the sequences directory is the store) (exactly one).
 

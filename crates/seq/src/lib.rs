@@ -25,6 +25,7 @@ pub mod engine;
 pub mod format;
 pub mod help;
 pub mod model;
+mod nesting;
 pub mod report;
 pub mod split;
 pub mod store;

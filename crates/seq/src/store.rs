@@ -10,7 +10,9 @@
 //! Cross-sequence calls (`seq_call "#Other"`) form a graph. Saving a
 //! sequence that closes a cycle is refused with the cycle's path
 //! (`#A → #B → #A`): a cycle could only ever end at the run-time depth
-//! bound. A reference to a sequence that does not exist yet is accepted
+//! bound. So is a save that would make a chain of calls deeper than that
+//! bound (`nesting`), naming the chain. A reference to a sequence that does
+//! not exist yet is accepted
 //! with a warning, so two sequences can be written in either order.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -19,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use crate::check::Warning;
-use crate::model::Sequence;
+use crate::model::{Sequence, ToolStep};
 
 /// The directory under the data directory that holds sequences.
 pub const SEQUENCES_DIR: &str = "sequences";
@@ -37,6 +39,14 @@ pub enum StoreError {
     Corrupt { path: PathBuf, detail: String },
     #[error("refused: cross-sequence calls would form a cycle: {path}")]
     Cycle { path: String },
+    /// The save would make a chain of `seq_call` levels deeper than the
+    /// run-time bound ([`crate::MAX_DEPTH`]), which fails every time it is
+    /// reached.
+    #[error(
+        "refused: a chain of sequence calls would nest {levels} levels ({chain}), and at most {max} run (a sequence run and each seq_call entry into a sequence or a group is a level); the last level would fail every time it is reached: call the innermost tools from a shallower level, or move a called group's tools into its caller",
+        max = crate::MAX_DEPTH
+    )]
+    TooDeep { chain: String, levels: usize },
     #[error("cannot {action} {path}: {source}")]
     Io {
         action: &'static str,
@@ -116,16 +126,26 @@ impl SeqStore {
     pub fn save(&self, seq: &Sequence) -> Result<Vec<Warning>, StoreError> {
         let path = self.path_of(&seq.name)?;
         let _guard = WRITING.lock().unwrap_or_else(|e| e.into_inner());
-        let called = seq.called_sequences();
-        // A sequence that calls no other cannot close a cycle and has no
-        // missing targets: skip reading every stored sequence (which made
-        // saving n sequences O(n²)).
-        let mut graph = if called.is_empty() {
-            BTreeMap::new()
+        // A sequence without seq_call steps cannot close a cycle and has no
+        // missing targets; replacing one that exists, it adds no level to
+        // a caller's chain (it is one level either way): skip reading every
+        // stored sequence (which made editing n sequences O(n²)). A new one
+        // may be the missing end of a chain, which it makes one deeper.
+        let calls = seq
+            .groups
+            .iter()
+            .flat_map(|g| &g.tools)
+            .any(ToolStep::is_seq_call);
+        let mut stored = if calls || !path.exists() {
+            self.stored()?
         } else {
-            self.graph()?
+            BTreeMap::new()
         };
-        graph.insert(seq.name.clone(), called);
+        stored.insert(seq.name.clone(), seq.clone());
+        let graph: BTreeMap<String, Vec<String>> = stored
+            .iter()
+            .map(|(name, seq)| (name.clone(), seq.called_sequences()))
+            .collect();
         if let Some(cycle) = find_cycle(&graph, &seq.name) {
             return Err(StoreError::Cycle {
                 path: cycle
@@ -133,6 +153,12 @@ impl SeqStore {
                     .map(|n| format!("#{n}"))
                     .collect::<Vec<_>>()
                     .join(" → "),
+            });
+        }
+        if let Some(chain) = crate::nesting::too_deep_through(&stored, &seq.name) {
+            return Err(StoreError::TooDeep {
+                levels: chain.len(),
+                chain: chain.join(" → "),
             });
         }
         let warnings = seq
@@ -229,19 +255,20 @@ impl SeqStore {
         }
     }
 
-    /// Stored sequence → the sequences it calls. Damaged files are skipped
-    /// (with a log line): they cannot run, so they cannot loop.
-    fn graph(&self) -> Result<BTreeMap<String, Vec<String>>, StoreError> {
-        let mut graph = BTreeMap::new();
+    /// Every stored sequence by name, for the checks a save makes. Damaged
+    /// files are skipped (with a log line): they cannot run, so they can
+    /// neither loop nor nest.
+    fn stored(&self) -> Result<BTreeMap<String, Sequence>, StoreError> {
+        let mut stored = BTreeMap::new();
         for name in self.names()? {
             match self.load(&name) {
                 Ok(seq) => {
-                    graph.insert(name, seq.called_sequences());
+                    stored.insert(name, seq);
                 }
                 Err(error) => tracing::warn!(%error, "skipping a damaged sequence file"),
             }
         }
-        Ok(graph)
+        Ok(stored)
     }
 }
 

@@ -485,7 +485,9 @@ fn store_error(e: crate::store::StoreError) -> ToolError {
     use crate::store::StoreError;
     let reason = match &e {
         StoreError::NotFound { .. } => ErrorReason::InvalidArguments,
-        StoreError::BadName { .. } | StoreError::Cycle { .. } => ErrorReason::InvalidArguments,
+        StoreError::BadName { .. } | StoreError::Cycle { .. } | StoreError::TooDeep { .. } => {
+            ErrorReason::InvalidArguments
+        }
         StoreError::Corrupt { .. } | StoreError::Io { .. } => ErrorReason::Execution,
     };
     ToolError::new(reason, e.to_string())

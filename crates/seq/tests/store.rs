@@ -141,6 +141,136 @@ fn a_cycle_is_refused_with_its_path_and_a_forward_reference_warns() {
     assert_eq!(store.save(&seq(json!({"name": "C", "groups": [{"name": "g", "tools": "{\"tool\":\"demo_echo\"} ;"}]}))).unwrap(), []);
 }
 
+/// A group with these steps (`;`-ended tool lines).
+fn group(name: &str, steps: &[String]) -> serde_json::Value {
+    json!({"name": name, "tools": steps.concat()})
+}
+
+/// A `seq_call` step to `target` (`#Name` or a group), with `sequence`
+/// naming the group's sequence when given.
+fn call(target: &str, sequence: Option<&str>) -> String {
+    let mut args = json!({"target": target});
+    if let Some(sequence) = sequence {
+        args["sequence"] = json!(sequence);
+    }
+    format!("{} ;", json!({"tool": "seq_call", "args": args}))
+}
+
+fn leaf() -> String {
+    "{\"tool\":\"demo_echo\"} ;".to_owned()
+}
+
+fn too_deep(result: Result<Vec<Warning>, StoreError>) -> (String, usize) {
+    match result {
+        Err(StoreError::TooDeep { chain, levels }) => (chain, levels),
+        other => panic!("expected TooDeep, got {other:?}"),
+    }
+}
+
+/// The run-time bound (`MAX_DEPTH` levels: a sequence run and every
+/// `seq_call` entry into a sequence or a group is one) is checked when a
+/// sequence is saved, over every chain the save would make, so a chain that
+/// could only fail when it is reached is refused with its path.
+#[test]
+fn a_chain_deeper_than_the_run_time_bound_is_refused_when_saved() {
+    assert_eq!(homeagent_seq::MAX_DEPTH, 4);
+    let dir = TempDir::new("store");
+    let store = SeqStore::new(dir.path());
+    // Four levels run: E, D → E, C → D, B → C.
+    store
+        .save(&seq(
+            json!({"name": "E", "groups": [group("g", &[leaf()])]}),
+        ))
+        .unwrap();
+    for (name, next) in [("D", "E"), ("C", "D"), ("B", "C")] {
+        assert_eq!(store.save(&calling(name, next)).unwrap(), [], "{name}");
+    }
+    let (chain, levels) = too_deep(store.save(&calling("A", "B")));
+    assert_eq!((chain.as_str(), levels), ("#A → #B → #C → #D → #E", 5));
+    assert!(
+        matches!(store.load("A"), Err(StoreError::NotFound { .. })),
+        "not stored"
+    );
+
+    // A group entered by seq_call is a level of its own, in this sequence
+    // or (with `sequence`) in another.
+    let dir = TempDir::new("store");
+    let store = SeqStore::new(dir.path());
+    store
+        .save(&seq(
+            json!({"name": "U", "groups": [group("g", &[leaf()])]}),
+        ))
+        .unwrap();
+    store
+        .save(&seq(json!({"name": "T", "groups": [
+            group("g", &[call("k", None)]),
+            group("k", &[leaf(), call("#U", None)]),
+        ]})))
+        .unwrap();
+    let (chain, levels) = too_deep(store.save(&seq(json!({"name": "S", "groups": [
+        group("main", &[leaf(), call("h", None)]),
+        group("h", &[call("#T", None)]),
+    ]}))));
+    assert_eq!((chain.as_str(), levels), ("#S → #S/h → #T → #T/k → #U", 5));
+    let (chain, _) = too_deep(store.save(&seq(json!({"name": "R", "groups": [
+        group("main", &[call("k", Some("T")), call("h", None)]),
+        group("h", &[call("i", None)]),
+        group("i", &[call("k", Some("T"))]),
+    ]}))));
+    assert_eq!(chain, "#R → #R/h → #R/i → #T/k → #U");
+    // Four levels with group entries run.
+    assert_eq!(
+        store
+            .save(&seq(json!({"name": "Q", "groups": [
+                group("main", &[call("h", None)]),
+                group("h", &[call("k", Some("T"))]),
+            ]})))
+            .unwrap(),
+        []
+    );
+}
+
+/// Saving a sequence deepens the chains of the stored sequences that call
+/// it: one that would take a caller past the bound is refused, naming the
+/// caller's chain; a sequence that calls nothing at all deepens nobody's.
+#[test]
+fn a_save_that_takes_a_callers_chain_past_the_bound_is_refused() {
+    let dir = TempDir::new("store");
+    let store = SeqStore::new(dir.path());
+    store.save(&calling("X", "Y")).unwrap();
+    store.save(&calling("Y", "Z")).unwrap();
+    let deep_z = seq(json!({"name": "Z", "groups": [
+        group("g", &[call("h", None)]),
+        group("h", &[call("i", None)]),
+        group("i", &[leaf()]),
+    ]}));
+    let (chain, levels) = too_deep(store.save(&deep_z));
+    assert_eq!((chain.as_str(), levels), ("#X → #Y → #Z → #Z/h → #Z/i", 5));
+    assert_eq!(
+        store.save(&seq(json!({"name": "Z", "groups": [group("g", &[call("h", None)]), group("h", &[leaf()])]}))).unwrap(),
+        []
+    );
+    // A new sequence is the missing end of a chain: one level more.
+    for (name, next) in [("A", "B"), ("B", "C"), ("C", "D"), ("D", "E")] {
+        store.save(&calling(name, next)).unwrap();
+    }
+    let flat_e = seq(json!({"name": "E", "groups": [group("g", &[leaf()])]}));
+    let (chain, _) = too_deep(store.save(&flat_e));
+    assert_eq!(chain, "#A → #B → #C → #D → #E");
+    // A chain already past the bound (written by an older build) does not
+    // refuse an unrelated save.
+    std::fs::write(
+        dir.path().join("sequences/Old.json"),
+        serde_json::to_string(&seq(json!({"name": "Old", "groups": [
+            group("a", &[call("b", None)]), group("b", &[call("c", None)]),
+            group("c", &[call("d", None)]), group("d", &[call("e", None)]), group("e", &[leaf()]),
+        ]})))
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(store.save(&calling("W", "Y")).unwrap(), []);
+}
+
 /// Two stores of one directory in one process (the server makes one per
 /// request) saving A → B and B → A at the same moment: each check used to
 /// run under its own store's lock, so both could pass and store a cycle.
