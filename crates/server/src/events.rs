@@ -128,8 +128,21 @@ enum Pending {
 struct Ring {
     capacity: usize,
     events: VecDeque<Arc<Entry>>,
-    /// The id the next event gets; ids start at 1, so 0 means "none yet".
+    /// This run's first id (see [`EventHub::new`]).
+    first_id: u64,
+    /// The id the next event gets.
     next_id: u64,
+}
+
+impl Ring {
+    /// The newest id, 0 before the first event.
+    fn latest(&self) -> u64 {
+        if self.next_id == self.first_id {
+            0
+        } else {
+            self.next_id - 1
+        }
+    }
 }
 
 /// The ring and the head signal. Cheap to clone.
@@ -154,16 +167,39 @@ struct Envelope<'a> {
 }
 
 impl EventHub {
+    /// A hub keeping the newest `capacity` events, whose ids begin past
+    /// every id an earlier run of the server gave: at the start's Unix
+    /// time in milliseconds × 1,000, plus one. A client that reconnects
+    /// after a restart with an id of the last run (the dashboard does) is
+    /// then never taken to have seen this run's first events. Two runs'
+    /// ids could meet only if one sent more than 1,000 events per
+    /// millisecond it ran, or the clock went back between them; ids stay
+    /// below 2⁵³ (JavaScript's exact integers) for two centuries.
     pub fn new(capacity: usize) -> Self {
+        let millis = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| u64::try_from(since.as_millis()).unwrap_or(0));
+        Self::starting_at(capacity, millis.saturating_mul(1000).saturating_add(1))
+    }
+
+    /// A hub whose first event gets `first_id` (at least 1).
+    pub fn starting_at(capacity: usize, first_id: u64) -> Self {
+        let first_id = first_id.max(1);
         let (head, _) = watch::channel(0);
         EventHub {
             ring: Arc::new(Mutex::new(Ring {
                 capacity: capacity.max(1),
                 events: VecDeque::new(),
-                next_id: 1,
+                first_id,
+                next_id: first_id,
             })),
             head,
         }
+    }
+
+    /// The id this run's first event gets (or got).
+    pub fn first_id(&self) -> u64 {
+        self.ring().first_id
     }
 
     fn ring(&self) -> std::sync::MutexGuard<'_, Ring> {
@@ -214,7 +250,7 @@ impl EventHub {
 
     /// The id of the newest event (0 before the first).
     pub fn latest(&self) -> u64 {
-        self.ring().next_id - 1
+        self.ring().latest()
     }
 
     /// How many subscribers are connected now.
@@ -236,14 +272,20 @@ impl EventHub {
     }
 
     /// Everything after `cursor`, with a gap first when some of it is gone.
-    /// A cursor beyond the newest id is one from before a restart: this
-    /// server's ids began again at 1, so it reads from the start, and the
-    /// gap (if any) names this server's ids the ring no longer keeps.
+    /// A cursor that is not one of this run's ids (before its first, or
+    /// beyond its newest: a clock that was ahead) is from an earlier run:
+    /// it reads from this run's start, and the gap (if any) names this
+    /// run's ids the ring no longer keeps.
     fn read_after(&self, cursor: u64, out: &mut VecDeque<Pending>) -> u64 {
         let ring = self.ring();
-        let latest = ring.next_id - 1;
+        let latest = ring.latest();
         let oldest = ring.events.front().map_or(ring.next_id, |e| e.id);
-        let mut cursor = if cursor > latest { 0 } else { cursor };
+        let before_first = ring.first_id - 1;
+        let mut cursor = if cursor > latest || cursor < before_first {
+            before_first
+        } else {
+            cursor
+        };
         if cursor + 1 < oldest {
             out.push_back(Pending::Gap {
                 from: cursor + 1,
@@ -389,7 +431,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_subscriber_already_waiting_is_woken_by_the_next_publish() {
-        let hub = EventHub::new(8);
+        let hub = EventHub::starting_at(8, 1);
         // Published with no subscriber: no one to wake, still numbered.
         assert_eq!(
             hub.publish("s", &Frame::ContentDelta { text: "a".into() }),
@@ -419,7 +461,7 @@ mod tests {
 
     #[tokio::test]
     async fn frames_are_serialized_on_first_read_once_and_to_the_same_text() {
-        let hub = EventHub::new(8);
+        let hub = EventHub::starting_at(8, 1);
         hub.publish(
             "s1",
             &Frame::ContentDelta {

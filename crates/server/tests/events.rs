@@ -21,7 +21,7 @@ fn frame(n: usize) -> Frame {
 
 #[tokio::test]
 async fn the_hub_replays_exactly_what_follows_an_id_and_reports_a_gap_first() {
-    let hub = EventHub::new(4);
+    let hub = EventHub::starting_at(4, 1);
     for n in 1..=6 {
         assert_eq!(hub.publish("s", &frame(n)), n as u64);
     }
@@ -56,23 +56,26 @@ async fn the_hub_replays_exactly_what_follows_an_id_and_reports_a_gap_first() {
         Read::Event(e) => assert_eq!(e.id, 7),
         gap => panic!("unexpected {gap:?}"),
     }
-    // An id from the future (a restarted server): this server's ids start
-    // again at 1, so the gap names the ones it no longer keeps (1 to 3),
-    // then everything kept follows.
+    // An id from the future (a server whose clock was ahead): not one of
+    // this run's, so the gap names the ones this run no longer keeps (1
+    // to 3), then everything kept follows.
     let mut sub = hub.subscribe(Some(100));
     assert_eq!(sub.next().await.unwrap(), Read::Gap { from: 1, to: 3 });
     match sub.next().await.unwrap() {
         Read::Event(e) => assert_eq!(e.id, 4),
         gap => panic!("unexpected {gap:?}"),
     }
-    // A restarted server that still keeps all it sent: nothing of its own
-    // is missing, so its events follow from 1.
-    let fresh = EventHub::new(4);
+    // A run that still keeps all it sent: nothing of its own is missing,
+    // so its events follow from its first, after an id from before it as
+    // after one from beyond it.
+    let fresh = EventHub::starting_at(4, 50);
     fresh.publish("s", &frame(1));
-    let mut sub = fresh.subscribe(Some(100));
-    match sub.next().await.unwrap() {
-        Read::Event(e) => assert_eq!(e.id, 1),
-        gap => panic!("unexpected {gap:?}"),
+    for before_or_beyond in [7, 100] {
+        let mut sub = fresh.subscribe(Some(before_or_beyond));
+        match sub.next().await.unwrap() {
+            Read::Event(e) => assert_eq!(e.id, 50),
+            gap => panic!("unexpected {gap:?}"),
+        }
     }
     // A subscriber that reads too slowly while the ring turns over is told.
     let mut slow = hub.subscribe(Some(7));
@@ -84,6 +87,38 @@ async fn the_hub_replays_exactly_what_follows_an_id_and_reports_a_gap_first() {
         Read::Event(e) => assert_eq!(e.id, 17),
         gap => panic!("unexpected {gap:?}"),
     }
+}
+
+/// A client that saw some of the last run's events and reconnects after a
+/// restart (the dashboard does, with `Last-Event-ID`) gets every event of
+/// the new run, however many it sent before the client came back: the
+/// ids of a run begin past every id an earlier run gave (they count from
+/// the start's wall-clock time), so an old id is never read as one of the
+/// new run's.
+#[tokio::test]
+async fn an_id_from_before_a_restart_resumes_at_the_new_runs_first_event() {
+    let before = EventHub::new(64);
+    for n in 1..=3 {
+        before.publish("s", &frame(n));
+    }
+    let seen = before.latest();
+    drop(before);
+    // A restart takes at least this long.
+    tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    let after = EventHub::new(64);
+    assert_eq!(after.latest(), 0, "no event yet");
+    let ids: Vec<u64> = (1..=5).map(|n| after.publish("s", &frame(n))).collect();
+    assert!(ids[0] > seen, "{ids:?} after {seen}");
+    assert!(ids.windows(2).all(|w| w[1] == w[0] + 1), "{ids:?}");
+    let mut sub = after.subscribe(Some(seen));
+    let mut read = Vec::new();
+    for _ in 0..5 {
+        match sub.next().await.unwrap() {
+            Read::Event(e) => read.push(e.id),
+            gap => panic!("unexpected {gap:?}"),
+        }
+    }
+    assert_eq!(read, ids);
 }
 
 /// Runs `!batch2` through the sessions API and returns how many frames it
@@ -111,9 +146,11 @@ async fn last_event_id_over_http_replays_exactly_the_missed_events_and_an_overru
         ..Setup::default()
     })
     .await;
+    // This run's ids: from its first on.
+    let before_first = server.state.events().first_id() - 1;
     let first = run_batch(&server, "a").await;
     let seen = server.state.events().latest();
-    assert_eq!(seen as usize, first);
+    assert_eq!((seen - before_first) as usize, first);
     let second = run_batch(&server, "b").await;
     assert!(
         first + second <= 16,
@@ -143,7 +180,8 @@ async fn last_event_id_over_http_replays_exactly_the_missed_events_and_an_overru
     let next = replay.next_within(30).await.unwrap();
     assert_eq!(next.id.unwrap(), (latest + 1).to_string());
 
-    // Push the first inputs out of the 16-event ring; resume from id 1.
+    // Push the first inputs out of the 16-event ring; resume from the
+    // run's first id.
     for i in 0..3 {
         run_batch(&server, &format!("d{i}")).await;
     }
@@ -152,7 +190,7 @@ async fn last_event_id_over_http_replays_exactly_the_missed_events_and_an_overru
     let mut overrun = SseReader::new(
         server
             .get("/api/v1/events")
-            .header("last-event-id", "1")
+            .header("last-event-id", (before_first + 1).to_string())
             .send()
             .await
             .unwrap(),
@@ -161,9 +199,9 @@ async fn last_event_id_over_http_replays_exactly_the_missed_events_and_an_overru
     assert_eq!(gap.event.as_deref(), Some("gap"));
     assert_eq!(gap.id, None);
     let gap = json(&gap.data);
-    assert_eq!(gap["missed_from"], 2);
+    assert_eq!(gap["missed_from"], before_first + 2);
     assert_eq!(gap["missed_to"], oldest - 1);
-    assert_eq!(gap["missed"], oldest - 2);
+    assert_eq!(gap["missed"], oldest - before_first - 2);
     let after = overrun.next_within(30).await.unwrap();
     assert_eq!(after.id.unwrap(), oldest.to_string());
 
