@@ -22,6 +22,7 @@ pub mod event;
 pub mod excerpt;
 pub mod hooks;
 pub mod json_text;
+pub mod lenient;
 pub mod message;
 pub mod outcome;
 pub mod pairing;

@@ -12,9 +12,10 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use jsonschema::Validator;
 use jsonschema::error::{TypeKind, ValidationErrorKind};
 use jsonschema::types::JsonType;
-use serde_json::{Map, Number, Value};
+use serde_json::{Map, Value};
 
 use crate::excerpt::excerpt;
+use crate::lenient;
 use crate::outcome::{ErrorReason, ToolError};
 
 /// Bounds the schema/value walks so a hostile, deeply nested schema or value
@@ -623,43 +624,21 @@ fn coerce_string(schema: &Value, s: &str) -> Option<Value> {
     if types.contains(&"string") {
         return None;
     }
-    if types.contains(&"boolean") {
-        match s {
-            "true" => return Some(Value::Bool(true)),
-            "false" => return Some(Value::Bool(false)),
-            _ => {}
-        }
+    if types.contains(&"boolean")
+        && let Some(b) = lenient::boolean(s)
+    {
+        return Some(Value::Bool(b));
     }
     let wants_integer = types.contains(&"integer");
     let wants_number = types.contains(&"number");
     if !wants_integer && !wants_number {
         return None;
     }
-    // serde_json's grammar: no "NaN", "inf", "+1" or ".5", and out-of-range
-    // values are errors rather than infinities.
-    let number: Number = s.trim().parse().ok()?;
-    if let Some(integral) = as_integral(&number) {
+    let number = lenient::number(s)?;
+    if let Some(integral) = lenient::integral(&number) {
         return Some(integral);
     }
     wants_number.then_some(Value::Number(number))
-}
-
-/// `20` and `20.0` as a JSON integer; `None` when there is a fraction.
-fn as_integral(number: &Number) -> Option<Value> {
-    if number.is_i64() || number.is_u64() {
-        return Some(Value::Number(number.clone()));
-    }
-    let f = number.as_f64()?;
-    if !f.is_finite() || f.fract() != 0.0 {
-        return None;
-    }
-    // i64::MAX as f64 rounds up to 2^63, hence the strict upper bound.
-    if f >= i64::MIN as f64 && f < i64::MAX as f64 {
-        Some(Value::from(f as i64))
-    } else {
-        // Too large for i64 but integral: jsonschema still counts it as an integer.
-        Some(Value::Number(number.clone()))
-    }
 }
 
 #[cfg(test)]

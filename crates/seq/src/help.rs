@@ -38,7 +38,7 @@ A reference goes on into objects and arrays as in conditions ($args.r.count, $ar
 Conditions: literals ("text", 'text', 3, 2.5, true, false, null), $args.key, field access
 ($args.result.count, $args.items.0.name), == != > < >= <= contains, && || ! and parentheses.
 An unknown reference or a comparison that makes no sense is an error, never false.
-== reads a string as a number or boolean only against one ("3" == 3, "true" == true);
+== reads a string as a number or boolean only against one ("3" == 3, "true" == true), as tool arguments are read;
 two strings compare as text ("1.10" != "1.1"). false, null, 0, "", "false", [] and {} are false.
 
 seq_call {target, sequence?, args?}: target = a group name (from outside a sequence, `sequence` names

@@ -135,7 +135,8 @@ impl SlotType {
 
     /// Whether `value` is of this type. Lenient where models are: a
     /// string that reads as the integer, number or boolean asked for
-    /// passes (the kernel's argument coercion accepts those forms), and
+    /// passes, read as the kernel's argument coercion reads it
+    /// (`homeagent_core::lenient`), and
     /// null passes any type (a degraded slot without a fallback holds it).
     pub fn accepts(&self, value: &Value) -> bool {
         // `array<array<T>>` peeled a level per element, in a loop.
@@ -175,19 +176,17 @@ fn element_type(kind: &str) -> Option<&str> {
 
 /// [`SlotType::accepts`] for a type without `array<…>`.
 fn scalar_accepts(kind: &str, value: &Value) -> bool {
-    let text = value.as_str().map(str::trim);
+    use homeagent_core::lenient;
     match (kind, value) {
         (_, Value::Null) => true,
         ("string", v) => v.is_string(),
         // As JSON Schema counts them: 3.0 is an integer.
-        ("integer", Value::Number(n)) => {
-            n.is_i64() || n.is_u64() || n.as_f64().is_some_and(|f| f.fract() == 0.0)
-        }
-        ("integer", _) => text.is_some_and(|t| t.parse::<i64>().is_ok()),
-        ("number", v) => {
-            v.is_number() || text.is_some_and(|t| t.parse::<f64>().is_ok_and(f64::is_finite))
-        }
-        ("boolean", v) => v.is_boolean() || matches!(text, Some("true" | "false")),
+        ("integer", Value::Number(n)) => lenient::integral(n).is_some(),
+        ("integer", Value::String(s)) => lenient::integer(s).is_some(),
+        ("number", Value::String(s)) => lenient::number(s).is_some(),
+        ("number", v) => v.is_number(),
+        ("boolean", Value::String(s)) => lenient::boolean(s).is_some(),
+        ("boolean", v) => v.is_boolean(),
         ("object", v) => v.is_object(),
         ("array", v) => v.is_array(),
         _ => false,

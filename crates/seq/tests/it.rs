@@ -12,6 +12,7 @@ mod cli;
 mod cond;
 mod engine;
 mod format;
+mod lenient;
 mod split;
 mod store;
 mod tools;

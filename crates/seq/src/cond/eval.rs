@@ -1,5 +1,6 @@
 //! Evaluating a parsed condition against a group's args.
 
+use homeagent_core::lenient;
 use serde_json::{Map, Value};
 
 use super::{CmpOp, CondError, Expr};
@@ -131,19 +132,19 @@ fn compare(left: &Value, op: CmpOp, right: &Value) -> Result<bool, CondError> {
 }
 
 /// Equality: numbers by value (integers exactly); a string against a
-/// number or a boolean by what the string reads as, so `"3" == 3` and
+/// number or a boolean by what the string reads as to the kernel's
+/// argument coercion (`homeagent_core::lenient`), so `"3" == 3` and
 /// `"true" == true` hold; everything else as JSON values, so two strings
 /// are compared as text ("1.10" is not "1.1"), `null` is only null, and a
 /// list is not its JSON text.
 fn equal(left: &Value, right: &Value) -> bool {
     match (left, right) {
         (Value::Number(a), Value::Number(b)) => numbers_equal(a, b),
-        (Value::String(s), Value::Number(n)) | (Value::Number(n), Value::String(s)) => s
-            .trim()
-            .parse::<serde_json::Number>()
-            .is_ok_and(|parsed| numbers_equal(&parsed, n)),
+        (Value::String(s), Value::Number(n)) | (Value::Number(n), Value::String(s)) => {
+            lenient::number(s).is_some_and(|read| numbers_equal(&read, n))
+        }
         (Value::String(s), Value::Bool(b)) | (Value::Bool(b), Value::String(s)) => {
-            s.trim() == if *b { "true" } else { "false" }
+            lenient::boolean(s) == Some(*b)
         }
         _ => left == right,
     }
@@ -164,7 +165,7 @@ fn numbers_equal(a: &serde_json::Number, b: &serde_json::Number) -> bool {
 fn number(value: &Value) -> Option<f64> {
     match value {
         Value::Number(n) => n.as_f64(),
-        Value::String(s) => s.trim().parse::<f64>().ok().filter(|f| f.is_finite()),
+        Value::String(s) => lenient::number(s).and_then(|n| n.as_f64()),
         _ => None,
     }
 }

@@ -25,7 +25,10 @@
 //! `==` compares numbers by value (integers exactly), a string against a
 //! number or a boolean by what the string reads as (`"3" == 3`,
 //! `"true" == true`), and everything else as JSON values: two strings as
-//! text (`"1.10" != "1.1"`), `null` only with null.
+//! text (`"1.10" != "1.1"`), `null` only with null. A string reads as a
+//! number or a boolean, for `==` and for `<`/`>`, exactly as a tool's
+//! argument does (`homeagent_core::lenient`: `" 3 "` is 3; `"+1"`, `".5"`
+//! and `" true"` are text).
 
 use serde_json::{Map, Value};
 
