@@ -86,6 +86,24 @@ def main() -> int:
           "executed=2" in (follow.choices[0].message.content or ""),
           follow.choices[0].message.content)
 
+    # A stateless conversation, sent back whole with each request the way
+    # chat front ends do (streamed here, as they stream), goes on in the
+    # session its last answer came from.
+    def stream_text(messages):
+        raw = client.chat.completions.with_raw_response.create(
+            model=MODEL, messages=messages, stream=True)
+        text = "".join(chunk.choices[0].delta.content or ""
+                       for chunk in raw.parse() if chunk.choices)
+        return raw.headers.get("x-session-id"), text
+
+    conversation = [{"role": "user", "content": "!batch2"}]
+    first_session, answer = stream_text(conversation)
+    conversation += [{"role": "assistant", "content": answer}, {"role": "user", "content": "!batch3"}]
+    next_session, answer = stream_text(conversation)
+    check("a stateless conversation continues its session",
+          bool(first_session) and next_session == first_session and "executed=3" in answer,
+          f"{first_session} then {next_session}: {answer}")
+
     # Refusals surface as the client's own exception types.
     try:
         client.chat.completions.create(

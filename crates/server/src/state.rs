@@ -15,6 +15,7 @@ use homeagent_device::DeviceHub;
 
 use crate::error::ApiError;
 use crate::events::{DEFAULT_RING_CAPACITY, EventHub};
+use crate::openai::Transcripts;
 
 /// The server's knobs. `Debug` shows whether each secret is set and the
 /// ids of the devices with their own tokens, never a secret.
@@ -98,6 +99,8 @@ struct Inner {
     tool_sources: BTreeMap<String, &'static str>,
     options: ServerOptions,
     events: EventHub,
+    /// Where each stateless conversation's next request goes on.
+    transcripts: Transcripts,
     started: Instant,
     shutdown: CancellationToken,
     turns: Mutex<Turns>,
@@ -144,6 +147,7 @@ impl ServerState {
                 tool_sources: agent.tool_sources.clone(),
                 options,
                 events,
+                transcripts: Transcripts::default(),
                 started: Instant::now(),
                 shutdown: CancellationToken::new(),
                 turns: Mutex::new(Turns::default()),
@@ -226,6 +230,10 @@ impl ServerState {
         &self.inner.options
     }
 
+    pub(crate) fn transcripts(&self) -> &Transcripts {
+        &self.inner.transcripts
+    }
+
     pub fn events(&self) -> &EventHub {
         &self.inner.events
     }
@@ -291,6 +299,11 @@ impl ServerState {
     /// Sessions with a turn the server started and has not finished.
     pub fn sessions_running(&self) -> Vec<String> {
         self.turns().sessions.keys().cloned().collect()
+    }
+
+    /// Whether `session` has a turn the server started and has not finished.
+    pub fn session_running(&self, session: &str) -> bool {
+        self.turns().sessions.contains_key(session)
     }
 }
 

@@ -9,6 +9,7 @@ mod common;
 
 mod api;
 mod completions;
+mod conversations;
 mod device;
 mod events;
 mod sequences;

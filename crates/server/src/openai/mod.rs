@@ -7,7 +7,12 @@
 //! in a fresh session whose stored history is seeded with the request's
 //! earlier messages, and the last (user) message is the input. The
 //! session id comes back in the `X-Session-Id` response header, so a client
-//! can continue it. With `X-Session-Id`, an existing session continues with
+//! can continue it. A stateless client that sends the conversation back
+//! continues it without knowing: a request whose earlier messages are
+//! exactly what an answer of this server left the client holding goes on
+//! in that answer's session, if nothing else has moved it on
+//! (`transcript`), so a conversation is one session and the agent keeps
+//! its own tool calls of the earlier exchanges. With `X-Session-Id`, an existing session continues with
 //! the last user message only (the store, not the client, holds the
 //! history, tool calls included); a new id is seeded like a stateless
 //! request.
@@ -24,6 +29,7 @@
 
 mod request;
 mod streamed_text;
+mod transcript;
 
 use std::borrow::Cow;
 use std::net::SocketAddr;
@@ -41,12 +47,14 @@ use homeagent_agent::{Frame, Incomplete, UsageFrame};
 use serde_json::{Value, json};
 
 pub use request::{CompletionRequest, IGNORED, MODEL_ID};
+pub use transcript::Transcripts;
 
 use crate::error::ApiError;
 use crate::http::{ApiPath, json_body, json_ok};
 use crate::state::{ServerState, TurnGuard};
 use crate::turn::{self, terminal_error};
 use streamed_text::StreamedText;
+use transcript::{Continuation, Transcript};
 
 /// The header naming the session to continue (and, in answers, the
 /// session a request ran in).
@@ -100,11 +108,29 @@ async fn completions_inner(
     }
     let prior = std::mem::take(&mut request.prior);
     let named = headers.contains_key(SESSION_HEADER);
-    let session = session_id(state, headers)?;
+    // A stateless request: what the client holds, which may continue the
+    // session an earlier answer left it with (`transcript`).
+    let transcript = (!named).then(|| Transcript::new(&agent, &prior));
+    let continued = match &transcript {
+        Some(transcript) if !prior.is_empty() => continuation(state, &agent, transcript).await,
+        _ => None,
+    };
+    let session = match &continued {
+        Some(session) => session.clone(),
+        None => session_id(state, headers)?,
+    };
     // Counted in before the session is created or seeded: a request the
     // client limit refuses stores nothing.
     let guard = state.begin_turn(client.ip(), &session)?;
-    prepare_session(state, &session, named && request.stream, &agent, prior).await?;
+    if continued.is_none() {
+        prepare_session(state, &session, named && request.stream, &agent, prior).await?;
+    }
+    let note = transcript.map(|transcript| Note {
+        state: state.clone(),
+        session: session.clone(),
+        transcript,
+        input: request.input.clone(),
+    });
     let turn::Started { frames, guard } =
         turn::submit(state, guard, &session, &agent, request.input.clone(), false);
     let completion_id = state.fresh_id("chatcmpl");
@@ -129,6 +155,9 @@ async fn completions_inner(
             queue: std::collections::VecDeque::new(),
             started: false,
             text: StreamedText::default(),
+            sent: String::new(),
+            note,
+            answered: false,
         };
         if let Some(frame) = early {
             chunks.push(frame);
@@ -137,12 +166,74 @@ async fn completions_inner(
             .keep_alive(KeepAlive::default())
             .into_response()
     } else {
-        whole(frames, guard, &completion_id, created).await?
+        let (response, answer) = whole(frames, guard, &completion_id, created).await?;
+        if let Some(note) = note {
+            note.answered(&answer).await;
+        }
+        response
     };
     if let Ok(value) = HeaderValue::from_str(&session) {
         response.headers_mut().insert(SESSION_HEADER, value);
     }
     Ok(response)
+}
+
+/// The session a stateless request continues: the one the answer that
+/// left the client with `transcript` ran in, if it is `agent`'s, has not
+/// moved on since (as many messages as then, no turn running) and no
+/// other request took it first.
+async fn continuation(state: &ServerState, agent: &str, transcript: &Transcript) -> Option<String> {
+    let noted = state.transcripts().take(&transcript.fingerprint())?;
+    if state.session_running(&noted.session) {
+        return None;
+    }
+    let id = noted.session.clone();
+    let info = state
+        .runtime()
+        .store()
+        .call(move |store| store.session(&id))
+        .await
+        .ok()??;
+    (info.agent == agent && info.message_count == noted.message_count).then_some(noted.session)
+}
+
+/// What a stateless request notes once answered (see `transcript`).
+struct Note {
+    state: ServerState,
+    session: String,
+    transcript: Transcript,
+    input: String,
+}
+
+impl Note {
+    /// Notes the transcript the client holds with `answer`, exactly as it
+    /// was sent, so its next request continues this session.
+    async fn answered(self, answer: &str) {
+        let fingerprint = self.transcript.answered(&self.input, answer).fingerprint();
+        let id = self.session.clone();
+        match self
+            .state
+            .runtime()
+            .store()
+            .call(move |store| store.session(&id))
+            .await
+        {
+            Ok(Some(info)) => self.state.transcripts().note(
+                fingerprint,
+                Continuation {
+                    session: self.session,
+                    message_count: info.message_count,
+                },
+            ),
+            Ok(None) => {}
+            Err(error) => tracing::warn!(
+                %error,
+                session = %self.session,
+                "could not read the session after its answer; the conversation's next request \
+                 runs in a new session"
+            ),
+        }
+    }
 }
 
 /// The session the request names (`X-Session-Id`, checked), or a fresh id.
@@ -222,13 +313,14 @@ fn store_error(e: StoreError) -> ApiError {
     }
 }
 
-/// Waits for the terminal frame and answers one `chat.completion`.
+/// Waits for the terminal frame and answers one `chat.completion`, with
+/// the answer's text.
 async fn whole(
     mut frames: homeagent_agent::Frames,
     guard: TurnGuard,
     id: &str,
     created: u64,
-) -> Result<Response, ApiError> {
+) -> Result<(Response, String), ApiError> {
     loop {
         let Some(frame) = frames.recv().await else {
             return Err(ApiError::internal("the scheduler ended without answering"));
@@ -249,7 +341,8 @@ async fn whole(
         else {
             return Err(ApiError::internal("unexpected terminal frame"));
         };
-        return Ok(json_ok(&json!({
+        let answer = answer_text(&content, incomplete.as_ref()).into_owned();
+        let response = json_ok(&json!({
             "id": id,
             "object": "chat.completion",
             "created": created,
@@ -258,7 +351,7 @@ async fn whole(
                 "index": 0,
                 "message": {
                     "role": "assistant",
-                    "content": answer_text(&content, incomplete.as_ref()),
+                    "content": answer,
                     "refusal": null
                 },
                 "logprobs": null,
@@ -266,7 +359,8 @@ async fn whole(
             }],
             "usage": usage_json(&usage),
         }))
-        .into_response());
+        .into_response();
+        return Ok((response, answer));
     }
 }
 
@@ -324,6 +418,12 @@ struct ChunkStream {
     queue: std::collections::VecDeque<String>,
     started: bool,
     text: StreamedText,
+    /// Every piece of the answer's text sent so far, joined.
+    sent: String,
+    /// A stateless request's note, made once the answer is whole.
+    note: Option<Note>,
+    /// The answer came (not an error): the note can be made.
+    answered: bool,
 }
 
 impl ChunkStream {
@@ -354,6 +454,7 @@ impl ChunkStream {
         match frame {
             Frame::ContentDelta { text } => {
                 let delta = self.text.text(&text);
+                self.sent.push_str(&delta);
                 let chunk = self.chunk(json!({"content": delta}), None);
                 self.queue.push_back(chunk);
             }
@@ -374,9 +475,11 @@ impl ChunkStream {
                         let note = unsaid_note(incomplete);
                         if let Some(delta) = self.text.ending(content, after_calls, note.as_deref())
                         {
+                            self.sent.push_str(&delta);
                             let chunk = self.chunk(json!({"content": delta}), None);
                             self.queue.push_back(chunk);
                         }
+                        self.answered = true;
                     }
                     let last = self.chunk(json!({}), Some(finish_reason(incomplete)));
                     self.queue.push_back(last);
@@ -408,7 +511,16 @@ impl ChunkStream {
                 // The terminal frame was turned into chunks: the end.
                 this.guard.as_ref()?;
                 match this.frames.recv().await {
-                    Some(frame) => this.push(frame),
+                    Some(frame) => {
+                        this.push(frame);
+                        // Noted before the last chunks go out: the
+                        // client's next request may follow at once.
+                        if this.answered
+                            && let Some(note) = this.note.take()
+                        {
+                            note.answered(&this.sent).await;
+                        }
+                    }
                     None => {
                         let error = ApiError::internal("the scheduler ended without answering");
                         this.guard = None;

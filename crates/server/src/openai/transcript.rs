@@ -1,0 +1,226 @@
+//! Which session a stateless request continues.
+//!
+//! A stateless client sends the whole conversation each time. Run each
+//! request in a fresh session seeded with it, and a conversation of n
+//! exchanges leaves n sessions holding 1, 2, … n exchanges (its history
+//! stored again with every request, the dashboard's list one row per
+//! request), while the agent never sees its own tool calls of the earlier
+//! exchanges: the client never had them.
+//!
+//! So every answer leaves a note here: the fingerprint of the transcript
+//! the client now holds (its earlier messages, its input, the answer's
+//! text exactly as it was sent, whole or streamed) → the session and how
+//! many messages the session had just after the answer. A request whose
+//! earlier messages have that fingerprint takes the note and continues the
+//! session, if the session still has that many messages; anything else (a
+//! regenerated or edited answer, a session that moved on through another
+//! client or the sessions API, a note another request took first) runs in
+//! a fresh session seeded with what the client sent, as before.
+//!
+//! Notes live in memory and are bounded ([`KEPT`], oldest forgotten
+//! first): after a restart a conversation goes on in a fresh session once,
+//! then continues that one. The fingerprint is SHA-256 over the agent's
+//! name and each message's role and text (blanks around a text do not
+//! count, as clients trim what they show), each length-prefixed, so two
+//! transcripts share one only if they are the same.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Mutex, PoisonError};
+
+use homeagent_core::Message;
+use sha2::{Digest, Sha256};
+
+/// Notes kept: the conversations most recently answered.
+pub const KEPT: usize = 4096;
+
+/// A transcript as the client holds it, being hashed.
+#[derive(Clone)]
+pub struct Transcript(Sha256);
+
+/// The fingerprint of a whole transcript.
+pub type Fingerprint = [u8; 32];
+
+impl Transcript {
+    /// The transcript of `agent` made of `messages` (the request's earlier
+    /// messages: system, user and assistant text).
+    pub fn new(agent: &str, messages: &[Message]) -> Self {
+        let mut transcript = Transcript(Sha256::new());
+        transcript.part(b"agent", agent);
+        for message in messages {
+            match message {
+                Message::System { content } => transcript.part(b"system", content),
+                Message::User { content } => transcript.part(b"user", content),
+                Message::Assistant(assistant) => transcript.part(b"assistant", &assistant.content),
+                // A stateless request carries none (they are refused).
+                Message::Tool(tool) => transcript.part(b"tool", &tool.content),
+            }
+        }
+        transcript
+    }
+
+    /// This transcript with the client's input and the answer it got.
+    pub fn answered(mut self, input: &str, answer: &str) -> Self {
+        self.part(b"user", input);
+        self.part(b"assistant", answer);
+        self
+    }
+
+    pub fn fingerprint(&self) -> Fingerprint {
+        self.0.clone().finalize().into()
+    }
+
+    fn part(&mut self, role: &[u8], text: &str) {
+        let text = text.trim();
+        self.0.update(role);
+        self.0.update((text.len() as u64).to_le_bytes());
+        self.0.update(text.as_bytes());
+    }
+}
+
+/// Where an answered transcript left its session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Continuation {
+    pub session: String,
+    /// The session's messages just after the answer.
+    pub message_count: u64,
+}
+
+/// The notes, by fingerprint.
+#[derive(Default)]
+pub struct Transcripts {
+    inner: Mutex<Notes>,
+}
+
+#[derive(Default)]
+struct Notes {
+    /// Each note with the number it was noted under.
+    by_fingerprint: HashMap<Fingerprint, (u64, Continuation)>,
+    /// Notes in the order they were made (some taken or made again since:
+    /// the number tells the note still there from an older one).
+    order: VecDeque<(u64, Fingerprint)>,
+    noted: u64,
+}
+
+impl Notes {
+    /// A note taken, or made again, leaves its old place in `order`: drop
+    /// such places once they are most of it.
+    fn compact(&mut self) {
+        if self.order.len() > 2 * KEPT {
+            let by_fingerprint = &self.by_fingerprint;
+            self.order
+                .retain(|(number, fp)| by_fingerprint.get(fp).is_some_and(|(n, _)| n == number));
+        }
+    }
+}
+
+impl Transcripts {
+    /// Takes the note for `fingerprint`: one request continues it.
+    pub fn take(&self, fingerprint: &Fingerprint) -> Option<Continuation> {
+        let mut notes = self.notes();
+        let taken = notes.by_fingerprint.remove(fingerprint).map(|(_, c)| c);
+        notes.compact();
+        taken
+    }
+
+    /// Notes an answered transcript, forgetting the oldest beyond [`KEPT`].
+    pub fn note(&self, fingerprint: Fingerprint, continuation: Continuation) {
+        let mut notes = self.notes();
+        notes.noted += 1;
+        let number = notes.noted;
+        notes
+            .by_fingerprint
+            .insert(fingerprint, (number, continuation));
+        notes.order.push_back((number, fingerprint));
+        while notes.by_fingerprint.len() > KEPT {
+            let Some((number, oldest)) = notes.order.pop_front() else {
+                break;
+            };
+            if notes
+                .by_fingerprint
+                .get(&oldest)
+                .is_some_and(|(n, _)| *n == number)
+            {
+                notes.by_fingerprint.remove(&oldest);
+            }
+        }
+        notes.compact();
+    }
+
+    fn notes(&self) -> std::sync::MutexGuard<'_, Notes> {
+        // Every critical section leaves the notes consistent.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn continuation(n: u64) -> Continuation {
+        Continuation {
+            session: format!("s{n}"),
+            message_count: n,
+        }
+    }
+
+    #[test]
+    fn a_transcript_is_its_messages_roles_and_trimmed_texts_in_order() {
+        let base =
+            |agent: &str, messages: &[Message]| Transcript::new(agent, messages).fingerprint();
+        let hi = [Message::user("hi")];
+        assert_eq!(base("main", &hi), base("main", &[Message::user("  hi\n")]));
+        assert_ne!(base("main", &hi), base("other", &hi));
+        assert_ne!(base("main", &hi), base("main", &[Message::system("hi")]));
+        // Lengths keep the parts apart: "ab" + "c" is not "a" + "bc".
+        assert_ne!(
+            base("main", &[Message::user("ab"), Message::user("c")]),
+            base("main", &[Message::user("a"), Message::user("bc")])
+        );
+        // An answered transcript is the next request's earlier messages.
+        let answered = Transcript::new("main", &hi).answered("go", "done");
+        let sent = [
+            Message::user("hi"),
+            Message::user("go"),
+            Message::Assistant(homeagent_core::AssistantMessage {
+                content: "done".into(),
+                ..Default::default()
+            }),
+        ];
+        assert_eq!(answered.fingerprint(), base("main", &sent));
+    }
+
+    #[test]
+    fn a_note_is_taken_once_and_the_oldest_are_forgotten() {
+        let notes = Transcripts::default();
+        notes.note([1; 32], continuation(1));
+        assert_eq!(notes.take(&[1; 32]), Some(continuation(1)));
+        assert_eq!(notes.take(&[1; 32]), None);
+        for n in 0..=KEPT as u64 {
+            let mut fingerprint = [0; 32];
+            fingerprint[..8].copy_from_slice(&n.to_le_bytes());
+            notes.note(fingerprint, continuation(n));
+        }
+        assert_eq!(notes.take(&[0; 32]), None, "the oldest was forgotten");
+        let mut newest = [0; 32];
+        newest[..8].copy_from_slice(&(KEPT as u64).to_le_bytes());
+        assert_eq!(notes.take(&newest), Some(continuation(KEPT as u64)));
+        // A note made again after it was taken is the newest, not the
+        // oldest it once was.
+        notes.note([7; 32], continuation(7));
+        assert!(notes.take(&[7; 32]).is_some());
+        notes.note([7; 32], continuation(8));
+        for n in 0..KEPT as u64 - 1 {
+            let mut fingerprint = [9; 32];
+            fingerprint[..8].copy_from_slice(&n.to_le_bytes());
+            notes.note(fingerprint, continuation(n));
+        }
+        assert_eq!(notes.take(&[7; 32]), Some(continuation(8)));
+        // Places of taken notes, or of notes made again, do not pile up.
+        for _ in 0..3 * KEPT {
+            notes.note([5; 32], continuation(5));
+            notes.take(&[5; 32]);
+            notes.note([6; 32], continuation(6));
+        }
+        assert!(notes.notes().order.len() <= 2 * KEPT);
+    }
+}

@@ -1,0 +1,253 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a test failure
+
+//! A stateless client (Open WebUI, LibreChat, a script with the OpenAI
+//! SDK) sends the whole conversation with every request. A request whose
+//! earlier messages are exactly what an answer of this server left the
+//! client with continues that answer's session: the conversation is one
+//! session (not one per request, each holding the whole history again),
+//! and the agent sees its own tool calls and results of the earlier
+//! exchanges, which the client never had.
+
+use crate::common;
+
+use common::{Setup, SseReader, body_json, json, start};
+use serde_json::{Value, json};
+
+/// Sends `messages` statelessly; the session the answer ran in and the
+/// answer's text as the client got it (a stream's deltas joined).
+async fn complete(server: &common::TestServer, messages: &Value, stream: bool) -> (String, String) {
+    let response = server
+        .post_json(
+            "/v1/chat/completions",
+            &json!({"model": "homeagent", "messages": messages, "stream": stream}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let session = response.headers()["x-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let text = if stream {
+        SseReader::new(response)
+            .all()
+            .await
+            .iter()
+            .filter(|e| e.data != "[DONE]")
+            .filter_map(|e| {
+                json(&e.data)["choices"][0]["delta"]["content"]
+                    .as_str()
+                    .map(str::to_owned)
+            })
+            .collect()
+    } else {
+        body_json(response).await["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    (session, text)
+}
+
+/// The stored messages of `session`: (role, content).
+async fn history(server: &common::TestServer, session: &str) -> Vec<(String, String)> {
+    let stored = body_json(
+        server
+            .get(&format!("/api/v1/sessions/{session}"))
+            .send()
+            .await
+            .unwrap(),
+    )
+    .await;
+    stored["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["role"].as_str().unwrap().to_owned(),
+                m["content"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn sessions_in(list: &Value) -> usize {
+    list["sessions"].as_array().unwrap().len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stateless_conversation_continues_the_session_its_last_answer_came_from() {
+    let server = start(Setup::default()).await;
+    for stream in [false, true] {
+        let mut messages = json!([
+            {"role": "system", "content": "be brief"},
+            {"role": "user", "content": "!batch2"},
+        ]);
+        let (first, answer) = complete(&server, &messages, stream).await;
+        let after_first = history(&server, &first).await;
+
+        // The client sends the conversation back with its next input.
+        messages
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"role": "assistant", "content": answer}));
+        let earlier = messages.clone();
+        messages
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"role": "user", "content": "!batch3"}));
+        let (second, answer) = complete(&server, &messages, stream).await;
+        assert_eq!(second, first, "stream {stream}: the same session");
+        let after_second = history(&server, &second).await;
+        // Only the new input and what it made were added: user, the call
+        // turn, three results, the answer.
+        assert_eq!(
+            after_second.len(),
+            after_first.len() + 6,
+            "stream {stream}: {after_second:?}"
+        );
+        assert_eq!(after_second[..after_first.len()], after_first[..]);
+        assert_eq!(
+            after_second[after_first.len()],
+            ("user".to_owned(), "!batch3".to_owned())
+        );
+        // The agent's own tool calls of the first exchange stay in the
+        // session (a seeded one would hold only the texts).
+        assert!(
+            after_second
+                .iter()
+                .filter(|(role, _)| role == "tool")
+                .count()
+                == 5
+        );
+
+        // A regenerated answer (the same earlier messages again) cannot
+        // continue a session that has moved on: a new one, seeded.
+        let mut regenerate = earlier.clone();
+        regenerate
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"role": "user", "content": "!batch3"}));
+        let (other, _) = complete(&server, &regenerate, stream).await;
+        assert_ne!(other, first, "stream {stream}");
+        let seeded = history(&server, &other).await;
+        assert_eq!(
+            seeded[..4]
+                .iter()
+                .map(|(role, _)| role.as_str())
+                .collect::<Vec<_>>(),
+            ["system", "user", "assistant", "user"]
+        );
+
+        // The first session goes on from its newest answer...
+        messages
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"role": "assistant", "content": answer.clone()}));
+        let mut next = messages.clone();
+        next.as_array_mut()
+            .unwrap()
+            .push(json!({"role": "user", "content": "!text"}));
+        let (third, _) = complete(&server, &next, stream).await;
+        assert_eq!(third, first, "stream {stream}");
+
+        // ...but not from an answer the client changed.
+        let mut edited = messages.clone();
+        let last = edited.as_array_mut().unwrap().len() - 1;
+        edited[last]["content"] = json!(format!("{answer} (edited)"));
+        edited
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"role": "user", "content": "!text"}));
+        let (fourth, _) = complete(&server, &edited, stream).await;
+        assert_ne!(fourth, first, "stream {stream}");
+    }
+    // Two conversations, each one session, plus a regenerated and an
+    // edited branch of each.
+    let list = body_json(server.get("/api/v1/sessions").send().await.unwrap()).await;
+    assert_eq!(sessions_in(&list), 6);
+}
+
+/// A conversation continued by another client (the same transcript sent
+/// twice at once, or an input on the session through the API in between)
+/// is not continued twice: the second request runs in a session of its
+/// own, seeded with what the client sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transcript_continues_its_session_once() {
+    let server = start(Setup::default()).await;
+    let opening = json!([{"role": "user", "content": "!text"}]);
+    let (first, answer) = complete(&server, &opening, false).await;
+    let mut messages = opening.clone();
+    messages
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"role": "assistant", "content": answer}));
+    messages
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"role": "user", "content": "!batch2"}));
+    let (a, b) = tokio::join!(
+        complete(&server, &messages, false),
+        complete(&server, &messages, true)
+    );
+    let continued = [&a.0, &b.0].iter().filter(|s| ***s == first).count();
+    assert_eq!(continued, 1, "{a:?} {b:?}");
+
+    // An input through the sessions API moves the session on: the
+    // transcript the client has no longer is the session's.
+    let (second, answer) = complete(&server, &opening, false).await;
+    assert_ne!(second, first);
+    let response = server
+        .post_json(
+            &format!("/api/v1/sessions/{second}/messages"),
+            &json!({"text": "!text"}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    SseReader::new(response).all().await;
+    let mut messages = opening.clone();
+    messages
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"role": "assistant", "content": answer}));
+    messages
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"role": "user", "content": "!text"}));
+    let (third, _) = complete(&server, &messages, false).await;
+    assert_ne!(third, second);
+
+    // Nor is a session continued while an input runs on it, even before
+    // the input has stored anything (its writes held here for a minute).
+    let server = start(Setup {
+        write_hold: Some(std::time::Duration::from_secs(60)),
+        ..Setup::default()
+    })
+    .await;
+    let (fourth, answer) = complete(&server, &opening, false).await;
+    let running = server
+        .post_json(
+            &format!("/api/v1/sessions/{fourth}/messages"),
+            &json!({"text": "!slowbatch4"}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(running.status(), 200);
+    let mut messages = opening.clone();
+    messages
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"role": "assistant", "content": answer}));
+    messages
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"role": "user", "content": "!text"}));
+    let (fifth, _) = complete(&server, &messages, false).await;
+    assert_ne!(fifth, fourth);
+    SseReader::new(running).all().await;
+}
