@@ -12,7 +12,9 @@
 //! exactly what an answer of this server left the client holding goes on
 //! in that answer's session, if nothing else has moved it on
 //! (`transcript`), so a conversation is one session and the agent keeps
-//! its own tool calls of the earlier exchanges. With `X-Session-Id`, an existing session continues with
+//! its own tool calls of the earlier exchanges.
+//!
+//! With `X-Session-Id`, an existing session continues with
 //! the last user message only (the store, not the client, holds the
 //! history, tool calls included); a new id is seeded like a stateless
 //! request.
@@ -505,22 +507,20 @@ impl ChunkStream {
     fn into_stream(self) -> impl Stream<Item = Result<Event, std::convert::Infallible>> + Send {
         stream::unfold(self, |mut this| async move {
             loop {
+                // Noted before the last chunks go out: the client's next
+                // request may follow at once.
+                if this.answered
+                    && let Some(note) = this.note.take()
+                {
+                    note.answered(&this.sent).await;
+                }
                 if let Some(data) = this.queue.pop_front() {
                     return Some((Ok(Event::default().data(data)), this));
                 }
                 // The terminal frame was turned into chunks: the end.
                 this.guard.as_ref()?;
                 match this.frames.recv().await {
-                    Some(frame) => {
-                        this.push(frame);
-                        // Noted before the last chunks go out: the
-                        // client's next request may follow at once.
-                        if this.answered
-                            && let Some(note) = this.note.take()
-                        {
-                            note.answered(&this.sent).await;
-                        }
-                    }
+                    Some(frame) => this.push(frame),
                     None => {
                         let error = ApiError::internal("the scheduler ended without answering");
                         this.guard = None;
