@@ -287,6 +287,9 @@ impl ServerState {
         }
         *running += 1;
         *turns.sessions.entry(session.to_owned()).or_default() += 1;
+        // Under the turns' lock, as `note_answer` checks: an answer is
+        // either noted before this (and forgotten here) or sees this turn.
+        self.inner.transcripts.forget_session(session);
         Ok(TurnGuard {
             state: self.clone(),
             client,
@@ -301,9 +304,14 @@ impl ServerState {
         self.turns().sessions.keys().cloned().collect()
     }
 
-    /// Whether `session` has a turn the server started and has not finished.
-    pub fn session_running(&self, session: &str) -> bool {
-        self.turns().sessions.contains_key(session)
+    /// Notes that a stateless answer left its client holding `fingerprint`
+    /// in `session` (see `openai::transcript`), unless a turn waits on the
+    /// session: it will move the session past that answer.
+    pub(crate) fn note_answer(&self, session: String, fingerprint: crate::openai::Fingerprint) {
+        let turns = self.turns();
+        if !turns.sessions.contains_key(&session) {
+            self.inner.transcripts.note(fingerprint, session);
+        }
     }
 }
 

@@ -250,4 +250,44 @@ async fn a_transcript_continues_its_session_once() {
     let (fifth, _) = complete(&server, &messages, false).await;
     assert_ne!(fifth, fourth);
     SseReader::new(running).all().await;
+
+    // An answer after which another input waits on its session leaves
+    // nothing to continue: that input moves the session past it.
+    let (sixth, answer) = complete(&server, &opening, false).await;
+    let mut messages = opening.clone();
+    messages
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"role": "assistant", "content": answer}));
+    messages
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"role": "user", "content": "!slowbatch4"}));
+    let queue_behind = async {
+        while !server.state.sessions_running().contains(&sixth) {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        server
+            .post_json(
+                &format!("/api/v1/sessions/{sixth}/messages"),
+                &json!({"text": "!text"}),
+            )
+            .send()
+            .await
+            .unwrap()
+    };
+    let ((continued, answer), waiting) =
+        tokio::join!(complete(&server, &messages, false), queue_behind);
+    assert_eq!(continued, sixth);
+    SseReader::new(waiting).all().await;
+    messages
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"role": "assistant", "content": answer}));
+    messages
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"role": "user", "content": "!text"}));
+    let (seventh, _) = complete(&server, &messages, false).await;
+    assert_ne!(seventh, sixth);
 }

@@ -49,14 +49,14 @@ use homeagent_agent::{Frame, Incomplete, UsageFrame};
 use serde_json::{Value, json};
 
 pub use request::{CompletionRequest, IGNORED, MODEL_ID};
-pub use transcript::Transcripts;
+pub use transcript::{Fingerprint, Transcripts};
 
 use crate::error::ApiError;
 use crate::http::{ApiPath, json_body, json_ok};
 use crate::state::{ServerState, TurnGuard};
 use crate::turn::{self, terminal_error};
 use streamed_text::StreamedText;
-use transcript::{Continuation, Transcript};
+use transcript::Transcript;
 
 /// The header naming the session to continue (and, in answers, the
 /// session a request ran in).
@@ -170,7 +170,7 @@ async fn completions_inner(
     } else {
         let (response, answer) = whole(frames, guard, &completion_id, created).await?;
         if let Some(note) = note {
-            note.answered(&answer).await;
+            note.answered(&answer);
         }
         response
     };
@@ -181,22 +181,19 @@ async fn completions_inner(
 }
 
 /// The session a stateless request continues: the one the answer that
-/// left the client with `transcript` ran in, if it is `agent`'s, has not
-/// moved on since (as many messages as then, no turn running) and no
-/// other request took it first.
+/// left the client with `transcript` ran in, if no turn has begun on it
+/// since, no other request took it first, and it is still there (a read,
+/// in place of the commit that seeding a new session would cost).
 async fn continuation(state: &ServerState, agent: &str, transcript: &Transcript) -> Option<String> {
-    let noted = state.transcripts().take(&transcript.fingerprint())?;
-    if state.session_running(&noted.session) {
-        return None;
-    }
-    let id = noted.session.clone();
+    let session = state.transcripts().take(&transcript.fingerprint())?;
+    let id = session.clone();
     let info = state
         .runtime()
         .store()
         .call(move |store| store.session(&id))
         .await
         .ok()??;
-    (info.agent == agent && info.message_count == noted.message_count).then_some(noted.session)
+    (info.agent == agent).then_some(session)
 }
 
 /// What a stateless request notes once answered (see `transcript`).
@@ -209,32 +206,12 @@ struct Note {
 
 impl Note {
     /// Notes the transcript the client holds with `answer`, exactly as it
-    /// was sent, so its next request continues this session.
-    async fn answered(self, answer: &str) {
+    /// was sent, so its next request continues this session; unless
+    /// another turn is already waiting on the session, which will move it
+    /// past this answer.
+    fn answered(self, answer: &str) {
         let fingerprint = self.transcript.answered(&self.input, answer).fingerprint();
-        let id = self.session.clone();
-        match self
-            .state
-            .runtime()
-            .store()
-            .call(move |store| store.session(&id))
-            .await
-        {
-            Ok(Some(info)) => self.state.transcripts().note(
-                fingerprint,
-                Continuation {
-                    session: self.session,
-                    message_count: info.message_count,
-                },
-            ),
-            Ok(None) => {}
-            Err(error) => tracing::warn!(
-                %error,
-                session = %self.session,
-                "could not read the session after its answer; the conversation's next request \
-                 runs in a new session"
-            ),
-        }
+        self.state.note_answer(self.session, fingerprint);
     }
 }
 
@@ -512,7 +489,7 @@ impl ChunkStream {
                 if this.answered
                     && let Some(note) = this.note.take()
                 {
-                    note.answered(&this.sent).await;
+                    note.answered(&this.sent);
                 }
                 if let Some(data) = this.queue.pop_front() {
                     return Some((Ok(Event::default().data(data)), this));

@@ -9,13 +9,19 @@
 //!
 //! So every answer leaves a note here: the fingerprint of the transcript
 //! the client now holds (its earlier messages, its input, the answer's
-//! text exactly as it was sent, whole or streamed) → the session and how
-//! many messages the session had just after the answer. A request whose
-//! earlier messages have that fingerprint takes the note and continues the
-//! session, if the session still has that many messages; anything else (a
-//! regenerated or edited answer, a session that moved on through another
-//! client or the sessions API, a note another request took first) runs in
-//! a fresh session seeded with what the client sent, as before.
+//! text exactly as it was sent, whole or streamed) → the session. A
+//! request whose earlier messages have that fingerprint takes the note and
+//! continues the session; anything else (a regenerated or edited answer,
+//! a note another request took first) runs in a fresh session seeded with
+//! what the client sent, as before.
+//!
+//! A note stands only while the session is where the answer left it: a
+//! session has one note, its newest; a turn that begins on the session
+//! (any route of this server) forgets it, and an answer is not noted while
+//! another turn waits on its session. Nothing here reads the store: an
+//! input a *separate process* runs on the same data directory's session
+//! (`homeagent run --session …`) goes unseen, and the client's next
+//! request continues the session with that exchange in it.
 //!
 //! Notes live in memory and are bounded ([`KEPT`], oldest forgotten
 //! first): after a restart a conversation goes on in a fresh session once,
@@ -77,14 +83,6 @@ impl Transcript {
     }
 }
 
-/// Where an answered transcript left its session.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Continuation {
-    pub session: String,
-    /// The session's messages just after the answer.
-    pub message_count: u64,
-}
-
 /// The notes, by fingerprint.
 #[derive(Default)]
 pub struct Transcripts {
@@ -93,17 +91,25 @@ pub struct Transcripts {
 
 #[derive(Default)]
 struct Notes {
-    /// Each note with the number it was noted under.
-    by_fingerprint: HashMap<Fingerprint, (u64, Continuation)>,
-    /// Notes in the order they were made (some taken or made again since:
-    /// the number tells the note still there from an older one).
+    /// Each note's session, with the number it was noted under.
+    by_fingerprint: HashMap<Fingerprint, (u64, String)>,
+    /// Each noted session's note.
+    by_session: HashMap<String, Fingerprint>,
+    /// Notes in the order they were made (some gone since: the number
+    /// tells the note still there from an older one).
     order: VecDeque<(u64, Fingerprint)>,
     noted: u64,
 }
 
 impl Notes {
-    /// A note taken, or made again, leaves its old place in `order`: drop
-    /// such places once they are most of it.
+    fn remove(&mut self, fingerprint: &Fingerprint) -> Option<String> {
+        let (_, session) = self.by_fingerprint.remove(fingerprint)?;
+        self.by_session.remove(&session);
+        Some(session)
+    }
+
+    /// A note gone leaves its old place in `order`: drop such places once
+    /// they are most of it.
     fn compact(&mut self) {
         if self.order.len() > 2 * KEPT {
             let by_fingerprint = &self.by_fingerprint;
@@ -114,22 +120,29 @@ impl Notes {
 }
 
 impl Transcripts {
-    /// Takes the note for `fingerprint`: one request continues it.
-    pub fn take(&self, fingerprint: &Fingerprint) -> Option<Continuation> {
+    /// Takes the note for `fingerprint`: one request continues its session.
+    pub fn take(&self, fingerprint: &Fingerprint) -> Option<String> {
         let mut notes = self.notes();
-        let taken = notes.by_fingerprint.remove(fingerprint).map(|(_, c)| c);
+        let taken = notes.remove(fingerprint);
         notes.compact();
         taken
     }
 
-    /// Notes an answered transcript, forgetting the oldest beyond [`KEPT`].
-    pub fn note(&self, fingerprint: Fingerprint, continuation: Continuation) {
+    /// Notes that an answer left its client holding `fingerprint` in
+    /// `session` (replacing the session's older note), forgetting the
+    /// oldest beyond [`KEPT`].
+    pub fn note(&self, fingerprint: Fingerprint, session: String) {
         let mut notes = self.notes();
+        if let Some(older) = notes.by_session.get(&session).copied() {
+            notes.remove(&older);
+        }
+        // Two sessions with one transcript (two clients said the same):
+        // the newer answer is the one continued.
+        notes.remove(&fingerprint);
         notes.noted += 1;
         let number = notes.noted;
-        notes
-            .by_fingerprint
-            .insert(fingerprint, (number, continuation));
+        notes.by_session.insert(session.clone(), fingerprint);
+        notes.by_fingerprint.insert(fingerprint, (number, session));
         notes.order.push_back((number, fingerprint));
         while notes.by_fingerprint.len() > KEPT {
             let Some((number, oldest)) = notes.order.pop_front() else {
@@ -140,10 +153,20 @@ impl Transcripts {
                 .get(&oldest)
                 .is_some_and(|(n, _)| *n == number)
             {
-                notes.by_fingerprint.remove(&oldest);
+                notes.remove(&oldest);
             }
         }
         notes.compact();
+    }
+
+    /// A turn begins on `session`: its transcript moves on, so no client's
+    /// may continue it.
+    pub fn forget_session(&self, session: &str) {
+        let mut notes = self.notes();
+        if let Some(fingerprint) = notes.by_session.get(session).copied() {
+            notes.remove(&fingerprint);
+            notes.compact();
+        }
     }
 
     fn notes(&self) -> std::sync::MutexGuard<'_, Notes> {
@@ -156,11 +179,14 @@ impl Transcripts {
 mod tests {
     use super::*;
 
-    fn continuation(n: u64) -> Continuation {
-        Continuation {
-            session: format!("s{n}"),
-            message_count: n,
-        }
+    fn session(n: u64) -> String {
+        format!("s{n}")
+    }
+
+    fn fingerprint(n: u64) -> Fingerprint {
+        let mut fingerprint = [0; 32];
+        fingerprint[..8].copy_from_slice(&n.to_le_bytes());
+        fingerprint
     }
 
     #[test]
@@ -192,35 +218,59 @@ mod tests {
     #[test]
     fn a_note_is_taken_once_and_the_oldest_are_forgotten() {
         let notes = Transcripts::default();
-        notes.note([1; 32], continuation(1));
-        assert_eq!(notes.take(&[1; 32]), Some(continuation(1)));
+        notes.note([1; 32], session(1));
+        assert_eq!(notes.take(&[1; 32]), Some(session(1)));
         assert_eq!(notes.take(&[1; 32]), None);
         for n in 0..=KEPT as u64 {
-            let mut fingerprint = [0; 32];
-            fingerprint[..8].copy_from_slice(&n.to_le_bytes());
-            notes.note(fingerprint, continuation(n));
+            notes.note(fingerprint(n), session(n));
         }
-        assert_eq!(notes.take(&[0; 32]), None, "the oldest was forgotten");
-        let mut newest = [0; 32];
-        newest[..8].copy_from_slice(&(KEPT as u64).to_le_bytes());
-        assert_eq!(notes.take(&newest), Some(continuation(KEPT as u64)));
+        assert_eq!(
+            notes.take(&fingerprint(0)),
+            None,
+            "the oldest was forgotten"
+        );
+        assert_eq!(
+            notes.take(&fingerprint(KEPT as u64)),
+            Some(session(KEPT as u64))
+        );
         // A note made again after it was taken is the newest, not the
         // oldest it once was.
-        notes.note([7; 32], continuation(7));
+        notes.note([7; 32], session(7));
         assert!(notes.take(&[7; 32]).is_some());
-        notes.note([7; 32], continuation(8));
+        notes.note([7; 32], session(8));
         for n in 0..KEPT as u64 - 1 {
-            let mut fingerprint = [9; 32];
-            fingerprint[..8].copy_from_slice(&n.to_le_bytes());
-            notes.note(fingerprint, continuation(n));
+            notes.note(fingerprint(n + 10_000), session(n + 10_000));
         }
-        assert_eq!(notes.take(&[7; 32]), Some(continuation(8)));
-        // Places of taken notes, or of notes made again, do not pile up.
+        assert_eq!(notes.take(&[7; 32]), Some(session(8)));
+        // Places of notes gone do not pile up.
         for _ in 0..3 * KEPT {
-            notes.note([5; 32], continuation(5));
+            notes.note([5; 32], session(5));
             notes.take(&[5; 32]);
-            notes.note([6; 32], continuation(6));
+            notes.note([6; 32], session(6));
         }
-        assert!(notes.notes().order.len() <= 2 * KEPT);
+        let inner = notes.notes();
+        assert!(inner.order.len() <= 2 * KEPT);
+        assert_eq!(inner.by_session.len(), inner.by_fingerprint.len());
+    }
+
+    #[test]
+    fn a_session_has_one_note_and_a_turn_beginning_on_it_forgets_it() {
+        let notes = Transcripts::default();
+        notes.note([1; 32], session(1));
+        notes.note([2; 32], session(1));
+        assert_eq!(notes.take(&[1; 32]), None, "replaced by the newer");
+        assert_eq!(notes.take(&[2; 32]), Some(session(1)));
+        notes.note([3; 32], session(1));
+        notes.note([4; 32], session(2));
+        notes.forget_session("s1");
+        assert_eq!(notes.take(&[3; 32]), None);
+        assert_eq!(notes.take(&[4; 32]), Some(session(2)), "others stay");
+        // One transcript in two sessions: the newer answer's.
+        notes.note([5; 32], session(5));
+        notes.note([5; 32], session(6));
+        assert_eq!(notes.take(&[5; 32]), Some(session(6)));
+        notes.forget_session("s5");
+        let inner = notes.notes();
+        assert!(inner.by_session.is_empty() && inner.by_fingerprint.is_empty());
     }
 }
