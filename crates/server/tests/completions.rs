@@ -159,17 +159,7 @@ async fn streamed_text(server: &common::TestServer, content: &str) -> String {
         .await
         .unwrap();
     assert_eq!(response.status(), 200);
-    SseReader::new(response)
-        .all()
-        .await
-        .iter()
-        .filter(|e| e.data != "[DONE]")
-        .filter_map(|e| {
-            json(&e.data)["choices"][0]["delta"]["content"]
-                .as_str()
-                .map(str::to_owned)
-        })
-        .collect()
+    SseReader::new(response).completion_text().await
 }
 
 /// A streamed answer says what the whole answer says, including the note

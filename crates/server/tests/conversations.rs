@@ -10,7 +10,7 @@
 
 use crate::common;
 
-use common::{Setup, SseReader, body_json, json, start};
+use common::{Setup, SseReader, body_json, start};
 use serde_json::{Value, json};
 
 /// Sends `messages` statelessly; the session the answer ran in and the
@@ -30,17 +30,7 @@ async fn complete(server: &common::TestServer, messages: &Value, stream: bool) -
         .unwrap()
         .to_owned();
     let text = if stream {
-        SseReader::new(response)
-            .all()
-            .await
-            .iter()
-            .filter(|e| e.data != "[DONE]")
-            .filter_map(|e| {
-                json(&e.data)["choices"][0]["delta"]["content"]
-                    .as_str()
-                    .map(str::to_owned)
-            })
-            .collect()
+        SseReader::new(response).completion_text().await
     } else {
         body_json(response).await["choices"][0]["message"]["content"]
             .as_str()
@@ -73,6 +63,17 @@ async fn history(server: &common::TestServer, session: &str) -> Vec<(String, Str
         .collect()
 }
 
+/// `messages` as the client sends them next: with the `answer` it got,
+/// then its next `input`.
+fn then(messages: &Value, answer: &str, input: &str) -> Value {
+    let mut next = messages.clone();
+    if let Some(list) = next.as_array_mut() {
+        list.push(json!({"role": "assistant", "content": answer}));
+        list.push(json!({"role": "user", "content": input}));
+    }
+    next
+}
+
 fn sessions_in(list: &Value) -> usize {
     list["sessions"].as_array().unwrap().len()
 }
@@ -81,24 +82,16 @@ fn sessions_in(list: &Value) -> usize {
 async fn a_stateless_conversation_continues_the_session_its_last_answer_came_from() {
     let server = start(Setup::default()).await;
     for stream in [false, true] {
-        let mut messages = json!([
+        let opening = json!([
             {"role": "system", "content": "be brief"},
             {"role": "user", "content": "!batch2"},
         ]);
-        let (first, answer) = complete(&server, &messages, stream).await;
+        let (first, answer) = complete(&server, &opening, stream).await;
         let after_first = history(&server, &first).await;
 
         // The client sends the conversation back with its next input.
-        messages
-            .as_array_mut()
-            .unwrap()
-            .push(json!({"role": "assistant", "content": answer}));
-        let earlier = messages.clone();
-        messages
-            .as_array_mut()
-            .unwrap()
-            .push(json!({"role": "user", "content": "!batch3"}));
-        let (second, answer) = complete(&server, &messages, stream).await;
+        let messages = then(&opening, &answer, "!batch3");
+        let (second, next_answer) = complete(&server, &messages, stream).await;
         assert_eq!(second, first, "stream {stream}: the same session");
         let after_second = history(&server, &second).await;
         // Only the new input and what it made were added: user, the call
@@ -113,54 +106,25 @@ async fn a_stateless_conversation_continues_the_session_its_last_answer_came_fro
             after_second[after_first.len()],
             ("user".to_owned(), "!batch3".to_owned())
         );
-        // The agent's own tool calls of the first exchange stay in the
+        // The agent's own tool results of the first exchange stay in the
         // session (a seeded one would hold only the texts).
-        assert!(
-            after_second
-                .iter()
-                .filter(|(role, _)| role == "tool")
-                .count()
-                == 5
-        );
+        let results = after_second.iter().filter(|(role, _)| role == "tool");
+        assert_eq!(results.count(), 5);
 
         // A regenerated answer (the same earlier messages again) cannot
         // continue a session that has moved on: a new one, seeded.
-        let mut regenerate = earlier.clone();
-        regenerate
-            .as_array_mut()
-            .unwrap()
-            .push(json!({"role": "user", "content": "!batch3"}));
-        let (other, _) = complete(&server, &regenerate, stream).await;
+        let (other, _) = complete(&server, &messages, stream).await;
         assert_ne!(other, first, "stream {stream}");
         let seeded = history(&server, &other).await;
-        assert_eq!(
-            seeded[..4]
-                .iter()
-                .map(|(role, _)| role.as_str())
-                .collect::<Vec<_>>(),
-            ["system", "user", "assistant", "user"]
-        );
+        let roles: Vec<&str> = seeded[..4].iter().map(|(role, _)| role.as_str()).collect();
+        assert_eq!(roles, ["system", "user", "assistant", "user"]);
 
         // The first session goes on from its newest answer...
-        messages
-            .as_array_mut()
-            .unwrap()
-            .push(json!({"role": "assistant", "content": answer.clone()}));
-        let mut next = messages.clone();
-        next.as_array_mut()
-            .unwrap()
-            .push(json!({"role": "user", "content": "!text"}));
-        let (third, _) = complete(&server, &next, stream).await;
+        let (third, _) = complete(&server, &then(&messages, &next_answer, "!text"), stream).await;
         assert_eq!(third, first, "stream {stream}");
 
         // ...but not from an answer the client changed.
-        let mut edited = messages.clone();
-        let last = edited.as_array_mut().unwrap().len() - 1;
-        edited[last]["content"] = json!(format!("{answer} (edited)"));
-        edited
-            .as_array_mut()
-            .unwrap()
-            .push(json!({"role": "user", "content": "!text"}));
+        let edited = then(&messages, &format!("{next_answer} (edited)"), "!text");
         let (fourth, _) = complete(&server, &edited, stream).await;
         assert_ne!(fourth, first, "stream {stream}");
     }
@@ -168,6 +132,25 @@ async fn a_stateless_conversation_continues_the_session_its_last_answer_came_fro
     // edited branch of each.
     let list = body_json(server.get("/api/v1/sessions").send().await.unwrap()).await;
     assert_eq!(sessions_in(&list), 6);
+}
+
+/// Sends `text` to `session` through the sessions API; the response, its
+/// stream not yet read.
+async fn send_to_session(
+    server: &common::TestServer,
+    session: &str,
+    text: &str,
+) -> reqwest::Response {
+    let response = server
+        .post_json(
+            &format!("/api/v1/sessions/{session}/messages"),
+            &json!({"text": text}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    response
 }
 
 /// A conversation continued by another client (the same transcript sent
@@ -179,15 +162,7 @@ async fn a_transcript_continues_its_session_once() {
     let server = start(Setup::default()).await;
     let opening = json!([{"role": "user", "content": "!text"}]);
     let (first, answer) = complete(&server, &opening, false).await;
-    let mut messages = opening.clone();
-    messages
-        .as_array_mut()
-        .unwrap()
-        .push(json!({"role": "assistant", "content": answer}));
-    messages
-        .as_array_mut()
-        .unwrap()
-        .push(json!({"role": "user", "content": "!batch2"}));
+    let messages = then(&opening, &answer, "!batch2");
     let (a, b) = tokio::join!(
         complete(&server, &messages, false),
         complete(&server, &messages, true)
@@ -199,26 +174,10 @@ async fn a_transcript_continues_its_session_once() {
     // transcript the client has no longer is the session's.
     let (second, answer) = complete(&server, &opening, false).await;
     assert_ne!(second, first);
-    let response = server
-        .post_json(
-            &format!("/api/v1/sessions/{second}/messages"),
-            &json!({"text": "!text"}),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    SseReader::new(response).all().await;
-    let mut messages = opening.clone();
-    messages
-        .as_array_mut()
-        .unwrap()
-        .push(json!({"role": "assistant", "content": answer}));
-    messages
-        .as_array_mut()
-        .unwrap()
-        .push(json!({"role": "user", "content": "!text"}));
-    let (third, _) = complete(&server, &messages, false).await;
+    SseReader::new(send_to_session(&server, &second, "!text").await)
+        .all()
+        .await;
+    let (third, _) = complete(&server, &then(&opening, &answer, "!text"), false).await;
     assert_ne!(third, second);
 
     // Nor is a session continued while an input runs on it, even before
@@ -229,65 +188,25 @@ async fn a_transcript_continues_its_session_once() {
     })
     .await;
     let (fourth, answer) = complete(&server, &opening, false).await;
-    let running = server
-        .post_json(
-            &format!("/api/v1/sessions/{fourth}/messages"),
-            &json!({"text": "!slowbatch4"}),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(running.status(), 200);
-    let mut messages = opening.clone();
-    messages
-        .as_array_mut()
-        .unwrap()
-        .push(json!({"role": "assistant", "content": answer}));
-    messages
-        .as_array_mut()
-        .unwrap()
-        .push(json!({"role": "user", "content": "!text"}));
-    let (fifth, _) = complete(&server, &messages, false).await;
+    let running = send_to_session(&server, &fourth, "!slowbatch4").await;
+    let (fifth, _) = complete(&server, &then(&opening, &answer, "!text"), false).await;
     assert_ne!(fifth, fourth);
     SseReader::new(running).all().await;
 
     // An answer after which another input waits on its session leaves
     // nothing to continue: that input moves the session past it.
     let (sixth, answer) = complete(&server, &opening, false).await;
-    let mut messages = opening.clone();
-    messages
-        .as_array_mut()
-        .unwrap()
-        .push(json!({"role": "assistant", "content": answer}));
-    messages
-        .as_array_mut()
-        .unwrap()
-        .push(json!({"role": "user", "content": "!slowbatch4"}));
+    let messages = then(&opening, &answer, "!slowbatch4");
     let queue_behind = async {
         while !server.state.sessions_running().contains(&sixth) {
             tokio::time::sleep(std::time::Duration::from_millis(1)).await;
         }
-        server
-            .post_json(
-                &format!("/api/v1/sessions/{sixth}/messages"),
-                &json!({"text": "!text"}),
-            )
-            .send()
-            .await
-            .unwrap()
+        send_to_session(&server, &sixth, "!text").await
     };
     let ((continued, answer), waiting) =
         tokio::join!(complete(&server, &messages, false), queue_behind);
     assert_eq!(continued, sixth);
     SseReader::new(waiting).all().await;
-    messages
-        .as_array_mut()
-        .unwrap()
-        .push(json!({"role": "assistant", "content": answer}));
-    messages
-        .as_array_mut()
-        .unwrap()
-        .push(json!({"role": "user", "content": "!text"}));
-    let (seventh, _) = complete(&server, &messages, false).await;
+    let (seventh, _) = complete(&server, &then(&messages, &answer, "!text"), false).await;
     assert_ne!(seventh, sixth);
 }

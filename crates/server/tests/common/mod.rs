@@ -250,6 +250,21 @@ impl SseReader {
         }
         out
     }
+
+    /// A streamed chat completion's text: every chunk's content delta,
+    /// joined, to the end of the stream.
+    pub async fn completion_text(self) -> String {
+        self.all()
+            .await
+            .iter()
+            .filter(|e| e.data != "[DONE]")
+            .filter_map(|e| {
+                json(&e.data)["choices"][0]["delta"]["content"]
+                    .as_str()
+                    .map(str::to_owned)
+            })
+            .collect()
+    }
 }
 
 pub fn json(text: &str) -> Value {
