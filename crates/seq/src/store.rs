@@ -127,16 +127,18 @@ impl SeqStore {
         let path = self.path_of(&seq.name)?;
         let _guard = WRITING.lock().unwrap_or_else(|e| e.into_inner());
         // A sequence without seq_call steps cannot close a cycle and has no
-        // missing targets; replacing one that exists, it adds no level to
-        // a caller's chain (it is one level either way): skip reading every
-        // stored sequence (which made editing n sequences O(n²)). A new one
-        // may be the missing end of a chain, which it makes one deeper.
+        // missing targets; replacing one that is stored, it adds no level
+        // to a caller's chain (it is one level either way): skip reading
+        // every stored sequence (which made editing n sequences O(n²)). A
+        // new one, or one in place of a damaged file (which could not
+        // run), may be the missing end of a chain, which it makes one
+        // deeper.
         let calls = seq
             .groups
             .iter()
             .flat_map(|g| &g.tools)
             .any(ToolStep::is_seq_call);
-        let mut stored = if calls || !path.exists() {
+        let mut stored = if calls || self.load(&seq.name).is_err() {
             self.stored()?
         } else {
             BTreeMap::new()

@@ -257,6 +257,10 @@ fn a_save_that_takes_a_callers_chain_past_the_bound_is_refused() {
     let flat_e = seq(json!({"name": "E", "groups": [group("g", &[leaf()])]}));
     let (chain, _) = too_deep(store.save(&flat_e));
     assert_eq!(chain, "#A → #B → #C → #D → #E");
+    // So is one that replaces a damaged file (which could not run).
+    std::fs::write(dir.path().join("sequences/E.json"), "{\"name\":").unwrap();
+    let (chain, _) = too_deep(store.save(&flat_e));
+    assert_eq!(chain, "#A → #B → #C → #D → #E");
     // A chain already past the bound (written by an older build) does not
     // refuse an unrelated save.
     std::fs::write(

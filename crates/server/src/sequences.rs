@@ -29,7 +29,7 @@ fn store(state: &ServerState) -> SeqStore {
 fn store_error(error: StoreError) -> ApiError {
     match error {
         StoreError::NotFound { .. } => ApiError::not_found(error.to_string()),
-        StoreError::BadName { .. } | StoreError::Cycle { .. } => {
+        StoreError::BadName { .. } | StoreError::Cycle { .. } | StoreError::TooDeep { .. } => {
             ApiError::bad_request("invalid_sequence", error.to_string())
         }
         other => ApiError::internal(other.to_string()),

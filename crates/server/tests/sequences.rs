@@ -75,3 +75,36 @@ async fn sequences_are_created_listed_read_and_deleted() {
     let gone = server.get("/api/v1/sequences/pair").send().await.unwrap();
     assert_eq!(gone.status(), 404);
 }
+
+/// A sequence the store refuses for what it would make with the stored
+/// ones (a cycle, a chain of calls deeper than the run-time bound) is the
+/// client's to fix: 400 `invalid_sequence` naming the chain, never a 500.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cycle_or_a_chain_too_deep_is_a_400_naming_it() {
+    let server = start(Setup::default()).await;
+    let calling = |name: &str, target: &str| {
+        json!({"name": name, "groups": [{"name": "g",
+            "tools": format!("{{\"tool\":\"seq_call\",\"args\":{{\"target\":\"#{target}\"}}}} ;")}]})
+    };
+    let leaf =
+        json!({"name": "E", "groups": [{"name": "g", "tools": "{\"tool\":\"demo_echo\"} ;"}]});
+    let create = |seq: serde_json::Value| {
+        let request = server.post_json("/api/v1/sequences", &seq);
+        async move { request.send().await.unwrap() }
+    };
+    assert_eq!(create(leaf).await.status(), 201);
+    for (name, next) in [("D", "E"), ("C", "D"), ("B", "C")] {
+        assert_eq!(create(calling(name, next)).await.status(), 201, "{name}");
+    }
+    for (seq, needle) in [
+        (calling("A", "B"), "#A → #B → #C → #D → #E"),
+        (calling("S", "S"), "#S → #S"),
+    ] {
+        let refused = create(seq).await;
+        assert_eq!(refused.status(), 400);
+        let body = body_json(refused).await;
+        assert_eq!(body["error"]["code"], "invalid_sequence", "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(needle), "{message}");
+    }
+}
