@@ -57,6 +57,11 @@ pub struct Submission {
     pub text: String,
     /// Cancel the session's model stream in flight and run next.
     pub interrupt: bool,
+    /// Refuse it as a resend when the session had the same text within
+    /// `dedup_window`. Off for an input known to be new: a stateless
+    /// conversation's next request, whose transcript shows the answer to
+    /// the same words before it.
+    pub check_duplicate: bool,
 }
 
 /// The frames of one submitted input; the last one is terminal.
@@ -267,6 +272,7 @@ impl Scheduler {
             .options
             .dedup_window
             .map(|window| (window, Instant::now()));
+        let check_duplicate = submission.check_duplicate;
         if let Some((window, now)) = dedup {
             // Once per window: each pass is one walk of the map.
             let mut last_sweep = self
@@ -288,10 +294,11 @@ impl Scheduler {
             {
                 entry.recent.pop_front();
             }
-            if entry
-                .recent
-                .iter()
-                .any(|(text, _)| *text == submission.text)
+            if check_duplicate
+                && entry
+                    .recent
+                    .iter()
+                    .any(|(text, _)| *text == submission.text)
             {
                 counts.rejected.fetch_add(1, Ordering::SeqCst);
                 tx.send(Frame::Skipped {

@@ -61,6 +61,7 @@ fn submission(session: &str, text: &str) -> Submission {
         agent: "main".into(),
         text: text.into(),
         interrupt: false,
+        check_duplicate: true,
     }
 }
 

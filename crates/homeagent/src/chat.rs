@@ -186,6 +186,7 @@ pub async fn run(args: ChatArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode
                 agent: args.agent.clone(),
                 text: input.to_owned(),
                 interrupt: false,
+                check_duplicate: true,
             });
             let mut view = TextView::default();
             let mut tools_running = 0usize;

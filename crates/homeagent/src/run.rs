@@ -41,6 +41,7 @@ async fn answer(agent: &homeagent_agent::Agent, args: RunArgs) -> anyhow::Result
         agent: args.agent,
         text: args.prompt,
         interrupt: false,
+        check_duplicate: true,
     });
     let mut view = TextView::default();
     let mut stdout = std::io::stdout();

@@ -12,6 +12,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 
 use futures_util::stream;
+use homeagent_agent::Submission;
 use homeagent_agent::store::{StoreError, validate_session_id};
 use serde::Deserialize;
 use serde_json::json;
@@ -70,10 +71,13 @@ pub async fn send(
         turn::start(
             &state,
             client.ip(),
-            &id,
-            &agent,
-            message.text,
-            message.interrupt,
+            Submission {
+                session: id.clone(),
+                agent,
+                text: message.text,
+                interrupt: message.interrupt,
+                check_duplicate: true,
+            },
         )
     })();
     let turn::Started { frames, guard } = match started {

@@ -286,7 +286,9 @@ impl ServerState {
             ));
         }
         *running += 1;
-        *turns.sessions.entry(session.to_owned()).or_default() += 1;
+        let on_session = turns.sessions.entry(session.to_owned()).or_default();
+        let others = *on_session;
+        *on_session += 1;
         // Under the turns' lock, as `note_answer` checks: an answer is
         // either noted before this (and forgotten here) or sees this turn.
         self.inner.transcripts.forget_session(session);
@@ -294,6 +296,7 @@ impl ServerState {
             state: self.clone(),
             client,
             session: session.to_owned(),
+            others,
             input: None,
             finished: false,
         })
@@ -324,6 +327,8 @@ pub struct TurnGuard {
     state: ServerState,
     client: IpAddr,
     session: String,
+    /// Turns the server had on the session when this one was counted in.
+    others: usize,
     /// The input submitted under this guard (none yet: nothing to cancel).
     input: Option<InputId>,
     finished: bool,
@@ -342,6 +347,12 @@ impl TurnGuard {
 
     pub fn session(&self) -> &str {
         &self.session
+    }
+
+    /// How many turns the server had on this session when this one was
+    /// counted in (they run before it).
+    pub fn others_on_session(&self) -> usize {
+        self.others
     }
 }
 

@@ -16,36 +16,21 @@ pub struct Started {
     pub guard: TurnGuard,
 }
 
-/// Submits `text` to `session` as `agent` for `client`.
+/// Submits an input for `client`.
 pub fn start(
     state: &ServerState,
     client: IpAddr,
-    session: &str,
-    agent: &str,
-    text: String,
-    interrupt: bool,
+    submission: Submission,
 ) -> Result<Started, ApiError> {
-    let guard = state.begin_turn(client, session)?;
-    Ok(submit(state, guard, session, agent, text, interrupt))
+    let guard = state.begin_turn(client, &submission.session)?;
+    Ok(submit(state, guard, submission))
 }
 
-/// Submits `text` under a turn already counted in (`guard`), for handlers
-/// that prepare the session between the two (and so store nothing for a
-/// request the client limit refuses).
-pub fn submit(
-    state: &ServerState,
-    mut guard: TurnGuard,
-    session: &str,
-    agent: &str,
-    text: String,
-    interrupt: bool,
-) -> Started {
-    let (input, frames) = state.scheduler().submit_tracked(Submission {
-        session: session.to_owned(),
-        agent: agent.to_owned(),
-        text,
-        interrupt,
-    });
+/// Submits an input under a turn already counted in (`guard`), for
+/// handlers that prepare the session between the two (and so store
+/// nothing for a request the client limit refuses).
+pub fn submit(state: &ServerState, mut guard: TurnGuard, submission: Submission) -> Started {
+    let (input, frames) = state.scheduler().submit_tracked(submission);
     guard.submitted(input);
     Started { frames, guard }
 }

@@ -333,6 +333,13 @@ async fn malformed_unknown_and_refused_requests_get_a_400_naming_the_problem() {
         ),
         (
             "/v1/chat/completions",
+            json!({"model": "homeagent", "messages": user, "user": 42}).to_string(),
+            400,
+            "invalid_request",
+            "`user` must be a string",
+        ),
+        (
+            "/v1/chat/completions",
             json!({"model": "homeagent", "messages": user,
                    "tools": [{"type": "function", "function": {"name": "x"}}]})
             .to_string(),

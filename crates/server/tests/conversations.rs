@@ -210,3 +210,101 @@ async fn a_transcript_continues_its_session_once() {
     let (seventh, _) = complete(&server, &then(&messages, &answer, "!text"), false).await;
     assert_ne!(seventh, sixth);
 }
+
+/// A continuation the server refuses before its input runs (the client
+/// is at its limit of turns: 429, which invites a retry) leaves the
+/// conversation where it was: the retry continues the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_continuation_refused_before_it_ran_is_continued_by_the_retry() {
+    let server = start(Setup {
+        options: homeagent_server::ServerOptions {
+            turns_per_client: 1,
+            ..homeagent_server::ServerOptions::default()
+        },
+        ..Setup::default()
+    })
+    .await;
+    let opening = serde_json::json!([{"role": "user", "content": "!text"}]);
+    let (first, answer) = complete(&server, &opening, false).await;
+    let next = then(&opening, &answer, "!text again");
+    let refused = {
+        // Another turn of this client runs meanwhile.
+        let busy = send_to_session(&server, "elsewhere", "!slowbatch4").await;
+        let refused = server
+            .post_json(
+                "/v1/chat/completions",
+                &serde_json::json!({"model": "homeagent", "messages": next}),
+            )
+            .send()
+            .await
+            .unwrap();
+        SseReader::new(busy).all().await;
+        refused
+    };
+    assert_eq!(refused.status(), 429);
+    let (retried, _) = complete(&server, &next, false).await;
+    assert_eq!(retried, first);
+}
+
+/// With a dedup window, a conversation that says the same thing twice in
+/// a row is not refused as a resend: the client has seen the answer in
+/// between (its transcript says so), so it is a new input.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_continuation_repeating_the_last_input_is_not_a_duplicate() {
+    let server = start(Setup {
+        // Appended to the [scheduler] table the test config ends with.
+        extra_toml: "dedup_window = \"10m\"\n",
+        ..Setup::default()
+    })
+    .await;
+    let opening = serde_json::json!([{"role": "user", "content": "!text"}]);
+    let (first, answer) = complete(&server, &opening, false).await;
+    let (second, _) = complete(&server, &then(&opening, &answer, "!text"), false).await;
+    assert_eq!(second, first);
+    // A resend with X-Session-Id is still refused within the window.
+    let resend = server
+        .post_json(
+            "/v1/chat/completions",
+            &serde_json::json!({"model": "homeagent", "messages": [{"role": "user", "content": "!text"}]}),
+        )
+        .header("x-session-id", &first)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resend.status(), 409);
+}
+
+/// Two end users a front end names (`user`) who say the same words and
+/// get the same answer hold one transcript each: each continues their
+/// own session, never the other's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_words_of_two_named_users_continue_two_sessions() {
+    let server = start(Setup::default()).await;
+    let opening = serde_json::json!([{"role": "user", "content": "!text"}]);
+    let say = |user: &str, messages: &serde_json::Value| {
+        let request = server.post_json(
+            "/v1/chat/completions",
+            &serde_json::json!({"model": "homeagent", "messages": messages, "user": user}),
+        );
+        async move {
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status(), 200);
+            let session = response.headers()["x-session-id"]
+                .to_str()
+                .unwrap()
+                .to_owned();
+            let answer = body_json(response).await["choices"][0]["message"]["content"]
+                .as_str()
+                .unwrap()
+                .to_owned();
+            (session, answer)
+        }
+    };
+    let (ann, ann_answer) = say("ann", &opening).await;
+    let (bob, bob_answer) = say("bob", &opening).await;
+    assert_eq!(ann_answer, bob_answer, "the test needs the same answer");
+    assert_ne!(ann, bob);
+    let next = then(&opening, &ann_answer, "!text again");
+    assert_eq!(say("ann", &next).await.0, ann);
+    assert_eq!(say("bob", &next).await.0, bob);
+}

@@ -45,7 +45,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::{self, Stream};
 use homeagent_agent::store::{StoreError, validate_session_id};
-use homeagent_agent::{Frame, Incomplete, UsageFrame};
+use homeagent_agent::{Frame, Incomplete, Submission, UsageFrame};
 use serde_json::{Value, json};
 
 pub use request::{CompletionRequest, IGNORED, MODEL_ID};
@@ -112,42 +112,42 @@ async fn completions_inner(
     let named = headers.contains_key(SESSION_HEADER);
     // A stateless request: what the client holds, which may continue the
     // session an earlier answer left it with (`transcript`).
-    let transcript = (!named).then(|| Transcript::new(&agent, &prior));
+    let transcript = (!named).then(|| Transcript::new(&agent, request.user.as_deref(), &prior));
     let continued = match &transcript {
-        Some(transcript) if !prior.is_empty() => continuation(state, &agent, transcript).await,
+        Some(transcript) if !prior.is_empty() => {
+            continue_session(state, client, &agent, transcript, &request.input).await?
+        }
         _ => None,
     };
-    let session = match &continued {
-        Some(session) => session.clone(),
-        None => session_id(state, headers)?,
+    let (session, turn::Started { frames, guard }, early) = match continued {
+        Some(placed) => placed,
+        None => {
+            let session = session_id(state, headers)?;
+            // Counted in before the session is created or seeded: a request
+            // the client limit refuses stores nothing.
+            let guard = state.begin_turn(client.ip(), &session)?;
+            prepare_session(state, &session, named && request.stream, &agent, prior).await?;
+            let submission = Submission {
+                session: session.clone(),
+                agent: agent.clone(),
+                text: request.input.clone(),
+                interrupt: false,
+                check_duplicate: true,
+            };
+            let (started, early) = start_checked(state, guard, submission)?;
+            (session, started, early)
+        }
     };
-    // Counted in before the session is created or seeded: a request the
-    // client limit refuses stores nothing.
-    let guard = state.begin_turn(client.ip(), &session)?;
-    if continued.is_none() {
-        prepare_session(state, &session, named && request.stream, &agent, prior).await?;
-    }
     let note = transcript.map(|transcript| Note {
         state: state.clone(),
         session: session.clone(),
         transcript,
         input: request.input.clone(),
     });
-    let turn::Started { frames, guard } =
-        turn::submit(state, guard, &session, &agent, request.input.clone(), false);
     let completion_id = state.fresh_id("chatcmpl");
     let created = unix_seconds();
     let mut response = if request.stream {
-        let mut frames = frames;
-        // Refusals the scheduler gives at once (empty input, a full queue,
-        // a duplicate) keep their HTTP status: nothing is streamed yet.
-        let early = frames.try_recv().ok();
-        if let Some(frame) = &early
-            && let Some(error) = terminal_error(frame)
-        {
-            guard.finish();
-            return Err(error);
-        }
+        let sent = note.is_some().then(String::new);
         let mut chunks = ChunkStream {
             frames,
             guard: Some(guard),
@@ -157,7 +157,7 @@ async fn completions_inner(
             queue: std::collections::VecDeque::new(),
             started: false,
             text: StreamedText::default(),
-            sent: String::new(),
+            sent,
             note,
             answered: false,
         };
@@ -168,7 +168,7 @@ async fn completions_inner(
             .keep_alive(KeepAlive::default())
             .into_response()
     } else {
-        let (response, answer) = whole(frames, guard, &completion_id, created).await?;
+        let (response, answer) = whole(frames, early, guard, &completion_id, created).await?;
         if let Some(note) = note {
             note.answered(&answer);
         }
@@ -180,20 +180,80 @@ async fn completions_inner(
     Ok(response)
 }
 
-/// The session a stateless request continues: the one the answer that
-/// left the client with `transcript` ran in, if no turn has begun on it
-/// since, no other request took it first, and it is still there (a read,
-/// in place of the commit that seeding a new session would cost).
-async fn continuation(state: &ServerState, agent: &str, transcript: &Transcript) -> Option<String> {
-    let session = state.transcripts().take(&transcript.fingerprint())?;
+/// Submits the input with the scheduler's immediate answer, if any: a
+/// refusal it gives at once (a full queue, a duplicate) keeps its HTTP
+/// status, since nothing is streamed or stored yet.
+fn start_checked(
+    state: &ServerState,
+    guard: TurnGuard,
+    submission: Submission,
+) -> Result<(turn::Started, Option<Frame>), ApiError> {
+    let turn::Started { mut frames, guard } = turn::submit(state, guard, submission);
+    let early = frames.try_recv().ok();
+    if let Some(error) = early.as_ref().and_then(terminal_error) {
+        guard.finish();
+        return Err(error);
+    }
+    Ok((turn::Started { frames, guard }, early))
+}
+
+/// Starts a stateless request's input in the session its transcript
+/// continues (see `transcript`): the one the answer that left the client
+/// holding it ran in, if no turn has begun on it since, no other request
+/// took it first, and it is still there (a read, in place of the commit
+/// that seeding a new session costs). `None`: there is none, or a turn
+/// began on it between the note's taking and this one; the caller seeds
+/// a fresh session. A refusal before the input ran (the client's limit,
+/// a full queue) puts the note back for the client's retry.
+async fn continue_session(
+    state: &ServerState,
+    client: SocketAddr,
+    agent: &str,
+    transcript: &Transcript,
+    input: &str,
+) -> Result<Option<(String, turn::Started, Option<Frame>)>, ApiError> {
+    let fingerprint = transcript.fingerprint();
+    let Some(session) = state.transcripts().take(&fingerprint) else {
+        return Ok(None);
+    };
     let id = session.clone();
-    let info = state
+    let exists = state
         .runtime()
         .store()
         .call(move |store| store.session(&id))
         .await
-        .ok()??;
-    (info.agent == agent).then_some(session)
+        .ok()
+        .flatten()
+        .is_some_and(|info| info.agent == agent);
+    if !exists {
+        return Ok(None);
+    }
+    let guard = match state.begin_turn(client.ip(), &session) {
+        Ok(guard) => guard,
+        Err(refused) => {
+            state.note_answer(session, fingerprint);
+            return Err(refused);
+        }
+    };
+    if guard.others_on_session() > 0 {
+        return Ok(None);
+    }
+    // The transcript shows the answer to the words before: the same
+    // words again are a new input, not a resend.
+    let submission = Submission {
+        session: session.clone(),
+        agent: agent.to_owned(),
+        text: input.to_owned(),
+        interrupt: false,
+        check_duplicate: false,
+    };
+    match start_checked(state, guard, submission) {
+        Ok((started, early)) => Ok(Some((session, started, early))),
+        Err(refused) => {
+            state.note_answer(session, fingerprint);
+            Err(refused)
+        }
+    }
 }
 
 /// What a stateless request notes once answered (see `transcript`).
@@ -292,16 +352,21 @@ fn store_error(e: StoreError) -> ApiError {
     }
 }
 
-/// Waits for the terminal frame and answers one `chat.completion`, with
-/// the answer's text.
+/// Waits for the terminal frame (`early` is the first, if the scheduler
+/// gave one at once) and answers one `chat.completion`, with the answer's
+/// text.
 async fn whole(
     mut frames: homeagent_agent::Frames,
+    mut early: Option<Frame>,
     guard: TurnGuard,
     id: &str,
     created: u64,
 ) -> Result<(Response, String), ApiError> {
     loop {
-        let Some(frame) = frames.recv().await else {
+        let Some(frame) = (match early.take() {
+            Some(frame) => Some(frame),
+            None => frames.recv().await,
+        }) else {
             return Err(ApiError::internal("the scheduler ended without answering"));
         };
         if !frame.is_terminal() {
@@ -354,8 +419,10 @@ fn finish_reason(incomplete: Option<&Incomplete>) -> &'static str {
 /// The note of an incompleteness no `finish_reason` can say (the agent
 /// stopped after its tool turns; another reason the provider named): an
 /// OpenAI client's person reads it in the answer's text, as the console's
-/// does below the answer. A stateless client sends it back with the
-/// conversation, so the model may see it then.
+/// does below the answer. It is not stored: a stateless client that sends
+/// it back continues the session, whose history holds the answer as the
+/// model gave it (the note is part of the transcript's fingerprint only),
+/// and a conversation seeded anew stores it with the client's messages.
 fn unsaid_note(incomplete: Option<&Incomplete>) -> Option<String> {
     incomplete
         .filter(|incomplete| incomplete.openai_finish_reason().is_none())
@@ -397,8 +464,9 @@ struct ChunkStream {
     queue: std::collections::VecDeque<String>,
     started: bool,
     text: StreamedText,
-    /// Every piece of the answer's text sent so far, joined.
-    sent: String,
+    /// Every piece of the answer's text sent so far, joined (kept only
+    /// for a note).
+    sent: Option<String>,
     /// A stateless request's note, made once the answer is whole.
     note: Option<Note>,
     /// The answer came (not an error): the note can be made.
@@ -433,7 +501,9 @@ impl ChunkStream {
         match frame {
             Frame::ContentDelta { text } => {
                 let delta = self.text.text(&text);
-                self.sent.push_str(&delta);
+                if let Some(sent) = &mut self.sent {
+                    sent.push_str(&delta);
+                }
                 let chunk = self.chunk(json!({"content": delta}), None);
                 self.queue.push_back(chunk);
             }
@@ -454,7 +524,9 @@ impl ChunkStream {
                         let note = unsaid_note(incomplete);
                         if let Some(delta) = self.text.ending(content, after_calls, note.as_deref())
                         {
-                            self.sent.push_str(&delta);
+                            if let Some(sent) = &mut self.sent {
+                                sent.push_str(&delta);
+                            }
                             let chunk = self.chunk(json!({"content": delta}), None);
                             self.queue.push_back(chunk);
                         }
@@ -489,7 +561,7 @@ impl ChunkStream {
                 if this.answered
                     && let Some(note) = this.note.take()
                 {
-                    note.answered(&this.sent);
+                    note.answered(this.sent.as_deref().unwrap_or_default());
                 }
                 if let Some(data) = this.queue.pop_front() {
                     return Some((Ok(Event::default().data(data)), this));

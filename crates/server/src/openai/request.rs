@@ -4,7 +4,10 @@
 //! (`temperature`, `user`, `stream_options`, …), so a blanket
 //! `deny_unknown_fields` would break them. Instead every top-level field is
 //! one of three kinds, checked by name before anything else:
-//! - **used**: `model`, `messages`, `stream`, `stream_options`;
+//! - **used**: `model`, `messages`, `stream`, `stream_options`, `user`
+//!   (the end user a front end names: part of a stateless conversation's
+//!   fingerprint, so two users' same words never continue each other's
+//!   session);
 //! - **accepted and ignored**: documented sampling and bookkeeping knobs
 //!   the agent's own model configuration governs (listed in [`IGNORED`]);
 //! - **refused**: `tools`/`functions` (the agent runs its own tools), and
@@ -24,7 +27,7 @@ use crate::error::ApiError;
 /// The model name the agent answers as.
 pub const MODEL_ID: &str = "homeagent";
 
-const USED: &[&str] = &["model", "messages", "stream", "stream_options"];
+const USED: &[&str] = &["model", "messages", "stream", "stream_options", "user"];
 
 /// Documented request fields that are accepted and have no effect.
 pub const IGNORED: &[&str] = &[
@@ -33,7 +36,6 @@ pub const IGNORED: &[&str] = &[
     "n",
     "max_tokens",
     "max_completion_tokens",
-    "user",
     "presence_penalty",
     "frequency_penalty",
     "seed",
@@ -79,6 +81,8 @@ pub struct CompletionRequest {
     pub prior: Vec<Message>,
     /// The last message: the user's input.
     pub input: String,
+    /// The end user the client names (`user`), if any.
+    pub user: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -220,11 +224,22 @@ pub fn parse(body: Value) -> Result<CompletionRequest, ApiError> {
             "the last message must have role `user`: it is the input the agent answers",
         ));
     };
+    let user = match fields.get("user") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(user)) => Some(user.clone()),
+        Some(_) => {
+            return Err(ApiError::bad_request(
+                "invalid_request",
+                "`user` must be a string (an id for the end user)",
+            ));
+        }
+    };
     Ok(CompletionRequest {
         stream,
         include_usage,
         prior: messages,
         input,
+        user,
     })
 }
 

@@ -26,7 +26,8 @@
 //! Notes live in memory and are bounded ([`KEPT`], oldest forgotten
 //! first): after a restart a conversation goes on in a fresh session once,
 //! then continues that one. The fingerprint is SHA-256 over the agent's
-//! name and each message's role and text (blanks around a text do not
+//! name, the end user the client names (`user`) if any, and each
+//! message's role and text (blanks around a text do not
 //! count, as clients trim what they show), each length-prefixed, so two
 //! transcripts share one only if they are the same.
 
@@ -47,11 +48,15 @@ pub struct Transcript(Sha256);
 pub type Fingerprint = [u8; 32];
 
 impl Transcript {
-    /// The transcript of `agent` made of `messages` (the request's earlier
-    /// messages: system, user and assistant text).
-    pub fn new(agent: &str, messages: &[Message]) -> Self {
+    /// The transcript of `agent`, for the end user `user` when the client
+    /// names one, made of `messages` (the request's earlier messages:
+    /// system, user and assistant text).
+    pub fn new(agent: &str, user: Option<&str>, messages: &[Message]) -> Self {
         let mut transcript = Transcript(Sha256::new());
         transcript.part(b"agent", agent);
+        if let Some(user) = user {
+            transcript.part(b"end user", user);
+        }
         for message in messages {
             match message {
                 Message::System { content } => transcript.part(b"system", content),
@@ -191,11 +196,16 @@ mod tests {
 
     #[test]
     fn a_transcript_is_its_messages_roles_and_trimmed_texts_in_order() {
-        let base =
-            |agent: &str, messages: &[Message]| Transcript::new(agent, messages).fingerprint();
+        let base = |agent: &str, messages: &[Message]| {
+            Transcript::new(agent, None, messages).fingerprint()
+        };
         let hi = [Message::user("hi")];
         assert_eq!(base("main", &hi), base("main", &[Message::user("  hi\n")]));
         assert_ne!(base("main", &hi), base("other", &hi));
+        // Two end users' same words are two transcripts.
+        let of = |user| Transcript::new("main", user, &hi).fingerprint();
+        assert_ne!(of(Some("ann")), of(Some("bob")));
+        assert_ne!(of(Some("ann")), of(None));
         assert_ne!(base("main", &hi), base("main", &[Message::system("hi")]));
         // Lengths keep the parts apart: "ab" + "c" is not "a" + "bc".
         assert_ne!(
@@ -203,7 +213,7 @@ mod tests {
             base("main", &[Message::user("a"), Message::user("bc")])
         );
         // An answered transcript is the next request's earlier messages.
-        let answered = Transcript::new("main", &hi).answered("go", "done");
+        let answered = Transcript::new("main", None, &hi).answered("go", "done");
         let sent = [
             Message::user("hi"),
             Message::user("go"),
