@@ -230,10 +230,6 @@ impl ServerState {
         &self.inner.options
     }
 
-    pub(crate) fn transcripts(&self) -> &Transcripts {
-        &self.inner.transcripts
-    }
-
     pub fn events(&self) -> &EventHub {
         &self.inner.events
     }
@@ -266,6 +262,34 @@ impl ServerState {
     /// Counts a turn in for `client` on `session`, or refuses it when the
     /// client is at its limit or the server is shutting down.
     pub fn begin_turn(&self, client: IpAddr, session: &str) -> Result<TurnGuard, ApiError> {
+        let mut turns = self.turns();
+        self.may_begin(&turns, client)?;
+        Ok(self.count_in(&mut turns, client, session))
+    }
+
+    /// [`begin_turn`](Self::begin_turn) for a stateless request whose
+    /// transcript has the note `fingerprint` (see `openai::transcript`):
+    /// takes the note and counts the turn in on its session in one step,
+    /// under the turns' lock, under which every other turn's `begin_turn`
+    /// forgets its session's note. A note found here therefore proves that
+    /// no turn began on the session since its answer. `None`: there is no
+    /// note. A refusal takes nothing, so the client's retry may continue.
+    pub(crate) fn continue_turn(
+        &self,
+        client: IpAddr,
+        fingerprint: &crate::openai::Fingerprint,
+    ) -> Result<Option<TurnGuard>, ApiError> {
+        let mut turns = self.turns();
+        self.may_begin(&turns, client)?;
+        let Some(session) = self.inner.transcripts.take(fingerprint) else {
+            return Ok(None);
+        };
+        Ok(Some(self.count_in(&mut turns, client, &session)))
+    }
+
+    /// Refuses a new turn of `client` when it is at its limit or the
+    /// server is shutting down.
+    fn may_begin(&self, turns: &Turns, client: IpAddr) -> Result<(), ApiError> {
         if self.inner.shutdown.is_cancelled() {
             return Err(ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -273,33 +297,32 @@ impl ServerState {
                 "the server is shutting down; retry against the next instance",
             ));
         }
-        let mut turns = self.turns();
-        let running = turns.per_client.entry(client).or_default();
-        if *running >= self.inner.options.turns_per_client {
+        let running = turns.per_client.get(&client).copied().unwrap_or(0);
+        if running >= self.inner.options.turns_per_client {
             return Err(ApiError::new(
                 StatusCode::TOO_MANY_REQUESTS,
                 "too_many_requests",
                 format!(
-                    "this client already has {} turns running (the limit); wait for one to finish",
-                    *running
+                    "this client already has {running} turns running (the limit); wait for one to finish"
                 ),
             ));
         }
-        *running += 1;
-        let on_session = turns.sessions.entry(session.to_owned()).or_default();
-        let others = *on_session;
-        *on_session += 1;
+        Ok(())
+    }
+
+    fn count_in(&self, turns: &mut Turns, client: IpAddr, session: &str) -> TurnGuard {
+        *turns.per_client.entry(client).or_default() += 1;
+        *turns.sessions.entry(session.to_owned()).or_default() += 1;
         // Under the turns' lock, as `note_answer` checks: an answer is
         // either noted before this (and forgotten here) or sees this turn.
         self.inner.transcripts.forget_session(session);
-        Ok(TurnGuard {
+        TurnGuard {
             state: self.clone(),
             client,
             session: session.to_owned(),
-            others,
             input: None,
             finished: false,
-        })
+        }
     }
 
     /// Sessions with a turn the server started and has not finished.
@@ -327,8 +350,6 @@ pub struct TurnGuard {
     state: ServerState,
     client: IpAddr,
     session: String,
-    /// Turns the server had on the session when this one was counted in.
-    others: usize,
     /// The input submitted under this guard (none yet: nothing to cancel).
     input: Option<InputId>,
     finished: bool,
@@ -347,12 +368,6 @@ impl TurnGuard {
 
     pub fn session(&self) -> &str {
         &self.session
-    }
-
-    /// How many turns the server had on this session when this one was
-    /// counted in (they run before it).
-    pub fn others_on_session(&self) -> usize {
-        self.others
     }
 }
 

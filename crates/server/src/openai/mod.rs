@@ -199,12 +199,14 @@ fn start_checked(
 
 /// Starts a stateless request's input in the session its transcript
 /// continues (see `transcript`): the one the answer that left the client
-/// holding it ran in, if no turn has begun on it since, no other request
-/// took it first, and it is still there (a read, in place of the commit
-/// that seeding a new session costs). `None`: there is none, or a turn
-/// began on it between the note's taking and this one; the caller seeds
-/// a fresh session. A refusal before the input ran (the client's limit,
-/// a full queue) puts the note back for the client's retry.
+/// holding it ran in, if no turn has begun on it since and no other
+/// request took it first (`ServerState::continue_turn`), and it is still
+/// there (a read, in place of the commit that seeding a new session
+/// costs). `None`: there is none; the caller seeds a fresh session. A
+/// refusal of the client's turn (its limit, shutdown) takes nothing, and
+/// one the scheduler gives at once (a full queue) puts the note back, so
+/// the client's retry continues; one that comes later (`session_busy`:
+/// another process holds the session) does not.
 async fn continue_session(
     state: &ServerState,
     client: SocketAddr,
@@ -213,9 +215,10 @@ async fn continue_session(
     input: &str,
 ) -> Result<Option<(String, turn::Started, Option<Frame>)>, ApiError> {
     let fingerprint = transcript.fingerprint();
-    let Some(session) = state.transcripts().take(&fingerprint) else {
+    let Some(guard) = state.continue_turn(client.ip(), &fingerprint)? else {
         return Ok(None);
     };
+    let session = guard.session().to_owned();
     let id = session.clone();
     let exists = state
         .runtime()
@@ -226,16 +229,6 @@ async fn continue_session(
         .flatten()
         .is_some_and(|info| info.agent == agent);
     if !exists {
-        return Ok(None);
-    }
-    let guard = match state.begin_turn(client.ip(), &session) {
-        Ok(guard) => guard,
-        Err(refused) => {
-            state.note_answer(session, fingerprint);
-            return Err(refused);
-        }
-    };
-    if guard.others_on_session() > 0 {
         return Ok(None);
     }
     // The transcript shows the answer to the words before: the same
