@@ -135,7 +135,7 @@ impl Transcripts {
 
     /// Notes that an answer left its client holding `fingerprint` in
     /// `session` (replacing the session's older note), forgetting the
-    /// oldest beyond [`KEPT`].
+    /// oldest beyond `KEPT`.
     pub fn note(&self, fingerprint: Fingerprint, session: String) {
         let mut notes = self.notes();
         if let Some(older) = notes.by_session.get(&session).copied() {
