@@ -50,3 +50,42 @@ pub fn integral(number: &Number) -> Option<Value> {
         Some(Value::Number(number.clone()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn booleans_are_the_two_words_exactly() {
+        assert_eq!(boolean("true"), Some(true));
+        assert_eq!(boolean("false"), Some(false));
+        for not in [" true", "True", "1", "yes", ""] {
+            assert_eq!(boolean(not), None, "{not:?}");
+        }
+    }
+
+    #[test]
+    fn integers_are_whole_json_numbers_kept_exact() {
+        assert_eq!(integer(" 20 "), Some(json!(20)));
+        assert_eq!(integer("20.0"), Some(json!(20)));
+        assert_eq!(integer("-7"), Some(json!(-7)));
+        assert_eq!(integer("1.5"), None);
+        assert_eq!(integer("+1"), None);
+        assert_eq!(integer("abc"), None);
+        // Past f64's exact integers, on both sides: kept as written.
+        assert_eq!(
+            integer("-9007199254740993"),
+            Some(json!(-9_007_199_254_740_993_i64))
+        );
+        assert_eq!(
+            integer("18446744073709551615"),
+            Some(json!(18_446_744_073_709_551_615_u64))
+        );
+        // 2^63 written with a fraction is whole, but no i64: kept as the
+        // number it is, not clamped to i64::MAX.
+        let two_to_63 = integer("9223372036854775808.0").unwrap();
+        assert_ne!(two_to_63, json!(i64::MAX));
+        assert_eq!(two_to_63.as_f64(), Some(9_223_372_036_854_775_808.0));
+    }
+}

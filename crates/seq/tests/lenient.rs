@@ -115,3 +115,16 @@ fn ordering_reads_a_string_as_a_number_argument_reads_it() {
         }
     }
 }
+
+#[test]
+fn values_that_are_already_json_scalars_are_taken_by_their_type() {
+    let accepts = |kind: &str, value: Value| SlotType::parse(kind).unwrap().accepts(&value);
+    assert!(accepts("number", json!(1.5)));
+    assert!(accepts("number", json!(3)));
+    assert!(accepts("integer", json!(3)));
+    assert!(accepts("integer", json!(3.0)));
+    assert!(!accepts("integer", json!(3.5)));
+    assert!(accepts("boolean", json!(false)));
+    assert!(!accepts("boolean", json!(0)));
+    assert!(!accepts("number", json!(true)));
+}
