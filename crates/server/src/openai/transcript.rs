@@ -18,8 +18,10 @@
 //! A note stands only while the session is where the answer left it: a
 //! session has one note, its newest; a turn that begins on the session
 //! (any route of this server) forgets it, and an answer is not noted while
-//! another turn waits on its session. Nothing here reads the store: an
-//! input a *separate process* runs on the same data directory's session
+//! another turn waits on its session (`ServerState::continue_turn` and
+//! `note_answer` keep both under the turns' lock). Of the store, a
+//! continuation reads only that the session still exists: an input a
+//! *separate process* runs on the same data directory's session
 //! (`homeagent run --session …`) goes unseen, and the client's next
 //! request continues the session with that exchange in it.
 //!
