@@ -260,9 +260,23 @@ mod tests {
             notes.take(&[5; 32]);
             notes.note([6; 32], session(6));
         }
-        let inner = notes.notes();
-        assert!(inner.order.len() <= 2 * KEPT);
-        assert_eq!(inner.by_session.len(), inner.by_fingerprint.len());
+        {
+            let inner = notes.notes();
+            assert!(inner.order.len() <= 2 * KEPT);
+            assert_eq!(inner.by_session.len(), inner.by_fingerprint.len());
+        }
+        // Compacting kept the live notes' places: the churned note is
+        // still the oldest, and the first to go.
+        for n in 0..KEPT as u64 {
+            notes.note(fingerprint(n + 50_000), session(n + 50_000));
+        }
+        assert!(notes.notes().by_fingerprint.len() <= KEPT);
+        assert_eq!(notes.take(&[6; 32]), None);
+        assert_eq!(
+            notes.take(&fingerprint(50_000)),
+            Some(session(50_000)),
+            "the newer stay"
+        );
     }
 
     #[test]
