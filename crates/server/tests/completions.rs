@@ -39,10 +39,7 @@ async fn a_whole_completion_runs_the_agents_tools_and_answers_the_final_message(
         .await
         .unwrap();
     assert_eq!(response.status(), 200);
-    let session = response.headers()["x-session-id"]
-        .to_str()
-        .unwrap()
-        .to_owned();
+    let session = common::session_of(&response);
     let body = body_json(response).await;
     assert_eq!(body["object"], "chat.completion");
     assert_eq!(body["model"], "homeagent");
@@ -262,10 +259,7 @@ async fn earlier_messages_seed_a_fresh_session_and_x_session_id_continues_one() 
         .await
         .unwrap();
     assert_eq!(response.status(), 200);
-    let session = response.headers()["x-session-id"]
-        .to_str()
-        .unwrap()
-        .to_owned();
+    let session = common::session_of(&response);
     assert!(
         body_json(response).await["choices"][0]["message"]["content"]
             .as_str()
@@ -359,10 +353,7 @@ async fn a_client_that_disconnects_mid_stream_stops_its_turn_and_the_history_sta
         .send()
         .await
         .unwrap();
-    let session = response.headers()["x-session-id"]
-        .to_str()
-        .unwrap()
-        .to_owned();
+    let session = common::session_of(&response);
     // Wait until all four tools are running, then hang up.
     let mut started = 0;
     while started < 4 {
@@ -614,10 +605,7 @@ async fn a_request_without_earlier_messages_costs_one_commit_for_a_quick_text_an
         }
         let response = post.send().await.unwrap();
         assert_eq!(response.status(), 200);
-        let session = response.headers()["x-session-id"]
-            .to_str()
-            .unwrap()
-            .to_owned();
+        let session = common::session_of(&response);
         assert_eq!(store.write_stats().commits - before, 1, "{named:?}");
         let roles: Vec<String> = stored(&server, &session).await["messages"]
             .as_array()

@@ -16,19 +16,20 @@ use serde_json::{Value, json};
 /// Sends `messages` statelessly; the session the answer ran in and the
 /// answer's text as the client got it (a stream's deltas joined).
 async fn complete(server: &common::TestServer, messages: &Value, stream: bool) -> (String, String) {
+    let body = json!({"model": "homeagent", "messages": messages, "stream": stream});
+    complete_with(server, &body).await
+}
+
+/// [`complete`] with the whole request body.
+async fn complete_with(server: &common::TestServer, body: &Value) -> (String, String) {
+    let stream = body["stream"] == true;
     let response = server
-        .post_json(
-            "/v1/chat/completions",
-            &json!({"model": "homeagent", "messages": messages, "stream": stream}),
-        )
+        .post_json("/v1/chat/completions", body)
         .send()
         .await
         .unwrap();
     assert_eq!(response.status(), 200);
-    let session = response.headers()["x-session-id"]
-        .to_str()
-        .unwrap()
-        .to_owned();
+    let session = common::session_of(&response);
     let text = if stream {
         SseReader::new(response).completion_text().await
     } else {
@@ -281,24 +282,10 @@ async fn a_continuation_repeating_the_last_input_is_not_a_duplicate() {
 async fn the_same_words_of_two_named_users_continue_two_sessions() {
     let server = start(Setup::default()).await;
     let opening = serde_json::json!([{"role": "user", "content": "!text"}]);
-    let say = |user: &str, messages: &serde_json::Value| {
-        let request = server.post_json(
-            "/v1/chat/completions",
-            &serde_json::json!({"model": "homeagent", "messages": messages, "user": user}),
-        );
-        async move {
-            let response = request.send().await.unwrap();
-            assert_eq!(response.status(), 200);
-            let session = response.headers()["x-session-id"]
-                .to_str()
-                .unwrap()
-                .to_owned();
-            let answer = body_json(response).await["choices"][0]["message"]["content"]
-                .as_str()
-                .unwrap()
-                .to_owned();
-            (session, answer)
-        }
+    let server = &server;
+    let say = |user: &str, messages: &Value| {
+        let body = json!({"model": "homeagent", "messages": messages, "user": user});
+        async move { complete_with(server, &body).await }
     };
     let (ann, ann_answer) = say("ann", &opening).await;
     let (bob, bob_answer) = say("bob", &opening).await;

@@ -203,10 +203,7 @@ async fn twenty_four_clients_times_twelve_requests_are_all_answered_once() {
                         .await
                         .unwrap();
                     assert_eq!(response.status(), 200, "{tag}");
-                    let session = response.headers()["x-session-id"]
-                        .to_str()
-                        .unwrap()
-                        .to_owned();
+                    let session = common::session_of(&response);
                     let content = if r % 2 == 1 {
                         let events = SseReader::new(response).all().await;
                         assert_eq!(events.last().unwrap().data, "[DONE]");

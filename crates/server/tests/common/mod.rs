@@ -267,6 +267,14 @@ impl SseReader {
     }
 }
 
+/// The session an answer ran in (its `x-session-id` header).
+pub fn session_of(response: &reqwest::Response) -> String {
+    response.headers()["x-session-id"]
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
 pub fn json(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
 }
