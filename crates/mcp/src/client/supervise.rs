@@ -72,9 +72,6 @@ pub(crate) async fn supervise(
             s.status.pid = None;
         });
         tracing::warn!(server = %name, "MCP server down: {reason}");
-        if let Some(done) = first_attempt.take() {
-            let _ = done.send(());
-        }
         let now = Instant::now();
         failures.push_back(now);
         while failures
@@ -102,6 +99,12 @@ pub(crate) async fn supervise(
             backoff = (backoff * 2).min(options.max_restart_backoff);
             wait
         };
+        // Only now, with the failure in the status: whoever waited for the
+        // first attempt (`wait_started`, then `homeagent tools` or the
+        // status API) reads `down` and why, never `connecting`.
+        if let Some(done) = first_attempt.take() {
+            let _ = done.send(());
+        }
         tokio::select! {
             () = tokio::time::sleep(wait) => {}
             () = shared.shutdown.cancelled() => {
