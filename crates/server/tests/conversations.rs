@@ -225,7 +225,7 @@ async fn a_continuation_refused_before_it_ran_is_continued_by_the_retry() {
         ..Setup::default()
     })
     .await;
-    let opening = serde_json::json!([{"role": "user", "content": "!text"}]);
+    let opening = json!([{"role": "user", "content": "!text"}]);
     let (first, answer) = complete(&server, &opening, false).await;
     let next = then(&opening, &answer, "!text again");
     let refused = {
@@ -234,7 +234,7 @@ async fn a_continuation_refused_before_it_ran_is_continued_by_the_retry() {
         let refused = server
             .post_json(
                 "/v1/chat/completions",
-                &serde_json::json!({"model": "homeagent", "messages": next}),
+                &json!({"model": "homeagent", "messages": next}),
             )
             .send()
             .await
@@ -258,7 +258,7 @@ async fn a_continuation_repeating_the_last_input_is_not_a_duplicate() {
         ..Setup::default()
     })
     .await;
-    let opening = serde_json::json!([{"role": "user", "content": "!text"}]);
+    let opening = json!([{"role": "user", "content": "!text"}]);
     let (first, answer) = complete(&server, &opening, false).await;
     let (second, _) = complete(&server, &then(&opening, &answer, "!text"), false).await;
     assert_eq!(second, first);
@@ -266,7 +266,7 @@ async fn a_continuation_repeating_the_last_input_is_not_a_duplicate() {
     let resend = server
         .post_json(
             "/v1/chat/completions",
-            &serde_json::json!({"model": "homeagent", "messages": [{"role": "user", "content": "!text"}]}),
+            &json!({"model": "homeagent", "messages": [{"role": "user", "content": "!text"}]}),
         )
         .header("x-session-id", &first)
         .send()
@@ -281,7 +281,7 @@ async fn a_continuation_repeating_the_last_input_is_not_a_duplicate() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_same_words_of_two_named_users_continue_two_sessions() {
     let server = start(Setup::default()).await;
-    let opening = serde_json::json!([{"role": "user", "content": "!text"}]);
+    let opening = json!([{"role": "user", "content": "!text"}]);
     let server = &server;
     let say = |user: &str, messages: &Value| {
         let body = json!({"model": "homeagent", "messages": messages, "user": user});
