@@ -6,6 +6,8 @@
 //! with the `finish_reason`, a usage chunk with empty `choices` when the
 //! request set `stream_options.include_usage`, and `data: [DONE]`.
 
+use std::borrow::Cow;
+
 use axum::body::Bytes;
 use homeagent_core::{AssistantMessage, Message, StreamEvent, ToolCall, ToolMessage};
 use serde::Serialize;
@@ -44,7 +46,7 @@ pub(crate) fn parse(body: &Value) -> Result<ParsedRequest, String> {
                         WireCall {
                             id: str_field(call, "id"),
                             name: str_field(function, "name"),
-                            arguments: str_field(function, "arguments"),
+                            arguments: Cow::Borrowed(str_field(function, "arguments")),
                         }
                     })
                     .collect()
@@ -81,7 +83,7 @@ struct WireMessage<'a> {
 struct WireCall<'a> {
     id: &'a str,
     name: &'a str,
-    arguments: &'a str,
+    arguments: Cow<'a, str>,
 }
 
 impl WireMessage<'_> {
@@ -113,8 +115,8 @@ impl WireCall<'_> {
         ToolCall {
             id: self.id.to_owned(),
             name: self.name.to_owned(),
-            arguments: object_or_empty(self.arguments),
-            raw_arguments: self.arguments.to_owned(),
+            arguments: object_or_empty(&self.arguments),
+            raw_arguments: self.arguments.clone().into_owned(),
         }
     }
 }
@@ -146,7 +148,10 @@ fn parse_typed(body: &[u8], tools: &ToolsMemo) -> Option<ParsedRequest> {
         let item = WireMessage {
             role: typed::text(&item.role),
             content: typed::content(item.content),
-            calls: calls.iter().map(typed::Call::fields).collect(),
+            calls: calls
+                .iter()
+                .map(typed::Call::fields)
+                .collect::<Option<_>>()?,
             tool_call_id: typed::text(&item.tool_call_id),
         };
         item.push_to(&mut messages).ok()?;
@@ -263,19 +268,67 @@ mod typed {
     struct Function<'a> {
         #[serde(borrow)]
         name: Option<Cow<'a, str>>,
+        /// Kept as text: a call before the current turn is only counted,
+        /// and unescaping its arguments (JSON in a string, every quote
+        /// escaped) was most of the cost of stepping over it. Anything
+        /// but a string or `null` refuses the typed reading, as a
+        /// `Cow<str>` would.
         #[serde(borrow)]
-        arguments: Option<Cow<'a, str>>,
+        arguments: Option<&'a RawValue>,
     }
 
     impl Call<'_> {
-        pub(super) fn fields(&self) -> WireCall<'_> {
+        /// The call's members; `None` when its arguments are not a string.
+        pub(super) fn fields(&self) -> Option<WireCall<'_>> {
             let function = self.function.as_ref();
-            WireCall {
+            let arguments = match function.and_then(|f| f.arguments) {
+                Some(raw) => serde_json::from_str::<Cow<'_, str>>(raw.get()).ok()?,
+                None => Cow::Borrowed(""),
+            };
+            Some(WireCall {
                 id: text(&self.id),
                 name: function.map_or("", |f| text(&f.name)),
-                arguments: function.map_or("", |f| text(&f.arguments)),
-            }
+                arguments,
+            })
         }
+
+        /// The length of the call's name and arguments as [`fields`]
+        /// reads them, counted without unescaping where it can be.
+        ///
+        /// [`fields`]: Call::fields
+        fn texts_len(&self) -> Option<usize> {
+            let Some(function) = &self.function else {
+                return Some(0);
+            };
+            let arguments = match function.arguments {
+                Some(raw) => match unescaped_len(raw.get()) {
+                    Some(len) => len,
+                    None => self.fields()?.arguments.len(),
+                },
+                None => 0,
+            };
+            Some(text(&function.name).len() + arguments)
+        }
+    }
+
+    /// The length of the text a JSON string literal (quotes included, as
+    /// serde checked it) stands for, counted without building it; `None`
+    /// when it holds a `\u` escape, whose length depends on the code
+    /// point (and a lone surrogate makes the string unreadable).
+    fn unescaped_len(literal: &str) -> Option<usize> {
+        let inner = literal.strip_prefix('"')?.strip_suffix('"')?.as_bytes();
+        let mut len = inner.len();
+        let mut at = 0;
+        while let Some(offset) = inner.get(at..)?.iter().position(|&b| b == b'\\') {
+            let escape = at + offset;
+            // Every other escape is two bytes for one.
+            if *inner.get(escape + 1)? == b'u' {
+                return None;
+            }
+            len -= 1;
+            at = escape + 2;
+        }
+        Some(len)
     }
 
     /// What [`crate::script::message_bytes`] counts of the message `item`
@@ -286,23 +339,23 @@ mod typed {
             "system" | "developer" | "user" | "tool" => Some(content),
             "assistant" => {
                 let calls = item.tool_calls.as_deref().unwrap_or_default();
-                let texts: usize = calls
-                    .iter()
-                    .map(|call| {
-                        let fields = call.fields();
-                        fields.name.len() + fields.arguments.len()
-                    })
-                    .sum();
+                let mut texts = 0;
+                for call in calls {
+                    texts += call.texts_len()?;
+                }
                 Some(content + texts)
             }
             _ => None,
         }
     }
 
-    /// The length of [`content`]'s text, built only for escapes or parts.
+    /// The length of [`content`]'s text, built only for `\u` escapes or
+    /// parts.
     fn content_len(raw: Option<&RawValue>) -> usize {
-        match raw.map(|raw| raw.get()) {
-            Some(text) if text.starts_with('"') && !text.contains('\\') => text.len() - 2,
+        match raw.map(RawValue::get) {
+            Some(text) if text.starts_with('"') => {
+                unescaped_len(text).unwrap_or_else(|| content(raw).len())
+            }
             _ => content(raw).len(),
         }
     }
@@ -688,9 +741,12 @@ mod tests {
             {"role":"tool","tool_call_id":"c1","content":"x\"y\u00e9"},
             {"role":"developer","content":[{"type":"text","text":"ab"},"c"]},
             {"role":"assistant","content":"ok"},
+            {"role":"assistant","content":"a\\\"b\n\/","tool_calls":[{"id":"c2","function":{"name":"n\"","arguments":"{\"b\":\"\\\\\"}"}},{"id":"c3","function":{"arguments":null}}]},
+            {"role":"tool","tool_call_id":"c2","content":"\t\u0041\\"},
             {"role":"user","content":"next"}]}"#;
-        // abc, hi, demo_echo + {"a":1}, x"yé (é is two bytes), abc, ok, next
-        let expected = 3 + 2 + (9 + 7) + 5 + 3 + 2 + 4;
+        // abc, hi, demo_echo + {"a":1}, x"yé (é is two bytes), abc, ok,
+        // a\"b<newline>/ + n" + {"b":"\\"}, <tab>A\, next
+        let expected = 3 + 2 + (9 + 7) + 5 + 3 + 2 + (6 + 2 + 10) + 3 + 4;
         for parsed in [
             parse_typed(body.as_bytes(), &ToolsMemo::default()).unwrap(),
             by_value(body).unwrap(),
@@ -708,6 +764,10 @@ mod tests {
             r#"{"messages":[{"role":"user","content":"x"}],"stream":"yes"}"#,
             r#"{"messages":[{"role":"assistant","tool_calls":{"id":"c"}}]}"#,
             r#"{"messages":[{"role":"assistant","tool_calls":[{"function":{"name":1}}]}]}"#,
+            // Arguments as an object, before the current turn and in it.
+            r#"{"messages":[{"role":"assistant","tool_calls":[{"function":{"arguments":{"a":1}}}]},{"role":"user","content":"x"}]}"#,
+            r#"{"messages":[{"role":"user","content":"x"},{"role":"assistant","tool_calls":[{"function":{"arguments":[]}}]}]}"#,
+            r#"{"messages":[{"role":"assistant","tool_calls":[{"function":{"arguments":7}}]},{"role":"user","content":"x"}]}"#,
             r#"{"messages":[{"role":"user","content":"x"}],"stream_options":{"include_usage":"yes"}}"#,
             r#"{"model":"a","model":"b","messages":[{"role":"user","content":"x"}]}"#,
             r#"{"messages":[{"role":"robot","content":"x"}]}"#,
