@@ -297,7 +297,9 @@ impl StreamAssembler {
             let current = self.current_at_index.get(index);
             let bucket = &mut self.buckets[last];
             let same_call = !bucket.is_another_call(id.as_deref(), name.as_deref());
-            if bucket.index == index && same_call && current == Some(last) {
+            // `current == Some(last)`: the call fed last is the one open at
+            // this index (the table only maps an index to a call opened at it).
+            if same_call && current == Some(last) {
                 bucket.absorb(id, name, raw_arguments);
                 return;
             }

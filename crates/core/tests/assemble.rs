@@ -716,3 +716,42 @@ fn finish_reasons_from_every_provider_are_read_by_meaning() {
         assert_eq!(FinishReason::parse(raw), Some(meaning), "{raw}");
     }
 }
+
+#[test]
+fn calls_at_stream_indices_on_both_sides_of_the_dense_table_assemble_whole() {
+    // Indices below 1024 live in a table, the rest in a map: a call must
+    // be found again wherever it lives, its pieces interleaved with others.
+    let indices = [1023, 1024, 1025, 70_000, u32::MAX];
+    let mut events = Vec::new();
+    for (i, index) in indices.iter().enumerate() {
+        let id = format!("c{i}");
+        events.push(frag(Some(*index), Some(&id), Some("t"), "{\"n\":"));
+    }
+    for (i, index) in indices.iter().enumerate() {
+        events.push(frag(Some(*index), None, None, &format!("{i}}}")));
+    }
+    let turn = assemble(events);
+    let expected: Vec<(String, Value)> = (0..indices.len())
+        .map(|i| (format!("c{i}"), json!({"n": i})))
+        .collect();
+    let got: Vec<(String, Value)> = turn
+        .calls
+        .iter()
+        .map(|c| (c.call.id.clone(), c.call.arguments.clone()))
+        .collect();
+    assert_eq!(got, expected);
+    assert_eq!(turn.diagnostics, vec![]);
+}
+
+#[test]
+fn an_index_less_call_after_a_high_index_comes_after_it() {
+    // The next free index is past the highest one seen, not merely unused:
+    // the calls stay in the order the model sent them.
+    let turn = assemble([
+        frag(Some(5), Some("a"), Some("first"), "{}"),
+        frag(None, Some("b"), Some("second"), "{}"),
+        frag(None, Some("c"), Some("third"), "{}"),
+    ]);
+    let ids: Vec<&str> = turn.calls.iter().map(|c| c.call.id.as_str()).collect();
+    assert_eq!(ids, ["a", "b", "c"]);
+}
