@@ -755,3 +755,46 @@ fn an_index_less_call_after_a_high_index_comes_after_it() {
     let ids: Vec<&str> = turn.calls.iter().map(|c| c.call.id.as_str()).collect();
     assert_eq!(ids, ["a", "b", "c"]);
 }
+
+#[test]
+fn the_repair_reads_strings_whole_and_units_strictly() {
+    // Repaired: text in strings is never a value, however it looks; a
+    // negative duration is a unit value too.
+    let repaired = [
+        (
+            "{\"note\":\"a,5m,b\",\"t\":30s}",
+            json!({"note": "a,5m,b", "t": "30s"}),
+        ),
+        (
+            "{\"note\":\"say \\\",5m, ok\",\"t\":[1s,-2m]}",
+            json!({"note": "say \",5m, ok", "t": ["1s", "-2m"]}),
+        ),
+        ("{\"t\":-3m}", json!({"t": "-3m"})),
+        // A number with an exponent is a number, not a unit value.
+        (
+            "{\"t\":20s,\"n\":1e3,\"m\":-2.5E-1}",
+            json!({"t": "20s", "n": 1000.0, "m": -0.25}),
+        ),
+    ];
+    for (raw, expected) in repaired {
+        let parsed = parse_arguments("t", raw, false);
+        assert_eq!(parsed.arguments, expected, "{raw}");
+        assert!(parsed.repaired && parsed.error.is_none(), "{raw}");
+    }
+    // Not a number with a unit (letters only after the number): left
+    // alone, so still invalid.
+    for raw in [
+        "{\"t\":5-3m}",
+        "{\"t\":5m3}",
+        "{\"t\":2.5.1s}",
+        "{\"t\":1h30m}",
+    ] {
+        let parsed = parse_arguments("t", raw, false);
+        assert!(!parsed.repaired, "{raw}");
+        assert_eq!(
+            parsed.error.map(|e| e.reason),
+            Some(ErrorReason::InvalidArguments),
+            "{raw}"
+        );
+    }
+}
