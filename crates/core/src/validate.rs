@@ -1270,4 +1270,214 @@ mod tests {
         let (_, args) = pass(schema, json!({"n": "1e20"}));
         assert_eq!(args["n"].as_f64(), Some(1e20));
     }
+
+    /// `normalized` on its own: each spelling it rewrites, each it must
+    /// leave alone, and its depth bound, through objects and arrays.
+    #[test]
+    fn normalized_rewrites_exactly_the_type_list_spellings() {
+        let rewritten = [
+            // nullable widens a type or a type list, wherever it stands.
+            (
+                json!({"type": "string", "nullable": true}),
+                json!({"type": ["string", "null"], "nullable": true}),
+            ),
+            (
+                json!({"type": ["string"], "nullable": true}),
+                json!({"type": ["string", "null"], "nullable": true}),
+            ),
+            (
+                json!({"properties": {"a": {"items": [{"type": "integer", "nullable": true}]}}}),
+                json!({"properties": {"a": {"items": [{"type": ["integer", "null"], "nullable": true}]}}}),
+            ),
+            // anyOf / oneOf of bare types become the type list.
+            (
+                json!({"anyOf": [{"type": "integer"}, {"type": "null", "title": "None"}]}),
+                json!({"type": ["integer", "null"]}),
+            ),
+            (
+                json!({"oneOf": [{"type": "string"}, {"type": "null"}], "default": null}),
+                json!({"type": ["string", "null"], "default": null}),
+            ),
+            (
+                json!({"anyOf": [{"type": "integer"}, {"type": "number"}]}),
+                json!({"type": ["integer", "number"]}),
+            ),
+            (
+                json!({"oneOf": [{"type": "integer"}, {"type": "string"}]}),
+                json!({"type": ["integer", "string"]}),
+            ),
+            (
+                json!({"oneOf": [{"type": "string"}, {"type": "number"}]}),
+                json!({"type": ["string", "number"]}),
+            ),
+            (
+                json!({"oneOf": [{"type": "number"}]}),
+                json!({"type": ["number"]}),
+            ),
+            // A branch's own nullable is read before the branches merge.
+            (
+                json!({"anyOf": [{"type": "string", "nullable": true}]}),
+                json!({"anyOf": [{"type": ["string", "null"], "nullable": true}]}),
+            ),
+        ];
+        for (schema, expected) in rewritten {
+            assert_eq!(normalized(&schema, 0), Some(expected), "{schema}");
+        }
+        let untouched = [
+            json!({"type": "null", "nullable": true}),
+            json!({"type": ["string", "null"], "nullable": true}),
+            json!({"type": "string", "nullable": false}),
+            json!({"nullable": true}),
+            // Not bare, repeated, or overlapping under oneOf: the branches stay.
+            json!({"anyOf": [{"type": "string", "minLength": 3}, {"type": "null"}]}),
+            json!({"anyOf": [{"type": "string"}, {"type": "string"}]}),
+            json!({"oneOf": [{"type": "integer"}, {"type": "number"}]}),
+            json!({"anyOf": [{"type": "string"}, true]}),
+            json!({"anyOf": []}),
+            json!({"type": "object", "anyOf": [{"type": "string"}]}),
+            json!({"anyOf": [{"type": "string"}], "oneOf": [{"type": "null"}]}),
+            json!([1, "x", null]),
+        ];
+        for schema in untouched {
+            assert_eq!(normalized(&schema, 0), None, "{schema}");
+        }
+        // Depth: the deepest level read is MAX_DEPTH, counted through
+        // object members and array items alike.
+        let nullable = json!({"type": "string", "nullable": true});
+        let widened = json!({"type": ["string", "null"], "nullable": true});
+        let nest = |levels: usize, inner: &Value| {
+            (0..levels).fold(inner.clone(), |inner, level| {
+                if level % 2 == 0 {
+                    json!([inner])
+                } else {
+                    json!({"a": inner})
+                }
+            })
+        };
+        assert_eq!(
+            normalized(&nest(MAX_DEPTH, &nullable), 0),
+            Some(nest(MAX_DEPTH, &widened))
+        );
+        assert_eq!(normalized(&nest(MAX_DEPTH + 1, &nullable), 0), None);
+        assert_eq!(normalized(&nest(MAX_DEPTH + 2, &nullable), 0), None);
+    }
+
+    /// The type a value is said to have is the one a model would name.
+    #[test]
+    fn a_type_error_names_whole_numbers_integers_and_others_numbers() {
+        let schema = json!({"type": "object", "properties": {"s": {"type": "string"}}});
+        let err = fail(schema.clone(), json!({"s": 3}));
+        assert_eq!(err.detail, "argument `s` must be string, got integer");
+        let err = fail(schema.clone(), json!({"s": 2.5}));
+        assert_eq!(err.detail, "argument `s` must be string, got number");
+        let err = fail(schema, json!({"s": u64::MAX}));
+        assert_eq!(err.detail, "argument `s` must be string, got integer");
+    }
+
+    /// A schema error on a field names it and says what to change; one on
+    /// the arguments as a whole names none.
+    #[test]
+    fn a_schema_error_hints_at_its_field_or_at_the_whole() {
+        let schema =
+            json!({"type": "object", "properties": {"s": {"type": "string", "minLength": 3}}});
+        let err = fail(schema, json!({"s": "a"}));
+        assert_eq!(err.field.as_deref(), Some("s"));
+        assert_eq!(
+            err.hint.as_deref(),
+            Some("change `s` to satisfy the tool's schema and call the tool again")
+        );
+        let err = fail(json!({"type": "object", "minProperties": 1}), json!({}));
+        assert_eq!(err.field, None);
+        assert_eq!(
+            err.hint.as_deref(),
+            Some("fix the arguments to match the tool's schema and call the tool again")
+        );
+    }
+
+    /// A long property description is cut to half the text budget in a
+    /// missing argument's hint.
+    #[test]
+    fn a_long_description_is_cut_in_the_hint() {
+        let long = "x".repeat(5 * MAX_TEXT);
+        let schema = json!({
+            "type": "object",
+            "properties": {"p": {"type": "string", "description": long}},
+            "required": ["p"]
+        });
+        let err = fail(schema, json!({}));
+        let hint = err.hint.unwrap_or_default();
+        let kept = hint.matches('x').count();
+        assert!(
+            kept > MAX_TEXT / 4 && kept <= MAX_TEXT / 2,
+            "{kept}: {hint}"
+        );
+    }
+
+    /// Which nulls are "no value" (dropped) and which are values (kept),
+    /// by each keyword that can allow one.
+    #[test]
+    fn a_null_is_kept_exactly_where_the_property_schema_allows_it() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "any": true,
+                "described": {"description": "anything at all"},
+                "constant": {"const": null},
+                "listed": {"enum": ["a", null]},
+                "branch": {"anyOf": [{"type": "string", "minLength": 2}, {"const": null}]},
+                "never": false,
+                "choice": {"enum": ["a"]},
+                "text": {"type": "string"},
+                "branches": {"anyOf": [{"type": "string", "minLength": 2}, {"type": "integer"}]}
+            }
+        });
+        let all_null: Map<String, Value> = schema["properties"]
+            .as_object()
+            .map(|p| p.keys().map(|k| (k.clone(), Value::Null)).collect())
+            .unwrap_or_default();
+        let (_, args) = pass(schema, Value::Object(all_null));
+        assert_eq!(
+            args,
+            json!({"any": null, "described": null, "constant": null, "listed": null, "branch": null})
+        );
+    }
+
+    /// Coercion and the null check follow a schema to MAX_DEPTH levels and
+    /// no deeper.
+    #[test]
+    fn coercion_and_the_null_check_stop_at_the_depth_bound() {
+        // A numeric string in nested arrays: the property is level 1, each
+        // array one more.
+        let nested = |levels: usize| {
+            let schema = (1..levels).fold(
+                json!({"type": "integer"}),
+                |inner, _| json!({"type": "array", "items": inner}),
+            );
+            let value = (1..levels).fold(json!("5"), |inner, _| json!([inner]));
+            let coerced = (1..levels).fold(json!(5), |inner, _| json!([inner]));
+            let schema = json!({"type": "object", "properties": {"n": schema}});
+            (schema, json!({"n": value}), json!({"n": coerced}))
+        };
+        let (schema, args, coerced) = nested(MAX_DEPTH);
+        assert_eq!(pass(schema, args).1, coerced);
+        let (schema, args, _) = nested(MAX_DEPTH + 1);
+        assert_eq!(fail(schema, args).reason, ErrorReason::Type);
+        // A null allowed only in an anyOf nested k deep is seen up to
+        // MAX_DEPTH and dropped below it.
+        let null_at = |levels: usize| {
+            let inner = (0..levels).fold(
+                json!({"const": null}),
+                |inner, _| json!({"anyOf": [{"type": "string", "minLength": 2}, inner]}),
+            );
+            json!({"type": "object", "properties": {"x": inner}})
+        };
+        assert_eq!(
+            pass(null_at(MAX_DEPTH), json!({"x": null})).1,
+            json!({"x": null})
+        );
+        assert_eq!(
+            pass(null_at(MAX_DEPTH + 1), json!({"x": null})).1,
+            json!({})
+        );
+    }
 }

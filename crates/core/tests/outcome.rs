@@ -167,3 +167,17 @@ fn a_hand_built_unsuccessful_outcome_without_error_reports_error_status() {
     outcome.success = false;
     assert_eq!(outcome.status(), CallStatus::Error);
 }
+
+#[test]
+fn warnings_follow_the_text_after_a_blank_line_or_stand_alone() {
+    let warnings = ["a".to_owned(), "b".to_owned()];
+    let mut text = "result".to_owned();
+    homeagent_core::outcome::append_warnings(&mut text, &warnings);
+    assert_eq!(text, "result\n\nwarning: a\nwarning: b");
+    let mut empty = String::new();
+    homeagent_core::outcome::append_warnings(&mut empty, &warnings);
+    assert_eq!(empty, "warning: a\nwarning: b");
+    let mut untouched = "result".to_owned();
+    homeagent_core::outcome::append_warnings(&mut untouched, &[]);
+    assert_eq!(untouched, "result");
+}
