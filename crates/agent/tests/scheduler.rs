@@ -331,7 +331,11 @@ async fn cancelling_one_input_leaves_the_others_of_its_session_alone() {
     let (running_id, running) = scheduler.submit_tracked(submission("s", sleep));
     let (_, after) = scheduler.submit_tracked(submission("s", "!text after"));
     tokio::time::sleep(Duration::from_millis(200)).await;
+    let depth: Vec<(String, usize)> = scheduler.counters().queue_depth.into_iter().collect();
+    assert_eq!(depth, [("s".to_owned(), 1)], "one runs, one waits");
     assert!(scheduler.cancel("s", running_id));
+    // Stopping already: a second cancel neither answers true nor counts.
+    assert!(!scheduler.cancel("s", running_id), "already stopping");
     let running = drain(running).await;
     assert!(
         matches!(running.last(), Some(Frame::Error { code, .. }) if code == "stopped"),
@@ -346,6 +350,7 @@ async fn cancelling_one_input_leaves_the_others_of_its_session_alone() {
     assert!(!scheduler.cancel("s", running_id));
     assert!(!scheduler.cancel("other", second_id));
     assert_eq!(scheduler.counters().cancelled, 2);
+    assert!(scheduler.counters().queue_depth.is_empty());
     let history = runtime.store().history("s").unwrap();
     check_pairing(&history).unwrap();
     let inputs = user_texts(&history);
@@ -589,5 +594,37 @@ async fn a_panic_while_an_input_runs_ends_it_with_an_error_and_the_session_goes_
         matches!(next.last(), Some(Frame::Response { .. })),
         "{next:?}"
     );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// An input the dedup window remembered runs again once the window has
+/// passed, while the session stays remembered for a later input: the
+/// window forgets each input, it does not refuse one for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_input_after_the_dedup_window_runs_again() {
+    let (runtime, dir) = runtime(demo_sources(), AgentSettings::default());
+    let window = Duration::from_millis(1000);
+    let scheduler = Scheduler::new(
+        runtime,
+        SchedulerOptions {
+            dedup_window: Some(window),
+            ..SchedulerOptions::default()
+        },
+    );
+    let ran = |frames: &[Frame]| matches!(frames.last(), Some(Frame::Response { .. }));
+    let started = std::time::Instant::now();
+    let first = drain(scheduler.submit(submission("s", "!text one"))).await;
+    assert!(ran(&first), "{first:?}");
+    // A second input inside the window keeps the session remembered, so
+    // only the first input's own age can let it through again.
+    tokio::time::sleep(Duration::from_millis(700).saturating_sub(started.elapsed())).await;
+    let second = drain(scheduler.submit(submission("s", "!text two"))).await;
+    assert!(ran(&second), "{second:?}");
+    tokio::time::sleep((window + Duration::from_millis(200)).saturating_sub(started.elapsed()))
+        .await;
+    let again = drain(scheduler.submit(submission("s", "!text one"))).await;
+    assert!(ran(&again), "{again:?}");
+    assert_eq!(scheduler.counters().rejected, 0);
+    assert_eq!(scheduler.counters().executed, 3);
     std::fs::remove_dir_all(dir).unwrap();
 }
