@@ -96,7 +96,7 @@ impl WireMessage<'_> {
             "assistant" => messages.push(Message::Assistant(AssistantMessage {
                 content,
                 reasoning: Vec::new(),
-                tool_calls: self.calls.iter().map(WireCall::to_call).collect(),
+                tool_calls: self.calls.into_iter().map(WireCall::into_call).collect(),
             })),
             "tool" => messages.push(Message::Tool(ToolMessage {
                 name: name_of_call(messages, self.tool_call_id),
@@ -111,12 +111,13 @@ impl WireMessage<'_> {
 }
 
 impl WireCall<'_> {
-    fn to_call(&self) -> ToolCall {
+    fn into_call(self) -> ToolCall {
         ToolCall {
             id: self.id.to_owned(),
             name: self.name.to_owned(),
             arguments: object_or_empty(&self.arguments),
-            raw_arguments: self.arguments.clone().into_owned(),
+            // An unescaped (owned) text moves in; a borrowed one is copied once.
+            raw_arguments: self.arguments.into_owned(),
         }
     }
 }
