@@ -487,12 +487,16 @@ impl Store {
             // the busy timeout) or the disk refused: every write of the group
             // would fail the same way, and retrying them one by one would make
             // the last caller wait one busy timeout per write ahead of it.
-            Err(GroupFailure::NotStarted(error)) if sqlite_failure_copy(&error).is_some() => {
+            Err(GroupFailure::NotStarted(StoreError::Sqlite(rusqlite::Error::SqliteFailure(
+                code,
+                message,
+            )))) => {
+                let failure =
+                    || StoreError::Sqlite(rusqlite::Error::SqliteFailure(code, message.clone()));
+                let error = failure();
                 tracing::warn!(%error, writes = group.len(), "a group commit could not start");
                 for job in group {
-                    job.answer(Err(
-                        sqlite_failure_copy(&error).unwrap_or(StoreError::WriteNotApplied)
-                    ));
+                    job.answer(Err(failure()));
                 }
                 return;
             }
@@ -598,17 +602,6 @@ fn run_group(
         end_open_transaction(conn);
     }
     applied.map_err(GroupFailure::Aborted)
-}
-
-/// A copy of an SQLite failure (busy, locked, I/O, full), one per caller of
-/// a group that could not start; `None` for any other error.
-fn sqlite_failure_copy(error: &StoreError) -> Option<StoreError> {
-    match error {
-        StoreError::Sqlite(rusqlite::Error::SqliteFailure(code, message)) => Some(
-            StoreError::Sqlite(rusqlite::Error::SqliteFailure(*code, message.clone())),
-        ),
-        _ => None,
-    }
 }
 
 /// One op in a transaction of its own.
@@ -1069,6 +1062,20 @@ mod tests {
                 .unwrap(),
             1..=1
         );
+    }
+
+    #[test]
+    fn an_inline_commit_that_finds_no_write_ends_the_transaction_it_began() {
+        let temp = temp_store("inline-empty");
+        assert!(temp.store.writes.is_empty());
+        assert!(temp.store.commit_inline());
+        assert!(temp.store.conn.lock().unwrap().is_autocommit());
+        // Nor is SQLite's write lock still held: another process gets it
+        // without waiting.
+        let other = Connection::open(temp.store.path()).unwrap();
+        other.busy_timeout(Duration::ZERO).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE; ROLLBACK").unwrap();
+        assert_eq!(temp.store.write_stats(), WriteStats::default());
     }
 
     #[test]
