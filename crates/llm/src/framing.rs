@@ -128,9 +128,9 @@ impl FrameReader {
             self.line = line;
             self.line.clear();
         }
-        if self.framing == Framing::Sse && !self.discard_frame && self.has_data {
-            self.dispatch(out);
-        }
+        // Only an SSE data line outside a dropped frame sets `has_data`,
+        // and `dispatch` emits a frame only when it is set.
+        self.dispatch(out);
         self.data.clear();
         self.has_data = false;
         self.event = None;

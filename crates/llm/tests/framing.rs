@@ -277,6 +277,70 @@ fn oversized_frame_is_dropped_and_counted() {
     );
 }
 
+/// The bound counts a frame's bytes exactly: a line of exactly the bound
+/// is read, one byte more is dropped and counted, however the body is cut
+/// (whole, the line held unterminated before its end arrives, byte by
+/// byte).
+#[test]
+fn a_frame_of_exactly_the_bound_is_read_and_one_byte_more_is_not() {
+    const MAX: usize = 64;
+    for (framing, prefix, end) in [
+        (Framing::Ndjson, "", "\n"),
+        (Framing::Sse, "data: ", "\n\n"),
+    ] {
+        let value = "v".repeat(MAX - prefix.len());
+        let at_bound = format!("{prefix}{value}{end}{prefix}next{end}");
+        let kept = [frame(None, &value), frame(None, "next")];
+        assert_split_invariant(framing, Some(MAX), at_bound.as_bytes(), &kept);
+        assert_eq!(
+            read_pieces(framing, Some(MAX), &[at_bound.as_bytes()]).1,
+            0,
+            "{framing:?}"
+        );
+
+        let over = format!("{prefix}{value}v{end}{prefix}next{end}");
+        let dropped = [frame(None, "next")];
+        assert_split_invariant(framing, Some(MAX), over.as_bytes(), &dropped);
+        assert_eq!(
+            read_pieces(framing, Some(MAX), &[over.as_bytes()]).1,
+            1,
+            "{framing:?}"
+        );
+    }
+}
+
+/// A first piece past the bound, with no line end yet, is dropped as it
+/// arrives: nothing of it is held while the reader waits for the end.
+#[test]
+fn an_unterminated_first_piece_past_the_bound_is_not_held() {
+    let mut reader = FrameReader::with_max_frame_bytes(Framing::Ndjson, 64);
+    let mut out = Vec::new();
+    reader.feed(&[b'z'; 65], &mut out);
+    assert_eq!(reader.buffered_bytes(), 0);
+    assert_eq!(reader.oversized_frames(), 1);
+    reader.feed(b"zz\n{}\n", &mut out);
+    assert_eq!(out, [frame(None, "{}")]);
+}
+
+/// The default bound is 16 MiB: a frame of that size is read whole, one
+/// byte more is dropped.
+#[test]
+fn the_default_bound_is_sixteen_mebibytes() {
+    const SIXTEEN_MIB: usize = 16 << 20;
+    for (len, read_whole) in [(SIXTEEN_MIB, true), (SIXTEEN_MIB + 1, false)] {
+        let mut reader = FrameReader::new(Framing::Ndjson);
+        let mut out = Vec::new();
+        let mut body = vec![b'q'; len];
+        body.push(b'\n');
+        reader.feed(&body, &mut out);
+        assert_eq!(out.len(), usize::from(read_whole), "a line of {len} bytes");
+        assert_eq!(reader.oversized_frames(), u64::from(!read_whole));
+        if let Some(frame) = out.first() {
+            assert_eq!(frame.data.len(), len);
+        }
+    }
+}
+
 #[test]
 fn frame_growing_past_the_bound_over_many_lines_is_dropped() {
     // No single line is large; together they are.
