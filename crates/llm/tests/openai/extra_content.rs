@@ -174,6 +174,47 @@ fn extra_content_on_an_entry_without_an_id_follows_the_open_call() {
     );
 }
 
+#[test]
+fn extra_content_follows_an_id_that_came_after_the_calls_opening() {
+    // The call opens by name without an id; its id comes on the next
+    // entry, the signature on a later one without an id. The signature
+    // belongs to that id, not to the index (1 here: the second place).
+    let chunk = |calls: &str, finish: &str| {
+        format!(
+            r#"{{"choices":[{{"index":0,"delta":{{"tool_calls":{calls}}},"finish_reason":{finish}}}]}}"#
+        )
+    };
+    let body = sse(&[
+        chunk(
+            r#"[{"index":1,"type":"function","function":{"name":"f","arguments":""}}]"#,
+            "null",
+        ),
+        chunk(
+            r#"[{"index":1,"id":"call_a","function":{"arguments":"{}"}}]"#,
+            "null",
+        ),
+        chunk(
+            r#"[{"index":2,"id":"call_b","type":"function","function":{"name":"g","arguments":"{}"}}]"#,
+            "null",
+        ),
+        chunk(
+            r#"[{"index":1,"extra_content":{"google":{"thought_signature":"after-id"}}}]"#,
+            r#""tool_calls""#,
+        ),
+    ]);
+    let (turn, _) = run(&body);
+    let message = turn.message();
+    let ids: Vec<&str> = message.tool_calls.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(ids, ["call_a", "call_b"]);
+    let mut history = vec![Message::user("go")];
+    history.push(Message::Assistant(message.clone()));
+    history.extend(results_for(&message));
+    assert_eq!(
+        sent_extras(&replay(OTHER, history)),
+        [vec![Some(signed("after-id")), None]]
+    );
+}
+
 /// Calls without an id (empty or missing) get theirs from the assembler;
 /// their `extra_content` goes back by their place in the message.
 #[test]

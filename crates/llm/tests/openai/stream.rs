@@ -286,6 +286,81 @@ fn quirk_resent_first_chunk_is_not_doubled() {
 }
 
 #[test]
+fn quirk_resent_first_chunk_without_an_id_is_not_doubled() {
+    // The same re-sent opener from a server that sends no ids: its name
+    // alone marks it as an opening, and its repeat is dropped too.
+    let opener = delta(
+        r#"{"tool_calls":[{"index":0,"type":"function","function":{"name":"sensor_read","arguments":"{\"ent"}}]}"#,
+        "null",
+    );
+    let body = sse(&[
+        opener.clone(),
+        opener,
+        delta(
+            r#"{"tool_calls":[{"index":0,"function":{"arguments":"ity\":\"sensor.attic\"}"}}]}"#,
+            "null",
+        ),
+        delta("{}", r#""tool_calls""#),
+    ]);
+    let (turn, _) = run(&body);
+    assert_eq!(turn.calls.len(), 1);
+    assert_eq!(turn.calls[0].call.name, "sensor_read");
+    assert_eq!(
+        turn.calls[0].call.raw_arguments,
+        r#"{"entity":"sensor.attic"}"#
+    );
+}
+
+#[test]
+fn quirk_resent_opener_of_a_second_call_at_the_same_index_is_not_doubled() {
+    // Every call at index 0, told apart by its id (as Gemini's compatible
+    // endpoint numbers them), and the second call's opener re-sent: it is
+    // the latest opening, so its repeat is dropped like the first call's.
+    let second = delta(
+        r#"{"tool_calls":[{"index":0,"id":"call_two","type":"function","function":{"name":"sensor_read","arguments":"{\"ent"}}]}"#,
+        "null",
+    );
+    let body = sse(&[
+        delta(
+            r#"{"tool_calls":[{"index":0,"id":"call_one","type":"function","function":{"name":"light_set","arguments":"{}"}}]}"#,
+            "null",
+        ),
+        second.clone(),
+        second,
+        delta(
+            r#"{"tool_calls":[{"index":0,"function":{"arguments":"ity\":\"sensor.porch\"}"}}]}"#,
+            "null",
+        ),
+        delta("{}", r#""tool_calls""#),
+    ]);
+    let (turn, _) = run(&body);
+    assert_eq!(
+        runnable_calls(&turn),
+        [
+            call("call_one", "light_set", json!({})),
+            call("call_two", "sensor_read", json!({"entity": "sensor.porch"})),
+        ]
+    );
+}
+
+#[test]
+fn quirk_content_as_a_list_of_typed_parts() {
+    // Mistral streams `content` as a list of typed parts: the text parts
+    // are the text, in order; other parts (and their `text`) are not.
+    let body = sse(&[
+        delta(
+            r#"{"role":"assistant","content":[{"type":"text","text":"Hel"},{"type":"image_url","image_url":{"url":"https://example.invalid/a.png"}},{"type":"thinking","text":"not this"},{"type":"text","text":""}]}"#,
+            "null",
+        ),
+        delta(r#"{"content":[{"type":"text","text":"lo"}]}"#, "null"),
+        delta("{}", r#""stop""#),
+    ]);
+    let (turn, skipped) = run(&body);
+    assert_eq!(skipped, 0);
+    assert_eq!(turn.text, "Hello");
+}
+
+#[test]
 fn repeated_identical_pieces_after_the_opening_are_kept() {
     // Some servers repeat id and name on every delta; two identical pieces
     // in a row ("0", "0") are real data and must both stay.
