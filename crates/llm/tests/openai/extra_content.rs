@@ -22,6 +22,14 @@ fn gemini_chunk(calls: &str, finish: &str) -> String {
     )
 }
 
+/// A chunk of a server that numbers its calls itself: `index` on every
+/// entry of `calls`, the choice's own index 0.
+fn chunk(calls: &str, finish: &str) -> String {
+    format!(
+        r#"{{"choices":[{{"index":0,"delta":{{"tool_calls":{calls}}},"finish_reason":{finish}}}]}}"#
+    )
+}
+
 fn signed(signature: &str) -> Value {
     json!({"google": {"thought_signature": signature}})
 }
@@ -137,11 +145,6 @@ fn a_streamed_calls_extra_content_goes_back_on_that_call() {
 fn extra_content_on_an_entry_without_an_id_follows_the_open_call() {
     // The opening entry has the id; the signature comes on a later entry
     // of the same index (a server that splits a call across chunks).
-    let chunk = |calls: &str, finish: &str| {
-        format!(
-            r#"{{"choices":[{{"index":0,"delta":{{"tool_calls":{calls}}},"finish_reason":{finish}}}]}}"#
-        )
-    };
     // The indexes start at 1 (a quirk of some servers), so the call's
     // index is not its place in the message either.
     let body = sse(&[
@@ -179,11 +182,6 @@ fn extra_content_follows_an_id_that_came_after_the_calls_opening() {
     // The call opens by name without an id; its id comes on the next
     // entry, the signature on a later one without an id. The signature
     // belongs to that id, not to the index (1 here: the second place).
-    let chunk = |calls: &str, finish: &str| {
-        format!(
-            r#"{{"choices":[{{"index":0,"delta":{{"tool_calls":{calls}}},"finish_reason":{finish}}}]}}"#
-        )
-    };
     let body = sse(&[
         chunk(
             r#"[{"index":1,"type":"function","function":{"name":"f","arguments":""}}]"#,

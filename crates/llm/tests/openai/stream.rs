@@ -260,55 +260,34 @@ fn every_entry_of_choice_0_in_one_chunk_is_read() {
 fn quirk_resent_first_chunk_is_not_doubled() {
     // A server that re-sends its first tool-call chunk verbatim: the exact
     // repeat of the opening fragment is dropped by the codec, so `{"ent`
-    // is not doubled.
-    let opener = delta(
-        r#"{"tool_calls":[{"index":0,"id":"call_r3s3nt","type":"function","function":{"name":"sensor_read","arguments":"{\"ent"}}]}"#,
-        "null",
-    );
-    let body = sse(&[
-        opener.clone(),
-        opener,
-        delta(
-            r#"{"tool_calls":[{"index":0,"function":{"arguments":"ity\":\"sensor.attic\"}"}}]}"#,
+    // is not doubled. An opener is known by its id, or by its name from a
+    // server that sends no ids.
+    for id in [r#""id":"call_r3s3nt","#, ""] {
+        let opener = delta(
+            &r#"{"tool_calls":[{"index":0,ID"type":"function","function":{"name":"sensor_read","arguments":"{\"ent"}}]}"#
+                .replace("ID", id),
             "null",
-        ),
-        delta("{}", r#""tool_calls""#),
-    ]);
-    let (turn, _) = run(&body);
-    assert_eq!(
-        runnable_calls(&turn),
-        [call(
-            "call_r3s3nt",
-            "sensor_read",
-            json!({"entity": "sensor.attic"})
-        )]
-    );
-}
-
-#[test]
-fn quirk_resent_first_chunk_without_an_id_is_not_doubled() {
-    // The same re-sent opener from a server that sends no ids: its name
-    // alone marks it as an opening, and its repeat is dropped too.
-    let opener = delta(
-        r#"{"tool_calls":[{"index":0,"type":"function","function":{"name":"sensor_read","arguments":"{\"ent"}}]}"#,
-        "null",
-    );
-    let body = sse(&[
-        opener.clone(),
-        opener,
-        delta(
-            r#"{"tool_calls":[{"index":0,"function":{"arguments":"ity\":\"sensor.attic\"}"}}]}"#,
-            "null",
-        ),
-        delta("{}", r#""tool_calls""#),
-    ]);
-    let (turn, _) = run(&body);
-    assert_eq!(turn.calls.len(), 1);
-    assert_eq!(turn.calls[0].call.name, "sensor_read");
-    assert_eq!(
-        turn.calls[0].call.raw_arguments,
-        r#"{"entity":"sensor.attic"}"#
-    );
+        );
+        let body = sse(&[
+            opener.clone(),
+            opener,
+            delta(
+                r#"{"tool_calls":[{"index":0,"function":{"arguments":"ity\":\"sensor.attic\"}"}}]}"#,
+                "null",
+            ),
+            delta("{}", r#""tool_calls""#),
+        ]);
+        let (turn, _) = run(&body);
+        assert_eq!(turn.calls.len(), 1, "{id}");
+        assert_eq!(turn.calls[0].call.name, "sensor_read");
+        assert_eq!(
+            turn.calls[0].call.raw_arguments, r#"{"entity":"sensor.attic"}"#,
+            "{id}"
+        );
+        if !id.is_empty() {
+            assert_eq!(turn.calls[0].call.id, "call_r3s3nt");
+        }
+    }
 }
 
 #[test]
