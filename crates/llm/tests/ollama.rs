@@ -334,6 +334,114 @@ fn the_textual_call_check_is_narrow() {
     assert_eq!(decoder.suspected_textual_calls(), 0);
 }
 
+/// The end-of-turn check reads at most 64 KiB of text: a call written as
+/// text of exactly that size is found, one byte more is not examined.
+#[test]
+fn the_textual_call_check_reads_up_to_64_kib() {
+    const LIMIT: usize = 64 * 1024;
+    let call_of = |len: usize| {
+        let frame = r#"{"name": "get_weather", "arguments": {"city": ""}}"#;
+        let city = "x".repeat(len - frame.len());
+        format!(r#"{{"name": "get_weather", "arguments": {{"city": "{city}"}}}}"#)
+    };
+    for (len, pieces, found) in [
+        (LIMIT, 1, 1),
+        (LIMIT, 2, 1),
+        (LIMIT + 1, 1, 0),
+        (LIMIT + 1, 2, 0),
+    ] {
+        let text = call_of(len);
+        assert_eq!(text.len(), len);
+        assert!(looks_like_textual_tool_call(&text));
+        let cut = text.len() / 2;
+        let parts: Vec<&str> = if pieces == 1 {
+            vec![&text]
+        } else {
+            vec![&text[..cut], &text[cut..]]
+        };
+        let mut body = String::new();
+        for part in parts {
+            let line = json!({"model": "m", "message": {"role": "assistant", "content": part}, "done": false});
+            body.push_str(&format!("{line}\n"));
+        }
+        body.push_str(r#"{"model":"m","message":{"role":"assistant","content":""},"done":true}"#);
+        let (events, decoder) = decode_lines(&body);
+        assert_eq!(
+            decoder.suspected_textual_calls(),
+            found,
+            "{len} bytes in {pieces} piece(s)"
+        );
+        assert_eq!(assemble(events).text, text, "the text is passed on whole");
+    }
+    // Plain text, however short, is no call.
+    let (_, decoder) = decode_lines(
+        r#"{"model":"m","message":{"role":"assistant","content":"It is 4°C in Oslo."},"done":true}"#,
+    );
+    assert_eq!(decoder.suspected_textual_calls(), 0);
+}
+
+#[test]
+fn usage_is_reported_when_either_count_is() {
+    for (counts, expected) in [
+        (
+            r#""prompt_eval_count":26,"eval_count":290"#,
+            Some((26, 290)),
+        ),
+        (r#""eval_count":290"#, Some((0, 290))),
+        (r#""prompt_eval_count":26"#, Some((26, 0))),
+        ("", None),
+    ] {
+        let comma = if counts.is_empty() { "" } else { "," };
+        let (events, _) = decode_lines(&format!(
+            r#"{{"model":"m","message":{{"role":"assistant","content":"ok"}},"done":true{comma}{counts}}}"#
+        ));
+        let usage: Vec<&Usage> = events
+            .iter()
+            .filter_map(|e| match e {
+                StreamEvent::Usage(usage) => Some(usage),
+                _ => None,
+            })
+            .collect();
+        let expected: Vec<Usage> = expected
+            .map(|(prompt_tokens, completion_tokens)| Usage {
+                prompt_tokens,
+                completion_tokens,
+                total_tokens: prompt_tokens + completion_tokens,
+            })
+            .into_iter()
+            .collect();
+        assert_eq!(usage, expected.iter().collect::<Vec<_>>(), "{counts}");
+    }
+}
+
+/// Reasoning goes back as `thinking` only when this codec could have
+/// written it: no metadata, or metadata of its own namespace alone.
+#[test]
+fn only_reasoning_this_codec_could_have_written_is_replayed() {
+    let part = |text: &str, metadata: Option<serde_json::Value>| ReasoningPart {
+        text: text.into(),
+        metadata,
+    };
+    let mut chat = conversation();
+    let Message::Assistant(assistant) = &mut chat.messages[2] else {
+        panic!("the conversation's third message is the assistant's");
+    };
+    assistant.reasoning = vec![
+        part("none. ", None),
+        part("null. ", Some(serde_json::Value::Null)),
+        part("own. ", Some(json!({"ollama": {"note": 1}}))),
+        part("mixed. ", Some(json!({"ollama": {}, "anthropic": {}}))),
+        part("foreign. ", Some(json!({"gemini": {}}))),
+        part("odd. ", Some(json!("a string"))),
+    ];
+    let body = OllamaCodec
+        .build_request(&endpoint(None), &chat)
+        .unwrap()
+        .body_json()
+        .unwrap();
+    assert_eq!(body["messages"][2]["thinking"], "none. null. own. ");
+}
+
 fn endpoint(key: Option<&str>) -> Endpoint {
     Endpoint {
         base_url: "http://localhost:11434/".into(),
