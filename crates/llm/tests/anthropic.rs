@@ -670,18 +670,24 @@ fn whole_response_assembles_like_the_stream() {
 }
 
 #[test]
-fn whole_response_with_thinking_keeps_the_signature() {
+fn whole_response_with_thinking_keeps_the_signature_and_the_redacted_data() {
     let body = r#"{"id":"msg_01","type":"message","role":"assistant","model":"claude-sonnet-4-5",
-      "content":[{"type":"thinking","thinking":"Short plan.","signature":"EqQBsig"},{"type":"text","text":"Done."}],
+      "content":[{"type":"thinking","thinking":"Short plan.","signature":"EqQBsig"},{"type":"redacted_thinking","data":"EmwKAhgB"},{"type":"text","text":"Done."}],
       "stop_reason":"end_turn","usage":{"input_tokens":10,"output_tokens":5}}"#;
     let turn = assemble(AnthropicCodec.decode_response(body.as_bytes()).unwrap());
     assert_eq!(turn.text, "Done.");
     assert_eq!(
         turn.reasoning,
-        vec![ReasoningPart {
-            text: "Short plan.".into(),
-            metadata: Some(json!({"anthropic": {"signature": "EqQBsig"}})),
-        }]
+        vec![
+            ReasoningPart {
+                text: "Short plan.".into(),
+                metadata: Some(json!({"anthropic": {"signature": "EqQBsig"}})),
+            },
+            ReasoningPart {
+                text: String::new(),
+                metadata: Some(json!({"anthropic": {"redacted_data": "EmwKAhgB"}})),
+            },
+        ]
     );
     assert_eq!(turn.finish_reason, Some(FinishReason::Stop));
 }
