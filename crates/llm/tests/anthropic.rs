@@ -711,6 +711,27 @@ fn whole_response_errors() {
         AnthropicCodec.decode_response(b"<html>bad gateway</html>"),
         Err(CodecError::MalformedResponse { .. })
     ));
+    // No kind (empty or missing): the message alone, with no `: ` before
+    // it; no message at all: said so.
+    for (body, expected) in [
+        (
+            r#"{"type":"error","error":{"type":"","message":"Try again"}}"#,
+            "Try again",
+        ),
+        (
+            r#"{"type":"error","error":{"message":"Try again"}}"#,
+            "Try again",
+        ),
+        (
+            r#"{"type":"error","error":{"type":"api_error"}}"#,
+            "api_error: unspecified error",
+        ),
+    ] {
+        match AnthropicCodec.decode_response(body.as_bytes()) {
+            Err(CodecError::ProviderReported { message, .. }) => assert_eq!(message, expected),
+            other => panic!("{body}: {other:?}"),
+        }
+    }
 }
 
 #[test]
