@@ -482,6 +482,27 @@ data: {"error": {"code": 503, "message": "The model is overloaded. Please try ag
             transient: true,
         }
     );
+    // No status (empty or missing): the message alone; no message: the
+    // error object as it came.
+    for (error, expected) in [
+        (
+            r#"{"code": 500, "message": "Internal error", "status": ""}"#,
+            "Internal error",
+        ),
+        (
+            r#"{"code": 500, "message": "Internal error"}"#,
+            "Internal error",
+        ),
+        (
+            r#"{"code": 500, "status": "INTERNAL"}"#,
+            r#"INTERNAL: {"code":500,"status":"INTERNAL"}"#,
+        ),
+    ] {
+        match decode(&format!("data: {{\"error\": {error}}}\n\n")) {
+            Err(CodecError::ProviderReported { message, .. }) => assert_eq!(message, expected),
+            other => panic!("{error}: {other:?}"),
+        }
+    }
     let blocked = r#"data: {"promptFeedback": {"blockReason": "SAFETY","safetyRatings": []},"usageMetadata": {"promptTokenCount": 12,"totalTokenCount": 12}}
 
 "#;
