@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use homeagent_core::{CancellationToken, Message, StreamEvent};
 use homeagent_llm::{
     ChatRequest, FallbackError, FallbackOptions, ProviderError, SourceConfig, SourceProtocol,
-    Sources,
+    SourceSetup, Sources,
 };
 use homeagent_mock_llm::{MockServer, ServerConfig};
 use serde_json::{Value, json};
@@ -397,6 +397,13 @@ async fn other_4xx_is_rejected_without_fallback() {
     );
     assert_eq!(bad.hits(), 1);
     assert_eq!(stat(&mock, "requests").await, json!(0));
+    // The provider's error is the cause, for a caller that walks the chain.
+    let cause = std::error::Error::source(&err).map(ToString::to_string);
+    let FallbackError::Rejected { error, .. } = &err else {
+        unreachable!("matched above");
+    };
+    assert_eq!(cause, Some(error.to_string()));
+    assert!(std::error::Error::source(&FallbackError::NoSources).is_none());
 }
 
 #[tokio::test]
@@ -554,6 +561,32 @@ async fn a_single_source_in_cooldown_is_still_tried() {
     assert!(set.health()[0].cooling_down_for.is_none());
 }
 
+/// Each failure in a row doubles the cooldown, from `cooldown_base` up to
+/// `cooldown_max`: 60, 120, 240, 480 s, then the 600 s cap.
+#[tokio::test]
+async fn the_cooldown_doubles_with_each_failure_up_to_its_cap() {
+    let server = tiny(vec![error(503)]).await;
+    let set = sources(vec![source("only", &server.url, 0)], fast());
+    for (failures, expected_s) in [(1, 60), (2, 120), (3, 240), (4, 480), (5, 600), (6, 600)] {
+        let err = set
+            .stream(&mut chat(), CancellationToken::new())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, FallbackError::AllFailed { .. }), "{err:?}");
+        let health = set.health();
+        assert_eq!(health[0].failures, failures);
+        let left = health[0].cooling_down_for.unwrap();
+        // Set just now: at most the whole cooldown is left, and more than
+        // the level below it (half), which only a machine stalled for 30 s
+        // between the failure and this line could miss.
+        let expected = Duration::from_secs(expected_s);
+        assert!(
+            left <= expected && left > expected / 2,
+            "after {failures} failures: {left:?}, expected about {expected:?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn order_is_priority_then_name() {
     let set = sources(
@@ -567,11 +600,54 @@ async fn order_is_priority_then_name() {
         fast(),
     );
     assert_eq!(set.names(), ["beta", "omega", "alpha", "zeta", "low"]);
+    assert!(!set.is_empty());
+}
+
+/// `Debug` shows each source's name, model, key variable and address,
+/// and never the key itself.
+#[test]
+fn debug_names_each_source_and_never_its_key() {
+    let set = sources(vec![source("alpha", "http://127.0.0.1:9", 0)], fast());
+    let shown = format!("{set:?}");
+    for expected in ["\"alpha\"", "alpha-model", "ALPHA_KEY", "127.0.0.1:9"] {
+        assert!(shown.contains(expected), "{expected} in {shown}");
+    }
+    assert!(!shown.contains("sk-fake-key-never-log"), "{shown}");
+
+    let setup = SourceSetup {
+        adapter_dir: Some("/srv/adapters".into()),
+        local_model: None,
+    };
+    assert_eq!(
+        format!("{setup:?}"),
+        r#"SourceSetup { adapter_dir: Some("/srv/adapters"), local_model: false }"#
+    );
+}
+
+/// A protocol's name is the one the config file spells.
+#[test]
+fn protocol_names_are_the_configs_spellings() {
+    for protocol in [
+        SourceProtocol::Openai,
+        SourceProtocol::Anthropic,
+        SourceProtocol::Gemini,
+        SourceProtocol::Ollama,
+        SourceProtocol::Lua,
+        SourceProtocol::Demo,
+    ] {
+        assert_eq!(
+            serde_json::to_value(protocol).unwrap(),
+            json!(protocol.as_str())
+        );
+        let spelled: SourceProtocol = serde_json::from_value(json!(protocol.as_str())).unwrap();
+        assert_eq!(spelled, protocol);
+    }
 }
 
 #[tokio::test]
 async fn no_sources_is_an_error() {
     let set = sources(Vec::new(), fast());
+    assert!(set.is_empty());
     assert_eq!(
         set.stream(&mut chat(), CancellationToken::new())
             .await
