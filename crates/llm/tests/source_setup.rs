@@ -7,11 +7,12 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use homeagent_core::{CancellationToken, Message, StreamAssembler, StreamEvent, ToolCallFragment};
 use homeagent_llm::{
-    ChatRequest, FallbackOptions, LocalModel, ProviderError, SetupError, SourceConfig,
-    SourceProtocol, SourceSetup, Sources,
+    ChatRequest, FallbackError, FallbackOptions, LocalModel, ProviderError, SetupError,
+    SourceConfig, SourceProtocol, SourceSetup, Sources,
 };
 use homeagent_mock_llm::{MockServer, ServerConfig};
 use serde_json::json;
@@ -119,6 +120,62 @@ async fn a_demo_source_answers_from_the_local_model() {
     let health = set.health();
     assert_eq!(health[0].protocol, SourceProtocol::Demo);
     assert_eq!(health[0].model, "demo");
+}
+
+/// A model that refuses every request with a 503, noting on tokio's
+/// clock when each came.
+#[derive(Default)]
+struct Busy {
+    asked_at: std::sync::Mutex<Vec<tokio::time::Instant>>,
+}
+
+impl LocalModel for Busy {
+    fn respond(&self, _: &ChatRequest) -> Result<Vec<StreamEvent>, ProviderError> {
+        self.asked_at
+            .lock()
+            .unwrap()
+            .push(tokio::time::Instant::now());
+        Err(ProviderError::Status {
+            status: 503,
+            message: "busy".into(),
+            retry_after: None,
+        })
+    }
+}
+
+/// Retries wait `backoff_base`, then twice as long each time. Tokio's clock
+/// is paused, so the waits are read exactly (no time is measured).
+#[tokio::test(start_paused = true)]
+async fn retries_back_off_from_the_base_doubling_each_time() {
+    let model = Arc::new(Busy::default());
+    let setup = SourceSetup {
+        local_model: Some(Arc::clone(&model) as Arc<dyn LocalModel>),
+        ..SourceSetup::default()
+    };
+    let options = FallbackOptions {
+        attempts_per_source: 4,
+        backoff_base: Duration::from_millis(100),
+        ..FallbackOptions::default()
+    };
+    let set = Sources::build(
+        vec![SourceConfig::new("offline", SourceProtocol::Demo)],
+        &no_env,
+        options,
+        &setup,
+    )
+    .unwrap();
+    let err = set
+        .stream(&mut chat("hello"), CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, FallbackError::AllFailed { .. }), "{err:?}");
+    let asked_at = model.asked_at.lock().unwrap();
+    let waits: Vec<Duration> = asked_at.windows(2).map(|w| w[1] - w[0]).collect();
+    assert_eq!(
+        waits,
+        [100, 200, 400].map(Duration::from_millis),
+        "{asked_at:?}"
+    );
 }
 
 #[test]
