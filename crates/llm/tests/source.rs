@@ -672,6 +672,37 @@ async fn cancellation_stops_the_backoff() {
     assert_eq!(err, FallbackError::Cancelled);
 }
 
+#[tokio::test]
+async fn cancellation_while_a_source_answers_is_cancelled_and_tries_no_other() {
+    // The mock's `!hang` sends its headers and a first chunk without
+    // content, then stalls: the token fires while the request is in
+    // flight, not between tries.
+    let hanging = start_mock(ServerConfig::default()).await;
+    let backup = tiny(vec![ok()]).await;
+    let set = sources(
+        vec![
+            source("silent", &hanging.url(), 10),
+            source("backup", &backup.url, 0),
+        ],
+        fast(),
+    );
+    let cancel = CancellationToken::new();
+    let trigger = cancel.clone();
+    let mut request = chat();
+    request.messages = vec![Message::user("!hang")];
+    let waiting = tokio::spawn(async move { set.stream(&mut request, cancel).await.map(|_| ()) });
+    while stat(&hanging, "hangs").await != json!(1) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    trigger.cancel();
+    assert_eq!(
+        waiting.await.unwrap().unwrap_err(),
+        FallbackError::Cancelled
+    );
+    assert_eq!(stat(&hanging, "hangs").await, json!(1));
+    assert_eq!(backup.hits(), 0);
+}
+
 /// `OLLAMA_HOST` as Ollama's own clients read it: without a port, the
 /// port is Ollama's 11434 (443 for https), not the scheme's 80; and the
 /// common `0.0.0.0` (what the server binds) is reached on loopback.
