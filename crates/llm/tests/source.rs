@@ -556,6 +556,7 @@ async fn a_single_source_in_cooldown_is_still_tried() {
         .await
         .unwrap();
     assert_eq!(name, "only");
+    assert_eq!(format!("{stream:?}"), "SourceStream { .. }");
     assert_eq!(text(&stream.collect().await.unwrap()), "from tiny");
     assert_eq!(server.hits(), 3);
     assert!(set.health()[0].cooling_down_for.is_none());
@@ -780,6 +781,19 @@ fn environment_discovery_uses_conventional_variables() {
     assert!(health.iter().all(|h| h.disabled.is_none()));
     let debug = format!("{set:?}");
     assert!(!debug.contains("secret"), "Debug leaks a key: {debug}");
+    // Each keyed source reads its key from the variable that named it.
+    let keys: Vec<(String, Option<String>)> = homeagent_llm::source::environment_configs(&env)
+        .into_iter()
+        .map(|c| (c.name, c.api_key_env))
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            ("openai".to_owned(), Some("OPENAI_API_KEY".to_owned())),
+            ("gemini".to_owned(), Some("GEMINI_API_KEY".to_owned())),
+            ("ollama".to_owned(), None),
+        ]
+    );
 
     // HOMEAGENT_MODEL overrides the default model; defaults otherwise.
     let env = |name: &str| match name {
