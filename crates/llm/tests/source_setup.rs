@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use homeagent_core::{CancellationToken, Message, StreamAssembler, StreamEvent, ToolCallFragment};
 use homeagent_llm::{
-    ChatRequest, FallbackError, FallbackOptions, LocalModel, ProviderError, SetupError,
-    SourceConfig, SourceProtocol, SourceSetup, Sources,
+    ChatRequest, EventStream, FallbackError, FallbackOptions, LocalModel, ProviderError,
+    SetupError, SourceConfig, SourceProtocol, SourceSetup, Sources,
 };
 use homeagent_mock_llm::{MockServer, ServerConfig};
 use serde_json::json;
@@ -109,6 +109,10 @@ async fn a_demo_source_answers_from_the_local_model() {
     .unwrap();
     let (name, turn) = collect(&set, "hello").await;
     assert_eq!(name, "offline");
+    assert_eq!(
+        format!("{:?}", EventStream::from_events(Vec::new())),
+        "EventStream { .. }"
+    );
     assert_eq!(turn.text, "scripted ");
     assert_eq!(turn.calls.len(), 1);
     assert_eq!(turn.calls[0].call.id, "call_local_1");
