@@ -692,9 +692,19 @@ async fn cancellation_while_a_source_answers_is_cancelled_and_tries_no_other() {
     let mut request = chat();
     request.messages = vec![Message::user("!hang")];
     let waiting = tokio::spawn(async move { set.stream(&mut request, cancel).await.map(|_| ()) });
-    while stat(&hanging, "hangs").await != json!(1) {
+    // Until the mock holds the request (a liveness guard, not a timing:
+    // a mock that never got it would otherwise hang the test run).
+    for _ in 0..3_000 {
+        if stat(&hanging, "hangs").await == json!(1) {
+            break;
+        }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    assert_eq!(
+        stat(&hanging, "hangs").await,
+        json!(1),
+        "the mock never held the request"
+    );
     trigger.cancel();
     assert_eq!(
         waiting.await.unwrap().unwrap_err(),
