@@ -158,6 +158,20 @@ mod tests {
         assert_eq!(AnthropicIds.candidate("a.b", 1), "a_b_2");
     }
 
+    /// Nine digits from most of the hash: a thousand ids (as a long
+    /// session's calls) get a thousand different candidates, and each
+    /// candidate's digits vary, rather than repeat one.
+    #[test]
+    fn mistral_candidates_spread_over_the_whole_id_space() {
+        let candidates: std::collections::HashSet<String> = (0..1_000)
+            .map(|n| MistralIds.candidate(&format!("call_{n}"), 0))
+            .collect();
+        assert_eq!(candidates.len(), 1_000);
+        let distinct_digits: std::collections::HashSet<char> =
+            MistralIds.candidate("call_0", 0).chars().collect();
+        assert!(distinct_digits.len() > 1, "{distinct_digits:?}");
+    }
+
     #[test]
     fn the_rules_accept_exactly_their_wires_ids() {
         assert!(MistralIds.accepts("D681PevKs"));
