@@ -242,3 +242,17 @@ fn the_tool_list_is_written_once_for_the_same_tools() {
     request.tools.clear();
     check(&request, false);
 }
+
+/// Debug builds check every reuse: a message declared unchanged that did
+/// change is caught before its stale text is sent.
+#[cfg(debug_assertions)]
+#[test]
+#[should_panic(expected = "declared messages unchanged that changed")]
+fn a_false_declaration_is_caught_in_debug_builds() {
+    let mut request = start();
+    request.messages.push(reply("ok"));
+    step(&request, 0, 0);
+    request.messages[1] = Message::user("edited");
+    request.rendered.keep_first(request.messages.len());
+    body(LOCAL, &request);
+}
