@@ -430,13 +430,7 @@ async fn an_input_that_never_ran_is_not_a_duplicate() {
 async fn an_input_that_failed_is_not_a_duplicate() {
     let (server, mock) = slow_mock(ServerConfig::default()).await;
     let (runtime, dir) = runtime(vec![mock], AgentSettings::default());
-    let scheduler = Scheduler::new(
-        runtime,
-        SchedulerOptions {
-            dedup_window: Some(Duration::from_secs(60)),
-            ..SchedulerOptions::default()
-        },
-    );
+    let scheduler = deduping(runtime, Duration::from_secs(60));
     for attempt in 0..2 {
         let frames = drain(scheduler.submit(submission("a", "!err please"))).await;
         assert!(
@@ -448,6 +442,17 @@ async fn an_input_that_failed_is_not_a_duplicate() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
+/// A scheduler with only a dedup window of `window` set.
+fn deduping(runtime: Arc<Runtime>, window: Duration) -> Scheduler {
+    Scheduler::new(
+        runtime,
+        SchedulerOptions {
+            dedup_window: Some(window),
+            ..SchedulerOptions::default()
+        },
+    )
+}
+
 /// With a dedup window, a session is remembered for the window and then
 /// forgotten, even when it never sends again (every stateless request of
 /// the OpenAI endpoint is a session of its own).
@@ -456,13 +461,7 @@ async fn sessions_are_forgotten_after_the_dedup_window() {
     let (runtime, dir) = runtime(demo_sources(), AgentSettings::default());
     // Wide enough that ten inputs on a slow machine all fall inside it.
     let window = Duration::from_secs(2);
-    let scheduler = Scheduler::new(
-        runtime,
-        SchedulerOptions {
-            dedup_window: Some(window),
-            ..SchedulerOptions::default()
-        },
-    );
+    let scheduler = deduping(runtime, window);
     for i in 0..10 {
         drain(scheduler.submit(submission(&format!("once-{i}"), "!text hi"))).await;
     }
@@ -604,13 +603,7 @@ async fn a_panic_while_an_input_runs_ends_it_with_an_error_and_the_session_goes_
 async fn the_same_input_after_the_dedup_window_runs_again() {
     let (runtime, dir) = runtime(demo_sources(), AgentSettings::default());
     let window = Duration::from_millis(1000);
-    let scheduler = Scheduler::new(
-        runtime,
-        SchedulerOptions {
-            dedup_window: Some(window),
-            ..SchedulerOptions::default()
-        },
-    );
+    let scheduler = deduping(runtime, window);
     let ran = |frames: &[Frame]| matches!(frames.last(), Some(Frame::Response { .. }));
     let started = std::time::Instant::now();
     let first = drain(scheduler.submit(submission("s", "!text one"))).await;
