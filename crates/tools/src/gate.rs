@@ -318,4 +318,29 @@ mod tests {
         assert!(!gate.needs_approval("clock_now"));
         assert!(!gate.needs_approval("cmd_run_x"));
     }
+
+    /// The policy's name, never the approver behind it (a UI's handle).
+    #[test]
+    fn an_approval_policy_shows_its_name() {
+        struct Nobody;
+        impl Approver for Nobody {
+            fn approve(
+                &self,
+                _: &str,
+                _: &str,
+                _: &Value,
+            ) -> Pin<Box<dyn Future<Output = bool> + Send + 'static>> {
+                Box::pin(async { false })
+            }
+        }
+        let shown: Vec<String> = [
+            Approval::Ask(Arc::new(Nobody)),
+            Approval::Granted,
+            Approval::Refused,
+        ]
+        .iter()
+        .map(|approval| format!("{approval:?}"))
+        .collect();
+        assert_eq!(shown, ["Ask", "Granted", "Refused"]);
+    }
 }

@@ -150,6 +150,17 @@ fn a_path_qualified_program_must_be_the_file_path_finds() {
         working_dir: Some(dir.path().to_path_buf()),
         ..CmdRunPolicy::default()
     };
+    // `./ls` is read from the policy's working directory, not the agent's:
+    // there it is a link to the real one, and so it passes.
+    let linked = TempDir::new("linked");
+    std::os::unix::fs::symlink(&real, linked.path().join("ls")).unwrap();
+    passes(
+        &CmdRunPolicy {
+            working_dir: Some(linked.path().to_path_buf()),
+            ..CmdRunPolicy::default()
+        },
+        "./ls -l",
+    );
     let absolute = dir.path().join("ls").display().to_string();
     for (policy, given) in [(&in_dir, "./ls".to_string()), (&p, absolute)] {
         assert_eq!(
@@ -266,6 +277,45 @@ fn quoted_or_escaped_operators_are_plain_arguments() {
         ("ls\n", vec![]),
     ] {
         let checked = check_command(&p, command).unwrap();
+        assert_eq!(checked.args, args, "{command:?}");
+    }
+}
+
+/// A `#` starts a comment only where a shell would: at the start of a
+/// word. Inside a word it is a character, and an operator after it still
+/// counts; a comment's own operators do not (the shell never sees them).
+/// A `$` is refused only before `(`: a regex's end anchor or a `$HOME`
+/// is a plain argument (no shell expands it).
+#[test]
+fn comments_and_dollars_are_read_as_a_shell_reads_them() {
+    let p = default_policy();
+    for (command, operator) in [("grep a#b f; id", ";"), ("ls x#y|wc", "|")] {
+        assert_eq!(
+            refusal(&p, command),
+            CmdRefusal::ShellOperator {
+                operator: operator.into()
+            },
+            "{command:?}"
+        );
+    }
+    // Inside double quotes a `\"` does not end them and a `$` alone is a
+    // character; the closing quote ends them, and what follows is read
+    // again as a shell reads it.
+    assert_eq!(
+        refusal(&p, "echo \"a\"; id"),
+        CmdRefusal::ShellOperator {
+            operator: ";".into()
+        }
+    );
+    for (command, args) in [
+        ("echo \"a\\\"; id\"", vec!["a\"; id"]),
+        ("echo \"$HOME\" \"cost: 5$\"", vec!["$HOME", "cost: 5$"]),
+        ("ls -l # list; then stop", vec!["-l"]),
+        ("grep error$ log.txt", vec!["error$", "log.txt"]),
+        ("echo $HOME a#b", vec!["$HOME", "a#b"]),
+    ] {
+        let checked = check_command(&p, command)
+            .unwrap_or_else(|refusal| panic!("`{command}` was refused: {refusal}"));
         assert_eq!(checked.args, args, "{command:?}");
     }
 }
@@ -453,6 +503,14 @@ fn sort_uniq_date_hostname_options_that_write() {
             "hostname -F /etc/x",
             write_guard("hostname", "-F", "sets the host name from a file"),
         ),
+        (
+            "hostname -b",
+            write_guard("hostname", "-b", "sets the host name"),
+        ),
+        (
+            "hostname --boot",
+            write_guard("hostname", "-b", "sets the host name"),
+        ),
     ] {
         assert_eq!(refusal(&p, command), expected, "{command}");
         passes(
@@ -477,6 +535,38 @@ fn sort_uniq_date_hostname_options_that_write() {
             refusal(policy, "sort --compress-program=sh f"),
             CmdRefusal::NeverAllowed { option, .. } if option == "--compress-program"
         ));
+    }
+}
+
+/// `install --strip-program` and `split --filter` run another program,
+/// so even a policy that allows writes (and lists both) refuses them, in
+/// every abbreviation the program accepts; shorter prefixes name other
+/// options, and after `--` they are file names.
+#[test]
+fn install_and_split_never_run_another_program() {
+    let policy = writes_policy(&["install", "split"]);
+    for (command, option) in [
+        ("install --strip-program=sh a b", "--strip-program=sh"),
+        ("install -s --strip-p /bin/sh a b", "--strip-p"),
+        ("install --strip- x a b", "--strip-"),
+        ("split --filter=sh big", "--filter=sh"),
+        ("split -l 10 --f 'sh -c id' big", "--f"),
+    ] {
+        assert!(
+            matches!(
+                refusal(&policy, command),
+                CmdRefusal::NeverAllowed { option: o, .. } if o == option
+            ),
+            "{command}"
+        );
+    }
+    for command in [
+        "install --strip a b",
+        "install -m 644 -- --strip-program=sh b",
+        "split -l 10 big part-",
+        "split -- --filter=sh",
+    ] {
+        passes(&policy, command);
     }
 }
 
@@ -766,10 +856,43 @@ fn policy_validation_names_the_problem() {
             name: "/bin/ls".into()
         })
     );
+    for name in ["", "bin/ls", ".", ".."] {
+        assert_eq!(
+            with(&[name], &[]).validate(),
+            Err(PolicyError::BadProgramName { name: name.into() }),
+            "{name:?}"
+        );
+    }
     assert!(matches!(
         with(&[], &["LD_PRELOAD"]).validate(),
         Err(PolicyError::BadEnvName { name, .. }) if name == "LD_PRELOAD"
     ));
+    assert_eq!(with(&["ls", "cat"], &["MY_DIR", "_X1"]).validate(), Ok(()));
+    for name in ["1BAD", "MY-DIR", ""] {
+        assert!(
+            matches!(
+                with(&[], &[name]).validate(),
+                Err(PolicyError::BadEnvName { name: named, why }) if named == name
+                    && why == "is not a valid variable name"
+            ),
+            "{name:?}"
+        );
+    }
+    // A call's default timeout may be its cap, not above it.
+    let timed = |timeout: u64, max_timeout: u64| CmdRunPolicy {
+        timeout: std::time::Duration::from_secs(timeout),
+        max_timeout: std::time::Duration::from_secs(max_timeout),
+        ..CmdRunPolicy::default()
+    };
+    assert_eq!(timed(60, 60).validate(), Ok(()));
+    assert_eq!(timed(59, 60).validate(), Ok(()));
+    assert_eq!(
+        timed(61, 60).validate(),
+        Err(PolicyError::TimeoutAboveMax {
+            timeout: std::time::Duration::from_secs(61),
+            max: std::time::Duration::from_secs(60),
+        })
+    );
     // A working directory that is not one fails here, naming the key, not
     // at every command as "cannot start `ls`".
     let in_dir = |dir: &str| CmdRunPolicy {
@@ -917,6 +1040,27 @@ fn private_refusal(policy: &CmdRunPolicy, command: &str) -> String {
         CmdRefusal::PrivatePath { argument, .. } => argument,
         other => panic!("`{command}`: expected a private-path refusal, got {other:?}"),
     }
+}
+
+/// After `--` every argument is a file name, however it starts: a
+/// recursive grep may not start at `-conf` when it holds the config, and
+/// `-f/proc/1/environ` there names a file under the working directory,
+/// not `/proc`.
+#[test]
+fn after_a_double_dash_every_argument_is_a_path() {
+    let dir = TempDir::new("dashes");
+    std::fs::create_dir_all(dir.path().join("-conf")).unwrap();
+    let config = dir.path().join("-conf/homeagent.toml");
+    std::fs::write(&config, "[server]\napi_key = \"k\"\n").unwrap();
+    let policy = CmdRunPolicy {
+        private_paths: vec![config.canonicalize().unwrap()],
+        working_dir: Some(dir.path().to_path_buf()),
+        ..default_policy()
+    };
+    // Named by the argument it starts at (a search of the working
+    // directory, which holds it too, would be refused as `.`).
+    assert_eq!(private_refusal(&policy, "grep -r key -- -conf"), "-conf");
+    passes(&policy, "cat -- -f/proc/1/environ");
 }
 
 /// An MCP server's token sits in its environment, readable at

@@ -10,7 +10,9 @@ use homeagent_core::{
     AssembledCall, AssembledTurn, BatchContext, BatchMode, ErrorReason, Executor, Registry,
     SerialReason, ToolCall, ToolContext, ToolError, ToolSource,
 };
-use homeagent_tools::{Access, Expect, FilesPolicy, OpenRefusal, Root, register_files_tools};
+use homeagent_tools::{
+    Access, Expect, FilesPolicy, OpenRefusal, PathRefusal, Root, register_files_tools,
+};
 use serde_json::{Value, json};
 
 /// A directory under the system temp dir, removed on drop.
@@ -770,6 +772,39 @@ fn a_directory_swapped_for_a_symlink_after_the_check_is_caught_at_the_open() {
         .open_inside(&link, Access::Read, Expect::Directory)
         .unwrap_err();
     assert!(matches!(refused, OpenRefusal::Io { .. }), "{refused}");
+}
+
+/// Below a regular file nothing can exist, so `resolve` takes such a path
+/// as missing and the operation says what is wrong; any other failure to
+/// look at a component is named, never taken for "missing". An absolute
+/// path inside the root may climb with `..` and stay inside; a directory
+/// asked for as a file is called one.
+#[test]
+fn resolve_and_open_name_what_a_path_really_is() {
+    let sandbox = Sandbox::new("resolve-kinds");
+    let root = Root::open(sandbox.root()).unwrap();
+    let canonical = sandbox.root().canonicalize().unwrap();
+    std::fs::write(sandbox.root().join("a.txt"), "x").unwrap();
+    std::fs::create_dir_all(sandbox.root().join("docs")).unwrap();
+    assert_eq!(
+        root.resolve("a.txt/b/c").unwrap(),
+        canonical.join("a.txt/b/c")
+    );
+    let too_long = "n".repeat(300);
+    assert!(
+        matches!(root.resolve(&too_long), Err(PathRefusal::Io { .. })),
+        "{:?}",
+        root.resolve(&too_long)
+    );
+    let climbing = format!("{}/docs/../a.txt", sandbox.root().display());
+    assert_eq!(root.resolve(&climbing).unwrap(), canonical.join("a.txt"));
+    let refused = root
+        .open_inside(&canonical.join("docs"), Access::Read, Expect::File)
+        .unwrap_err();
+    assert!(
+        matches!(refused, OpenRefusal::Directory { .. }),
+        "{refused}"
+    );
 }
 
 #[tokio::test]

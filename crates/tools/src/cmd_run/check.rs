@@ -295,7 +295,14 @@ fn find_shell_operator(text: &str) -> Option<String> {
 
 /// The first executable file named `program` in [`CHILD_PATH`].
 pub(super) fn find_on_child_path(program: &str) -> Option<PathBuf> {
-    CHILD_PATH
+    find_on(CHILD_PATH, program)
+}
+
+/// The first executable file named `program` in the directories of
+/// `search_path` (`:`-separated): a directory, or a file nobody may run,
+/// is passed over as a shell's lookup passes it.
+fn find_on(search_path: &str, program: &str) -> Option<PathBuf> {
+    search_path
         .split(':')
         .map(|dir| Path::new(dir).join(program))
         .find(|candidate| {
@@ -327,4 +334,42 @@ fn check_same_file(
         _ => false,
     };
     if same { Ok(()) } else { Err(mismatch()) }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // a panic in a test is a test failure
+
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    #[test]
+    fn the_lookup_takes_only_an_executable_file() {
+        let root = std::env::temp_dir().join(format!("homeagent-lookup-{}", std::process::id()));
+        let (first, second) = (root.join("first"), root.join("second"));
+        for dir in [&first, &second] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        let mode = |path: &Path, mode: u32| {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+        };
+        // In the first directory: a plain file, a directory (its search
+        // bit set) and a file only its group may run.
+        std::fs::write(first.join("tool"), "text").unwrap();
+        mode(&first.join("tool"), 0o644);
+        std::fs::create_dir_all(first.join("dir")).unwrap();
+        std::fs::write(first.join("grouped"), "#!/bin/sh\n").unwrap();
+        mode(&first.join("grouped"), 0o610);
+        for name in ["tool", "dir"] {
+            std::fs::write(second.join(name), "#!/bin/sh\n").unwrap();
+            mode(&second.join(name), 0o755);
+        }
+        let search = format!("{}:{}", first.display(), second.display());
+        assert_eq!(find_on(&search, "tool"), Some(second.join("tool")));
+        assert_eq!(find_on(&search, "dir"), Some(second.join("dir")));
+        assert_eq!(find_on(&search, "grouped"), Some(first.join("grouped")));
+        assert_eq!(find_on(&search, "missing"), None);
+        let _ = std::fs::remove_dir_all(root);
+    }
 }

@@ -29,13 +29,21 @@ pub(crate) enum Stopped {
 /// assignments: PATH, then HOME/LANG/TZ and the policy's names when the
 /// agent has them. Nothing else of the agent's environment (API keys!).
 pub fn child_environment(policy: &CmdRunPolicy) -> Vec<(String, String)> {
+    environment_from(policy, |name| std::env::var(name).ok())
+}
+
+/// [`child_environment`] with the agent's variables read through `lookup`.
+fn environment_from(
+    policy: &CmdRunPolicy,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Vec<(String, String)> {
     let mut env = vec![("PATH".to_string(), CHILD_PATH.to_string())];
     let extra = policy.env.iter().map(String::as_str);
     for name in INHERITED_ENV.iter().copied().chain(extra) {
         if is_dangerous_env_name(name) || env.iter().any(|(n, _)| n == name) {
             continue;
         }
-        if let Ok(value) = std::env::var(name) {
+        if let Some(value) = lookup(name) {
             env.push((name.to_string(), value));
         }
     }
@@ -202,6 +210,34 @@ mod tests {
     #![allow(clippy::unwrap_used)] // a panic in a test is a test failure
 
     use super::*;
+
+    /// A policy that names a variable which changes what a program loads
+    /// (config validation refuses it, but `cmd_run` runs with an invalid
+    /// policy too) never passes it on, nor a second copy of `PATH`; the
+    /// rest is passed in order, once each, when the agent has it.
+    #[test]
+    fn the_child_gets_only_safe_variables_the_agent_has() {
+        let policy = CmdRunPolicy {
+            env: [
+                "LD_PRELOAD",
+                "MY_TOKEN_DIR",
+                "TMPDIR",
+                "PATH",
+                "TZ",
+                "UNSET",
+            ]
+            .map(String::from)
+            .to_vec(),
+            ..CmdRunPolicy::default()
+        };
+        let env = environment_from(&policy, |name| {
+            (name != "UNSET").then(|| format!("value of {name}"))
+        });
+        let names: Vec<&str> = env.iter().map(|(name, _)| name.as_str()).collect();
+        assert_eq!(names, ["PATH", "HOME", "LANG", "TZ", "MY_TOKEN_DIR"]);
+        assert_eq!(env[0].1, CHILD_PATH);
+        assert_eq!(env[4].1, "value of MY_TOKEN_DIR");
+    }
 
     /// Whether `pid` still runs (a zombie waiting for its reaper does not).
     fn running(pid: i32) -> bool {
