@@ -579,6 +579,128 @@ async fn oversized_writes_are_refused_not_cut() {
     assert!(!sandbox.root().join("w.txt").exists());
 }
 
+/// The cap is the most a write may hold: exactly that many bytes are
+/// written whole.
+#[tokio::test]
+async fn a_write_of_exactly_the_cap_is_accepted() {
+    let sandbox = Sandbox::with("capwrite", |p| p.max_write_bytes = 3);
+    sandbox
+        .call("files_write", json!({"path": "w.txt", "content": "abc"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(sandbox.root().join("w.txt")).unwrap(),
+        "abc"
+    );
+}
+
+/// A parent that is a file, or a path through one, is named as what it
+/// is, not as a missing directory (which `create_dirs` would be the cure
+/// for).
+#[tokio::test]
+async fn a_write_below_a_file_says_the_parent_is_one() {
+    let sandbox = Sandbox::new("parent-file");
+    std::fs::write(sandbox.root().join("a.txt"), "x").unwrap();
+    let error = sandbox
+        .call(
+            "files_write",
+            json!({"path": "a.txt/b.txt", "content": "y"}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.detail,
+        "cannot write a.txt/b.txt: its parent a.txt is a file"
+    );
+    let error = sandbox
+        .call(
+            "files_write",
+            json!({"path": "a.txt/sub/b.txt", "content": "y"}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.detail,
+        "cannot write a.txt/sub/b.txt: a component of the path is a file, not a directory"
+    );
+    assert_eq!(
+        std::fs::read_to_string(sandbox.root().join("a.txt")).unwrap(),
+        "x"
+    );
+}
+
+/// The edges of a read window: an offset at the very end reads nothing
+/// (one past it is an error); a byte that is no UTF-8 is refused wherever
+/// the window ends, and so is a character the file itself cuts short; a
+/// window too small for the character at its offset says so.
+#[tokio::test]
+async fn a_read_window_at_its_edges() {
+    let sandbox = Sandbox::new("read-edges");
+    std::fs::write(sandbox.root().join("abc.txt"), "abc").unwrap();
+    let at_end = sandbox
+        .call("files_read", json!({"path": "abc.txt", "offset": 3}))
+        .await
+        .unwrap();
+    assert_eq!(
+        at_end,
+        json!({"path": "abc.txt", "content": "", "bytes": 0, "size": 3,
+               "truncated": false, "next_offset": null})
+    );
+    let past = sandbox
+        .call("files_read", json!({"path": "abc.txt", "offset": 4}))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        past.detail,
+        "offset 4 is past the end of abc.txt, which has 3 bytes"
+    );
+
+    std::fs::write(sandbox.root().join("bad.bin"), b"ok\xffabc").unwrap();
+    let error = sandbox
+        .call("files_read", json!({"path": "bad.bin", "max_bytes": 4}))
+        .await
+        .unwrap_err();
+    assert!(
+        error.detail.contains("invalid byte sequence at byte 2"),
+        "{}",
+        error.detail
+    );
+    // A continuation byte first in the file is not text, not a window
+    // that starts inside a character.
+    std::fs::write(sandbox.root().join("cont.bin"), b"\xa9abc").unwrap();
+    let error = sandbox
+        .call("files_read", json!({"path": "cont.bin"}))
+        .await
+        .unwrap_err();
+    assert!(
+        error.detail.contains("invalid byte sequence at byte 0"),
+        "{}",
+        error.detail
+    );
+    // "a" then the first two of the three bytes of "€", and the file ends.
+    std::fs::write(sandbox.root().join("cut.txt"), b"a\xe2\x82").unwrap();
+    let error = sandbox
+        .call("files_read", json!({"path": "cut.txt"}))
+        .await
+        .unwrap_err();
+    assert!(
+        error.detail.contains("invalid byte sequence at byte 1"),
+        "{}",
+        error.detail
+    );
+
+    std::fs::write(sandbox.root().join("euro.txt"), "€").unwrap();
+    let small = sandbox
+        .call("files_read", json!({"path": "euro.txt", "max_bytes": 2}))
+        .await
+        .unwrap_err();
+    assert_eq!(small.field.as_deref(), Some("max_bytes"));
+    assert_eq!(
+        small.detail,
+        "max_bytes 2 is too small to hold the character at offset 0 of euro.txt"
+    );
+}
+
 fn turn(calls: &[(&str, Value)]) -> AssembledTurn {
     AssembledTurn {
         calls: calls

@@ -473,6 +473,57 @@ mod tests {
         assert_eq!(effects("b end\np\n:end"), Ok(vec![]));
     }
 
+    /// Every form of address, and regexes whose brackets and escapes hold
+    /// the delimiter: a misread address or regex would end it in the wrong
+    /// place and read (or hide) the wrong command after it.
+    #[test]
+    fn addresses_and_regexes_end_where_gnu_sed_ends_them() {
+        let writes = Ok(vec![SedEffect::Writes("w")]);
+        for script in [
+            "1,+3w f",
+            "1,~4w f",
+            "0~2w f",
+            "$w f",
+            "\\,x,w f",
+            "\\%a\\%b%w f",
+            "/x/I,/y/Mw f",
+            "/x/IM w f",
+            "\\,a,I,\\;b;w f",
+            "/a\\/b/w f",
+            "/[^]/]/w f",
+            "/[]/]/w f",
+            "/[[:alpha:]/]/w f",
+            "/[[.-.]/]/w f",
+            "/[[=e=]/]/w f",
+            "/[[a]/w f",
+        ] {
+            assert_eq!(effects(script), writes, "script {script:?}");
+        }
+        // A collating symbol runs to its own `.]`: the `]` and `/` inside
+        // it do not close the bracket or the regex.
+        assert_eq!(effects("s/[[.a]]/w x/.]]/Y/"), Ok(vec![]));
+        // The numeric flag picks the match to replace; a flag after it
+        // still counts.
+        assert_eq!(effects("s/a/b/2w f"), Ok(vec![SedEffect::Writes("s///w")]));
+        assert_eq!(effects("s/a/b/g3e"), Ok(vec![SedEffect::Runs("s///e")]));
+        for (script, what) in [
+            ("\\\\x\\\\p", "bad regex delimiter"),
+            ("\\\nx\np", "bad regex delimiter"),
+            ("\\", "missing regex delimiter"),
+            ("1,p", "missing second address"),
+            ("/abc", "unterminated regex"),
+            ("/a\nb/p", "newline inside a regex"),
+            ("/[abc/p", "unterminated bracket expression"),
+            ("/[[:alpha/]/p", "unterminated character class"),
+        ] {
+            assert_eq!(
+                effects(script).map_err(|error| error.what),
+                Err(what),
+                "script {script:?}"
+            );
+        }
+    }
+
     #[test]
     fn scripts_it_cannot_read_are_errors() {
         assert!(effects("s/a/b").is_err());
