@@ -239,7 +239,9 @@ impl Executor {
                 return serial(SerialReason::NotParallelSafe { tool: tool() });
             }
             match def.order_key_for(arguments) {
-                Err(()) => return serial(SerialReason::MissingOrderKey { tool: tool() }),
+                Err(crate::tool::MissingOrderKey) => {
+                    return serial(SerialReason::MissingOrderKey { tool: tool() });
+                }
                 Ok(Some(key)) => {
                     if !keys.insert(key.clone()) {
                         return serial(SerialReason::SharedOrderKey { key });

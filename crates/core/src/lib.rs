@@ -49,4 +49,4 @@ pub use stream::{FinishReason, StreamEvent, ToolCallFragment, Usage};
 /// Re-exported so tool authors need not depend on tokio-util for the stop
 /// switch (and its owned waiter, which a long-lived reader keeps).
 pub use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
-pub use tool::{OrderKey, Renderings, ToolDef, ToolNameError, check_tool_name};
+pub use tool::{MissingOrderKey, OrderKey, Renderings, ToolDef, ToolNameError, check_tool_name};

@@ -64,6 +64,11 @@ pub enum OrderKey {
     Argument(String),
 }
 
+/// A call to a tool keyed on an argument lacks a usable value for it
+/// ([`ToolDef::order_key_for`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MissingOrderKey;
+
 /// A tool's definition: its name, its argument schema, and its scheduling
 /// declarations. Each tool declares these itself; the kernel keeps no table of
 /// tool names.
@@ -220,18 +225,22 @@ impl ToolDef {
         self.parallel_safe && !self.serial
     }
 
-    /// The order key of one call of this tool, if the tool declares one.
+    /// The order key of one call of this tool, if the tool declares one:
+    /// two calls with the same key never overlap. The executor's planner
+    /// and the sequence engine both ask this, so they agree on what a key
+    /// is.
     ///
-    /// `Err(())` means the tool keys on an argument the call did not supply as
-    /// a string or number; the planner treats such a call as conflicting.
-    pub(crate) fn order_key_for(&self, arguments: &Value) -> Result<Option<String>, ()> {
+    /// [`MissingOrderKey`] means the tool keys on an argument the call did
+    /// not supply as a non-empty string or a number; a planner treats such
+    /// a call as conflicting with every other.
+    pub fn order_key_for(&self, arguments: &Value) -> Result<Option<String>, MissingOrderKey> {
         match &self.order_key {
             None => Ok(None),
             Some(OrderKey::Fixed(key)) => Ok(Some(format!("fixed:{key}"))),
             Some(OrderKey::Argument(arg)) => match arguments.get(arg) {
                 Some(Value::String(s)) if !s.is_empty() => Ok(Some(format!("{arg}={s}"))),
                 Some(Value::Number(n)) => Ok(Some(format!("{arg}={n}"))),
-                _ => Err(()),
+                _ => Err(MissingOrderKey),
             },
         }
     }
@@ -397,14 +406,20 @@ mod tests {
             by_arg.order_key_for(&json!({"device_id": "nas"})),
             Ok(Some("device_id=nas".into()))
         );
-        assert_eq!(by_arg.order_key_for(&json!({})), Err(()));
+        assert_eq!(by_arg.order_key_for(&json!({})), Err(MissingOrderKey));
         // Numeric ids are keys too; an empty id is no id.
         assert_eq!(
             by_arg.order_key_for(&json!({"device_id": 7})),
             Ok(Some("device_id=7".into()))
         );
-        assert_eq!(by_arg.order_key_for(&json!({"device_id": ""})), Err(()));
-        assert_eq!(by_arg.order_key_for(&json!({"device_id": ["x"]})), Err(()));
+        assert_eq!(
+            by_arg.order_key_for(&json!({"device_id": ""})),
+            Err(MissingOrderKey)
+        );
+        assert_eq!(
+            by_arg.order_key_for(&json!({"device_id": ["x"]})),
+            Err(MissingOrderKey)
+        );
         assert_eq!(
             ToolDef::new("x", "").order_key_for(&json!({"device_id": "nas"})),
             Ok(None)

@@ -125,6 +125,61 @@ fn parallel_with_an_unsafe_tool_is_an_error_naming_it() {
     assert_eq!(errors, []);
 }
 
+/// With several tools that may not overlap, the error names the first in
+/// declaration order (the one to look at first).
+#[test]
+fn the_first_unsafe_tool_is_the_one_named() {
+    use homeagent_core::{ToolContext, ToolDef};
+    let registry = tools();
+    registry
+        .register(
+            ToolDef::new("t_write", "writes; not parallel-safe"),
+            |_ctx: ToolContext| async move { Ok(Value::Null) },
+        )
+        .unwrap();
+    let seq = parse_sequence_value(&json!({"name": "s", "groups": [{"name": "g",
+        "tools": "{\"tool\":\"demo_echo\"} ; {\"tool\":\"demo_note\",\"args\":{\"text\":\"x\"}} ; {\"tool\":\"t_write\"} ;"}]}))
+    .unwrap();
+    let report = check_sequence(&seq, Some(&registry));
+    assert_eq!(
+        report.errors,
+        [CheckError::UnsafeInParallel {
+            group: "g".into(),
+            tool: "demo_note".into()
+        }]
+    );
+}
+
+/// `$args` references count wherever they sit in a step's arguments
+/// (inside arrays and objects too); only a `seq_when_call`'s own `when`
+/// is about the call's arguments, not the group's.
+#[test]
+fn args_references_are_found_at_every_depth() {
+    use homeagent_seq::check::args_references;
+    let step = |value: Value| {
+        let seq = parse_sequence_value(&json!({"name": "s", "groups": [{"name": "g",
+            "tools": format!("{value} ;")}]}))
+        .unwrap();
+        seq.groups[0].tools[0].clone()
+    };
+    assert_eq!(
+        args_references(&step(json!({"tool": "demo_echo", "args": {
+            "list": ["$args.a", {"deep": "$args.b and $args.a"}],
+            "map": {"k": ["$args.c"]},
+            "when": "$args.d"
+        }}))),
+        ["a", "b", "c", "d"]
+    );
+    assert_eq!(
+        args_references(&step(json!({"tool": "seq_when_call", "args": {
+            "when": "$args.inner == 1",
+            "target": "#other",
+            "args": {"inner": "$args.outer"}
+        }}))),
+        ["outer"]
+    );
+}
+
 #[test]
 fn seq_call_targets_must_be_a_group_here_or_another_sequence() {
     let (errors, warnings) = check_groups(json!([

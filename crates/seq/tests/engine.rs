@@ -613,3 +613,169 @@ async fn a_seq_call_step_gets_the_called_groups_slots_whole() {
     assert!(called.text.contains("[truncated"), "{}", called.text);
     assert!(called.text.len() < 1500, "{}", called.text.len());
 }
+
+/// Two calls with the same order key never overlap, whatever the group
+/// says: `nas` twice runs one after the other. A keyed call that lacks its
+/// key conflicts with every other. (Invariant 4, the kernel's own rule.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_sharing_an_order_key_run_in_order() {
+    let run = |steps: &[Value]| {
+        let s = seq(
+            json!({"name": "s", "groups": [{"name": "g", "out": {"r": "array<string>"},
+            "tools": tools(steps)}]}),
+        );
+        async move {
+            let h = harness();
+            let report = h
+                .engine
+                .run_sequence(&s, args(json!({})), &main_caller())
+                .await;
+            assert_eq!(report.status, RunStatus::Completed, "{report:?}");
+            let log = h.finished.lock().unwrap().clone();
+            (report.groups[0].mode, log)
+        }
+    };
+    let same = [
+        json!({"tool": "t_device", "args": {"ms": 100, "device": "nas"}, "as": "r"}),
+        json!({"tool": "t_device", "args": {"ms": 100, "device": "nas"}, "as": "r"}),
+    ];
+    assert_eq!(
+        run(&same).await,
+        (
+            Some("serial"),
+            ["start nas", "end nas", "start nas", "end nas"]
+                .map(String::from)
+                .to_vec()
+        )
+    );
+    let unkeyed = [
+        json!({"tool": "t_device", "args": {"ms": 100, "device": "nas"}, "as": "r"}),
+        json!({"tool": "t_device", "args": {"ms": 100}, "as": "r"}),
+    ];
+    assert_eq!(run(&unkeyed).await.0, Some("serial"));
+    let two = [
+        json!({"tool": "t_device", "args": {"ms": 100, "device": "nas"}, "as": "r"}),
+        json!({"tool": "t_device", "args": {"ms": 100, "device": "tv"}, "as": "r"}),
+    ];
+    let (mode, log) = run(&two).await;
+    assert_eq!(mode, Some("parallel"));
+    let mut first_two = log[..2].to_vec();
+    first_two.sort();
+    assert_eq!(first_two, ["start nas", "start tv"]);
+}
+
+/// The waits between attempts, read on tokio's paused clock, where they
+/// are exact: 100 ms, then 200 ms (the existing test bounds them only from
+/// below on the wall clock).
+#[tokio::test(start_paused = true)]
+async fn retry_backoff_doubles_from_its_first_wait() {
+    let h = harness();
+    let s = seq(
+        json!({"name": "s", "groups": [{"name": "g", "on_error": "retry", "retries": 3,
+        "out": {"r": "object"},
+        "tools": tools(&[json!({"tool": "t_flaky", "args": {"key": "k", "fail": 3}, "as": "r"})])}]}),
+    );
+    let started = tokio::time::Instant::now();
+    let report = h
+        .engine
+        .run_sequence(&s, args(json!({})), &main_caller())
+        .await;
+    assert_eq!(report.status, RunStatus::Completed, "{report:?}");
+    assert_eq!(report.groups[0].calls[0].attempts, 4);
+    assert_eq!(started.elapsed(), Duration::from_millis(100 + 200 + 400));
+}
+
+/// Only failures that another try may cure are retried: a refusal is
+/// answered once, however many retries the group allows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_is_never_retried() {
+    let h = harness();
+    let s = seq(
+        json!({"name": "s", "groups": [{"name": "g", "on_error": "retry", "retries": 3,
+        "out": {"r": "object"},
+        "tools": tools(&[json!({"tool": "t_denied_reason", "args": {}, "as": "r"})])}]}),
+    );
+    let report = h
+        .engine
+        .run_sequence(&s, args(json!({})), &main_caller())
+        .await;
+    let call = &report.groups[0].calls[0];
+    assert_eq!(
+        (call.status, call.reason, call.attempts),
+        (CallStatus::Failed, Some(ErrorReason::Denied), 1),
+        "{report:?}"
+    );
+}
+
+/// An array slot keeps what every group wrote to it, in group order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_array_slot_appends_across_groups() {
+    let h = harness();
+    let s = seq(json!({"name": "s", "groups": [
+        {"name": "a", "out": {"r": "array<string>"},
+         "tools": tools(&[json!({"tool": "t_delay", "args": {"ms": 0, "tag": "one"}, "as": "r"})])},
+        {"name": "b", "out": {"r": "array<string>"},
+         "tools": tools(&[
+             json!({"tool": "t_delay", "args": {"ms": 0, "tag": "two"}, "as": "r"}),
+             json!({"tool": "t_delay", "args": {"ms": 0, "tag": "three"}, "as": "r"}),
+         ])},
+    ]}));
+    let report = h
+        .engine
+        .run_sequence(&s, args(json!({})), &main_caller())
+        .await;
+    assert_eq!(report.status, RunStatus::Completed, "{report:?}");
+    assert_eq!(
+        report.slots["r"],
+        json!(["ran:one", "ran:two", "ran:three"])
+    );
+}
+
+/// A tool that existed when the group was planned and is gone when its
+/// turn comes (an MCP server unloaded in between) is a missing tool under
+/// the group's `missing` policy, with no attempt counted, not a failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_that_vanishes_before_its_call_is_missing() {
+    let h = harness();
+    let registry = std::sync::Arc::downgrade(&h.registry);
+    h.registry
+        .register(
+            homeagent_core::ToolDef::new("t_unload", "unregisters t_unloaded"),
+            move |_ctx: homeagent_core::ToolContext| {
+                let registry = registry.clone();
+                async move {
+                    let removed = registry
+                        .upgrade()
+                        .is_some_and(|registry| registry.unregister("t_unloaded"));
+                    Ok(Value::Bool(removed))
+                }
+            },
+        )
+        .unwrap();
+    h.registry
+        .register(
+            homeagent_core::ToolDef::new("t_unloaded", "never runs"),
+            |_ctx: homeagent_core::ToolContext| async move { Ok(Value::String("ran".into())) },
+        )
+        .unwrap();
+    let s = seq(
+        json!({"name": "s", "groups": [{"name": "g", "parallel": false, "unsafe_serial": true,
+        "missing": "skip", "out": {"removed": "boolean", "r": "string"},
+        "tools": tools(&[
+            json!({"tool": "t_unload", "args": {}, "as": "removed"}),
+            json!({"tool": "t_unloaded", "args": {}, "as": "r"}),
+        ])}]}),
+    );
+    let report = h
+        .engine
+        .run_sequence(&s, args(json!({})), &main_caller())
+        .await;
+    assert_eq!(report.slots["removed"], json!(true), "{report:?}");
+    let call = &report.groups[0].calls[1];
+    assert_eq!(
+        (call.status, call.attempts),
+        (CallStatus::Missing, 0),
+        "{report:?}"
+    );
+    assert!(!report.slots.contains_key("r"));
+}

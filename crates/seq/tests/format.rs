@@ -217,3 +217,23 @@ fn a_deeply_nested_slot_type_is_read_without_overflowing_the_stack() {
     let doc = group(json!({"out": {"r": deep}}));
     assert!(parse_sequence_value(&doc).is_ok());
 }
+
+/// Every unit a duration may take, in seconds as `timeout` reads them.
+#[test]
+fn durations_take_every_unit_they_name() {
+    use homeagent_seq::model::duration_text::{parse, parse_any};
+    for (text, expected) in [
+        ("250ms", Duration::from_millis(250)),
+        ("30s", Duration::from_secs(30)),
+        ("2m", Duration::from_secs(120)),
+        ("2h", Duration::from_secs(7200)),
+        (" 1h ", Duration::from_secs(3600)),
+    ] {
+        assert_eq!(parse(text), Some(expected), "{text:?}");
+    }
+    assert_eq!(parse_any("0s"), Some(Duration::ZERO));
+    assert_eq!(parse("0s"), None);
+    for bad in ["2d", "h", "2", "1.5h", "-1s"] {
+        assert_eq!(parse_any(bad), None, "{bad:?}");
+    }
+}

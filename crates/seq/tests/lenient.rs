@@ -127,4 +127,13 @@ fn values_that_are_already_json_scalars_are_taken_by_their_type() {
     assert!(accepts("boolean", json!(false)));
     assert!(!accepts("boolean", json!(0)));
     assert!(!accepts("number", json!(true)));
+    // A degraded slot without a fallback holds null, which every type
+    // takes; an untyped array takes any array and nothing else.
+    for kind in ["string", "integer", "number", "boolean", "object", "array"] {
+        assert!(accepts(kind, Value::Null), "{kind}");
+    }
+    assert!(accepts("array", json!([1, "two"])));
+    assert!(accepts("array", json!([])));
+    assert!(!accepts("array", json!("[1]")));
+    assert!(!accepts("array", json!({"0": 1})));
 }

@@ -307,3 +307,73 @@ fn two_stores_saving_the_halves_of_a_cycle_at_once_store_one() {
         );
     }
 }
+
+/// A name may be 128 bytes long, not one more.
+#[test]
+fn a_name_is_at_most_128_bytes() {
+    use homeagent_seq::store::check_name;
+    assert!(check_name(&"a".repeat(128)).is_ok());
+    assert!(check_name(&"é".repeat(64)).is_ok());
+    for long in ["a".repeat(129), "é".repeat(65)] {
+        assert!(
+            matches!(
+                check_name(&long),
+                Err(StoreError::BadName { reason, .. }) if reason == "names are at most 128 bytes long"
+            ),
+            "{} bytes",
+            long.len()
+        );
+    }
+}
+
+/// Only a file that is not there is "not found": anything else in the way
+/// (a directory where a sequence's file belongs, a file where the store's
+/// directory belongs) is an I/O error naming what was done and where, so
+/// nobody recreates a sequence that exists or takes a broken store for an
+/// empty one.
+#[test]
+fn what_stands_in_a_files_way_is_an_io_error_not_a_missing_sequence() {
+    let dir = TempDir::new("store-in-the-way");
+    let store = SeqStore::at(dir.path().join("sequences"));
+    std::fs::create_dir_all(store.dir().join("blocked.json")).unwrap();
+    assert!(
+        matches!(
+            store.load("blocked"),
+            Err(StoreError::Io { action: "read", .. })
+        ),
+        "{:?}",
+        store.load("blocked")
+    );
+    assert!(
+        matches!(
+            store.delete("blocked"),
+            Err(StoreError::Io {
+                action: "delete",
+                ..
+            })
+        ),
+        "{:?}",
+        store.delete("blocked")
+    );
+    assert!(matches!(
+        store.load("absent"),
+        Err(StoreError::NotFound { .. })
+    ));
+    assert!(matches!(
+        store.delete("absent"),
+        Err(StoreError::NotFound { .. })
+    ));
+
+    let file_store = SeqStore::at(dir.path().join("a-file"));
+    std::fs::write(file_store.dir(), "not a directory").unwrap();
+    assert!(
+        matches!(
+            file_store.names(),
+            Err(StoreError::Io { action: "list", .. })
+        ),
+        "{:?}",
+        file_store.names()
+    );
+    let empty = SeqStore::at(dir.path().join("never-made"));
+    assert_eq!(empty.names().unwrap(), Vec::<String>::new());
+}

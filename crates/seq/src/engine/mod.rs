@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use homeagent_core::{CancellationToken, ErrorReason, OrderKey, ToolSource};
+use homeagent_core::{CancellationToken, ErrorReason, MissingOrderKey, ToolSource};
 use homeagent_tools::ToolApi;
 use serde_json::{Map, Value};
 
@@ -212,11 +212,13 @@ impl Engine {
                     if def.order_key.is_some() && self.backend.api.hooks_see(&step.tool) {
                         all_safe = false;
                     }
-                    match order_key(def.order_key.as_ref(), &call_args) {
-                        Some(Some(key)) if order_keys.contains(&key) => all_safe = false,
-                        Some(Some(key)) => order_keys.push(key),
-                        Some(None) => {}
-                        None => all_safe = false,
+                    // The kernel's rule for keys, so a sequence and a
+                    // model's batch agree on which calls may overlap.
+                    match def.order_key_for(&call_args) {
+                        Ok(Some(key)) if order_keys.contains(&key) => all_safe = false,
+                        Ok(Some(key)) => order_keys.push(key),
+                        Ok(None) => {}
+                        Err(MissingOrderKey) => all_safe = false,
                     }
                     planned.push(Planned::Call(call_args));
                 }
@@ -457,20 +459,6 @@ fn substitute_step(
         out.insert(key.clone(), value);
     }
     Ok(Value::Object(out))
-}
-
-/// The call's order key: `Some(None)` none, `Some(Some(k))` a key, `None`
-/// a key argument the call lacks (treated as conflicting, like the kernel).
-fn order_key(key: Option<&OrderKey>, args: &Value) -> Option<Option<String>> {
-    match key {
-        None => Some(None),
-        Some(OrderKey::Fixed(k)) => Some(Some(format!("fixed:{k}"))),
-        Some(OrderKey::Argument(arg)) => match args.get(arg) {
-            Some(Value::String(s)) if !s.is_empty() => Some(Some(format!("{arg}={s}"))),
-            Some(Value::Number(n)) => Some(Some(format!("{arg}={n}"))),
-            _ => None,
-        },
-    }
 }
 
 fn write_slot(slots: &mut Map<String, Value>, group: &Group, step: &ToolStep, value: Value) {
