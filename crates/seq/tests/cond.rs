@@ -43,8 +43,49 @@ fn literals_references_and_comparisons() {
         ("$args.tags contains \"b\"", true),
         ("$args.tags contains \"z\"", false),
         ("$args.result contains \"count\"", true),
+        // Each comparison at its boundary and on both sides of it.
+        ("$args.n > 3", false),
+        ("$args.n > 2.9", true),
+        ("$args.n < 3.1", true),
+        ("$args.n < 4", true),
+        ("$args.n < 2", false),
+        ("$args.n >= 3.1", false),
+        ("$args.n <= 3", true),
     ] {
         assert_eq!(eval(text), Ok(expected), "{text}");
+    }
+}
+
+/// A value alone is true unless it is null, false, zero, `"false"` or
+/// empty (text, list or object).
+#[test]
+fn a_value_alone_is_true_unless_it_is_empty_zero_or_false() {
+    let truth = |value: Value| {
+        let args = json!({ "v": value }).as_object().cloned().unwrap();
+        evaluate("$args.v", &args).unwrap()
+    };
+    for falsy in [
+        json!(null),
+        json!(false),
+        json!(0),
+        json!(0.0),
+        json!(""),
+        json!("false"),
+        json!([]),
+        json!({}),
+    ] {
+        assert!(!truth(falsy.clone()), "{falsy}");
+    }
+    for truthy in [
+        json!(true),
+        json!(1),
+        json!(-0.5),
+        json!("x"),
+        json!("0"),
+        json!([0]),
+        json!({"a": null}),
+    ] {
+        assert!(truth(truthy.clone()), "{truthy}");
     }
 }
 
