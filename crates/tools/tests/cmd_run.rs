@@ -792,6 +792,26 @@ async fn output_is_capped_with_a_marker() {
     assert!(expected.contains("truncated after 1000 bytes; 9000 more bytes"));
 }
 
+/// Either stream cut makes the result say so: here only stderr is.
+#[tokio::test]
+async fn a_cut_stderr_alone_marks_the_result_truncated() {
+    let policy = CmdRunPolicy {
+        output_cap_bytes: 10,
+        ..CmdRunPolicy::default()
+    };
+    let value = run(
+        policy,
+        json!({"command": "cat /nonexistent-homeagent-dir/missing-file"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(value["stdout"], json!(""));
+    assert_eq!(value["truncated"], json!(true), "{value}");
+    let stderr = value["stderr"].as_str().unwrap();
+    assert!(stderr.starts_with("cat: /none"), "{stderr}");
+    assert!(stderr.contains("truncated after 10 bytes"), "{stderr}");
+}
+
 #[tokio::test]
 async fn the_child_gets_a_clean_environment() {
     // cargo sets these for the test process; none may reach the child.

@@ -701,6 +701,63 @@ async fn a_read_window_at_its_edges() {
     );
 }
 
+/// A required argument that is missing (a handler called without the
+/// kernel's validation, as the programmatic API may) is an error naming
+/// it, never an empty value: a write without `content` would empty the
+/// file.
+#[tokio::test]
+async fn a_missing_required_argument_is_named_not_taken_as_empty() {
+    let sandbox = Sandbox::new("required");
+    std::fs::write(sandbox.root().join("keep.txt"), "kept").unwrap();
+    let error = sandbox
+        .call("files_write", json!({"path": "keep.txt"}))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (error.reason, error.detail.as_str(), error.field.as_deref()),
+        (
+            ErrorReason::Required,
+            "the argument content is missing",
+            Some("content")
+        )
+    );
+    assert_eq!(
+        std::fs::read_to_string(sandbox.root().join("keep.txt")).unwrap(),
+        "kept"
+    );
+    // A path the system cannot look at is a failure to run, not a refusal.
+    let error = sandbox
+        .call("files_read", json!({"path": "n".repeat(300)}))
+        .await
+        .unwrap_err();
+    assert_eq!(error.reason, ErrorReason::Execution, "{error:?}");
+}
+
+/// The documented defaults: 256 KiB per read, 1 MiB per write.
+#[tokio::test]
+async fn the_default_caps_are_256_kib_read_and_1_mib_written() {
+    let sandbox = Sandbox::new("default-caps");
+    let mib = "x".repeat(1024 * 1024);
+    sandbox
+        .call("files_write", json!({"path": "big.txt", "content": mib}))
+        .await
+        .unwrap();
+    let read = sandbox
+        .call("files_read", json!({"path": "big.txt"}))
+        .await
+        .unwrap();
+    assert_eq!(read["bytes"], json!(256 * 1024));
+    assert_eq!(read["truncated"], json!(true));
+    let error = sandbox
+        .call(
+            "files_write",
+            json!({"path": "big.txt", "content": format!("{mib}x")}),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(error.field.as_deref(), Some("content"));
+}
+
 fn turn(calls: &[(&str, Value)]) -> AssembledTurn {
     AssembledTurn {
         calls: calls

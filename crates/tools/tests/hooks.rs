@@ -723,3 +723,18 @@ async fn a_hook_that_echoes_a_large_input_is_not_deadlocked() {
     assert!(outcome.success, "{}", outcome.text);
     assert_eq!(seen.0.lock().unwrap().len(), 1);
 }
+
+/// Hooks show up in logs and `config check` by the names errors use.
+#[test]
+fn hooks_show_their_names_in_config_order() {
+    let hooks = command_hooks(
+        &[spec("true".into()), spec("true".into())],
+        &[spec("true".into())],
+        Approval::Refused,
+    )
+    .unwrap();
+    assert_eq!(
+        format!("{hooks:?}"),
+        r#"CommandHooks { pre: "pre_tool_use[0], pre_tool_use[1]", post: "post_tool_use[0]" }"#
+    );
+}

@@ -109,6 +109,13 @@ fn each_channel_becomes_a_parallel_safe_tool_keyed_on_its_name() {
         ]
     );
     assert_eq!(channels.names(), ["console", "phone"]);
+    assert_eq!(
+        channels.get("phone").map(|c| c.name().to_owned()),
+        Some("phone".into())
+    );
+    assert!(channels.get("fax").is_none());
+    // The console a program starts with writes to its standard output.
+    assert_eq!(ConsoleChannel::stdout().name(), "console");
 }
 
 #[test]

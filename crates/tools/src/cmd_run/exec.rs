@@ -239,6 +239,23 @@ mod tests {
         assert_eq!(env[4].1, "value of MY_TOKEN_DIR");
     }
 
+    /// A cut that falls inside a UTF-8 character drops the character's
+    /// first bytes rather than showing U+FFFD; output that was not cut is
+    /// shown as it came, a broken last character included.
+    #[test]
+    fn a_cut_never_shows_half_a_character() {
+        let captured = |kept: &[u8], dropped: u64| Captured {
+            kept: kept.to_vec(),
+            dropped,
+        };
+        assert_eq!(
+            captured(b"a\xc3", 5).render(2),
+            format!("a{}", truncation_marker(2, 5))
+        );
+        assert_eq!(captured(b"a\xc3", 0).render(2), "a\u{FFFD}");
+        assert_eq!(captured("aé".as_bytes(), 0).render(3), "aé");
+    }
+
     /// Whether `pid` still runs (a zombie waiting for its reaper does not).
     fn running(pid: i32) -> bool {
         std::fs::read_to_string(format!("/proc/{pid}/stat"))

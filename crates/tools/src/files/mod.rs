@@ -284,3 +284,43 @@ fn type_error(field: &str, expected: &str, got: &Value) -> ToolError {
     )
     .with_field(field)
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // a panic in a test is a test failure
+
+    use super::*;
+
+    /// What the model reads for the failures a test cannot cause on disk
+    /// (a permission as root; a directory where every tool checks first):
+    /// what happened, in words, and what to do.
+    #[test]
+    fn io_errors_name_what_happened_and_what_to_do() {
+        let dir = std::env::temp_dir().join(format!("homeagent-io-words-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let shared = Shared {
+            root: Root::open(&dir).unwrap(),
+            policy: FilesPolicy::new(&dir),
+        };
+        let path = shared.root.canonical().join("a.txt");
+        let said = |kind: io::ErrorKind| {
+            let error = shared.io_error("read", &path, &io::Error::from(kind));
+            (error.detail, error.hint.unwrap_or_default())
+        };
+        assert_eq!(
+            said(io::ErrorKind::PermissionDenied),
+            (
+                "cannot read a.txt: permission denied".to_owned(),
+                "the agent's process may not access this file".to_owned()
+            )
+        );
+        assert_eq!(
+            said(io::ErrorKind::IsADirectory),
+            (
+                "cannot read a.txt: it is a directory".to_owned(),
+                "use files_list for directories".to_owned()
+            )
+        );
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
