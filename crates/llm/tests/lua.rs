@@ -482,6 +482,42 @@ fn json_helpers_round_trip_and_report_bad_input() {
         .eval_json("local t = {} t.t = t return json.encode(t)")
         .unwrap_err();
     assert!(err.to_string().contains("nested deeper"), "{err}");
+    // Integral floats are written as integers (a computed `stream_index`
+    // still reads as one), up to 9e15, where a float stops holding every
+    // integer exactly; past it they stay floats.
+    let numbers = eval(
+        &adapter,
+        "return {json.encode(2^3), json.encode(-4/2), json.encode(8999999999999999.0), \
+         json.encode(9e15), json.encode(0.5)}",
+    );
+    let written: Vec<&str> = numbers
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    assert_eq!(written[..3], ["8", "-2", "8999999999999999"]);
+    assert_ne!(written[3], "9000000000000000", "9e15 stays a float");
+    assert_eq!(written[3].parse::<f64>().unwrap(), 9e15);
+    assert_eq!(written[4], "0.5");
+    // The bound is exact, for lists and objects alike: a value under 128
+    // tables encodes, under 129 it does not.
+    for (wrap, opening) in [("{t}", "["), ("{k = t}", "{\"k\":")] {
+        let nested = |levels: usize| {
+            adapter.eval_json(&format!(
+                "local t = 1 for _ = 1, {levels} do t = {wrap} end return json.encode(t)"
+            ))
+        };
+        let encoded = nested(128).unwrap();
+        assert!(
+            encoded
+                .as_str()
+                .is_some_and(|text| text.starts_with(&opening.repeat(128))),
+            "{encoded}"
+        );
+        let err = nested(129).unwrap_err();
+        assert!(err.to_string().contains("nested deeper than 128"), "{err}");
+    }
 }
 
 #[test]

@@ -181,3 +181,47 @@ async fn the_api_key_is_sent_but_never_logged_nor_printed() {
         "the key leaked into Debug output:\n{debug_output}"
     );
 }
+
+/// An adapter's `log(level, message)` lands at that level, named by the
+/// adapter's file; an unknown level is info.
+#[test]
+fn an_adapters_log_keeps_its_level() {
+    let log = Arc::new(Mutex::new(String::new()));
+    let _guard = tracing::subscriber::set_default(Capture(log.clone()));
+    let adapter = homeagent_llm::lua::LuaAdapter::from_source(
+        "levels.lua",
+        "return { transform_request = function(raw) return raw end }",
+    )
+    .unwrap();
+    adapter
+        .eval_json(
+            r#"for _, level in ipairs({"error", "WARN", "warning", "info", "debug", "trace", "loud"}) do
+                 log(level, "said at " .. level)
+               end
+               return 1"#,
+        )
+        .unwrap();
+    let log = log.lock().unwrap().clone();
+    let levels: Vec<(&str, &str)> = log
+        .lines()
+        .filter_map(|line| {
+            let (level, rest) = line.split_once(' ')?;
+            let said = rest.split("said at ").nth(1)?.split(" adapter=").next()?;
+            assert!(rest.contains("adapter=levels.lua"), "{line}");
+            Some((level, said))
+        })
+        .collect();
+    assert_eq!(
+        levels,
+        [
+            ("ERROR", "error"),
+            ("WARN", "WARN"),
+            ("WARN", "warning"),
+            ("INFO", "info"),
+            ("DEBUG", "debug"),
+            ("TRACE", "trace"),
+            ("INFO", "loud"),
+        ],
+        "{log}"
+    );
+}

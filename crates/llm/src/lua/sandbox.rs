@@ -401,3 +401,37 @@ pub(crate) fn json_to_lua(lua: &Lua, value: &serde_json::Value) -> mlua::Result<
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The hook charges [`CHECK_EVERY`] instructions per call: a budget of
+    /// five of those lasts five calls, the sixth ends the call, and the
+    /// next call starts with the whole budget again. (Through Lua the
+    /// count cannot be read this exactly: the hook's counter runs on
+    /// across calls.)
+    #[test]
+    fn a_budget_lasts_exactly_its_limit_and_each_call_gets_it_whole() {
+        let budget = Budget::new();
+        budget.set_limit(5 * u64::from(CHECK_EVERY));
+        for _ in 0..5 {
+            assert!(budget.charge().is_ok());
+            assert!(!budget.exceeded());
+        }
+        let error = budget.charge().err().map(|e| e.to_string());
+        assert!(
+            error
+                .as_deref()
+                .is_some_and(|e| e.contains("instruction limit of 5000 exceeded")),
+            "{error:?}"
+        );
+        assert!(budget.exceeded());
+        budget.reset();
+        assert!(!budget.exceeded());
+        for _ in 0..5 {
+            assert!(budget.charge().is_ok());
+        }
+        assert!(budget.charge().is_err());
+    }
+}
