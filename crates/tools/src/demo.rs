@@ -233,6 +233,23 @@ mod tests {
 
     use super::*;
 
+    /// The longest sleep a call may ask for finishes inside the tool's own
+    /// timeout, which is not far above it (the executor's default is 60 s).
+    #[test]
+    fn the_longest_sleep_fits_its_timeout() {
+        let registry = Registry::new();
+        register_demo_tools(&registry).unwrap_or_else(|e| panic!("{e}"));
+        let timeout = registry
+            .definition(DEMO_SLEEP)
+            .and_then(|def| def.timeout)
+            .unwrap_or_default();
+        let longest = Duration::from_millis(MAX_SLEEP_MS);
+        assert!(
+            timeout > longest && timeout <= longest + Duration::from_secs(60),
+            "{timeout:?}"
+        );
+    }
+
     fn turn(calls: &[(&str, Value)]) -> AssembledTurn {
         AssembledTurn {
             calls: calls

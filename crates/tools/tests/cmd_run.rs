@@ -768,6 +768,19 @@ async fn timeouts_accept_strings_and_integers() {
     .unwrap_err();
     assert_eq!(err.reason, ErrorReason::InvalidArguments);
     assert_eq!(err.field.as_deref(), Some("timeout"));
+    // A timeout must be a time to wait: zero and less are refused.
+    for timeout in [json!(0), json!("0s"), json!(-5)] {
+        let err = run(
+            default_policy(),
+            json!({"command": "true", "timeout": timeout}),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            err.detail.contains("must be greater than zero"),
+            "{timeout}: {err:?}"
+        );
+    }
 }
 
 #[tokio::test]

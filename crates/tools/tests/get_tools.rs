@@ -110,6 +110,9 @@ async fn the_filter_matches_names_and_descriptions_ignoring_case() {
     // "lamp" is only in lamp_off's name; "a lamp" only in its description.
     let by_description = run(&executor, json!({"filter": "a lamp"}), Map::new()).await;
     assert_eq!(names(&by_description), ["lamp_off"]);
+    // "lamp_" is in lamp_off's name and nowhere in its description.
+    let name_only = run(&executor, json!({"filter": "LAMP_"}), Map::new()).await;
+    assert_eq!(names(&name_only), ["lamp_off"]);
     let none = run(&executor, json!({"filter": "zzz"}), Map::new()).await;
     assert_eq!(none, json!({"count": 0, "tools": []}));
 }
@@ -175,4 +178,25 @@ async fn the_tool_does_not_keep_its_registry_alive() {
         weak.upgrade().is_none(),
         "get_tools holds a strong reference: the registry leaks"
     );
+}
+
+/// Pointed at another source (the MCP manager in front of the registry),
+/// `get_tools` lists that source's tools, not only the registry's.
+#[tokio::test]
+async fn it_lists_the_source_it_is_pointed_at() {
+    let registry = Arc::new(Registry::new());
+    let listed = homeagent_tools::ListedTools::default();
+    homeagent_tools::register_get_tools_listing(&registry, None, listed.clone()).unwrap();
+    let front = Arc::new(Registry::new());
+    front
+        .register(
+            ToolDef::new("git__status", "an MCP server's tool"),
+            |_ctx: ToolContext| async { Ok(json!("clean")) },
+        )
+        .unwrap();
+    let front: Arc<dyn ToolSource> = front;
+    listed.list_from(&front);
+    let executor = Executor::new(registry.clone());
+    let shown = run(&executor, json!({}), Map::new()).await;
+    assert_eq!(names(&shown), ["git__status"]);
 }

@@ -738,3 +738,37 @@ fn hooks_show_their_names_in_config_order() {
         r#"CommandHooks { pre: "pre_tool_use[0], pre_tool_use[1]", post: "post_tool_use[0]" }"#
     );
 }
+
+/// The programmatic path says which tools a hook sees (the sequence
+/// engine runs a keyed call a hook may rewrite in order), and names each
+/// call it makes apart from every other.
+#[tokio::test]
+async fn the_tool_api_knows_its_hooks_and_names_each_call_apart() {
+    let mut watching = spec("true".into());
+    watching.matcher = "note".into();
+    let seen = Arc::new(Seen::default());
+    let api = ToolApi::new(Arc::new(executor(
+        &seen,
+        &[watching],
+        &[],
+        Approval::Refused,
+    )));
+    assert!(api.hooks_see("note"));
+    assert!(!api.hooks_see("notes_other"));
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let outcome = api
+            .call(
+                "main",
+                "note",
+                json!({"text": "x"}),
+                Map::new(),
+                CancellationToken::new(),
+            )
+            .await;
+        assert!(outcome.success, "{}", outcome.text);
+        ids.push(outcome.call_id);
+    }
+    assert_ne!(ids[0], ids[1]);
+    assert_eq!(format!("{api:?}"), "ToolApi { .. }");
+}
