@@ -28,7 +28,7 @@ use crate::outcome::{
     ErrorReason, ToolError, ToolOutcome, append_warnings, cap_text, error_in_value,
 };
 use crate::registry::{ToolContext, ToolSource};
-use crate::tool::{OrderKey, ToolDef};
+use crate::tool::{MissingOrderKey, OrderKey, ToolDef};
 use crate::validate::require_object;
 
 /// Knobs of the executor.
@@ -239,7 +239,7 @@ impl Executor {
                 return serial(SerialReason::NotParallelSafe { tool: tool() });
             }
             match def.order_key_for(arguments) {
-                Err(crate::tool::MissingOrderKey) => {
+                Err(MissingOrderKey) => {
                     return serial(SerialReason::MissingOrderKey { tool: tool() });
                 }
                 Ok(Some(key)) => {

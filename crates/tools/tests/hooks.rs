@@ -599,6 +599,18 @@ async fn a_post_hook_adds_context_and_matchers_pick_tools() {
     );
 }
 
+/// The main agent's call to `note` through the programmatic path.
+async fn note_through(api: &ToolApi) -> ToolOutcome {
+    api.call(
+        "main",
+        "note",
+        json!({"text": "x"}),
+        Map::new(),
+        CancellationToken::new(),
+    )
+    .await
+}
+
 #[tokio::test]
 async fn a_pre_hook_fires_for_calls_through_the_tool_api() {
     let dir = Dir::new("api");
@@ -610,15 +622,7 @@ async fn a_pre_hook_fires_for_calls_through_the_tool_api() {
         &[],
         Approval::Refused,
     )));
-    let outcome = api
-        .call(
-            "main",
-            "note",
-            json!({"text": "x"}),
-            Map::new(),
-            CancellationToken::new(),
-        )
-        .await;
+    let outcome = note_through(&api).await;
     let error = outcome.error.unwrap();
     assert_eq!(error.reason, ErrorReason::Denied);
     assert_eq!(error.detail, "not from code either");
@@ -757,15 +761,7 @@ async fn the_tool_api_knows_its_hooks_and_names_each_call_apart() {
     assert!(!api.hooks_see("notes_other"));
     let mut ids = Vec::new();
     for _ in 0..2 {
-        let outcome = api
-            .call(
-                "main",
-                "note",
-                json!({"text": "x"}),
-                Map::new(),
-                CancellationToken::new(),
-            )
-            .await;
+        let outcome = note_through(&api).await;
         assert!(outcome.success, "{}", outcome.text);
         ids.push(outcome.call_id);
     }
