@@ -8,7 +8,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use super::super::Chunk;
-use super::{SkippedRun, scan, scan_with};
+use super::{MAX_SKIP_DEPTH, SkippedRun, scan, scan_with};
 use crate::codec::typed_frame;
 
 /// Chunks as servers send them; the scanner must take every one.
@@ -128,6 +128,28 @@ fn deep_members_are_left_to_serde() {
     let nested = format!("{{\"a\":{}1{}}}", "[".repeat(60), "]".repeat(60));
     assert_eq!(scan(&nested), serde(&nested));
     assert!(scan(&nested).is_some());
+}
+
+#[test]
+fn the_skip_depth_bound_is_exact() {
+    // The unread member's value opens `levels` lists (or objects) around
+    // a number: the outermost is stepped over at depth 0, so `levels`
+    // containers need depths 0 ..= levels - 1 below `MAX_SKIP_DEPTH`.
+    let max = usize::try_from(MAX_SKIP_DEPTH).unwrap();
+    let lists = |levels: usize| format!("{{\"a\":{}1{}}}", "[".repeat(levels), "]".repeat(levels));
+    let objects = |levels: usize| {
+        format!(
+            "{{\"a\":{}1{}}}",
+            "{\"b\":".repeat(levels),
+            "}".repeat(levels)
+        )
+    };
+    for deep in [lists as fn(usize) -> String, objects] {
+        let at_the_bound = deep(max);
+        assert!(serde(&at_the_bound).is_some());
+        assert_eq!(scan(&at_the_bound), serde(&at_the_bound), "{max} levels");
+        assert_eq!(scan(&deep(max + 1)), None, "{} levels", max + 1);
+    }
 }
 
 /// Bytes that change a chunk's structure when they land somewhere new.
