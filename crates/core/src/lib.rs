@@ -29,6 +29,7 @@ pub mod pairing;
 pub mod prompt;
 pub mod registry;
 pub mod stream;
+pub mod text_position;
 pub mod tool;
 pub mod validate;
 

@@ -7,7 +7,7 @@ use crate::waiter_support;
 use std::time::{Duration, Instant};
 
 use homeagent_device::CmdStatus;
-use homeagent_device::waiter::{WaiterConfigError, WaiterPolicy};
+use homeagent_device::waiter::{MAX_OUTPUT_CAP_BYTES, WaiterConfigError, WaiterPolicy};
 use waiter_support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -350,4 +350,115 @@ fn a_device_command_cannot_read_the_waiters_config() {
         matches!(refused, homeagent_tools::CmdRefusal::PrivatePath { .. }),
         "{refused:?}"
     );
+}
+
+/// A zero limit names the key the owner wrote (a zero duration is refused
+/// as it is read, a zero cap by `cmd_run`'s policy check), and the output
+/// cap may be exactly the most a result frame carries.
+#[test]
+fn limits_name_the_waiters_keys() {
+    let dir = temp_dir("limits");
+    let path = dir.join("waiter.toml");
+    let load = |text: &str| {
+        std::fs::write(&path, text).unwrap();
+        WaiterPolicy::load(Some(&path), None)
+    };
+    for key in ["timeout", "max_timeout", "output_cap_bytes"] {
+        let error = load(&format!("{key} = 0\n")).unwrap_err();
+        assert!(
+            matches!(&error, WaiterConfigError::Invalid { key: named, problem, .. }
+                if *named == key && problem.contains("must be greater than zero")),
+            "{key}: {error:?}"
+        );
+    }
+    let at_cap = load(&format!("output_cap_bytes = {MAX_OUTPUT_CAP_BYTES}\n")).unwrap();
+    assert_eq!(at_cap.1.cmd.output_cap_bytes, MAX_OUTPUT_CAP_BYTES);
+    let above = load(&format!(
+        "output_cap_bytes = {}\n",
+        MAX_OUTPUT_CAP_BYTES + 1
+    ))
+    .unwrap_err();
+    assert!(
+        matches!(
+            &above,
+            WaiterConfigError::Invalid {
+                key: "output_cap_bytes",
+                ..
+            }
+        ),
+        "{above:?}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The start-up line says what the device will run.
+#[test]
+fn the_summary_says_what_the_device_runs() {
+    let configured = policy_from_toml(
+        "device_cmd_allowlist = [\"echo\", \"ls\"]\ntimeout = \"1500ms\"\nmax_timeout = 60\n\
+         output_cap_bytes = 100\n",
+    );
+    assert_eq!(
+        configured.summary(),
+        "commands allowed: device_cmd_allowlist (2 programs: echo, ls); writes refused; \
+         timeout 1.5 s (at most 60 s); output cap 100 bytes per stream"
+    );
+    let writes = policy_from_toml("allow_writes = true\n");
+    let summary = writes.summary();
+    assert!(
+        summary.starts_with("commands allowed: built-in list ("),
+        "{summary}"
+    );
+    assert!(summary.contains("; writes allowed;"), "{summary}");
+
+    let dir = temp_dir("summary");
+    let path = dir.join("waiter.toml");
+    std::fs::write(&path, "device_cmd_allowlist = [\"echo\"]\n").unwrap();
+    let (_, refusing) = WaiterPolicy::load(Some(&path), Some(false)).unwrap();
+    assert_eq!(
+        refusing.summary(),
+        "device_authorized = false: every command is refused"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A program that a signal ends ran (status ok) and has no exit code; the
+/// detail names the signal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_killed_by_a_signal_says_so() {
+    let (mut ws, waiter, _l) =
+        bound_waiter(policy_from_toml("device_cmd_allowlist = [\"sleep\"]\n")).await;
+    // A duration no other test uses, to find this very child in /proc.
+    let killer = tokio::spawn(async {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(pid) = process_with_cmdline(b"sleep\x0031.73\x00") {
+                let killed = std::process::Command::new("kill")
+                    .args(["-KILL", &pid.to_string()])
+                    .status()
+                    .unwrap();
+                assert!(killed.success());
+                return;
+            }
+            assert!(Instant::now() < deadline, "the waiter never started sleep");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    let outcome = run(&mut ws, 1, "sleep 31.73", 60_000).await;
+    killer.await.unwrap();
+    assert!(outcome.is_ok(), "{outcome:?}");
+    assert_eq!(outcome.exit_code, None);
+    assert_eq!(outcome.detail, "the program was killed by signal 9");
+    waiter.abort();
+}
+
+/// The pid of a process whose whole command line is `cmdline`.
+fn process_with_cmdline(cmdline: &[u8]) -> Option<u32> {
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .find_map(|entry| {
+            let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+            (std::fs::read(entry.path().join("cmdline")).ok()? == cmdline).then_some(pid)
+        })
 }

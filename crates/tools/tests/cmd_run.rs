@@ -926,6 +926,16 @@ fn policy_validation_names_the_problem() {
             max: std::time::Duration::from_secs(60),
         })
     );
+    // Zero limits name their key; the cap before the timeout, since a
+    // config that sets only the cap to 0 lowers the default timeout to it.
+    let zero = |key: &'static str| Err(PolicyError::Zero { key });
+    assert_eq!(timed(0, 60).validate(), zero("timeout"));
+    assert_eq!(timed(0, 0).validate(), zero("max_timeout"));
+    let no_output = CmdRunPolicy {
+        output_cap_bytes: 0,
+        ..CmdRunPolicy::default()
+    };
+    assert_eq!(no_output.validate(), zero("output_cap_bytes"));
     // A working directory that is not one fails here, naming the key, not
     // at every command as "cannot start `ls`".
     let in_dir = |dir: &str| CmdRunPolicy {

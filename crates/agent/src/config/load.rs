@@ -10,6 +10,7 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use homeagent_core::text_position::line_column;
 use homeagent_llm::SourceProtocol;
 
 use super::HumanDuration;
@@ -669,13 +670,4 @@ impl LoadedConfig {
             .map(|path| self.resolve_path(path))
             .collect()
     }
-}
-
-/// 1-based line and column (in characters) of byte `offset` in `text`.
-fn line_column(text: &str, offset: usize) -> (usize, usize) {
-    let before = text.get(..offset).unwrap_or(text);
-    let line = before.matches('\n').count() + 1;
-    let line_start = before.rfind('\n').map_or(0, |newline| newline + 1);
-    let column = before.get(line_start..).map_or(0, |s| s.chars().count()) + 1;
-    (line, column)
 }

@@ -27,6 +27,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use homeagent_core::text_position::line_column;
 use serde::Deserialize;
 
 /// The file looked for in the data directory when `--config` is not given.
@@ -182,14 +183,6 @@ impl WaiterConfig {
     }
 }
 
-/// 1-based line and column (in characters) of byte `offset` in `text`.
-fn line_column(text: &str, offset: usize) -> (usize, usize) {
-    let before = text.get(..offset).unwrap_or(text);
-    let line = before.matches('\n').count() + 1;
-    let column = before.rsplit('\n').next().map_or(0, |l| l.chars().count()) + 1;
-    (line, column)
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -204,6 +197,15 @@ mod tests {
         };
         assert_eq!(*line, 2);
         assert!(message.contains("device_cmd_allowlst"), "{message}");
+        let WaiterConfigError::Parse { column, .. } = WaiterConfig::from_toml(
+            "allow_writes = nope
+",
+            Path::new("w.toml"),
+        )
+        .unwrap_err() else {
+            panic!("not a parse error");
+        };
+        assert_eq!(column, 16, "the value starts after `allow_writes = `");
     }
 
     #[test]
@@ -213,7 +215,10 @@ mod tests {
             config.token.as_ref().map(Secret::expose),
             Some("s3cret-value")
         );
-        assert!(!format!("{config:?}").contains("s3cret"));
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        // It still says that a token is set.
+        assert!(shown.contains("token: Some(Secret(<hidden>))"), "{shown}");
     }
 
     #[test]

@@ -114,9 +114,8 @@ impl WaiterPolicy {
                 "timeout",
                 format!("{timeout:?} is longer than max_timeout ({max:?})"),
             ),
-            PolicyError::Zero { key } => {
-                invalid(waiter_key(key), "must be greater than zero".to_string())
-            }
+            // The keys that can be zero are spelled the same in both files.
+            PolicyError::Zero { key } => invalid(key, "must be greater than zero".to_string()),
             PolicyError::WorkingDir { dir, problem } => invalid(
                 "working_dir",
                 format!(
@@ -156,15 +155,6 @@ impl WaiterPolicy {
             self.cmd.max_timeout.as_secs_f64(),
             self.cmd.output_cap_bytes,
         )
-    }
-}
-
-fn waiter_key(cmd_run_key: &'static str) -> &'static str {
-    // The keys that can be zero are spelled the same in both files.
-    match cmd_run_key {
-        "max_timeout" => "max_timeout",
-        "output_cap_bytes" => "output_cap_bytes",
-        _ => "timeout",
     }
 }
 

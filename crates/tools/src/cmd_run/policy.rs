@@ -431,11 +431,13 @@ impl CmdRunPolicy {
                 });
             }
         }
-        if self.timeout.is_zero() {
-            return Err(PolicyError::Zero { key: "timeout" });
-        }
+        // The cap first: a config that sets only `max_timeout = 0` gets a
+        // default timeout lowered to it, and must hear about the key it set.
         if self.max_timeout.is_zero() {
             return Err(PolicyError::Zero { key: "max_timeout" });
+        }
+        if self.timeout.is_zero() {
+            return Err(PolicyError::Zero { key: "timeout" });
         }
         if self.output_cap_bytes == 0 {
             return Err(PolicyError::Zero {
