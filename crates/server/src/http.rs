@@ -386,3 +386,6 @@ fn deadline_passed(error: &(dyn std::error::Error + 'static)) -> bool {
     }
     false
 }
+
+#[cfg(test)]
+mod tests;

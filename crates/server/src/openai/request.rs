@@ -12,8 +12,9 @@
 //!   the agent's own model configuration governs (listed in [`IGNORED`]);
 //! - **refused**: `tools`/`functions` (the agent runs its own tools), and
 //!   settings that would change the answer's shape in a way the agent
-//!   cannot honour (`n` > 1, a non-text `response_format` or `modalities`,
-//!   `logprobs`, `audio`, `web_search_options`).
+//!   cannot honour (`n` other than 1, a non-text `response_format` or
+//!   `modalities`, `logprobs` other than false, `audio`,
+//!   `web_search_options`).
 //!
 //! Anything else is a 400 `unknown_field` naming the field and listing the
 //! accepted ones, so a typo fails loudly.
@@ -253,14 +254,20 @@ pub(crate) fn model_not_found(model: &str) -> ApiError {
 }
 
 fn check_shape_settings(fields: &Map<String, Value>) -> Result<(), ApiError> {
-    if let Some(n) = fields.get("n").and_then(Value::as_u64)
-        && n != 1
+    // A value of the wrong type is refused too: `"n": "2"` asks for
+    // something, and silence would hide it.
+    if let Some(n) = fields.get("n")
+        && !n.is_null()
+        && n.as_u64() != Some(1)
     {
         return Err(unsupported(format!(
             "`n` is {n}: the agent gives one answer per request; leave `n` out or set it to 1"
         )));
     }
-    if fields.get("logprobs").and_then(Value::as_bool) == Some(true) {
+    if fields
+        .get("logprobs")
+        .is_some_and(|v| !v.is_null() && v.as_bool() != Some(false))
+    {
         return Err(unsupported(
             "`logprobs` cannot be given: the answer is the agent's, not one model sample's; \
              leave it out"
@@ -367,3 +374,6 @@ fn message(index: usize, value: &Value) -> Result<Message, ApiError> {
         )),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,120 @@
+//! The request checks, field by field, without a server.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic in a test is a test failure
+
+use serde_json::{Value, json};
+
+use super::parse;
+
+/// `extra`'s fields added to a minimal valid request.
+fn request(extra: Value) -> Value {
+    let mut body = json!({"model": "homeagent", "messages": [{"role": "user", "content": "hi"}]});
+    for (key, value) in extra.as_object().unwrap() {
+        body[key] = value.clone();
+    }
+    body
+}
+
+/// The error code and message of a refused request.
+fn refusal(extra: Value) -> (String, String) {
+    let error = parse(request(extra.clone())).expect_err(&extra.to_string());
+    (error.code.to_owned(), error.message)
+}
+
+#[test]
+fn n_is_one_or_absent() {
+    for accepted in [json!({"n": 1}), json!({"n": null}), json!({})] {
+        assert!(parse(request(accepted.clone())).is_ok(), "{accepted}");
+    }
+    for (n, shown) in [
+        (json!(2), "2"),
+        (json!(0), "0"),
+        (json!("2"), "\"2\""),
+        (json!(1.5), "1.5"),
+        (json!(-1), "-1"),
+    ] {
+        let (code, message) = refusal(json!({ "n": n }));
+        assert_eq!(code, "unsupported_parameter", "{n}");
+        assert!(
+            message.starts_with(&format!("`n` is {shown}:")),
+            "{message}"
+        );
+    }
+}
+
+#[test]
+fn logprobs_may_only_be_off() {
+    for accepted in [json!({"logprobs": false}), json!({"logprobs": null})] {
+        assert!(parse(request(accepted.clone())).is_ok(), "{accepted}");
+    }
+    for value in [json!(true), json!("yes"), json!(1)] {
+        let (code, message) = refusal(json!({ "logprobs": value }));
+        assert_eq!(code, "unsupported_parameter", "{value}");
+        assert!(
+            message.starts_with("`logprobs` cannot be given"),
+            "{message}"
+        );
+    }
+}
+
+#[test]
+fn text_only_shapes_pass_and_others_are_named() {
+    for accepted in [
+        json!({"response_format": {"type": "text"}}),
+        json!({"response_format": null}),
+        json!({"modalities": ["text"]}),
+        json!({"modalities": []}),
+        json!({"audio": null, "web_search_options": null}),
+        json!({"tools": [], "functions": null}),
+        json!({"tool_choice": "auto", "function_call": "none"}),
+    ] {
+        assert!(parse(request(accepted.clone())).is_ok(), "{accepted}");
+    }
+    for (extra, code, named) in [
+        (
+            json!({"response_format": {"type": "json_object"}}),
+            "unsupported_parameter",
+            "`response_format`",
+        ),
+        (
+            json!({"response_format": {}}),
+            "unsupported_parameter",
+            "`response_format`",
+        ),
+        (
+            json!({"modalities": ["text", "audio"]}),
+            "unsupported_parameter",
+            "`modalities`",
+        ),
+        (json!({"audio": {}}), "unsupported_parameter", "`audio`"),
+        (
+            json!({"web_search_options": {}}),
+            "unsupported_parameter",
+            "`web_search_options`",
+        ),
+        (
+            json!({"tools": [{"type": "function"}]}),
+            "tools_not_supported",
+            "`tools`",
+        ),
+        (
+            json!({"functions": {}}),
+            "tools_not_supported",
+            "`functions`",
+        ),
+        (
+            json!({"tool_choice": {"type": "function"}}),
+            "tools_not_supported",
+            "`tool_choice`",
+        ),
+        (
+            json!({"function_call": {"name": "f"}}),
+            "tools_not_supported",
+            "`function_call`",
+        ),
+    ] {
+        let (got, message) = refusal(extra.clone());
+        assert_eq!(got, code, "{extra}");
+        assert!(message.starts_with(named), "{extra}: {message}");
+    }
+}
