@@ -5,7 +5,10 @@
 
 use axum::http::{HeaderMap, HeaderValue, header};
 
-use super::{bearer, cookies, is_loopback_host, percent_decode, query_param, same_secret};
+use super::{
+    BodyDeadlinePassed, bearer, cookies, deadline_passed, is_loopback_host, percent_decode,
+    query_param, same_secret,
+};
 
 #[test]
 fn loopback_hosts_are_loopback_names_and_addresses_only() {
@@ -112,4 +115,27 @@ fn only_a_bearer_authorization_carries_a_key() {
     assert_eq!(with("Basic abc"), None);
     assert_eq!(with("Bearer"), None);
     assert_eq!(bearer(&HeaderMap::new()), None);
+}
+
+#[test]
+fn a_passed_body_deadline_is_found_behind_the_errors_that_wrap_it() {
+    #[derive(Debug)]
+    struct Wrapper(Box<dyn std::error::Error + 'static>);
+    impl std::fmt::Display for Wrapper {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "wrapped: {}", self.0)
+        }
+    }
+    impl std::error::Error for Wrapper {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(self.0.as_ref())
+        }
+    }
+    let twice = Wrapper(Box::new(Wrapper(Box::new(BodyDeadlinePassed))));
+    assert!(deadline_passed(&twice));
+    assert_eq!(
+        twice.to_string(),
+        "wrapped: wrapped: the request body did not arrive in time"
+    );
+    assert!(!deadline_passed(&Wrapper(Box::new(std::fmt::Error))));
 }

@@ -118,3 +118,39 @@ fn text_only_shapes_pass_and_others_are_named() {
         assert!(message.starts_with(named), "{extra}: {message}");
     }
 }
+
+#[test]
+fn a_message_with_any_sign_of_a_tool_call_is_refused() {
+    let with = |extra: Value| {
+        let mut message = json!({"role": "assistant", "content": "x"});
+        for (key, value) in extra.as_object().unwrap() {
+            message[key] = value.clone();
+        }
+        parse(
+            json!({"model": "homeagent", "messages": [message, {"role": "user", "content": "hi"}]}),
+        )
+    };
+    // `null` and `[]` say "no calls" (and a null id no result).
+    for empty in [
+        json!({"tool_calls": null}),
+        json!({"tool_calls": []}),
+        json!({"function_call": null}),
+        json!({"tool_call_id": null}),
+    ] {
+        assert!(with(empty.clone()).is_ok(), "{empty}");
+    }
+    // Each sign alone is enough.
+    for sign in [
+        json!({"tool_calls": [{"id": "c1", "type": "function"}]}),
+        json!({"function_call": {"name": "f", "arguments": "{}"}}),
+        json!({"tool_call_id": "c1"}),
+    ] {
+        let error = with(sign.clone()).expect_err(&sign.to_string());
+        assert_eq!(error.code, "tools_not_supported", "{sign}");
+        assert!(
+            error.message.starts_with("messages[0] carries tool calls"),
+            "{}",
+            error.message
+        );
+    }
+}
