@@ -65,4 +65,14 @@ mod tests {
             Err(NameError::EmptyTool { .. })
         ));
     }
+
+    #[test]
+    fn the_exposed_form_is_64_allowed_characters_at_most() {
+        for name in ["fs__read", "a-b_C9", "", &"x".repeat(64)] {
+            assert!(is_exposed_form(name), "{name:?}");
+        }
+        for name in ["a.b", "my server", "é", "a/b", &"x".repeat(65)] {
+            assert!(!is_exposed_form(name), "{name:?}");
+        }
+    }
 }

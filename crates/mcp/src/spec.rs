@@ -438,4 +438,53 @@ mod tests {
             r#"Http { url: "http://h/mcp", bearer_token: Some("<redacted>") }"#
         );
     }
+
+    #[test]
+    fn a_query_ends_at_the_fragment() {
+        assert_eq!(
+            url_secrets("https://u:p@h/p?token=abc#part"),
+            ["u:p@", "?token=abc"]
+        );
+        assert_eq!(url_secrets("https://h/p?token=abc"), ["?token=abc"]);
+        assert!(url_secrets("https://h/p#part").is_empty());
+    }
+
+    #[test]
+    fn a_spec_shows_everything_but_its_secrets() {
+        let mut spec = McpServerSpec::http("nas", "https://me:pw@nas.local/mcp?key=abc");
+        spec.serial = vec!["write".into()];
+        let shown = format!("{spec:?}");
+        assert!(
+            shown.starts_with("McpServerSpec { name: \"nas\", transport: Http"),
+            "{shown}"
+        );
+        assert!(shown.contains("nas.local/mcp"), "{shown}");
+        assert!(shown.contains("serial: [\"write\"]"), "{shown}");
+        assert!(!shown.contains("pw") && !shown.contains("abc"), "{shown}");
+    }
+
+    #[test]
+    fn a_call_may_run_to_max_timeout_else_ten_timeouts_never_less_than_one() {
+        let mut spec = McpServerSpec::stdio("s", "server", Vec::new());
+        assert_eq!(spec.max_call_time(), Duration::from_secs(300));
+        spec.max_timeout = Some(Duration::from_secs(60));
+        assert_eq!(spec.max_call_time(), Duration::from_secs(60));
+        spec.max_timeout = Some(Duration::from_secs(10));
+        assert_eq!(spec.max_call_time(), Duration::from_secs(30));
+    }
+
+    #[test]
+    fn an_http_spec_has_the_stdio_defaults_and_its_url() {
+        let spec = McpServerSpec::http("nas", "http://h/mcp");
+        assert_eq!(
+            format!("{:?}", spec.transport),
+            r#"Http { url: "http://h/mcp", bearer_token: None }"#
+        );
+        assert_eq!(spec.name, "nas");
+        assert!(!spec.trusted && spec.parallel_safe.is_empty() && spec.serial.is_empty());
+        assert_eq!(
+            (spec.timeout, spec.max_timeout),
+            (Duration::from_secs(30), None)
+        );
+    }
 }

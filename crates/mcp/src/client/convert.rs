@@ -166,7 +166,8 @@ fn without_binary(mut block: Value) -> Value {
     fn summarise(object: &mut serde_json::Map<String, Value>, key: &str) {
         if let Some(Value::String(base64)) = object.remove(key) {
             let padding = base64.bytes().rev().take_while(|b| *b == b'=').count();
-            let bytes = (base64.len() / 4 * 3).saturating_sub(padding);
+            // Every 4 characters carry 3 bytes; unpadded text ends early.
+            let bytes = (base64.len() - padding) * 3 / 4;
             object.insert("bytes".into(), Value::from(bytes));
             object.insert(
                 "note".into(),
@@ -306,6 +307,91 @@ mod tests {
         );
     }
 
+    /// Serial unless listed in `parallel_safe` or annotated read-only by a
+    /// trusted server; `serial` wins over both; `read_only` only from a
+    /// trusted server; the executor's limit just past the client's.
+    #[test]
+    fn scheduling_comes_from_the_config_and_trusted_annotations_only() {
+        let annotated = |read_only: bool| -> Tool {
+            serde_json::from_value(json!({
+                "name": "t", "inputSchema": {"type": "object"},
+                "annotations": {"readOnlyHint": read_only}
+            }))
+            .unwrap()
+        };
+        let plain = listed(json!({"type": "object"}));
+        let spec = |trusted: bool, parallel_safe: &[&str], serial: &[&str]| McpServerSpec {
+            trusted,
+            parallel_safe: parallel_safe.iter().map(|t| t.to_string()).collect(),
+            serial: serial.iter().map(|t| t.to_string()).collect(),
+            ..McpServerSpec::stdio("s", "server", Vec::new())
+        };
+        let flags = |spec: &McpServerSpec, tool: &Tool| {
+            let def = tool_def(spec, "s__t", tool).unwrap();
+            (def.runs_in_parallel(), def.read_only)
+        };
+        for (case, spec, tool, expected) in [
+            ("default", spec(false, &[], &[]), &plain, (false, false)),
+            ("listed", spec(false, &["t"], &[]), &plain, (true, false)),
+            (
+                "another listed",
+                spec(false, &["u"], &[]),
+                &plain,
+                (false, false),
+            ),
+            (
+                "untrusted hint",
+                spec(false, &[], &[]),
+                &annotated(true),
+                (false, false),
+            ),
+            (
+                "trusted hint",
+                spec(true, &[], &[]),
+                &annotated(true),
+                (true, true),
+            ),
+            (
+                "trusted, hint false",
+                spec(true, &[], &[]),
+                &annotated(false),
+                (false, false),
+            ),
+            (
+                "trusted, no hint",
+                spec(true, &[], &[]),
+                &plain,
+                (false, false),
+            ),
+            (
+                "serial wins over listed",
+                spec(false, &["t"], &["t"]),
+                &plain,
+                (false, false),
+            ),
+            (
+                "serial wins over hint",
+                spec(true, &[], &["t"]),
+                &annotated(true),
+                (false, true),
+            ),
+            (
+                "another serial",
+                spec(false, &["t"], &["u"]),
+                &plain,
+                (true, false),
+            ),
+        ] {
+            assert_eq!(flags(&spec, tool), expected, "{case}");
+        }
+        let def = tool_def(&spec(false, &[], &[]), "s__t", &plain).unwrap();
+        assert_eq!(
+            def.timeout,
+            Some(std::time::Duration::from_secs(300) + EXECUTOR_BACKSTOP)
+        );
+        assert_eq!(EXECUTOR_BACKSTOP, std::time::Duration::from_secs(2));
+    }
+
     #[test]
     fn results_map_onto_the_outcome_contract() {
         let failed = call_result_value(
@@ -440,6 +526,25 @@ mod tests {
             ])
         );
         assert!(!value.to_string().contains(base64));
+    }
+
+    /// The size is the decoded size, padded or not (MCP servers are not
+    /// all strict about padding). Expected sizes from Python's base64.
+    #[test]
+    fn a_binary_size_is_the_decoded_size() {
+        for (base64, bytes) in [
+            ("", 0),
+            ("QQ==", 1),
+            ("QUI=", 2),
+            ("QUJD", 3),
+            ("QQ", 1),
+            ("QUI", 2),
+            ("AAECAwQFBgcICQ", 10),
+            ("AAECAwQFBgcICQ==", 10),
+        ] {
+            let block = without_binary(json!({"type": "image", "data": base64}));
+            assert_eq!(block["bytes"], json!(bytes), "{base64:?}");
+        }
     }
 
     #[test]
