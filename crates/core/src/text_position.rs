@@ -1,5 +1,5 @@
 //! Where a byte offset falls in a text, as people count: the line and the
-//! column a config or sequence error names.
+//! column a config file's parse error names.
 
 /// 1-based line and column (in characters, not bytes) of byte `offset` in
 /// `text`. An offset past the end is the end; one inside a character is

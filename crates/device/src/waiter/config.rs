@@ -197,12 +197,9 @@ mod tests {
         };
         assert_eq!(*line, 2);
         assert!(message.contains("device_cmd_allowlst"), "{message}");
-        let WaiterConfigError::Parse { column, .. } = WaiterConfig::from_toml(
-            "allow_writes = nope
-",
-            Path::new("w.toml"),
-        )
-        .unwrap_err() else {
+        let WaiterConfigError::Parse { column, .. } =
+            WaiterConfig::from_toml("allow_writes = nope\n", Path::new("w.toml")).unwrap_err()
+        else {
             panic!("not a parse error");
         };
         assert_eq!(column, 16, "the value starts after `allow_writes = `");

@@ -170,3 +170,48 @@ pub(super) fn declares_nothing(schema: &Value) -> bool {
         _ => true,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::{declares_nothing, sanitize};
+
+    /// Gemini's enums are string lists: a string `const` is a one-value
+    /// enum, any other `const` has no form and is dropped, and an `enum`
+    /// beside a `const` is the one kept.
+    #[test]
+    fn only_a_string_const_becomes_an_enum() {
+        assert_eq!(
+            sanitize(&json!({"const": "fast"})),
+            json!({"type": "STRING", "enum": ["fast"]})
+        );
+        for other in [json!(5), json!(true), json!(null), json!({"a": 1})] {
+            assert_eq!(sanitize(&json!({"const": other})), json!({}), "{other}");
+        }
+        assert_eq!(
+            sanitize(&json!({"type": "string", "const": "a", "enum": ["a", "b"]})),
+            json!({"type": "STRING", "enum": ["a", "b"]})
+        );
+    }
+
+    /// A root with no properties declares nothing (Gemini refuses an empty
+    /// OBJECT), unless it is a choice of schemas.
+    #[test]
+    fn a_root_declares_nothing_without_properties_or_choices() {
+        for nothing in [
+            json!({"type": "OBJECT"}),
+            json!({"type": "OBJECT", "properties": {}}),
+            json!({"properties": true}),
+            json!(true),
+        ] {
+            assert!(declares_nothing(&nothing), "{nothing}");
+        }
+        for something in [
+            json!({"type": "OBJECT", "properties": {"q": {"type": "STRING"}}}),
+            json!({"anyOf": [{"type": "OBJECT"}]}),
+        ] {
+            assert!(!declares_nothing(&something), "{something}");
+        }
+    }
+}
