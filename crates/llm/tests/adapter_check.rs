@@ -84,3 +84,75 @@ fn an_adapter_that_leaves_chunks_to_the_standard_parser_fails_the_check() {
         "{report:?}"
     );
 }
+
+/// Each classic mistake, made in a copy of the bundled OpenAI adapter, is
+/// named by the check that catches it, and only by that one.
+#[test]
+fn each_mistake_is_named_by_its_own_check() {
+    let source = bundled_source("openai").unwrap();
+    let variant = |from: &str, to: &str| {
+        assert!(source.contains(from), "the bundled adapter changed: {from}");
+        LuaAdapter::from_source("mistake.lua", &source.replace(from, to)).unwrap()
+    };
+    const NAME: &str = "          name = text(fn.name),";
+    let cases = [
+        (
+            // The second call's name dropped: its pieces join the first.
+            variant(
+                NAME,
+                "          name = (text(fn.name) == 'files_read') and text(fn.name) or nil,",
+            ),
+            0,
+            "expected 2 calls, got 1 — the two calls were merged into one: does the adapter \
+             pass each call's position through as `stream_index`?",
+        ),
+        (
+            variant("          id = text(call.id),\n", "          id = nil,\n"),
+            0,
+            "call files_read lost its id call_check_a (came out as call_0)",
+        ),
+        (
+            variant(NAME, "          name = text(fn.name) and 'other',"),
+            0,
+            "call call_check_a came out as other {\"path\":\"/etc/hostname\"} — expected \
+             files_read {\"path\":\"/etc/hostname\"}",
+        ),
+        (
+            variant(
+                "          raw_arguments = arguments(fn.arguments),",
+                "          raw_arguments = arguments(fn.arguments) and \
+                 arguments(fn.arguments):gsub('5', '6'),",
+            ),
+            0,
+            "call call_check_b came out as cmd_run {\"command\":\"uptime\",\"timeout\":\"6s\"} \
+             — expected cmd_run {\"command\":\"uptime\",\"timeout\":\"5s\"}",
+        ),
+        (
+            variant(
+                "      out.content = (out.content or \"\") .. (text(delta.content) or \"\")",
+                "      out.content = (out.content or \"\") .. (text(delta.content) or \"\") .. \"!\"",
+            ),
+            1,
+            "expected the text \"Hello from the adapter check.\" and no calls, got \"Hello \
+             from! the adapter check.!!\" and 0 call(s)",
+        ),
+        (
+            // The right text, and a call no chunk held.
+            variant(
+                "  out.usage = usage(chunk.usage)",
+                "  if out.content ~= '' and not out.tool_calls then out.tool_calls = {{ id = \
+                 'x', name = 'files_read', raw_arguments = '{}', stream_index = 0 }} end\n  \
+                 out.usage = usage(chunk.usage)",
+            ),
+            1,
+            "expected the text \"Hello from the adapter check.\" and no calls, got \"Hello \
+             from the adapter check.\" and 1 call(s)",
+        ),
+    ];
+    for (adapter, failing, problem) in cases {
+        let report = check_adapter(adapter, CheckWire::Openai);
+        assert!(!report.passed(), "{problem}");
+        assert_eq!(report.outcomes[failing].problem.as_deref(), Some(problem));
+        assert_eq!(report.outcomes[1 - failing].problem, None, "{problem}");
+    }
+}

@@ -1117,3 +1117,79 @@ fn an_adapter_reports_a_providers_error_and_the_host_classifies_it() {
     );
     assert!(retry && message.contains("upstream failed"), "{message}");
 }
+
+/// Without an `authorization` header of its own an adapter's request
+/// carries the key as a bearer token; an adapter that sets the header
+/// (even to "", which is then not sent) keeps its own scheme; no key or an
+/// empty one sends none.
+#[test]
+fn the_bearer_key_is_added_unless_the_adapter_sets_authorization() {
+    let authorization = |adapter: LuaAdapter, api_key: Option<&str>| {
+        let endpoint = Endpoint {
+            base_url: "http://localhost:9099/v1/".into(),
+            api_key: api_key.map(str::to_owned),
+        };
+        let request = strict(adapter)
+            .build_request(&endpoint, &chat_request())
+            .unwrap();
+        let found: Vec<String> = request
+            .headers
+            .iter()
+            .filter(|(name, _)| name == "authorization")
+            .map(|(_, value)| value.clone())
+            .collect();
+        assert!(
+            request.headers.iter().all(|(_, value)| !value.is_empty()),
+            "{:?}",
+            request.headers
+        );
+        found
+    };
+    let plain = || request_adapter("plain.lua", "return raw");
+    let with_headers = |headers: &str| {
+        adapter(
+            "own.lua",
+            &format!(
+                "return {{ transform_request = function(raw) return raw end, headers = {headers} }}"
+            ),
+        )
+    };
+    assert_eq!(authorization(plain(), Some("sk-1")), ["Bearer sk-1"]);
+    assert!(authorization(plain(), Some("")).is_empty());
+    assert!(authorization(plain(), None).is_empty());
+    // Other headers of the adapter's own do not count as setting it.
+    assert_eq!(
+        authorization(with_headers("{ [\"x-extra\"] = \"1\" }"), Some("sk-1")),
+        ["Bearer sk-1"]
+    );
+    assert_eq!(
+        authorization(
+            with_headers("{ Authorization = \"Token t\" }"),
+            Some("sk-1")
+        ),
+        ["Token t"]
+    );
+    assert!(authorization(with_headers("{ authorization = \"\" }"), Some("sk-1")).is_empty());
+}
+
+/// `transform_error`'s reason, trimmed, when it gives one; the standard
+/// OpenAI reading of the body when it gives a blank one or fails.
+#[test]
+fn transform_error_falls_back_on_a_blank_reason_or_a_failure() {
+    let body = br#"{"error":{"message":"Incorrect API key"}}"#;
+    let with = |function_body: &str| {
+        strict(adapter(
+            "err.lua",
+            &format!(
+                "return {{ transform_request = function(raw) return raw end,\n\
+                 transform_error = function(status, body) {function_body} end }}"
+            ),
+        ))
+        .error_message(401, body)
+    };
+    let standard = homeagent_llm::codec::openai::OpenAiCodec.error_message(401, body);
+    assert_eq!(standard, "HTTP 401: Incorrect API key");
+    assert_eq!(with("return '  key refused \\n'"), "HTTP 401: key refused");
+    assert_eq!(with("return '  '"), standard);
+    assert_eq!(with("error('broken')"), standard);
+}
