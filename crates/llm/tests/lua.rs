@@ -394,6 +394,25 @@ fn an_empty_string_falls_back_to_the_openai_decoder_only_when_allowed() {
     );
 }
 
+/// The frames the fallback decoder skipped (not JSON) are the Lua
+/// decoder's count; without a fallback nothing is skipped.
+#[test]
+fn frames_the_fallback_skips_are_counted() {
+    let codec = LuaCodec::new(Arc::new(chunk_adapter("passthrough.lua", "''")));
+    let mut decoder = codec.stream_decoder();
+    let mut out = Vec::new();
+    for data in ["a proxy's banner", r#"{"choices":[]}"#, "another"] {
+        let frame = homeagent_llm::codec::Frame {
+            event: None,
+            data: data.to_owned(),
+        };
+        decoder.decode(&frame, &mut out).unwrap();
+    }
+    assert_eq!(decoder.skipped_frames(), 2);
+    let strict_decoder = strict(chunk_adapter("passthrough.lua", "''")).stream_decoder();
+    assert_eq!(strict_decoder.skipped_frames(), 0);
+}
+
 #[test]
 fn a_non_string_or_non_json_output_is_an_error() {
     let adapter = chunk_adapter("number.lua", "42");
