@@ -261,11 +261,100 @@ fn a_script_that_returns_no_table_or_a_non_function_fails_at_load() {
     .unwrap_err();
     assert!(
         err.to_string()
-            .contains("`build_headers` must be a function"),
+            .contains("`build_headers` must be a function, it is a string"),
         "{err}"
     );
     let err = LuaAdapter::from_source("syntax.lua", "return {").unwrap_err();
     assert!(err.to_string().contains("syntax.lua"), "{err}");
+}
+
+/// A key the host does not know is a typo until shown otherwise: an adapter
+/// whose `transfrom_response` was silently ignored would read every whole
+/// body as OpenAI, and nobody would know why.
+#[test]
+fn an_unknown_key_in_the_adapter_table_fails_at_load_naming_the_closest_key() {
+    let err = LuaAdapter::from_source(
+        "typo.lua",
+        "return { transform_request = function(r) return r end,\n\
+         transfrom_response = function(r) return r end }",
+    )
+    .unwrap_err();
+    assert_eq!(
+        err,
+        AdapterError::UnknownKey {
+            file: "typo.lua".into(),
+            key: "transfrom_response".into(),
+            closest: Some("transform_response"),
+        }
+    );
+    let message = err.to_string();
+    for needle in [
+        "typo.lua",
+        "`transfrom_response`",
+        "did you mean `transform_response`?",
+        "build_headers",
+        "local",
+    ] {
+        assert!(message.contains(needle), "{needle:?} not in {message}");
+    }
+
+    // A helper kept in the table, and a key that is no name at all.
+    for (source, key, closest) in [
+        (
+            "return { transform_request = function(r) return r end, helper = function() end }",
+            "helper",
+            None,
+        ),
+        (
+            "return { transform_request = function(r) return r end, 'stray' }",
+            "1",
+            None,
+        ),
+        (
+            "return { transform_request = function(r) return r end, Endpoint = '/v1/x' }",
+            "Endpoint",
+            Some("endpoint"),
+        ),
+        // Two letters missing is still a slip; three changed is not.
+        (
+            "return { transform_request = function(r) return r end, buld_headrs = {} }",
+            "buld_headrs",
+            Some("build_headers"),
+        ),
+        (
+            "return { transform_request = function(r) return r end, bild_hedrs = {} }",
+            "bild_hedrs",
+            None,
+        ),
+    ] {
+        let err = LuaAdapter::from_source("extra.lua", source).unwrap_err();
+        assert_eq!(
+            err,
+            AdapterError::UnknownKey {
+                file: "extra.lua".into(),
+                key: key.into(),
+                closest,
+            },
+            "{source}"
+        );
+    }
+
+    // The original's descriptive keys load, and must be strings.
+    let adapter = LuaAdapter::from_source(
+        "described.lua",
+        "return { name = 'acme', version = '1.2', transform_request = function(r) return r end }",
+    )
+    .unwrap();
+    assert_eq!(adapter.endpoint(), "/chat/completions");
+    let err = LuaAdapter::from_source(
+        "described.lua",
+        "return { version = 2, transform_request = function(r) return r end }",
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, AdapterError::Load { detail, .. } if detail == "`version` must be a string, it is an integer"),
+        "{err:?}"
+    );
 }
 
 #[test]

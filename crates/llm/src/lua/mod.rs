@@ -22,7 +22,10 @@
 //! - `transform_error(status, body)`: a short reason string out.
 //!
 //! The table may also set `endpoint` (appended to the base URL; default
-//! `/chat/completions`) and `headers`. Every function takes and returns a
+//! `/chat/completions`), `headers`, and the strings `name` and `version`
+//! (descriptive only). Any other key fails the load, naming the key and
+//! the known key it is a slip of: an ignored `transfrom_response` would
+//! read every body as OpenAI without a word. Every function takes and returns a
 //! string; every call runs in the sandbox (the `sandbox` module) under an
 //! instruction limit, so a loop that never ends fails that call.
 
@@ -73,6 +76,21 @@ pub enum AdapterError {
     },
     #[error("adapter {file} failed to load: {detail}")]
     Load { file: String, detail: String },
+    /// The script's table holds a key no adapter sets: a typo (a
+    /// `transfrom_response` would otherwise be ignored, and every body read
+    /// as OpenAI) or a helper that belongs in a `local`.
+    #[error(
+        "adapter {file}: the table the script returns has an unknown key `{key}`{}; \
+         an adapter's table holds only {} (keep helper functions in `local` variables)",
+        closest.map(|known| format!(" (did you mean `{known}`?)")).unwrap_or_default(),
+        TABLE_KEYS.join(", ")
+    )]
+    UnknownKey {
+        file: String,
+        key: String,
+        /// The known key the unknown one most resembles, if any does.
+        closest: Option<&'static str>,
+    },
     #[error("adapter {file} has no `{function}` function (it is required)")]
     MissingFunction {
         file: String,
@@ -107,6 +125,20 @@ pub enum AdapterError {
         transient: bool,
     },
 }
+
+/// Every key an adapter's table may hold: the functions, the settings and
+/// the original's two descriptive strings (`name`, `version`).
+pub const TABLE_KEYS: &[&str] = &[
+    "name",
+    "version",
+    "endpoint",
+    "headers",
+    "transform_request",
+    "transform_response",
+    "transform_stream_chunk",
+    "build_headers",
+    "transform_error",
+];
 
 /// What `transform_stream_chunk` made of one chunk.
 #[derive(Debug, Clone, PartialEq)]
@@ -212,8 +244,8 @@ impl LuaAdapter {
             Ok(Value::Table(table)) => table,
             Ok(other) => {
                 return Err(load_error(format!(
-                    "the script must return a table, it returned a {}",
-                    other.type_name()
+                    "the script must return a table, it returned {}",
+                    with_article(&other)
                 )));
             }
             Err(_) if budget.exceeded() => {
@@ -224,13 +256,26 @@ impl LuaAdapter {
             }
             Err(e) => return Err(load_error(e.to_string())),
         };
+        unknown_key(file, &table)?;
+        for descriptive in ["name", "version"] {
+            match table.raw_get::<Value>(descriptive) {
+                Ok(Value::Nil | Value::String(_)) => {}
+                Ok(other) => {
+                    return Err(load_error(format!(
+                        "`{descriptive}` must be a string, it is {}",
+                        with_article(&other)
+                    )));
+                }
+                Err(e) => return Err(load_error(e.to_string())),
+            }
+        }
         let function = |name: &'static str| -> Result<Option<Function>, AdapterError> {
             match table.raw_get::<Value>(name) {
                 Ok(Value::Nil) => Ok(None),
                 Ok(Value::Function(f)) => Ok(Some(f)),
                 Ok(other) => Err(load_error(format!(
-                    "`{name}` must be a function, it is a {}",
-                    other.type_name()
+                    "`{name}` must be a function, it is {}",
+                    with_article(&other)
                 ))),
                 Err(e) => Err(load_error(e.to_string())),
             }
@@ -378,7 +423,7 @@ impl LuaAdapter {
                 .map_err(|_| self.bad_output(name, "the string is not valid UTF-8".to_owned())),
             other => Err(self.bad_output(
                 name,
-                format!("expected a JSON string, got a {}", other.type_name()),
+                format!("expected a JSON string, got {}", with_article(&other)),
             )),
         }
     }
@@ -441,6 +486,69 @@ impl LuaAdapter {
         })?;
         sandbox::lua_to_json(&value).map_err(|detail| self.bad_output("eval", detail))
     }
+}
+
+/// The first (in sorted order) key of an adapter's table that is not one of
+/// [`TABLE_KEYS`], as an error.
+fn unknown_key(file: &str, table: &Table) -> Result<(), AdapterError> {
+    let mut unknown: Vec<String> = table
+        .pairs::<Value, Value>()
+        .filter_map(|pair| {
+            let key = match pair {
+                Ok((key, _)) => key,
+                // A key the iteration could not produce is reported as such.
+                Err(e) => return Some(e.to_string()),
+            };
+            match &key {
+                Value::String(name)
+                    if TABLE_KEYS
+                        .iter()
+                        .any(|known| name.as_bytes() == known.as_bytes()) =>
+                {
+                    None
+                }
+                Value::String(name) => Some(name.to_string_lossy()),
+                Value::Integer(i) => Some(i.to_string()),
+                Value::Number(n) => Some(n.to_string()),
+                other => Some(format!("<{}>", other.type_name())),
+            }
+        })
+        .collect();
+    unknown.sort();
+    let Some(key) = unknown.into_iter().next() else {
+        return Ok(());
+    };
+    let closest = closest_table_key(&key);
+    Err(AdapterError::UnknownKey {
+        file: file.to_owned(),
+        key,
+        closest,
+    })
+}
+
+/// The known key `key` is a slip of: at most two edits away (a letter
+/// wrong, missing, added or two swapped), ignoring case. Stricter than the
+/// tool-name suggestions' similarity, which would take a `helper` for
+/// `headers`.
+fn closest_table_key(key: &str) -> Option<&'static str> {
+    let key = key.to_ascii_lowercase();
+    TABLE_KEYS
+        .iter()
+        .map(|known| (strsim::damerau_levenshtein(&key, known), *known))
+        .filter(|(edits, _)| *edits <= 2)
+        .min_by_key(|(edits, _)| *edits)
+        .map(|(_, known)| known)
+}
+
+/// A Lua value's type with its article, for messages: "a table", "an integer".
+fn with_article(value: &Value) -> String {
+    let name = value.type_name();
+    let article = if name.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        "an"
+    } else {
+        "a"
+    };
+    format!("{article} {name}")
 }
 
 fn static_headers(table: &Table) -> Result<Vec<(String, String)>, String> {
