@@ -24,6 +24,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::protocol::{
     CmdStatus, DeviceFrame, Hello, RefusalCode, ServerFrame, hello_problem, is_valid_device_id,
+    req_id_of, unreadable,
 };
 
 /// Frames queued towards one device before a sender waits.
@@ -115,6 +116,13 @@ pub enum DeviceError {
     NoAnswer { device_id: String, waited: Duration },
     #[error("the call was stopped before device {device_id:?} answered")]
     Cancelled { device_id: String },
+    /// The device answered, in a shape this server cannot read (a waiter
+    /// of another version, most likely): how the command ended is unknown.
+    #[error(
+        "device {device_id:?} answered, but its answer could not be read ({detail}); \
+         how the command ended is unknown"
+    )]
+    Unreadable { device_id: String, detail: String },
 }
 
 fn list_or_none(ids: &[String]) -> String {
@@ -156,8 +164,12 @@ struct Bound {
     info: DeviceInfo,
     generation: u64,
     outbound: mpsc::Sender<ServerFrame>,
-    pending: HashMap<u64, oneshot::Sender<CmdAnswer>>,
+    pending: HashMap<u64, oneshot::Sender<Answer>>,
 }
+
+/// What a waiting call is handed: the device's answer, or why it could
+/// not be read.
+type Answer = Result<CmdAnswer, DeviceError>;
 
 impl std::fmt::Debug for DeviceHub {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -302,8 +314,10 @@ impl DeviceHub {
                 });
             }
             // The sender is dropped with the link: a gone device wakes us.
-            answer_rx.await.map_err(|_| DeviceError::Disconnected {
-                device_id: device_id.to_owned(),
+            answer_rx.await.unwrap_or_else(|_| {
+                Err(DeviceError::Disconnected {
+                    device_id: device_id.to_owned(),
+                })
             })
         };
         let result = tokio::select! {
@@ -388,11 +402,46 @@ pub enum Delivery {
     Late { req_id: u64 },
     /// A frame a bound device must not send (hello, bind): a protocol error.
     Unexpected { frame: &'static str },
+    /// A frame that could not be read (`error`, already cut short). When it
+    /// carried the `req_id` of a call waiting on this link, that call has
+    /// failed with [`DeviceError::Unreadable`] (`failed_call`).
+    Unreadable {
+        req_id: Option<u64>,
+        failed_call: bool,
+        error: String,
+    },
 }
 
 impl DeviceLink {
     pub fn device_id(&self) -> &str {
         &self.device_id
+    }
+
+    /// Reads a text message the device sent and hands it to the call
+    /// waiting for it. A message that is not a frame this server reads
+    /// still answers the call its `req_id` names, as a failure saying what
+    /// was wrong: the device has answered, and waiting out the call's
+    /// timeout would only end in blaming it for silence.
+    pub fn deliver_text(&self, text: &str) -> Delivery {
+        let error = match serde_json::from_str::<DeviceFrame>(text) {
+            Ok(frame) => return self.deliver(frame),
+            Err(error) => unreadable(&error),
+        };
+        let req_id = req_id_of(text);
+        let failed_call = req_id.is_some_and(|req_id| {
+            self.answer(
+                req_id,
+                Err(DeviceError::Unreadable {
+                    device_id: self.device_id.clone(),
+                    detail: error.clone(),
+                }),
+            )
+        });
+        Delivery::Unreadable {
+            req_id,
+            failed_call,
+            error,
+        }
     }
 
     /// Hands a frame the device sent to the call waiting for it.
@@ -424,6 +473,16 @@ impl DeviceLink {
             DeviceFrame::Hello(_) => return Delivery::Unexpected { frame: "hello" },
             DeviceFrame::Bind { .. } => return Delivery::Unexpected { frame: "bind" },
         };
+        if self.answer(req_id, Ok(answer)) {
+            Delivery::Answered { req_id }
+        } else {
+            Delivery::Late { req_id }
+        }
+    }
+
+    /// Hands `answer` to the call `req_id` waiting on this link; false
+    /// when none waits (any more).
+    fn answer(&self, req_id: u64, answer: Answer) -> bool {
         let waiter = self
             .hub
             .devices()
@@ -431,12 +490,7 @@ impl DeviceLink {
             .filter(|bound| bound.generation == self.generation)
             .and_then(|bound| bound.pending.remove(&req_id));
         // A failed send means the call stopped waiting just now.
-        let answered = waiter.is_some_and(|tx| tx.send(answer).is_ok());
-        if answered {
-            Delivery::Answered { req_id }
-        } else {
-            Delivery::Late { req_id }
-        }
+        waiter.is_some_and(|tx| tx.send(answer).is_ok())
     }
 }
 
@@ -617,10 +671,90 @@ mod tests {
             );
             assert!(hub.list().is_empty());
         }
+        // What is wrong is named, never repeated whole: the reason goes to
+        // the log and back to the peer, and the hello may be a mebibyte.
+        let refusal = hub
+            .attach(&with("nas".into(), vec!["\"".repeat(500_000)]))
+            .unwrap_err();
+        let reason = refusal.to_string();
+        assert!(
+            reason.starts_with("the device's hello is not usable: capability \"\\\"")
+                && reason.len() < 300,
+            "{} bytes: {:.300}",
+            reason.len(),
+            reason
+        );
         let mut capabilities = vec!["cmd".to_owned(); MAX_CAPABILITIES - 2];
         capabilities.extend(["cmd-v2".to_owned(), "run_as".to_owned()]);
         let fine = with("n".repeat(MAX_DEVICE_NAME_CHARS), capabilities);
         assert!(hub.attach(&fine).is_ok());
+    }
+
+    /// A text the hub cannot read as a frame still answers the call its
+    /// `req_id` names, as a failure saying why, cut short; one naming no
+    /// waiting call fails nothing.
+    #[tokio::test]
+    async fn an_unreadable_answer_fails_the_call_it_names_at_once() {
+        let hub = DeviceHub::new(HubOptions::default());
+        let (link, mut outbound) = hub.attach(&hello("nas")).unwrap();
+        let call = spawn_run(
+            &hub,
+            "nas",
+            "ls",
+            Duration::from_secs(60),
+            &CancellationToken::new(),
+        );
+        let req_id = next_cmd(&mut outbound).await;
+        let long = "z".repeat(10_000);
+        let delivery = link.deliver_text(&format!(
+            r#"{{"type":"cmd_result","req_id":{req_id},"status":"{long}"}}"#
+        ));
+        let Delivery::Unreadable {
+            req_id: Some(named),
+            failed_call: true,
+            error,
+        } = delivery
+        else {
+            panic!("{delivery:?}");
+        };
+        assert_eq!(named, req_id);
+        assert!(
+            error.starts_with("unknown variant `zzz") && error.ends_with('…'),
+            "{error}"
+        );
+        assert_eq!(
+            error.len(),
+            crate::protocol::MAX_QUOTED_BYTES + '…'.len_utf8()
+        );
+        assert_eq!(
+            call.await.unwrap(),
+            Err(DeviceError::Unreadable {
+                device_id: "nas".into(),
+                detail: error.clone(),
+            })
+        );
+        // Answered: no cancel goes to the device, nothing stays pending.
+        assert!(outbound.try_recv().is_err());
+        assert_eq!(hub.list()[0].in_flight, 0);
+        // The same text again names a call nobody waits for.
+        assert_eq!(
+            link.deliver_text(&format!(
+                r#"{{"type":"cmd_result","req_id":{req_id},"status":"{long}"}}"#
+            )),
+            Delivery::Unreadable {
+                req_id: Some(req_id),
+                failed_call: false,
+                error,
+            }
+        );
+        assert!(matches!(
+            link.deliver_text("not json"),
+            Delivery::Unreadable {
+                req_id: None,
+                failed_call: false,
+                ..
+            }
+        ));
     }
 
     #[tokio::test]

@@ -130,6 +130,30 @@ pub enum RefusalCode {
     Disabled,
 }
 
+/// How much of a peer's unreadable frame, or of a value it sent, a message
+/// repeats: serde quotes the value it could not take whole, and a frame
+/// may be a mebibyte.
+pub const MAX_QUOTED_BYTES: usize = 200;
+
+/// Why a frame could not be read, short enough to log and to send back.
+pub fn unreadable(error: &serde_json::Error) -> String {
+    homeagent_core::excerpt(&error.to_string(), MAX_QUOTED_BYTES).into_owned()
+}
+
+/// The `req_id` of a frame that could not be read as a whole, if it has a
+/// readable one: the request the frame was meant to answer (or ask), so
+/// that it can still get its one answer. Other members are skipped, not
+/// copied.
+pub fn req_id_of(text: &str) -> Option<u64> {
+    #[derive(Deserialize)]
+    struct Addressed {
+        req_id: u64,
+    }
+    serde_json::from_str::<Addressed>(text)
+        .ok()
+        .map(|addressed| addressed.req_id)
+}
+
 /// The longest device name accepted, in characters.
 pub const MAX_DEVICE_NAME_CHARS: usize = 128;
 /// The most capabilities a device may declare.
@@ -161,11 +185,11 @@ pub fn hello_problem(hello: &Hello) -> Option<String> {
             && c.chars()
                 .all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '-')
     };
-    hello
-        .capabilities
-        .iter()
-        .find(|c| !word(c))
-        .map(|c| format!("capability {c:?} is not 1 to 32 of A-Z, a-z, 0-9, '_' and '-'"))
+    hello.capabilities.iter().find(|c| !word(c)).map(|c| {
+        // Checked before it is repeated: a capability may be a megabyte.
+        let shown = homeagent_core::excerpt(c, 40);
+        format!("capability {shown:?} is not 1 to 32 of A-Z, a-z, 0-9, '_' and '-'")
+    })
 }
 
 /// Whether `id` is a usable device id: `[A-Za-z0-9._-]`, 1–64 characters.

@@ -179,6 +179,10 @@ fn device_error(err: &DeviceError) -> ToolError {
         DeviceError::NoAnswer { .. } => ToolError::new(ErrorReason::Timeout, detail)
             .with_hint("the device may be overloaded or its link stalled; try device_list"),
         DeviceError::Cancelled { .. } => ToolError::new(ErrorReason::Cancelled, detail),
+        DeviceError::Unreadable { .. } => ToolError::execution(detail).with_hint(
+            "the device's waiter may be another version than this server: run `homeagent \
+             --version` on both and update the older one",
+        ),
     }
 }
 

@@ -245,3 +245,106 @@ async fn a_cancelled_command_is_stopped_and_sends_no_result() {
     assert!(next.is_ok(), "{next:?}");
     waiter.abort();
 }
+
+/// A `cmd` the waiter cannot read still gets its one result, and that
+/// result fits in a frame: serde's message quotes the bad value whole (and
+/// escaped twice over, it had been twice the frame limit), so it is cut
+/// short. The link stays up and serves the next command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_cmd_gets_a_short_error_result_and_the_link_stays_up() {
+    let (mut ws, waiter, _listener) = bound_waiter(WaiterPolicy::default()).await;
+    let quotes = "\\\"".repeat(400_000);
+    let malformed = format!("{{\"type\":\"cmd\",\"req_id\":7,\"timeout_ms\":\"{quotes}\"}}");
+    assert!(malformed.len() < MAX_FRAME_BYTES);
+    ws.send(Message::text(malformed)).await.unwrap();
+    let body = next_text(&mut ws).await;
+    assert!(body.len() < 1_000, "a result of {} bytes", body.len());
+    let answer = Outcome::from(serde_json::from_str(&body).unwrap(), 7);
+    assert_eq!(answer.status, homeagent_device::CmdStatus::Error);
+    assert!(
+        answer
+            .detail
+            .starts_with("malformed cmd frame: invalid type: string")
+            && answer.detail.ends_with('…'),
+        "{}",
+        answer.detail
+    );
+    assert_eq!(
+        run(&mut ws, 8, "echo still", 10_000).await.stdout,
+        "still\n"
+    );
+    waiter.abort();
+}
+
+/// A `req_id` already running is not run a second time: the server has
+/// one call waiting under that id, and a second program would answer it
+/// (or outlive the cancel meant for the first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_req_id_is_not_run_and_the_cancel_stops_the_first() {
+    let (mut ws, waiter, _listener) = bound_waiter(WaiterPolicy::default()).await;
+    let cmd = |req_id: u64, command: &str| ServerFrame::Cmd {
+        req_id,
+        argv: None,
+        command: Some(command.into()),
+        timeout_ms: 20_000,
+    };
+    send(&mut ws, &cmd(1, "sleep 2")).await;
+    send(&mut ws, &cmd(1, "echo again")).await;
+    send(&mut ws, &ServerFrame::Cancel { req_id: 1 }).await;
+    // Slower than the first: had it not been cancelled, its result would
+    // come first; had the repeat run, its echo would.
+    send(&mut ws, &cmd(2, "sleep 3")).await;
+    let next = Outcome::from(recv(&mut ws).await, 2);
+    assert!(next.is_ok(), "{next:?}");
+    waiter.abort();
+}
+
+/// Commands past the ones running wait for a slot, but only so many: the
+/// rest are answered at once as busy, instead of each holding a task and
+/// its text until memory runs out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_past_the_waiting_limit_are_answered_busy_at_once() {
+    let (listener, url) = listen().await;
+    let mut options = fast_options(&url);
+    options.max_concurrent_cmds = 1;
+    let waiter = start_waiter(options, WaiterPolicy::default());
+    let mut ws = bind(&listener).await;
+    let cmd = |req_id: u64| ServerFrame::Cmd {
+        req_id,
+        argv: None,
+        command: Some("sleep 5".into()),
+        timeout_ms: 20_000,
+    };
+    // One running, MAX_WAITING_CMDS waiting: all of them take.
+    let waiting = homeagent_device::waiter::MAX_WAITING_CMDS as u64;
+    for req_id in 1..=1 + waiting {
+        send(&mut ws, &cmd(req_id)).await;
+    }
+    let over = 2 + waiting;
+    send(&mut ws, &cmd(over)).await;
+    let busy = Outcome::from(recv(&mut ws).await, over);
+    assert_eq!(busy.status, homeagent_device::CmdStatus::Error, "{busy:?}");
+    assert_eq!(
+        busy.detail,
+        format!(
+            "the device is busy: 1 command running and {waiting} waiting, the most it takes; \
+             try again when some have finished"
+        )
+    );
+    waiter.abort();
+}
+
+/// The next text message's body, skipping pings and pongs.
+async fn next_text(ws: &mut Ws) -> String {
+    loop {
+        let message =
+            tokio::time::timeout(Duration::from_secs(20), futures_util::StreamExt::next(ws))
+                .await
+                .expect("no frame from the waiter within 20 s")
+                .expect("the waiter closed the link")
+                .unwrap();
+        if let Message::Text(body) = message {
+            return body.as_str().to_owned();
+        }
+    }
+}

@@ -23,16 +23,13 @@ use axum::extract::State;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::response::{IntoResponse, Response};
-use homeagent_device::protocol::{PROTOCOL_VERSION, is_valid_device_id};
+use homeagent_device::protocol::{PROTOCOL_VERSION, is_valid_device_id, unreadable};
 use homeagent_device::{Delivery, DeviceFrame, Hello, MAX_FRAME_BYTES, RefusalCode, ServerFrame};
 use tokio::time::{Instant, interval_at, timeout, timeout_at};
 
 use crate::error::ApiError;
 use crate::http::same_secret;
 use crate::state::ServerState;
-
-/// How much of a handshake message's parse error a refusal repeats.
-const MAX_QUOTED_ERROR_BYTES: usize = 200;
 
 /// How long a device has for each handshake message.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -109,15 +106,14 @@ async fn serve_device(state: ServerState, mut socket: WebSocket) {
                 let Some(Ok(message)) = message else { break };
                 last_heard = Instant::now();
                 match message {
-                    Message::Text(text) => match serde_json::from_str::<DeviceFrame>(text.as_str()) {
-                        Ok(frame) => {
-                            if let Delivery::Unexpected { frame } = link.deliver(frame) {
-                                tracing::warn!(device = %link.device_id(), frame, "unexpected frame from a bound device; ignored");
-                            }
+                    Message::Text(text) => match link.deliver_text(text.as_str()) {
+                        Delivery::Unexpected { frame } => {
+                            tracing::warn!(device = %link.device_id(), frame, "unexpected frame from a bound device; ignored");
                         }
-                        Err(err) => {
-                            tracing::warn!(device = %link.device_id(), %err, "unreadable frame from device; ignored");
+                        Delivery::Unreadable { req_id, failed_call, error } => {
+                            tracing::warn!(device = %link.device_id(), ?req_id, failed_call, %error, "unreadable frame from a bound device");
                         }
+                        Delivery::Answered { .. } | Delivery::Late { .. } => {}
                     },
                     Message::Close(_) => break,
                     // Pongs (and pings, answered by the library) only
@@ -242,10 +238,10 @@ async fn next_frame(socket: &mut WebSocket, deadline: Instant) -> Result<DeviceF
         match message {
             Message::Text(text) => {
                 return serde_json::from_str(text.as_str()).map_err(|err| {
-                    // serde quotes the value it could not take, whole.
-                    let err = err.to_string();
-                    let shown = homeagent_core::excerpt(&err, MAX_QUOTED_ERROR_BYTES);
-                    refused(format!("unreadable handshake message: {shown}"))
+                    refused(format!(
+                        "unreadable handshake message: {}",
+                        unreadable(&err)
+                    ))
                 });
             }
             Message::Ping(_) | Message::Pong(_) => {}

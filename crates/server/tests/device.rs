@@ -520,3 +520,70 @@ async fn pings_cannot_hold_an_unauthenticated_link_open() {
     assert_eq!(answer["retry"], true, "{answer}");
     assert!(started.elapsed() >= homeagent_server::HANDSHAKE_TIMEOUT);
 }
+
+/// A device whose answer the server cannot read (a newer waiter's status,
+/// a field this server does not know) has still answered: the call fails
+/// at once, saying the answer was unreadable and why, instead of waiting
+/// out its timeout and then blaming the device for silence. The link stays
+/// bound, and the next command's readable answer goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_answer_fails_its_call_at_once_naming_what_was_wrong() {
+    let server = start(setup()).await;
+    let (ws, answer) = bind(&server.url, "nas", KEY).await;
+    assert_eq!(
+        answer.unwrap(),
+        json!({"type": "bound", "device_id": "nas"})
+    );
+    let (mut sink, mut stream) = ws.split();
+    let _device = tokio::spawn(async move {
+        while let Some(Ok(message)) = stream.next().await {
+            let Message::Text(text) = message else {
+                continue;
+            };
+            let frame = json(text.as_str());
+            let req_id = frame["req_id"].clone();
+            let result = match frame["command"].as_str() {
+                Some("new-status") => json!({"type": "cmd_result", "req_id": req_id,
+                    "status": "finished", "exit_code": 0}),
+                Some("new-field") => json!({"type": "cmd_result", "req_id": req_id,
+                    "status": "ok", "exit_code": 0, "stdout": "x".repeat(4000),
+                    "cpu_ms": "y".repeat(4000)}),
+                _ => json!({"type": "cmd_result", "req_id": req_id, "status": "ok",
+                    "exit_code": 0, "stdout": "fine"}),
+            };
+            if sink.send(Message::text(result.to_string())).await.is_err() {
+                return;
+            }
+        }
+    });
+    let ends = run_calls(
+        &server,
+        "main",
+        &[
+            device_call("nas", "new-status"),
+            device_call("nas", "new-field"),
+        ],
+    )
+    .await;
+    assert_eq!(ends.len(), 2, "{ends:?}");
+    for (end, named) in ends.iter().zip(["finished", "cpu_ms"]) {
+        assert_eq!(end["status"], "error", "{end}");
+        assert_eq!(end["error"]["reason"], "execution", "{end}");
+        let detail = end["error"]["detail"].as_str().unwrap();
+        assert!(
+            detail.contains("device \"nas\" answered")
+                && detail.contains("could not be read")
+                && detail.contains(named),
+            "{detail}"
+        );
+        // serde quotes what it could not take: never a page of it.
+        assert!(detail.len() < 600, "{} bytes: {detail}", detail.len());
+        let hint = end["error"]["hint"].as_str().unwrap_or_default();
+        assert!(hint.contains("version"), "{end}");
+    }
+    let status = body_json(server.get("/api/v1/status").send().await.unwrap()).await;
+    assert_eq!(status["devices"]["bound"][0]["id"], "nas", "{status}");
+    assert_eq!(status["devices"]["bound"][0]["in_flight"], 0, "{status}");
+    let ends = run_calls(&server, "main", &[device_call("nas", "plain")]).await;
+    assert_eq!(ends[0]["status"], "ok", "{ends:?}");
+}

@@ -12,7 +12,9 @@
 //!   `backoff_max`, each wait 50–100 % of its step so waiters that lost the
 //!   same server do not return in lockstep). A bind that lasts (at least the backoff cap) resets it.
 //! - **Commands** run concurrently, each in its own task (at most
-//!   `max_concurrent_cmds` at once); results go back as they finish. When
+//!   `max_concurrent_cmds` at once, and at most [`MAX_WAITING_CMDS`] more
+//!   waiting for a slot: the rest are answered busy at once); results go
+//!   back as they finish. A `req_id` already running is not run again. When
 //!   the link drops, running commands are dropped with it, which kills their
 //!   children: the server has already failed those requests, and nobody is
 //!   left to read the answers.
@@ -41,8 +43,13 @@ use super::policy::{WaiterPolicy, failed, handle_cmd};
 use super::tls;
 use crate::protocol::{
     CmdStatus, DeviceFrame, Hello, MAX_FRAME_BYTES, RefusalCode, ServerFrame, hello_problem,
-    is_valid_device_id,
+    is_valid_device_id, req_id_of, unreadable,
 };
+
+/// Commands that may wait for a slot beyond the `max_concurrent_cmds`
+/// running: each holds its text (up to a frame) and a task, so a server
+/// sending without end must not be able to queue without end.
+pub const MAX_WAITING_CMDS: usize = 64;
 
 /// How to reach the server and how patient to be.
 #[derive(Debug, Clone)]
@@ -348,6 +355,24 @@ async fn serve(
                 };
                 match serde_json::from_str::<ServerFrame>(&body) {
                     Ok(ServerFrame::Cmd { req_id, argv, command, timeout_ms }) => {
+                        if aborts.contains_key(&req_id) {
+                            // The server waits for one answer per id; a
+                            // second program would give it the wrong one.
+                            tracing::warn!(req_id, "the server repeated a running command's req_id; not run");
+                            continue;
+                        }
+                        let limit = options.max_concurrent_cmds.max(1);
+                        if running.len() >= limit + MAX_WAITING_CMDS {
+                            let frame = failed(req_id, CmdStatus::Error, format!(
+                                "the device is busy: {limit} command{} running and {MAX_WAITING_CMDS} \
+                                 waiting, the most it takes; try again when some have finished",
+                                if limit == 1 { "" } else { "s" },
+                            ));
+                            if let Err(e) = send_within(sink, fit_in_frame(frame), options.dead_after).await {
+                                return lost(format!("sending a result failed: {e}"), true);
+                            }
+                            continue;
+                        }
                         let policy = Arc::clone(policy);
                         let permits = Arc::clone(&permits);
                         let handle = tasks.spawn(async move {
@@ -379,13 +404,12 @@ async fn serve(
                     Err(e) => {
                         // Answer what can be answered: a cmd with a req_id
                         // but a bad shape still gets its one result.
-                        let req_id = serde_json::from_str::<serde_json::Value>(&body)
-                            .ok()
-                            .and_then(|v| v.get("req_id").and_then(serde_json::Value::as_u64));
-                        tracing::warn!(error = %e, ?req_id, "unreadable frame from the server");
+                        let req_id = req_id_of(&body);
+                        let error = unreadable(&e);
+                        tracing::warn!(%error, ?req_id, "unreadable frame from the server");
                         if let Some(req_id) = req_id {
-                            let frame = failed(req_id, CmdStatus::Error, format!("malformed cmd frame: {e}"));
-                            if let Err(e) = send_within(sink, text(&frame), options.dead_after).await {
+                            let frame = failed(req_id, CmdStatus::Error, format!("malformed cmd frame: {error}"));
+                            if let Err(e) = send_within(sink, fit_in_frame(frame), options.dead_after).await {
                                 return lost(format!("sending a result failed: {e}"), true);
                             }
                         }

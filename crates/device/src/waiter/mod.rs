@@ -39,7 +39,7 @@ mod link;
 mod policy;
 mod tls;
 
-pub use client::{WaiterError, WaiterOptions, run_waiter};
+pub use client::{MAX_WAITING_CMDS, WaiterError, WaiterOptions, run_waiter};
 pub use config::{
     DEFAULT_CONFIG_FILE_NAME, MAX_OUTPUT_CAP_BYTES, Secret, WaiterConfig, WaiterConfigError,
 };
