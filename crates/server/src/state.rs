@@ -291,11 +291,7 @@ impl ServerState {
     /// server is shutting down.
     fn may_begin(&self, turns: &Turns, client: IpAddr) -> Result<(), ApiError> {
         if self.inner.shutdown.is_cancelled() {
-            return Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "shutting_down",
-                "the server is shutting down; retry against the next instance",
-            ));
+            return Err(crate::turn::shutting_down());
         }
         let running = turns.per_client.get(&client).copied().unwrap_or(0);
         if running >= self.inner.options.turns_per_client {

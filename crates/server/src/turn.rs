@@ -41,8 +41,20 @@ pub fn empty_input() -> ApiError {
     ApiError::bad_request("empty_input", "the input is empty; send some text")
 }
 
+/// The refusal of a request that comes, or waited, while the server shuts
+/// down: nothing of it ran, so a client may send it again, to the next
+/// instance.
+pub fn shutting_down() -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "shutting_down",
+        "the server is shutting down; retry against the next instance",
+    )
+}
+
 /// The error a terminal frame that is not a `response` stands for.
-pub fn terminal_error(frame: &Frame) -> Option<ApiError> {
+/// `shutting_down`: the server is, so a stop is its doing, not a client's.
+pub fn terminal_error(frame: &Frame, shutting_down: bool) -> Option<ApiError> {
     match frame {
         Frame::Response { .. } | Frame::ContentDelta { .. } | Frame::ToolCall(_) => None,
         Frame::Skipped { reason } => Some(match reason {
@@ -57,12 +69,19 @@ pub fn terminal_error(frame: &Frame) -> Option<ApiError> {
                 "duplicate",
                 "the same input was sent to this session moments ago and is not run twice",
             ),
+            SkipReason::Stopped if shutting_down => self::shutting_down(),
             SkipReason::Stopped => ApiError::new(
                 StatusCode::CONFLICT,
                 "stopped",
                 "the session was stopped before this input ran",
             ),
         }),
+        Frame::Error { code, .. } if shutting_down && code == "stopped" => Some(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "stopped_by_shutdown",
+            "the server shut down while this input ran and stopped it; its tools may have run, \
+             so look at the session before sending it again",
+        )),
         Frame::Error { message, code } => {
             let (status, code) = match code.as_str() {
                 "model" => (StatusCode::BAD_GATEWAY, "model_error"),

@@ -195,3 +195,94 @@ async fn a_turn_whose_client_left_is_stopped_and_stored_on_any_serving_thread() 
         );
     }
 }
+
+/// What a client of the OpenAI endpoint is told when the server shuts
+/// down under its request. One still waiting in its session's queue never
+/// ran: 503 `shutting_down`, which the official clients retry, against the
+/// next instance. One stopped while it ran may have run tools: 503 as well
+/// (the server went away, not the client's input), but a code of its own
+/// and `x-should-retry: false`, since sending it again may run them again.
+/// Neither is the 409 `stopped` a client's own stop gets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_tells_queued_and_running_requests_what_happened() {
+    let mut server = start(Setup {
+        tool_sleep_ms: 60_000,
+        options: ServerOptions {
+            shutdown_grace: Duration::from_millis(300),
+            ..ServerOptions::default()
+        },
+        ..Setup::default()
+    })
+    .await;
+    let ask = |text: &str| {
+        server
+            .post_json(
+                "/v1/chat/completions",
+                &json!({"model": "homeagent", "messages": [{"role": "user", "content": text}]}),
+            )
+            .header("x-session-id", "held")
+            .send()
+    };
+    let mut events = server.events().await;
+    let running = tokio::spawn(ask("!slowbatch2"));
+    // The first input is running (its tools have started) before the
+    // second is sent, so the second waits behind it.
+    loop {
+        let event = events.next_within(30).await.unwrap();
+        if json(&event.data)["frame"]["phase"] == "start" {
+            break;
+        }
+    }
+    let queued = tokio::spawn(ask("hello"));
+    // And a streamed one behind both: its 200 goes out first, so what
+    // happened comes as the stream's error chunk.
+    let streamed = server
+        .post_json(
+            "/v1/chat/completions",
+            &json!({"model": "homeagent", "stream": true,
+                    "messages": [{"role": "user", "content": "hello again"}]}),
+        )
+        .header("x-session-id", "held")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(streamed.status(), 200);
+    let streamed = tokio::spawn(SseReader::new(streamed).all());
+    let status = loop {
+        let status = common::body_json(server.get("/api/v1/status").send().await.unwrap()).await;
+        if status["scheduler"]["queue_depth"]["held"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 2
+        {
+            break status;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(status["scheduler"]["queue_depth"]["held"], 2, "{status}");
+    server.shutdown().await.unwrap();
+
+    let running = running.await.unwrap().unwrap();
+    assert_eq!(running.status(), 503);
+    assert_eq!(running.headers()["x-should-retry"], "false");
+    let body = common::body_json(running).await;
+    assert_eq!(body["error"]["code"], "stopped_by_shutdown", "{body}");
+
+    let queued = queued.await.unwrap().unwrap();
+    assert_eq!(queued.status(), 503);
+    assert!(queued.headers().get("x-should-retry").is_none());
+    let body = common::body_json(queued).await;
+    assert_eq!(body["error"]["code"], "shutting_down", "{body}");
+
+    let chunks = streamed.await.unwrap();
+    let error = chunks
+        .iter()
+        .map(|chunk| chunk.data.as_str())
+        .find(|data| data.contains("\"error\""))
+        .map(json);
+    assert_eq!(
+        error.as_ref().map(|error| &error["error"]["code"]),
+        Some(&json!("shutting_down")),
+        "{chunks:?}"
+    );
+}

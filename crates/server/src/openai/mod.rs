@@ -160,6 +160,7 @@ async fn completions_inner(
             sent,
             note,
             answered: false,
+            shutdown: state.shutdown_token().clone(),
         };
         if let Some(frame) = early {
             chunks.push(frame);
@@ -168,7 +169,9 @@ async fn completions_inner(
             .keep_alive(KeepAlive::default())
             .into_response()
     } else {
-        let (response, answer) = whole(frames, early, guard, &completion_id, created).await?;
+        let shutdown = state.shutdown_token().clone();
+        let (response, answer) =
+            whole(frames, early, guard, &shutdown, &completion_id, created).await?;
         if let Some(note) = note {
             note.answered(&answer);
         }
@@ -190,7 +193,11 @@ fn start_checked(
 ) -> Result<(turn::Started, Option<Frame>), ApiError> {
     let turn::Started { mut frames, guard } = turn::submit(state, guard, submission);
     let early = frames.try_recv().ok();
-    if let Some(error) = early.as_ref().and_then(terminal_error) {
+    let shutting_down = state.shutdown_token().is_cancelled();
+    if let Some(error) = early
+        .as_ref()
+        .and_then(|frame| terminal_error(frame, shutting_down))
+    {
         guard.finish();
         return Err(error);
     }
@@ -352,6 +359,7 @@ async fn whole(
     mut frames: homeagent_agent::Frames,
     mut early: Option<Frame>,
     guard: TurnGuard,
+    shutdown: &homeagent_core::CancellationToken,
     id: &str,
     created: u64,
 ) -> Result<(Response, String), ApiError> {
@@ -366,7 +374,7 @@ async fn whole(
             continue;
         }
         guard.finish();
-        if let Some(error) = terminal_error(&frame) {
+        if let Some(error) = terminal_error(&frame, shutdown.is_cancelled()) {
             return Err(error);
         }
         let Frame::Response {
@@ -464,6 +472,8 @@ struct ChunkStream {
     note: Option<Note>,
     /// The answer came (not an error): the note can be made.
     answered: bool,
+    /// The server's: a stop while it fires is the shutdown's.
+    shutdown: homeagent_core::CancellationToken,
 }
 
 impl ChunkStream {
@@ -505,7 +515,7 @@ impl ChunkStream {
                 if let Some(guard) = self.guard.take() {
                     guard.finish();
                 }
-                if let Some(error) = terminal_error(&terminal) {
+                if let Some(error) = terminal_error(&terminal, self.shutdown.is_cancelled()) {
                     self.queue.push_back(error.body().to_string());
                 } else {
                     let incomplete = match &terminal {

@@ -284,8 +284,11 @@ fn check_shape_settings(fields: &Map<String, Value>) -> Result<(), ApiError> {
                 .to_owned(),
         ));
     }
-    if let Some(modalities) = fields.get("modalities").and_then(Value::as_array)
-        && modalities.iter().any(|m| m.as_str() != Some("text"))
+    if let Some(modalities) = fields.get("modalities")
+        && !modalities.is_null()
+        && modalities
+            .as_array()
+            .is_none_or(|modalities| modalities.iter().any(|m| m.as_str() != Some("text")))
     {
         return Err(unsupported(
             "`modalities` other than [\"text\"] cannot be honoured: the agent answers in \
@@ -336,6 +339,15 @@ fn message(index: usize, value: &Value) -> Result<Message, ApiError> {
             for part in parts {
                 match (part.kind.as_str(), part.text) {
                     ("text", Some(piece)) => text.push_str(&piece),
+                    ("text", None) => {
+                        return Err(ApiError::bad_request(
+                            "unsupported_content",
+                            format!(
+                                "messages[{index}] has a text part without its `text` string; \
+                                 give each text part one"
+                            ),
+                        ));
+                    }
                     (kind, _) => {
                         return Err(ApiError::bad_request(
                             "unsupported_content",

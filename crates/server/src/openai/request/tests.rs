@@ -86,6 +86,17 @@ fn text_only_shapes_pass_and_others_are_named() {
             "unsupported_parameter",
             "`modalities`",
         ),
+        // Not a list at all: it asks for something, and silence hides it.
+        (
+            json!({"modalities": "audio"}),
+            "unsupported_parameter",
+            "`modalities`",
+        ),
+        (
+            json!({"modalities": {"text": true}}),
+            "unsupported_parameter",
+            "`modalities`",
+        ),
         (json!({"audio": {}}), "unsupported_parameter", "`audio`"),
         (
             json!({"web_search_options": {}}),
@@ -152,5 +163,33 @@ fn a_message_with_any_sign_of_a_tool_call_is_refused() {
             "{}",
             error.message
         );
+    }
+}
+
+/// A content part is refused naming what is wrong with it: a kind other
+/// than text, or a text part without its text.
+#[test]
+fn a_content_part_is_refused_naming_its_fault() {
+    let with = |part: Value| {
+        parse(json!({"model": "homeagent", "messages": [{"role": "user", "content": [part]}]}))
+    };
+    assert!(with(json!({"type": "text", "text": "hi"})).is_ok());
+    for (part, expected) in [
+        (
+            json!({"type": "image_url", "image_url": {"url": "x"}}),
+            "messages[0] has a `image_url` content part; only text parts are accepted",
+        ),
+        (
+            json!({"type": "text"}),
+            "messages[0] has a text part without its `text` string; give each text part one",
+        ),
+        (
+            json!({"type": "text", "text": null}),
+            "messages[0] has a text part without its `text` string; give each text part one",
+        ),
+    ] {
+        let error = with(part.clone()).expect_err(&part.to_string());
+        assert_eq!(error.code, "unsupported_content", "{part}");
+        assert_eq!(error.message, expected, "{part}");
     }
 }
