@@ -46,6 +46,11 @@ fn store_error(e: StoreError) -> ApiError {
         StoreError::AgentMismatch { .. } => {
             ApiError::new(StatusCode::CONFLICT, "session_conflict", e.to_string())
         }
+        // Another process runs an input on it (a delete claims the session
+        // as an input does): worth sending again once that has ended.
+        StoreError::SessionBusy { .. } => {
+            ApiError::new(StatusCode::CONFLICT, "session_busy", e.to_string())
+        }
         other => ApiError::internal(other.to_string()),
     }
 }

@@ -173,6 +173,42 @@ async fn deleting_a_running_session_stops_its_input_before_deleting() {
     assert_eq!(listed["sessions"], json!([]), "{listed}");
 }
 
+/// A session another process is running an input on (its claim held on
+/// the store's lock file) is not deleted under it: the DELETE is a 409
+/// `session_busy` to send again, not a 500.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_session_another_process_runs_is_a_busy_refusal() {
+    let server = start(Setup::default()).await;
+    let answered = server
+        .post_json("/api/v1/sessions/shared/messages", &json!({"text": "hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(answered.status(), 200);
+    SseReader::new(answered).all().await;
+    let elsewhere = homeagent_agent::store::Store::open(&server.agent.store_path).unwrap();
+    let claim = elsewhere.claim_session("shared").unwrap();
+    let delete = || {
+        server
+            .client()
+            .delete(format!("{}/api/v1/sessions/shared", server.url))
+            .bearer_auth(common::KEY)
+            .send()
+    };
+    let refused = delete().await.unwrap();
+    assert_eq!(refused.status(), 409);
+    assert!(refused.headers().get("x-should-retry").is_none());
+    let body = body_json(refused).await;
+    assert_eq!(body["error"]["code"], "session_busy", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("shared"), "{message}");
+    // Still there; and deleted once the other process lets go.
+    let kept = server.get("/api/v1/sessions/shared").send().await.unwrap();
+    assert_eq!(kept.status(), 200);
+    drop(claim);
+    assert_eq!(delete().await.unwrap().status(), 204);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twenty_four_clients_times_twelve_requests_are_all_answered_once() {
     const CLIENTS: usize = 24;
