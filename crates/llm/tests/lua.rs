@@ -153,11 +153,59 @@ fn an_endless_loop_fails_the_call_naming_the_file_and_function() {
 #[test]
 fn an_endless_loop_at_load_fails_the_load() {
     let err = LuaAdapter::from_source("top.lua", "while true do end").unwrap_err();
-    assert!(matches!(err, AdapterError::Load { .. }), "{err:?}");
-    let message = err.to_string();
+    assert_eq!(
+        err,
+        AdapterError::Load {
+            file: "top.lua".into(),
+            detail: format!(
+                "the script exceeded the instruction limit of {}",
+                homeagent_llm::lua::DEFAULT_INSTRUCTION_LIMIT
+            ),
+        }
+    );
+    // Any other failure at load is Lua's own message, not the limit's.
+    let err = LuaAdapter::from_source("boom.lua", "error('no table today')").unwrap_err();
+    let AdapterError::Load { file, detail } = &err else {
+        panic!("{err:?}");
+    };
+    assert_eq!(file, "boom.lua");
     assert!(
-        message.contains("top.lua") && message.contains("instruction limit"),
-        "{message}"
+        detail.contains("no table today") && !detail.contains("instruction limit"),
+        "{detail}"
+    );
+}
+
+/// A spec with a path separator or ending in `.lua` is a path, read as
+/// given (a missing one is a read error naming it); any other is a name,
+/// looked up in the adapter directory and then among the bundled ones.
+#[test]
+fn resolve_tells_a_path_from_a_name() {
+    for path in [
+        "missing-adapter.lua",
+        "adapters/missing",
+        "adapters\\missing",
+    ] {
+        let err = LuaAdapter::resolve(path, None).unwrap_err();
+        assert!(
+            matches!(&err, AdapterError::Read { file, .. } if file == path),
+            "{path}: {err:?}"
+        );
+    }
+    let err = LuaAdapter::resolve("missing", None).unwrap_err();
+    assert_eq!(
+        err,
+        AdapterError::NotFound {
+            name: "missing".into(),
+            searched: "no adapter directory (none configured)".into(),
+            bundled: "openai, anthropic".into(),
+        }
+    );
+    let adapter = LuaAdapter::resolve("anthropic", None).unwrap();
+    assert_eq!(adapter.file(), "anthropic.lua");
+    // Its Debug names the file and the endpoint, and nothing of the Lua state.
+    assert_eq!(
+        format!("{adapter:?}"),
+        "LuaAdapter { file: \"anthropic.lua\", endpoint: \"/v1/messages\", .. }"
     );
 }
 

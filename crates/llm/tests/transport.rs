@@ -931,3 +931,115 @@ async fn a_redirect_is_not_followed_and_the_key_goes_nowhere_else() {
     );
     task.abort();
 }
+
+/// A server that answers every request with `status` and `pieces` as the
+/// body, one piece at a time with a pause between (so the client reads
+/// them as separate chunks).
+async fn piecewise_server(status: u16, pieces: Vec<String>) -> TinyServer {
+    let app = Router::new().fallback(move || {
+        let pieces = pieces.clone();
+        async move {
+            let stream = futures_util::stream::unfold(pieces.into_iter(), |mut rest| async move {
+                let piece = rest.next()?;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Some((Ok::<_, std::convert::Infallible>(piece), rest))
+            });
+            Response::builder()
+                .status(status)
+                .header("content-type", "application/json")
+                .body(axum::body::Body::from_stream(stream))
+                .unwrap()
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    });
+    TinyServer { url, task }
+}
+
+/// An error body is read past its first chunk, up to its cap (64 KiB): a
+/// provider's long error (a context-length complaint quoting the request,
+/// a validation error listing every field) still gives its message, not
+/// the raw start of its JSON.
+#[tokio::test]
+async fn a_long_error_body_in_pieces_still_gives_the_providers_message() {
+    let body = json!({"error": {
+        "message": "This model's maximum context length is 8192 tokens.",
+        "type": "invalid_request_error",
+        "param": "messages",
+        "code": "context_length_exceeded",
+        "detail": "x".repeat(20_000),
+    }})
+    .to_string();
+    let pieces: Vec<String> = body
+        .as_bytes()
+        .chunks(body.len() / 4 + 1)
+        .map(|piece| String::from_utf8(piece.to_vec()).unwrap())
+        .collect();
+    assert_eq!(pieces.len(), 4);
+    let server = piecewise_server(400, pieces).await;
+    let provider = provider(&server.url, Protocol::Openai, Options::default());
+    let error = provider
+        .complete(&chat("hi"), CancellationToken::new())
+        .await
+        .unwrap_err();
+    let ProviderError::Status {
+        status, message, ..
+    } = &error
+    else {
+        panic!("{error:?}");
+    };
+    assert_eq!(*status, 400);
+    assert_eq!(
+        message,
+        "HTTP 400: This model's maximum context length is 8192 tokens."
+    );
+}
+
+/// A whole response is read up to `max_body_bytes` and not a byte past
+/// it, and the default (64 MiB) takes an answer of a few megabytes.
+#[tokio::test]
+async fn a_whole_response_is_read_up_to_its_limit_and_no_further() {
+    let answer = |text: &str| {
+        json!({"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": "m",
+               "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                            "finish_reason": "stop"}]})
+        .to_string()
+    };
+    let body = answer("fits exactly");
+    let server = tiny_server(canned(200, &body)).await;
+    let limited = |max_body_bytes: usize| Options {
+        max_body_bytes,
+        ..Options::default()
+    };
+    let at_limit = provider(&server.url, Protocol::Openai, limited(body.len()));
+    assert_eq!(at_limit.options(), &limited(body.len()));
+    let events = at_limit
+        .complete(&chat("hi"), CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(assemble(events).text, "fits exactly");
+    let under = provider(&server.url, Protocol::Openai, limited(body.len() - 1));
+    let error = under
+        .complete(&chat("hi"), CancellationToken::new())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        ProviderError::Codec(homeagent_llm::CodecError::MalformedResponse {
+            protocol: "openai",
+            detail: format!("the response body exceeds {} bytes", body.len() - 1),
+        })
+        .to_string()
+    );
+
+    let long = "long answer. ".repeat(3 * 1024 * 1024 / 13);
+    let big = tiny_server(canned(200, &answer(&long))).await;
+    let events = provider(&big.url, Protocol::Openai, Options::default())
+        .complete(&chat("hi"), CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(assemble(events).text, long);
+}

@@ -326,14 +326,6 @@ impl LuaAdapter {
         self.budget.set_limit(limit);
     }
 
-    pub fn has_stream_chunk(&self) -> bool {
-        self.transform_stream_chunk.is_some()
-    }
-
-    pub fn has_response(&self) -> bool {
-        self.transform_response.is_some()
-    }
-
     /// `transform_request`: OpenAI-shaped request JSON in, provider JSON out.
     pub fn transform_request(&self, json: &str) -> Result<String, AdapterError> {
         self.call_string(&self.transform_request, "transform_request", json)
