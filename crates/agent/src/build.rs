@@ -247,6 +247,7 @@ pub fn build(
             allowlist: cmd.allowlist.clone(),
             allow_writes: cmd.allow_writes,
             timeout: cmd.timeout.as_duration(),
+            max_timeout: cmd.max_timeout.as_duration(),
             env: cmd.env.clone(),
             // The config file may hold the server's key and device tokens.
             private_paths: loaded

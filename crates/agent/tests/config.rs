@@ -324,7 +324,14 @@ fn a_misspelled_cmd_run_key_lists_the_cmd_run_keys() {
     assert!(message.contains("unknown field `alow_writes`"), "{message}");
     assert_lists(
         &message,
-        &["enabled", "allowlist", "allow_writes", "timeout", "env"],
+        &[
+            "enabled",
+            "allowlist",
+            "allow_writes",
+            "timeout",
+            "max_timeout",
+            "env",
+        ],
     );
     assert_eq!((line, column), (3, 3));
 }

@@ -307,3 +307,20 @@ async fn a_cmd_run_program_missing_from_the_child_path_is_a_notice() {
     assert_eq!(named.len(), 1, "{:?}", agent.notices);
     assert!(named[0].contains("`no-such-program-here`"), "{}", named[0]);
 }
+
+/// `tools.cmd_run.timeout` may be raised past the five-minute cap only by
+/// raising the cap, which is a key of its own; the refusal names both.
+#[tokio::test]
+async fn a_cmd_run_timeout_past_its_cap_names_the_key_that_raises_it() {
+    let error = built("[tools.cmd_run]\ntimeout = \"10m\"\n").unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "cannot set up cmd_run: tools.cmd_run.timeout (600s) is longer than \
+         tools.cmd_run.max_timeout (300s); raise max_timeout or lower timeout"
+    );
+    let agent = built_with(
+        "[tools.cmd_run]\ntimeout = \"10m\"\nmax_timeout = \"15m\"\n",
+        BuildOptions::default(),
+    );
+    assert!(agent.is_ok(), "{:?}", agent.err());
+}

@@ -206,6 +206,66 @@ fn variable_assignments_are_set_unless_dangerous() {
         "{refused:?}"
     );
     assert!(refused.to_string().contains("write guard"), "{refused}");
+    // Variables programs read as more options: the guards read the
+    // command line only (`GREP_OPTIONS=-r grep key ~` recursed into the
+    // private config on grep before 3.6; `TAR_OPTIONS` can make tar write).
+    for name in [
+        "GREP_OPTIONS",
+        "TAR_OPTIONS",
+        "GZIP",
+        "XZ_OPT",
+        "XZ_DEFAULTS",
+        "BZIP2",
+        "LESS",
+        "JAVA_TOOL_OPTIONS",
+        "NODE_OPTIONS",
+        "RUBYOPT",
+        "PERL5OPT",
+        "ANY_TOOL_OPTS",
+    ] {
+        assert_eq!(
+            refusal(&p, &format!("{name}=-r grep key .")),
+            CmdRefusal::BadEnvAssignment {
+                name: name.into(),
+                why: "adds options a program reads besides its command line, which the \
+                      guards do not see"
+            },
+            "{name}"
+        );
+    }
+    // Programs a program may start on its own.
+    for name in [
+        "PAGER",
+        "MANPAGER",
+        "GIT_PAGER",
+        "GIT_SSH_COMMAND",
+        "EDITOR",
+        "VISUAL",
+        "LESSOPEN",
+        "SSH_ASKPASS",
+        "RSYNC_RSH",
+        "PYTHONPATH",
+        "PERL5LIB",
+    ] {
+        assert_eq!(
+            refusal(&p, &format!("{name}=/tmp/x ls")),
+            CmdRefusal::BadEnvAssignment {
+                name: name.into(),
+                why: "changes which code a program loads or runs"
+            },
+            "{name}"
+        );
+    }
+    // Ordinary settings still pass.
+    for fine in [
+        "LC_ALL=C",
+        "LANG=C.UTF-8",
+        "TZ=UTC",
+        "COLUMNS=200",
+        "NO_COLOR=1",
+    ] {
+        assert!(check_command(&p, &format!("{fine} ls")).is_ok(), "{fine}");
+    }
     for name in ["BASH_ENV", "ENV", "_POSIX2_VERSION"] {
         assert!(matches!(
             refusal(&p, &format!("{name}=/tmp/x ls")),

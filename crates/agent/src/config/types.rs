@@ -271,6 +271,9 @@ pub struct CmdRunSection {
     pub allow_writes: bool,
     /// A program still running after this long is killed.
     pub timeout: HumanDuration,
+    /// The longest a call may ask for (its `timeout` argument is capped to
+    /// this), and the most `timeout` may be.
+    pub max_timeout: HumanDuration,
     /// Environment variables passed to programs besides PATH, HOME, LANG
     /// and TZ (names only; nothing else of HomeAgent's environment is
     /// passed).
@@ -284,6 +287,7 @@ impl Default for CmdRunSection {
             allowlist: Vec::new(),
             allow_writes: false,
             timeout: HumanDuration::seconds(30),
+            max_timeout: HumanDuration::seconds(300),
             env: Vec::new(),
         }
     }

@@ -252,7 +252,34 @@ pub fn dangerous_env_reason(name: &str) -> Option<&'static str> {
              reads the GNU way",
         );
     }
+    if adds_options(name) {
+        return Some(
+            "adds options a program reads besides its command line, which the guards do not see",
+        );
+    }
     loads_code(name).then_some("changes which code a program loads or runs")
+}
+
+/// Variables programs read as more options. The write guard and the
+/// private-path checks read the command line only: `GREP_OPTIONS=-r`
+/// made grep before 3.6 recurse past them, `TAR_OPTIONS` can make tar
+/// write. The suffixes catch the convention (`NODE_OPTIONS`, `XZ_OPT`,
+/// `JAVA_TOOL_OPTIONS`).
+fn adds_options(name: &str) -> bool {
+    const EXACT: &[&str] = &[
+        "GZIP",
+        "BZIP",
+        "BZIP2",
+        "XZ_DEFAULTS",
+        "LESS",
+        "RUBYOPT",
+        "PERL5OPT",
+        "ZIPOPT",
+        "UNZIP",
+        "ZIPINFO",
+    ];
+    const SUFFIXES: &[&str] = &["_OPTIONS", "_OPTS", "_OPT"];
+    EXACT.contains(&name) || SUFFIXES.iter().any(|s| name.ends_with(s))
 }
 
 fn loads_code(name: &str) -> bool {
@@ -269,8 +296,25 @@ fn loads_code(name: &str) -> bool {
         "HOSTALIASES",
         "RESOLV_HOST_CONF",
         "TMPDIR",
+        // Programs a program may start by itself.
+        "PAGER",
+        "MANPAGER",
+        "EDITOR",
+        "VISUAL",
+        "BROWSER",
+        "LESSOPEN",
+        "LESSCLOSE",
+        "SSH_ASKPASS",
+        "RSYNC_RSH",
+        // Code an interpreter loads first.
+        "PYTHONPATH",
+        "PYTHONSTARTUP",
+        "PYTHONHOME",
+        "PERL5LIB",
+        "PERLLIB",
+        "RUBYLIB",
     ];
-    const PREFIXES: &[&str] = &["LD_", "DYLD_", "MALLOC_"];
+    const PREFIXES: &[&str] = &["LD_", "DYLD_", "MALLOC_", "GIT_"];
     EXACT.contains(&name) || PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
@@ -335,7 +379,10 @@ pub enum PolicyError {
          set for every child already)"
     )]
     BadEnvName { name: String, why: &'static str },
-    #[error("tools.cmd_run.timeout ({timeout:?}) is longer than max_timeout ({max:?})")]
+    #[error(
+        "tools.cmd_run.timeout ({timeout:?}) is longer than tools.cmd_run.max_timeout ({max:?}); \
+         raise max_timeout or lower timeout"
+    )]
     TimeoutAboveMax { timeout: Duration, max: Duration },
     #[error("tools.cmd_run.{key} must be greater than zero")]
     Zero { key: &'static str },
