@@ -276,6 +276,24 @@ pub fn closest_names(name: &str, available: &[String], limit: usize) -> Vec<Stri
         .collect()
 }
 
+/// The entry of `known` that `word` is a slip of: at most two edits away
+/// (a letter wrong, missing, added, or two swapped), ignoring ASCII case;
+/// the nearest, the first of equals. For keys of a fixed set (a config
+/// table, a protocol's fields), where [`closest_names`]' similarity is too
+/// loose: it takes a `helper` for `headers`.
+pub fn slip_of<'a>(word: &str, known: &[&'a str]) -> Option<&'a str> {
+    let word = word.to_ascii_lowercase();
+    known
+        .iter()
+        .map(|candidate| {
+            let edits = strsim::damerau_levenshtein(&word, &candidate.to_ascii_lowercase());
+            (edits, *candidate)
+        })
+        .filter(|(edits, _)| *edits <= 2)
+        .min_by_key(|(edits, _)| *edits)
+        .map(|(_, candidate)| candidate)
+}
+
 /// Reads the tool map. A panic while the lock was held cannot leave the map
 /// half-updated (every write is a single insert or remove), so a poisoned
 /// lock is still safe to read.

@@ -236,3 +236,19 @@ fn a_childs_definitions_list_each_name_once_by_name_with_its_own_shadowing() {
         expected.map(|(n, d)| (n.to_owned(), d.to_owned())).to_vec()
     );
 }
+
+#[test]
+fn slip_of_finds_a_key_at_most_two_edits_away_ignoring_case() {
+    use homeagent_core::registry::slip_of;
+    let known = ["headers", "endpoint", "transform_response"];
+    assert_eq!(
+        slip_of("transfrom_response", &known),
+        Some("transform_response")
+    );
+    assert_eq!(slip_of("Endpoint", &known), Some("endpoint"));
+    assert_eq!(slip_of("hedrs", &known), Some("headers"));
+    // Three edits, and a word merely alike, are not slips.
+    assert_eq!(slip_of("hdrs", &known), None);
+    assert_eq!(slip_of("helper", &known), None);
+    assert_eq!(slip_of("", &known), None);
+}

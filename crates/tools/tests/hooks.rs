@@ -312,6 +312,75 @@ async fn a_pre_hook_printing_broken_json_denies() {
     assert!(outcome.success, "{}", outcome.text);
 }
 
+/// JSON that a hook printed is read strictly: a decision in another shape
+/// than the one read (the older `decision: block`, a top-level
+/// `permissionDecision`, a misspelled `hookSpecificOutput`, a decision
+/// that is not a string) was taken as no decision, and the call ran. Now
+/// the older `block` denies with its reason, and every other mistake
+/// denies naming the key, as broken JSON does.
+#[tokio::test]
+async fn a_pre_hooks_json_is_read_strictly_and_a_misplaced_decision_denies() {
+    let dir = Dir::new("strict-json");
+    let seen = Arc::new(Seen::default());
+    let denied = |printed: &str| {
+        let script = dir.script(
+            &format!("hook{}.sh", printed.len()),
+            &format!("cat > /dev/null\necho '{printed}'"),
+        );
+        let executor = executor(&seen, &[spec(script)], &[], Approval::Refused);
+        async move {
+            let outcome = run(&executor, "note", json!({"text": "x"})).await;
+            let error = outcome.error.expect("the call must be refused");
+            assert_eq!(error.reason, ErrorReason::Denied);
+            error.detail
+        }
+    };
+    assert_eq!(
+        denied(r#"{"decision":"block","reason":"not on weekends"}"#).await,
+        "not on weekends"
+    );
+    assert_eq!(
+        denied(r#"{"continue":false,"stopReason":"maintenance"}"#).await,
+        "maintenance"
+    );
+    for (printed, named) in [
+        (
+            r#"{"permissionDecision":"deny"}"#,
+            "`permissionDecision` (it belongs inside hookSpecificOutput)",
+        ),
+        (
+            r#"{"hookSpecificOuput":{"permissionDecision":"deny"}}"#,
+            "`hookSpecificOuput` (did you mean `hookSpecificOutput`?)",
+        ),
+        (
+            r#"{"hookSpecificOutput":{"permisionDecision":"deny"}}"#,
+            "`hookSpecificOutput.permisionDecision` (did you mean `permissionDecision`?)",
+        ),
+        (
+            r#"{"hookSpecificOutput":{"permissionDecision":1}}"#,
+            "permissionDecision 1",
+        ),
+        (r#"{"hookSpecificOutput":"deny"}"#, "`hookSpecificOutput`"),
+        (r#"{"decision":"deny"}"#, "decision \"deny\""),
+    ] {
+        let detail = denied(printed).await;
+        assert!(detail.contains(named), "{printed}: {detail}");
+    }
+    assert!(seen.0.lock().unwrap().is_empty(), "a call ran");
+    // What the protocol says besides a decision is fine.
+    let allowed = dir.script(
+        "allowed.sh",
+        r#"echo '{"continue":true,"suppressOutput":true,"systemMessage":"checked","decision":"approve","hookSpecificOutput":{"hookEventName":"PreToolUse","permissionDecision":"allow"}}'"#,
+    );
+    let outcome = run(
+        &executor(&seen, &[spec(allowed)], &[], Approval::Refused),
+        "note",
+        json!({"text": "ok"}),
+    )
+    .await;
+    assert!(outcome.success, "{}", outcome.text);
+}
+
 #[tokio::test]
 async fn updated_input_is_validated_again() {
     let dir = Dir::new("rewrite");
@@ -505,6 +574,44 @@ async fn a_stop_kills_a_running_hook_and_what_it_started() {
         assert!(
             process_gone(&pid).await,
             "post {post}: the stopped hook's child {pid} still runs"
+        );
+    }
+}
+
+/// The older `decision: "block"` of a post-hook flags the result as exit
+/// 2 does; a misspelled key in its JSON is named on the outcome.
+#[tokio::test]
+async fn a_post_hooks_block_flags_the_result_and_a_typo_is_named() {
+    let dir = Dir::new("post-json");
+    let seen = Arc::new(Seen::default());
+    for (printed, mark) in [
+        (
+            r#"{"decision":"block","reason":"secrets in the output"}"#,
+            "flagged the result: secrets in the output",
+        ),
+        (
+            r#"{"hookSpecificOutput":{"additionalContxt":"x"}}"#,
+            "printed JSON with an unknown key `hookSpecificOutput.additionalContxt` (did you \
+             mean `additionalContext`?)",
+        ),
+    ] {
+        let command = dir.script(
+            &format!("post{}.sh", printed.len()),
+            &format!("cat > /dev/null\necho '{printed}'"),
+        );
+        let outcome = run(
+            &executor(&seen, &[], &[spec(command)], Approval::Refused),
+            "note",
+            json!({"text": "x"}),
+        )
+        .await;
+        assert!(outcome.success, "{}", outcome.text);
+        assert_eq!(outcome.warnings.len(), 1, "{:?}", outcome.warnings);
+        assert!(
+            outcome.warnings[0]
+                .starts_with(&format!("post-tool hook post_tool_use[0] failed: {mark}")),
+            "{}",
+            outcome.warnings[0]
         );
     }
 }

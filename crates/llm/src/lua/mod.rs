@@ -510,26 +510,12 @@ fn unknown_key(file: &str, table: &Table) -> Result<(), AdapterError> {
     let Some(key) = unknown.into_iter().next() else {
         return Ok(());
     };
-    let closest = closest_table_key(&key);
+    let closest = homeagent_core::registry::slip_of(&key, TABLE_KEYS);
     Err(AdapterError::UnknownKey {
         file: file.to_owned(),
         key,
         closest,
     })
-}
-
-/// The known key `key` is a slip of: at most two edits away (a letter
-/// wrong, missing, added or two swapped), ignoring case. Stricter than the
-/// tool-name suggestions' similarity, which would take a `helper` for
-/// `headers`.
-fn closest_table_key(key: &str) -> Option<&'static str> {
-    let key = key.to_ascii_lowercase();
-    TABLE_KEYS
-        .iter()
-        .map(|known| (strsim::damerau_levenshtein(&key, known), *known))
-        .filter(|(edits, _)| *edits <= 2)
-        .min_by_key(|(edits, _)| *edits)
-        .map(|(_, known)| known)
 }
 
 /// A Lua value's type with its article, for messages: "a table", "an integer".

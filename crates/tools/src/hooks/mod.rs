@@ -15,15 +15,23 @@
 //! JSON whose `hookSpecificOutput.permissionDecision` is `deny` (refused with
 //! `permissionDecisionReason`) or `ask` (the approval policy decides);
 //! `hookSpecificOutput.updatedInput` replaces the arguments, which the
-//! kernel validates again. Output that starts with `{` but is not JSON
-//! refuses the call (it may be a deny with a typo). Exit 2 refuses the call with stderr as the reason
+//! kernel validates again. The older top-level `decision: "block"` (with
+//! `reason`) and `continue: false` (with `stopReason`) refuse it too.
+//! JSON is read strictly where a mistake could hide a deny, and refuses
+//! the call naming it: output that starts with `{` but is not JSON, a
+//! `hookSpecificOutput` key put at the top level or misspelled there, an
+//! unknown key inside `hookSpecificOutput`, a decision that is not one of
+//! the protocol's strings (the event's own keys, printed by a hook that
+//! passes its input through, are not a decision and are ignored). Exit 2
+//! refuses the call with stderr as the reason
 //! the model reads. Any other exit is a non-blocking error: the call runs,
 //! and its outcome carries a warning saying so (the model reads it too). A
 //! hook still running at its timeout is killed and the call is refused (the
 //! kernel's pre-hooks fail closed), the kill recorded in the refusal.
 //!
 //! After a call ([`CommandPostHook`]): exit 0 may add
-//! `hookSpecificOutput.additionalContext` for the model; exit 2 (and any
+//! `hookSpecificOutput.additionalContext` for the model; exit 2 or
+//! `decision: "block"` (and any
 //! failure, a kill at the timeout included) marks the outcome with a
 //! warning carrying the hook's message.
 //!

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use super::matcher::Matcher;
 use super::pre::extra;
-use super::process::{run_hook, specific_output};
+use super::process::{read_output, run_hook};
 use super::{CommandHookSpec, HookSpecError, SESSION_EXTRA};
 
 /// Runs a command after each matching call; see the module docs.
@@ -78,11 +78,21 @@ impl PostToolHook for CommandPostHook {
                     ));
                 }
             }
-            let context = specific_output(&run.stdout)?.and_then(|s| {
-                s.get("additionalContext")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned)
-            });
+            let Some(said) = read_output(&run.stdout)? else {
+                return Ok(None);
+            };
+            // The older form of exit 2: the result is flagged.
+            if let Some(reason) = said.blocked {
+                return Err(format!(
+                    "flagged the result: {}",
+                    reason.unwrap_or_else(|| "(no reason given)".to_owned())
+                ));
+            }
+            let context = said
+                .specific
+                .get("additionalContext")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
             Ok(context.map(|context| with_context(value, context)))
         })
     }

@@ -8,7 +8,7 @@ use homeagent_core::{CallInfo, PreDecision, PreToolHook};
 use serde_json::{Value, json};
 
 use super::matcher::Matcher;
-use super::process::{run_hook, specific_output};
+use super::process::{read_output, run_hook};
 use super::{CommandHookSpec, HookSpecError, SESSION_EXTRA};
 use crate::gate::{AGENT_EXTRA, Approval};
 
@@ -126,14 +126,28 @@ impl PreToolHook for CommandPreHook {
                     return Ok(PreDecision::Allow);
                 }
             }
-            let Some(specific) = specific_output(&run.stdout)? else {
+            let Some(said) = read_output(&run.stdout)? else {
                 return Ok(PreDecision::Allow);
             };
+            if let Some(reason) = said.blocked {
+                return Ok(PreDecision::Deny {
+                    reason: reason.unwrap_or_else(|| format!("hook {name} blocked the call")),
+                });
+            }
+            let specific = said.specific;
             let reason = specific
                 .get("permissionDecisionReason")
                 .and_then(Value::as_str)
                 .map(str::to_owned);
-            let decision = specific.get("permissionDecision").and_then(Value::as_str);
+            let decision = match specific.get("permissionDecision") {
+                None | Some(Value::Null) => None,
+                Some(Value::String(decision)) => Some(decision.as_str()),
+                Some(other) => {
+                    return Err(format!(
+                        "answered permissionDecision {other}; expected \"allow\", \"deny\" or \"ask\""
+                    ));
+                }
+            };
             match decision {
                 None | Some("allow") => {}
                 Some("deny") => {

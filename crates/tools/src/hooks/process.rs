@@ -89,26 +89,130 @@ pub(crate) async fn run_hook(
     }
 }
 
-/// `hookSpecificOutput` of a hook's stdout, when stdout is such JSON.
-/// Plain text is no output; text that starts like a JSON object but does
-/// not parse is an error, since it may be a decision (a deny) with a typo,
-/// and reading it as "nothing to say" would wave the call through.
-pub(crate) fn specific_output(
-    stdout: &str,
-) -> Result<Option<serde_json::Map<String, Value>>, String> {
+/// The keys a hook's JSON may hold at its top level, and inside
+/// `hookSpecificOutput`: the protocol's, whichever event. Inside
+/// `hookSpecificOutput` any other key is a mistake; at the top level only
+/// one that is a slip of these, or a `hookSpecificOutput` key put outside
+/// it: a hook that passes its input through (`tee -a log`) prints the
+/// event's own keys there, and that is not a decision.
+const TOP_LEVEL_KEYS: &[&str] = &[
+    "continue",
+    "stopReason",
+    "suppressOutput",
+    "systemMessage",
+    "decision",
+    "reason",
+    "hookSpecificOutput",
+];
+const SPECIFIC_KEYS: &[&str] = &[
+    "hookEventName",
+    "permissionDecision",
+    "permissionDecisionReason",
+    "updatedInput",
+    "additionalContext",
+];
+
+/// What a hook printed as JSON.
+#[derive(Debug, Default)]
+pub(crate) struct HookJson {
+    /// `hookSpecificOutput` (empty when absent).
+    pub(crate) specific: serde_json::Map<String, Value>,
+    /// The hook blocked by the protocol's top-level fields: `decision:
+    /// "block"` (the older form of a deny) or `continue: false`; the
+    /// reason it gave, if any.
+    pub(crate) blocked: Option<Option<String>>,
+}
+
+/// A hook's stdout read as the protocol's JSON. Plain text is no output.
+/// The rest is read strictly, since reading a mistake as "nothing to say"
+/// would wave the call through: text that starts like a JSON object but
+/// does not parse, a key in the wrong place or misspelled (see
+/// [`TOP_LEVEL_KEYS`]), a `hookSpecificOutput` that is not an object, or a
+/// `decision` other than `approve` or `block` is an error naming what was
+/// wrong.
+pub(crate) fn read_output(stdout: &str) -> Result<Option<HookJson>, String> {
     let trimmed = stdout.trim();
     if !trimmed.starts_with('{') {
         return Ok(None);
     }
-    match serde_json::from_str::<Value>(trimmed) {
-        Ok(Value::Object(mut map)) => Ok(match map.remove("hookSpecificOutput") {
-            Some(Value::Object(specific)) => Some(specific),
-            _ => None,
-        }),
-        Ok(_) => Ok(None),
-        Err(err) => Err(format!(
-            "printed output that starts with `{{` but is not valid JSON ({err}); print one \
-             JSON object, or plain text"
-        )),
+    let mut top = match serde_json::from_str::<Value>(trimmed) {
+        Ok(Value::Object(map)) => map,
+        Ok(_) => return Ok(None),
+        Err(err) => {
+            return Err(format!(
+                "printed output that starts with `{{` but is not valid JSON ({err}); print one \
+                 JSON object, or plain text"
+            ));
+        }
+    };
+    misplaced_key(&top)?;
+    let specific = match top.remove("hookSpecificOutput") {
+        None | Some(Value::Null) => serde_json::Map::new(),
+        Some(Value::Object(specific)) => specific,
+        Some(other) => {
+            return Err(format!(
+                "printed `hookSpecificOutput` as {other}; it must be a JSON object"
+            ));
+        }
+    };
+    known_keys(&specific, SPECIFIC_KEYS, "hookSpecificOutput.")?;
+    let text = |key: &str| top.get(key).and_then(Value::as_str).map(str::to_owned);
+    let blocked = match top.get("decision") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(decision)) if decision == "approve" => None,
+        Some(Value::String(decision)) if decision == "block" => Some(text("reason")),
+        Some(other) => {
+            return Err(format!(
+                "printed decision {other}; expected \"approve\" or \"block\" (or \
+                 hookSpecificOutput.permissionDecision)"
+            ));
+        }
+    };
+    let blocked = blocked
+        .or_else(|| (top.get("continue") == Some(&Value::Bool(false))).then(|| text("stopReason")));
+    Ok(Some(HookJson { specific, blocked }))
+}
+
+/// An error naming a top-level key that is a `hookSpecificOutput` key or
+/// a slip of a top-level one; other unknown keys are the event passed
+/// through.
+fn misplaced_key(top: &serde_json::Map<String, Value>) -> Result<(), String> {
+    match top.keys().find(|key| {
+        !TOP_LEVEL_KEYS.contains(&key.as_str())
+            && (SPECIFIC_KEYS.contains(&key.as_str())
+                || homeagent_core::registry::slip_of(key, TOP_LEVEL_KEYS).is_some())
+    }) {
+        Some(key) => Err(unknown_key(key, TOP_LEVEL_KEYS, "")),
+        None => Ok(()),
     }
+}
+
+/// An error naming the first key of `map` not in `known`.
+fn known_keys(
+    map: &serde_json::Map<String, Value>,
+    known: &[&str],
+    prefix: &str,
+) -> Result<(), String> {
+    match map.keys().find(|key| !known.contains(&key.as_str())) {
+        Some(key) => Err(unknown_key(key, known, prefix)),
+        None => Ok(()),
+    }
+}
+
+/// `unknown` named as a mistake, with where it belongs or the known key
+/// it is a slip of.
+fn unknown_key(unknown: &str, known: &[&str], prefix: &str) -> String {
+    let closest = if prefix.is_empty() && SPECIFIC_KEYS.contains(&unknown) {
+        " (it belongs inside hookSpecificOutput)".to_owned()
+    } else {
+        homeagent_core::registry::slip_of(unknown, known)
+            .map(|candidate| format!(" (did you mean `{candidate}`?)"))
+            .unwrap_or_default()
+    };
+    format!(
+        "printed JSON with an unknown key `{prefix}{unknown}`{closest}; the keys it may print \
+         are {}, and inside hookSpecificOutput {}",
+        TOP_LEVEL_KEYS.join(", "),
+        SPECIFIC_KEYS.join(", ")
+    )
 }
