@@ -616,6 +616,55 @@ async fn a_post_hooks_block_flags_the_result_and_a_typo_is_named() {
     }
 }
 
+/// What a hook prints is kept only up to a bound: a hook that echoes a
+/// large result to stderr, or runs away printing, must not bring all of it
+/// into memory, the refusal, the warning and what the model reads.
+#[tokio::test]
+async fn a_hooks_output_is_bounded() {
+    let dir = Dir::new("bounded");
+    let seen = Arc::new(Seen::default());
+    let loud_deny = dir.script(
+        "loud.sh",
+        "cat > /dev/null\nhead -c 3000000 /dev/zero | tr '\\0' 'e' >&2\nexit 2\n",
+    );
+    let outcome = run(
+        &executor(&seen, &[spec(loud_deny)], &[], Approval::Refused),
+        "note",
+        json!({"text": "x"}),
+    )
+    .await;
+    let error = outcome.error.expect("refused");
+    assert_eq!(error.reason, ErrorReason::Denied);
+    assert_eq!(
+        error.detail,
+        format!(
+            "{}…",
+            "e".repeat(homeagent_tools::hooks::MAX_HOOK_STDERR_BYTES)
+        )
+    );
+    let flood = dir.script(
+        "flood.sh",
+        "cat > /dev/null\nhead -c 3000000 /dev/zero | tr '\\0' '{'\n",
+    );
+    let outcome = run(
+        &executor(&seen, &[spec(flood)], &[], Approval::Refused),
+        "note",
+        json!({"text": "y"}),
+    )
+    .await;
+    let error = outcome.error.expect("refused");
+    assert_eq!(
+        error.detail,
+        format!(
+            "pre-tool hook pre_tool_use[0] failed: printed more than {} bytes on stdout; a \
+             hook prints one JSON object or a line of text; the call was not run (hooks fail \
+             closed)",
+            homeagent_tools::hooks::MAX_HOOK_STDOUT_BYTES
+        )
+    );
+    assert!(seen.0.lock().unwrap().is_empty());
+}
+
 #[tokio::test]
 async fn a_post_hook_sees_a_failed_call_and_its_exit_2_marks_the_outcome() {
     let dir = Dir::new("post");

@@ -35,6 +35,11 @@
 //! failure, a kill at the timeout included) marks the outcome with a
 //! warning carrying the hook's message.
 //!
+//! What a hook prints is bounded: stdout to [`MAX_HOOK_STDOUT_BYTES`]
+//! (more refuses the call), stderr to [`MAX_HOOK_STDERR_BYTES`] (cut,
+//! marked `…`), the rest read and dropped so the hook never blocks on a
+//! full pipe.
+//!
 //! Matchers are regular expressions on the whole tool name ([`Matcher`]).
 //!
 //! The hooks implement the kernel's [`PreToolHook`]
@@ -56,6 +61,7 @@ use homeagent_core::{PostToolHook, PreToolHook};
 pub use matcher::Matcher;
 pub use post::CommandPostHook;
 pub use pre::CommandPreHook;
+pub use process::{MAX_HOOK_STDERR_BYTES, MAX_HOOK_STDOUT_BYTES};
 
 use crate::gate::Approval;
 

@@ -7,9 +7,16 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::Value;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::process_group::ProcessGroup;
+
+/// The most of a hook's stdout kept: one JSON object or a line of text,
+/// with room for a rewritten input. A hook that prints more is refused.
+pub const MAX_HOOK_STDOUT_BYTES: usize = 1024 * 1024;
+/// The most of a hook's stderr kept: it becomes a refusal's reason or a
+/// warning, which the model reads; the rest is cut, marked with `…`.
+pub const MAX_HOOK_STDERR_BYTES: usize = 4 * 1024;
 
 /// What a finished hook said.
 pub(crate) struct HookRun {
@@ -68,16 +75,34 @@ pub(crate) async fn run_hook(
             // Dropped here: the hook sees the end of its input.
         }
     };
+    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
     let work = async move {
-        let ((), output) = tokio::join!(write_input, child.wait_with_output());
-        output
+        let ((), stdout, stderr, status) = tokio::join!(
+            write_input,
+            read_capped(stdout, MAX_HOOK_STDOUT_BYTES),
+            read_capped(stderr, MAX_HOOK_STDERR_BYTES),
+            child.wait()
+        );
+        Ok::<_, std::io::Error>((status?, stdout?, stderr?))
     };
     match tokio::time::timeout(timeout, work).await {
-        Ok(Ok(output)) => Ok(HookRun {
-            code: output.status.code(),
-            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-        }),
+        Ok(Ok((status, (stdout, stdout_cut), (stderr, stderr_cut)))) => {
+            if stdout_cut {
+                return Err(format!(
+                    "printed more than {MAX_HOOK_STDOUT_BYTES} bytes on stdout; a hook prints \
+                     one JSON object or a line of text"
+                ));
+            }
+            let mut stderr = String::from_utf8_lossy(&stderr).into_owned();
+            if stderr_cut {
+                stderr.push('…');
+            }
+            Ok(HookRun {
+                code: status.code(),
+                stdout: String::from_utf8_lossy(&stdout).into_owned(),
+                stderr,
+            })
+        }
         Ok(Err(e)) => Err(format!("could not run `sh -c {command}`: {e}")),
         Err(_) => {
             // `_group` kills what the shell started when this returns.
@@ -86,6 +111,30 @@ pub(crate) async fn run_hook(
                 timeout.as_millis()
             ))
         }
+    }
+}
+
+/// Reads `pipe` to its end, keeping its first `cap` bytes (whether more
+/// came is the flag): the rest is read and dropped, so a hook that prints
+/// on is not blocked on a full pipe until its timeout.
+async fn read_capped(
+    pipe: Option<impl tokio::io::AsyncRead + Unpin>,
+    cap: usize,
+) -> std::io::Result<(Vec<u8>, bool)> {
+    let mut kept = Vec::new();
+    let mut cut = false;
+    let Some(mut pipe) = pipe else {
+        return Ok((kept, cut));
+    };
+    let mut buffer = [0u8; 8192];
+    loop {
+        let read = pipe.read(&mut buffer).await?;
+        if read == 0 {
+            return Ok((kept, cut));
+        }
+        let room = cap.saturating_sub(kept.len());
+        kept.extend_from_slice(&buffer[..read.min(room)]);
+        cut |= read > room;
     }
 }
 
