@@ -274,9 +274,9 @@ pub fn build(
     }
     let files_root = loaded.files_root();
     let data_dir = &loaded.paths.data_dir;
-    if std::fs::canonicalize(&files_root).ok() == std::fs::canonicalize(data_dir).ok()
-        && data_dir.exists()
-    {
+    // Where each will be once made: on a first run neither exists yet.
+    let planned = homeagent_tools::files::resolved_as_far_as_it_exists;
+    if planned(&files_root) == planned(data_dir) {
         return Err(BuildError::FilesRootIsDataDir { root: files_root });
     }
     // The config holds keys and the hook commands, the data directory the

@@ -324,3 +324,30 @@ async fn a_cmd_run_timeout_past_its_cap_names_the_key_that_raises_it() {
     );
     assert!(agent.is_ok(), "{:?}", agent.err());
 }
+
+/// `tools.files.root` set to the data directory is refused on a first
+/// run too, when neither exists yet (the data directory named through a
+/// symlink here): the root would be made, and the store inside it.
+#[tokio::test]
+async fn a_files_root_that_is_the_data_directory_is_refused_on_a_first_run() {
+    let dir = TempDir::new("root-is-data");
+    let config = dir.path().join("homeagent.toml");
+    let data = dir.path().join("state");
+    std::fs::write(
+        &config,
+        format!("[tools.files]\nroot = \"{}\"\n", data.display()),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(dir.path(), dir.path().join("here")).unwrap();
+    let env = |_: &str| None;
+    let paths =
+        ConfigPaths::resolve(Some(config), Some(dir.path().join("here/state")), &env).unwrap();
+    let loaded = Config::load(&paths, &env).unwrap();
+    let built = build(&loaded, &env, BuildOptions::default());
+    assert!(
+        matches!(&built, Err(BuildError::FilesRootIsDataDir { .. })),
+        "{:?}",
+        built.err()
+    );
+    assert!(!data.join("homeagent.db").exists());
+}

@@ -1110,3 +1110,38 @@ async fn the_agents_own_config_and_data_are_private_inside_the_root() {
     let read = registry.invoke("files_read", ctx).await.unwrap();
     assert_eq!(read["content"], "own");
 }
+
+/// On a first run the data directory does not exist yet when the files
+/// tools are set up, and it may be named through a symlink (or, on the
+/// command line, relative to the working directory). It is still private
+/// once it is made: its path is resolved as far as it exists, and the rest
+/// added, instead of being kept as written and missed.
+#[tokio::test]
+async fn a_data_directory_made_after_the_tools_is_still_private() {
+    let tmp = TempDir::new("private-later");
+    let root = tmp.path().join("home");
+    std::fs::create_dir_all(&root).unwrap();
+    // The data directory as the person named it: through a link to the
+    // root, and not there yet.
+    let link = tmp.path().join("linked-home");
+    symlink(&root, &link).unwrap();
+    let data = link.join("state/homeagent");
+    let registry = Registry::new();
+    let mut policy = FilesPolicy::new(&root);
+    policy.private = vec![data.clone()];
+    register_files_tools(&registry, policy).unwrap();
+    // The store is created afterwards, as `build` does.
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("homeagent.db"), "store").unwrap();
+    let ctx = ToolContext {
+        call_id: "c1".into(),
+        tool: "files_read".into(),
+        arguments: json!({"path": "state/homeagent/homeagent.db"}),
+        batch_id: "b1".into(),
+        extras: serde_json::Map::new().into(),
+        cancel: Default::default(),
+    };
+    let refused = registry.invoke("files_read", ctx).await.unwrap_err();
+    assert_eq!(refused.reason, ErrorReason::Denied, "{refused:?}");
+    assert!(refused.detail.contains("HomeAgent's own"), "{refused:?}");
+}

@@ -27,7 +27,9 @@ use std::sync::Arc;
 use homeagent_core::{ErrorReason, Registry, RegistryError, ToolError};
 use serde_json::Value;
 
-pub use root::{Access, Expect, OpenRefusal, PathRefusal, Root, descriptor_path};
+pub use root::{
+    Access, Expect, OpenRefusal, PathRefusal, Root, descriptor_path, resolved_as_far_as_it_exists,
+};
 
 /// Default cap on the bytes one `files_read` call returns.
 pub const DEFAULT_MAX_READ_BYTES: u64 = 256 * 1024;

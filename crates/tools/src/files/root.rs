@@ -118,6 +118,32 @@ pub struct Root {
     private: Vec<PathBuf>,
 }
 
+/// `path` made absolute, with its longest existing start resolved
+/// (symlinks, `..`) and the rest, which does not exist yet, added as
+/// written: where the path will be once it is made.
+pub fn resolved_as_far_as_it_exists(path: &Path) -> PathBuf {
+    let absolute = match std::env::current_dir() {
+        Ok(here) if path.is_relative() => here.join(path),
+        _ => path.to_path_buf(),
+    };
+    let mut missing = Vec::new();
+    let mut existing = absolute.as_path();
+    loop {
+        if let Ok(mut resolved) = std::fs::canonicalize(existing) {
+            resolved.extend(missing.iter().rev());
+            return resolved;
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                missing.push(name);
+                existing = parent;
+            }
+            // A `..` not yet resolvable, or the very top: as written.
+            _ => return absolute,
+        }
+    }
+}
+
 impl Root {
     /// Opens (and creates, when missing) the root directory.
     pub fn open(configured: impl Into<PathBuf>) -> io::Result<Self> {
@@ -143,10 +169,12 @@ impl Root {
     /// the config holds keys and the hook commands, which run unasked.
     /// A path outside the root, or one that holds the root (the default
     /// root is inside the data directory), needs nothing: nothing there
-    /// can be reached. One that does not exist yet is kept as written.
+    /// can be reached. One that does not exist yet (the data directory on a
+    /// first run) is resolved as far as it exists, the rest added, so it is
+    /// private once it is made.
     pub fn with_private(mut self, paths: impl IntoIterator<Item = PathBuf>) -> Self {
         for path in paths {
-            let path = std::fs::canonicalize(&path).unwrap_or(path);
+            let path = resolved_as_far_as_it_exists(&path);
             if path.starts_with(&self.canonical) && path != self.canonical {
                 self.private.push(path);
             }
