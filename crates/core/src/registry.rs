@@ -82,6 +82,15 @@ pub trait ToolSource: Send + Sync + 'static {
     /// Runs a tool. A source that does not have the tool answers with an
     /// error whose reason is [`ErrorReason::NotFound`].
     fn invoke(&self, name: &str, ctx: ToolContext) -> ToolFuture;
+    /// Whether `agent` may use `tool` at all, by name: a gated source asks
+    /// its gate; a source without one lets every agent see every tool.
+    /// For a question asked on someone else's behalf (may the author of a
+    /// sequence use what it wrote in?); a call is still decided by
+    /// [`invoke`](Self::invoke).
+    fn visible_to(&self, agent: &str, tool: &str) -> bool {
+        let _ = (agent, tool);
+        true
+    }
 }
 
 /// Why a tool could not be registered.

@@ -40,9 +40,10 @@ pub fn create_sequence(
     Ok(warnings)
 }
 
-/// A sequence's outline: its groups with inputs, outputs and tool counts.
+/// A sequence's outline: its groups with inputs, outputs and tool counts,
+/// and the agent that wrote it, if one did.
 pub fn summary(seq: &Sequence) -> Value {
-    json!({
+    let mut summary = json!({
         "name": seq.name,
         "description": seq.description,
         "groups": seq.groups.iter().map(|g| json!({
@@ -51,7 +52,12 @@ pub fn summary(seq: &Sequence) -> Value {
             "out": g.outputs.keys().collect::<Vec<_>>(),
             "tools": g.tools.len(),
         })).collect::<Vec<_>>(),
-    })
+    });
+    // Whose grants bound it; a person's sequences carry no author.
+    if let Some(author) = &seq.author {
+        summary["author"] = Value::String(author.clone());
+    }
+    summary
 }
 
 /// The outline as text lines (the CLI's `seq list`).

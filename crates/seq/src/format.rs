@@ -143,6 +143,7 @@ pub fn parse_sequence_value(value: &Value) -> Result<Sequence, FormatError> {
         name,
         description,
         groups,
+        author: None,
     })
 }
 

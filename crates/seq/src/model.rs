@@ -19,6 +19,13 @@ pub struct Sequence {
     #[serde(default)]
     pub description: String,
     pub groups: Vec<Group>,
+    /// The agent whose model wrote it (`seq_create`); `None` for a person's
+    /// (`homeagent seq`, the HTTP API). Never read from what is written:
+    /// the authoring format has no such field. A sequence runs only the
+    /// tools its author may use, and only its author replaces or deletes
+    /// it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub author: Option<String>,
 }
 
 /// A set of tool calls that run together (concurrently when allowed) and
@@ -217,6 +224,10 @@ impl Sequence {
     /// edited and given back to `seq create`.
     pub fn to_author_value(&self) -> Value {
         let mut value = serde_json::to_value(self).unwrap_or(Value::Null);
+        // Who wrote it is the store's record, not part of what one writes.
+        if let Some(map) = value.as_object_mut() {
+            map.remove("author");
+        }
         let groups = value.get_mut("groups").and_then(Value::as_array_mut);
         for (group, written) in groups.into_iter().flatten().zip(&self.groups) {
             let steps: Vec<String> = written

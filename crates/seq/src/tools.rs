@@ -36,7 +36,7 @@ use crate::create::{CreateError, create_sequence, summary};
 use crate::engine::{CURRENT_EXTRA, Caller, Engine, STACK_EXTRA, SeqBackend};
 use crate::format::{FormatError, parse_sequence, parse_sequence_value};
 use crate::report::skipped_value;
-use crate::store::SeqStore;
+use crate::store::{SeqStore, StoreError};
 
 pub const SEQ_CREATE: &str = "seq_create";
 pub const SEQ_LIST: &str = "seq_list";
@@ -134,7 +134,10 @@ pub fn register_seq_tools(
         )),
         move |ctx: ToolContext| {
             let s = s.clone();
-            async move { s.create(&ctx.arguments).await }
+            async move {
+                let author = caller_of(&ctx)?.agent;
+                s.create(&ctx.arguments, &author).await
+            }
         },
     )?;
 
@@ -160,6 +163,7 @@ pub fn register_seq_tools(
             let s = s.clone();
             async move {
                 let name = string_arg(&ctx.arguments, "name")?;
+                s.may_replace(&name, &caller_of(&ctx)?.agent)?;
                 s.store.delete(&name).map_err(store_error)?;
                 Ok(json!({"deleted": name}))
             }
@@ -247,7 +251,36 @@ impl Shared {
         Ok(Engine::new(backend.clone(), Arc::clone(&self.store)))
     }
 
-    async fn create(&self, arguments: &Value) -> Result<Value, ToolError> {
+    /// Refuses `author` replacing or deleting a sequence another agent, or
+    /// a person, wrote: it would run later with their grants.
+    fn may_replace(&self, name: &str, author: &str) -> Result<(), ToolError> {
+        let existing = match self.store.load(name) {
+            Ok(existing) => existing,
+            // Nothing there, or a damaged file nobody can run: no owner
+            // to protect.
+            Err(StoreError::NotFound { .. } | StoreError::Corrupt { .. }) => return Ok(()),
+            Err(other) => return Err(store_error(other)),
+        };
+        if existing.author.as_deref() == Some(author) {
+            return Ok(());
+        }
+        let writer = match &existing.author {
+            Some(agent) => format!("agent `{agent}`"),
+            None => "a person".to_owned(),
+        };
+        Err(ToolError::new(
+            ErrorReason::Denied,
+            format!(
+                "sequence `{name}` was written by {writer}; only {} may replace or delete it",
+                match &existing.author {
+                    Some(_) => "that agent (or a person, through `homeagent seq` or the HTTP API)",
+                    None => "a person, through `homeagent seq` or the HTTP API,",
+                }
+            ),
+        ))
+    }
+
+    async fn create(&self, arguments: &Value, author: &str) -> Result<Value, ToolError> {
         let name = string_arg(arguments, "name")?;
         let description = arguments.get("description").and_then(Value::as_str);
         let groups = arguments.get("groups");
@@ -302,6 +335,25 @@ impl Shared {
             .backend
             .get()
             .map(|b| b.source().as_ref() as &dyn ToolSource);
+        // Whoever runs it later runs it with their grants: its author may
+        // put in only what it may use itself.
+        if let Some(source) = tools {
+            let steps = seq.groups.iter().flat_map(|group| &group.tools);
+            if let Some(step) = steps
+                .into_iter()
+                .find(|step| !source.visible_to(author, &step.tool))
+            {
+                return Err(ToolError::new(
+                    ErrorReason::Denied,
+                    format!(
+                        "agent `{author}` may not use the tool `{}`, so it cannot put it in a sequence",
+                        step.tool
+                    ),
+                ));
+            }
+        }
+        self.may_replace(&seq.name, author)?;
+        seq.author = Some(author.to_owned());
         let warnings = create_sequence(&self.store, &seq, tools).map_err(|e| match e {
             CreateError::Store(e) => store_error(e),
             other => invalid(other.to_string()),

@@ -402,6 +402,97 @@ async fn a_sequence_cannot_run_a_tool_its_caller_may_not_use() {
     assert_eq!(h.demo.notes(), ["hello"]);
 }
 
+/// A sequence never lends its runner's grants to its author: an agent
+/// cannot write into a sequence a tool it may not use (another agent, or
+/// a person, would later run it with theirs), nor replace or delete a
+/// sequence another agent wrote; a sequence whose author may no longer use
+/// a tool does not run it, whoever runs the sequence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sequence_never_runs_a_tool_its_author_may_not_use() {
+    let h = harness();
+    let note = "{\"tool\":\"demo_note\",\"args\":{\"text\":\"planted\"}} ;";
+    let created = h
+        .call(LIMITED, "seq_create", one_group("nightly", note))
+        .await;
+    assert!(!created.success, "{}", created.text);
+    let error = created.error.unwrap();
+    assert_eq!(error.reason, ErrorReason::Denied);
+    assert_eq!(
+        error.detail,
+        "agent `limited` may not use the tool `demo_note`, so it cannot put it in a sequence"
+    );
+    assert!(h.store.load("nightly").is_err(), "nothing was saved");
+
+    // main's own sequence: the limited agent can neither replace nor delete it.
+    assert!(
+        h.call("main", "seq_create", one_group("nightly", note))
+            .await
+            .success
+    );
+    let echo = "{\"tool\":\"demo_echo\",\"args\":{\"text\":\"x\"}} ;";
+    for (tool, args) in [
+        ("seq_create", one_group("nightly", echo)),
+        ("seq_delete", json!({"name": "nightly"})),
+    ] {
+        let refused = h.call(LIMITED, tool, args).await;
+        let error = refused
+            .error
+            .unwrap_or_else(|| panic!("{tool}: {}", refused.text));
+        assert_eq!(error.reason, ErrorReason::Denied, "{tool}");
+        assert_eq!(
+            error.detail,
+            "sequence `nightly` was written by agent `main`; only that agent (or a person, \
+             through `homeagent seq` or the HTTP API) may replace or delete it",
+            "{tool}"
+        );
+    }
+    assert_eq!(
+        h.store.load("nightly").unwrap().author.as_deref(),
+        Some("main")
+    );
+    let listed = h.call(LIMITED, "seq_list", json!({})).await;
+    assert_eq!(
+        listed.value["sequences"][0]["author"], "main",
+        "{}",
+        listed.text
+    );
+
+    // A sequence the limited agent wrote (with what it may use) runs its
+    // tools, but never one its author may not use, even run by main: a
+    // planted file (or a grant taken away since) changes nothing.
+    assert!(
+        h.call(LIMITED, "seq_create", one_group("mine", echo))
+            .await
+            .success
+    );
+    let mut planted = h.store.load("mine").unwrap();
+    planted.groups = homeagent_seq::parse_sequence_value(&one_group("mine", note))
+        .unwrap()
+        .groups;
+    h.store.save(&planted).unwrap();
+    let run = h.call("main", "seq_run", json!({"name": "mine"})).await;
+    assert!(!run.success, "{}", run.text);
+    assert!(
+        run.text.contains(
+            "sequence `mine` was written by agent `limited`, which may not use the tool `demo_note`"
+        ),
+        "{}",
+        run.text
+    );
+    assert!(h.demo.notes().is_empty(), "demo_note never ran");
+    // Its own may be replaced and deleted by it.
+    assert!(
+        h.call(LIMITED, "seq_create", one_group("mine", echo))
+            .await
+            .success
+    );
+    assert!(
+        h.call(LIMITED, "seq_delete", json!({"name": "mine"}))
+            .await
+            .success
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn long_slots_are_shown_cut_with_an_explicit_marker() {
     let h = harness();

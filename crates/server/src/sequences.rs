@@ -56,10 +56,8 @@ pub async fn list(State(state): State<ServerState>) -> Response {
 
 pub async fn get(State(state): State<ServerState>, ApiPath(name): ApiPath<String>) -> Response {
     match store(&state).load(&name) {
-        Ok(seq) => match serde_json::to_value(&seq) {
-            Ok(value) => json_ok(&value),
-            Err(e) => ApiError::internal(e.to_string()).into_response(),
-        },
+        // The authoring form: what a POST takes back.
+        Ok(seq) => json_ok(&seq.to_author_value()),
         Err(e) => store_error(e).into_response(),
     }
 }

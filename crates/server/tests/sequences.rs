@@ -41,6 +41,18 @@ async fn sequences_are_created_listed_read_and_deleted() {
     let read = body_json(server.get("/api/v1/sequences/pair").send().await.unwrap()).await;
     assert_eq!(read["name"], "pair");
     assert_eq!(read["groups"][0]["name"], "both");
+    // What a GET gives is what a POST takes: read, edited, sent back.
+    assert!(read["groups"][0]["tools"].is_string(), "{read}");
+    let mut edited = read.clone();
+    edited["description"] = json!("two echoes, edited");
+    let replaced = server
+        .post_json("/api/v1/sequences", &edited)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(replaced.status(), 201, "{}", replaced.text().await.unwrap());
+    let again = body_json(server.get("/api/v1/sequences/pair").send().await.unwrap()).await;
+    assert_eq!(again, edited);
 
     // A typo is refused with the field named; nothing is stored.
     let mut typo = seq.clone();

@@ -251,6 +251,10 @@ impl ToolSource for GatedSource {
         self.inner.definitions()
     }
 
+    fn visible_to(&self, agent: &str, tool: &str) -> bool {
+        self.gate.visible(agent, tool)
+    }
+
     fn invoke(&self, name: &str, ctx: ToolContext) -> ToolFuture {
         let agent = ctx
             .extras

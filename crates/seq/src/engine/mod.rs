@@ -100,7 +100,7 @@ impl Engine {
             for (k, v) in &slots {
                 group_args.insert(k.clone(), v.clone());
             }
-            let report = self.run_group(&seq.name, group, &group_args, &caller).await;
+            let report = self.run_group(seq, group, &group_args, &caller).await;
             merge_slots(&mut slots, group, &report.slots);
             if report.status == GroupStatus::Failed {
                 if group.on_error == OnError::Continue {
@@ -144,7 +144,7 @@ impl Engine {
             return report;
         };
         match caller.enter(format!("#{}/{}", seq.name, group.name)) {
-            Ok(caller) => self.run_group(&seq.name, group, &args, &caller).await,
+            Ok(caller) => self.run_group(seq, group, &args, &caller).await,
             Err(error) => {
                 let mut report = GroupReport::new(group_name, GroupStatus::Failed);
                 report.error = Some(error);
@@ -155,7 +155,7 @@ impl Engine {
 
     async fn run_group(
         &self,
-        sequence: &str,
+        seq: &Sequence,
         group: &Group,
         args: &Map<String, Value>,
         caller: &Caller,
@@ -237,12 +237,16 @@ impl Engine {
             STACK_EXTRA.into(),
             Value::Array(caller.stack.iter().cloned().map(Value::String).collect()),
         );
-        extras.insert(CURRENT_EXTRA.into(), Value::String(sequence.to_owned()));
+        extras.insert(CURRENT_EXTRA.into(), Value::String(seq.name.clone()));
         let token = caller.cancel.child_token();
         let ctx = CallCtx {
             api: &self.backend.api,
             source: self.backend.source.as_ref(),
             agent: &caller.agent,
+            written_by: seq
+                .author
+                .as_deref()
+                .map(|author| (seq.name.as_str(), author)),
             extras: &extras,
             token: &token,
             group,
@@ -334,6 +338,9 @@ struct CallCtx<'a> {
     /// For a second look when a call answers "not found".
     source: &'a dyn ToolSource,
     agent: &'a str,
+    /// The sequence and the agent that wrote it, when an agent did: its
+    /// steps run only tools that agent may use, whoever runs them.
+    written_by: Option<(&'a str, &'a str)>,
     extras: &'a Map<String, Value>,
     token: &'a CancellationToken,
     group: &'a Group,
@@ -359,6 +366,17 @@ impl CallCtx<'_> {
                 return report;
             }
         };
+        if let Some((sequence, author)) = self.written_by
+            && !self.source.visible_to(author, &step.tool)
+        {
+            report.reason = Some(ErrorReason::Denied);
+            report.error = Some(format!(
+                "sequence `{sequence}` was written by agent `{author}`, which may not use the \
+                 tool `{}`; a sequence runs only what its author may",
+                step.tool
+            ));
+            return report;
+        }
         loop {
             report.attempts += 1;
             let outcome = self
