@@ -433,6 +433,9 @@ fn check_target(
                 report
                     .errors
                     .push(bad("target \"#\" names no sequence; write \"#Name\"".into()));
+            } else if let Err(error) = crate::store::check_name(&target[1..]) {
+                // No sequence can ever have that name: every run would fail.
+                report.errors.push(bad(format!("target \"{target}\": {error}")));
             }
         }
         Some(Value::String(target)) => {

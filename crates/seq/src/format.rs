@@ -160,6 +160,15 @@ fn parse_group(value: &Value, number: usize) -> Result<Group, FormatError> {
     if name.trim().is_empty() {
         return Err(bad_value(&at, "name", "must not be blank"));
     }
+    // `seq_call` reads a target starting with `#` as a sequence: a group
+    // so named could never be called, and its caller would run a sequence.
+    if name.starts_with('#') {
+        return Err(bad_value(
+            &at,
+            "name",
+            "must not start with `#`, which marks a sequence in a seq_call target",
+        ));
+    }
     at = format!("group #{number} \"{name}\"");
     check_fields(map, GROUP_FIELDS, &at)?;
     let description = optional_string(map, "description", &at)?.unwrap_or_default();

@@ -306,6 +306,11 @@ pub(crate) fn find_cycle(
     None
 }
 
+/// Flushes a directory's entries to disk.
+fn sync_directory(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
 fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
     let io = |action, path: &Path| {
         let path = path.to_owned();
@@ -315,7 +320,14 @@ fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), StoreEr
             source,
         }
     };
-    std::fs::create_dir_all(dir).map_err(io("create", dir))?;
+    if !dir.is_dir() {
+        std::fs::create_dir_all(dir).map_err(io("create", dir))?;
+        // The new directory's own entry, so a crash cannot lose it with
+        // the file saved in it.
+        if let Some(parent) = dir.parent() {
+            sync_directory(parent).map_err(io("sync", parent))?;
+        }
+    }
     let file_name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -331,10 +343,9 @@ fn write_atomically(dir: &Path, path: &Path, bytes: &[u8]) -> Result<(), StoreEr
         file.sync_all().map_err(io("sync", &tmp))?;
         drop(file);
         std::fs::rename(&tmp, path).map_err(io("rename into place", path))?;
-        // The rename is durable only once the directory entry is.
-        if let Ok(d) = std::fs::File::open(dir) {
-            let _ = d.sync_all();
-        }
+        // The rename is durable only once the directory entry is: a save
+        // that returns Ok survives a crash.
+        sync_directory(dir).map_err(io("sync", dir))?;
         Ok(())
     })();
     if result.is_err() {

@@ -31,6 +31,15 @@ pub enum SubstError {
     /// A field or index after the key that is not there.
     #[error("$args.{reference}: {detail}")]
     BadPath { reference: String, detail: String },
+    /// A null written into a longer text: it would read `null` (`ping
+    /// null`). A null given whole (the text is only the reference) stays
+    /// a JSON null.
+    #[error(
+        "$args.{reference} is null and cannot be written into the text {text:?}: give it a \
+         value (a run argument, a tool's result, or a `fallback` for the call that left it \
+         null)"
+    )]
+    NullInText { reference: String, text: String },
 }
 
 /// The keys `$args.K` references in `text`, in order.
@@ -146,6 +155,12 @@ fn substitute_text(text: &str, args: &Map<String, Value>) -> Result<Value, Subst
             }
             Some(found) => {
                 let (value, len) = found?;
+                if value.is_null() {
+                    return Err(SubstError::NullInText {
+                        reference: after[..len].to_owned(),
+                        text: crate::display::cut(text, 200).to_owned(),
+                    });
+                }
                 out.push_str(&value_text(value));
                 rest = &after[len..];
             }
@@ -181,6 +196,30 @@ mod tests {
                       "text": "o={\"k\":[1,2]} n=3", "bare": "cost $args. only", "list": [3]})
             )
         );
+    }
+
+    /// A null slot written into text would run `ping null`; whole, it is
+    /// the JSON null the tool gave.
+    #[test]
+    fn a_null_is_kept_whole_but_never_written_into_text() {
+        let args = json!({"host": null, "o": {"k": null}})
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(
+            substitute(&json!({"h": "$args.host", "k": "$args.o.k"}), &args),
+            Ok(json!({"h": null, "k": null}))
+        );
+        for (text, reference) in [("ping $args.host", "host"), ("k=$args.o.k!", "o.k")] {
+            assert_eq!(
+                substitute(&json!({"command": text}), &args),
+                Err(SubstError::NullInText {
+                    reference: reference.into(),
+                    text: text.into()
+                }),
+                "{text}"
+            );
+        }
     }
 
     #[test]

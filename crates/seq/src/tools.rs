@@ -400,6 +400,17 @@ impl Shared {
             }
         }
         if let Some(name) = target.strip_prefix('#') {
+            if ctx.arguments.get("sequence").is_some_and(|v| !v.is_null()) {
+                return Err(ToolError::new(
+                    ErrorReason::InvalidArguments,
+                    format!(
+                        "target \"{target}\" is a whole sequence, so `sequence` (which names \
+                         the sequence of a group target) has nothing to say; leave it out, or \
+                         target a group by its name"
+                    ),
+                )
+                .with_field("sequence"));
+            }
             let report = engine.run_named(name, args, &caller).await;
             return Ok(nested_result(report.to_whole_value(), &report.to_value()));
         }

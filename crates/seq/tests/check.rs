@@ -394,3 +394,29 @@ fn group_call_cycles_and_computed_targets_are_errors() {
         );
     }
 }
+
+/// A `#` target whose name no sequence can ever have fails every run:
+/// refused when the caller is created, with the name's rule.
+#[test]
+fn a_sequence_target_no_sequence_can_be_named_is_refused() {
+    for (target, rule) in [
+        ("#a/b", "names must not contain `/` or `\\`"),
+        ("#..x", "names must not contain `..`"),
+        ("#.hidden", "names must not start with `.`"),
+    ] {
+        let step = format!("{{\"tool\":\"seq_call\",\"args\":{{\"target\":\"{target}\"}}}} ;");
+        let (errors, _) = check(json!({"name": "g", "tools": step}));
+        let texts: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        assert_eq!(texts.len(), 1, "{target}: {texts:?}");
+        assert!(
+            texts[0].contains(&format!("target \"{target}\": bad sequence name"))
+                && texts[0].contains(rule),
+            "{target}: {}",
+            texts[0]
+        );
+    }
+    // A name that may exist later is no error here (the store warns of it).
+    let (errors, _) = check(json!({"name": "g",
+        "tools": "{\"tool\":\"seq_call\",\"args\":{\"target\":\"#later\"}} ;"}));
+    assert!(errors.is_empty(), "{errors:?}");
+}

@@ -237,3 +237,20 @@ fn durations_take_every_unit_they_name() {
         assert_eq!(parse_any(bad), None, "{bad:?}");
     }
 }
+
+/// `seq_call` reads a target starting with `#` as a whole sequence: a
+/// group so named could never be called (its caller would run a sequence
+/// instead), so the name is refused.
+#[test]
+fn a_group_name_may_not_start_with_a_hash() {
+    assert_eq!(
+        err(group(json!({"name": "#x"}))).to_string(),
+        FormatError::BadValue {
+            at: "group #1".into(),
+            field: "name".into(),
+            message: "must not start with `#`, which marks a sequence in a seq_call target".into(),
+        }
+        .to_string()
+    );
+    assert!(parse_sequence_value(&group(json!({"name": "x#"}))).is_ok());
+}

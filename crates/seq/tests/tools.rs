@@ -493,6 +493,40 @@ async fn a_sequence_never_runs_a_tool_its_author_may_not_use() {
     );
 }
 
+/// `sequence` names the sequence of a group target; with a `#` target it
+/// would be dropped without a word, so the pair is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seq_call_refuses_a_sequence_beside_a_whole_sequence_target() {
+    let h = harness();
+    let echo = "{\"tool\":\"demo_echo\",\"args\":{\"text\":\"x\"}} ;";
+    assert!(
+        h.call("main", "seq_create", one_group("b", echo))
+            .await
+            .success
+    );
+    let refused = h
+        .call("main", "seq_call", json!({"target": "#b", "sequence": "a"}))
+        .await;
+    let error = refused.error.expect("refused");
+    assert_eq!(error.reason, ErrorReason::InvalidArguments);
+    assert_eq!(error.field.as_deref(), Some("sequence"));
+    assert!(
+        error
+            .detail
+            .starts_with("target \"#b\" is a whole sequence"),
+        "{}",
+        error.detail
+    );
+    let ran = h
+        .call(
+            "main",
+            "seq_call",
+            json!({"target": "#b", "sequence": null}),
+        )
+        .await;
+    assert!(ran.success, "{}", ran.text);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn long_slots_are_shown_cut_with_an_explicit_marker() {
     let h = harness();
