@@ -208,8 +208,12 @@ impl RequestMessages {
                         system.push_str(content);
                     }
                 }
-                system.push_str("\n\n");
-                system.push_str(&elision_note(keep_from - pinned));
+                // Only the client's system messages may have been moved
+                // up, with nothing left out: no note then.
+                if keep_from > pinned {
+                    system.push_str("\n\n");
+                    system.push_str(&elision_note(keep_from - pinned));
+                }
                 system
             } else {
                 system_prompt.to_owned()

@@ -87,6 +87,10 @@ pub enum Incomplete {
     /// The agent stopped after `agent.max_tool_turns` batches of tool
     /// calls, without asking the model about the last batch's results.
     ToolTurns { max_tool_turns: u32 },
+    /// The model asked for tool calls that arrived without a tool name (a
+    /// provider or adapter lost it), so none could run and the reply is
+    /// only what came with them.
+    UnnamedCalls { dropped: usize },
 }
 
 /// An [`Incomplete`] as the frames carry it: its fields and its note.
@@ -110,6 +114,22 @@ fn incomplete_with_note<S: serde::Serializer>(
 }
 
 impl Incomplete {
+    /// What a turn without runnable calls leaves incomplete, if anything:
+    /// calls dropped for want of a name first (the finish reason then says
+    /// `tool_calls`, which alone would pass for a finished answer), else
+    /// what its finish reason means.
+    pub fn of_turn(turn: &homeagent_core::AssembledTurn, max_tokens: u32) -> Option<Incomplete> {
+        let dropped = turn
+            .diagnostics
+            .iter()
+            .filter(|d| matches!(d, homeagent_core::Diagnostic::NamelessCallDropped { .. }))
+            .count();
+        if dropped > 0 {
+            return Some(Incomplete::UnnamedCalls { dropped });
+        }
+        Incomplete::from_finish(turn.finish_reason.as_ref(), max_tokens)
+    }
+
     /// The incompleteness a turn's finish reason means, if any.
     pub fn from_finish(reason: Option<&FinishReason>, max_tokens: u32) -> Option<Incomplete> {
         match reason? {
@@ -137,6 +157,15 @@ impl Incomplete {
             Incomplete::Other { finish_reason } => {
                 format!("[the model stopped early: its provider says {finish_reason}]")
             }
+            Incomplete::UnnamedCalls { dropped } => {
+                let calls = if *dropped == 1 { "call" } else { "calls" };
+                let their = if *dropped == 1 { "its" } else { "their" };
+                let they = if *dropped == 1 { "it" } else { "they" };
+                format!(
+                    "[the model asked for {dropped} tool {calls} without naming {their} tool, \
+                     so {they} could not run; ask again, or try another model]"
+                )
+            }
             Incomplete::ToolTurns { max_tool_turns } => {
                 let turns = if *max_tool_turns == 1 {
                     "turn"
@@ -158,7 +187,9 @@ impl Incomplete {
         match self {
             Incomplete::Length { .. } => Some("length"),
             Incomplete::ContentFilter => Some("content_filter"),
-            Incomplete::Other { .. } | Incomplete::ToolTurns { .. } => None,
+            Incomplete::Other { .. }
+            | Incomplete::ToolTurns { .. }
+            | Incomplete::UnnamedCalls { .. } => None,
         }
     }
 }

@@ -416,8 +416,7 @@ impl Runtime {
                 .stream_turn(&mut request, control, sink, &mut usage)
                 .await?;
             if turn.calls.is_empty() {
-                let incomplete =
-                    Incomplete::from_finish(turn.finish_reason.as_ref(), self.settings.max_tokens);
+                let incomplete = Incomplete::of_turn(&turn, self.settings.max_tokens);
                 let message = Message::Assistant(turn.message());
                 let appended = self
                     .store

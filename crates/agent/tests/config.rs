@@ -500,6 +500,17 @@ fn zero_limits_are_refused_naming_the_key() {
             format!("[[hooks.post_tool_use]]\ncommand = \"true\"\n[[hooks.post_tool_use]]\n{hook}"),
             "hooks.post_tool_use[1].timeout",
         ),
+        // A window of nothing skips nothing: the person asked for dedup.
+        (
+            "[scheduler]\ndedup_window = \"0s\"\n".to_owned(),
+            "scheduler.dedup_window",
+        ),
+        // A hook with nothing to run, named by its place.
+        (
+            "[[hooks.pre_tool_use]]\ncommand = \"true\"\n[[hooks.pre_tool_use]]\ncommand = \"  \"\n"
+                .to_owned(),
+            "hooks.pre_tool_use[1].command",
+        ),
     ] {
         let (key, message) = invalid_key(&text);
         assert_eq!(key, expected, "{text}");

@@ -336,6 +336,27 @@ fn a_clients_leading_system_message_is_kept_when_old_turns_go() {
     check_pairing(&request).unwrap();
 }
 
+/// A client's system message and one turn over the budget: the turn is
+/// kept (the newest always is) and nothing is left out, so the model is
+/// told nothing was, rather than that "the 0 oldest messages" were.
+#[test]
+fn no_note_when_nothing_was_left_out() {
+    let persona = Message::system("You are PIRATE.");
+    let all = vec![persona.clone(), Message::user("x".repeat(4000))];
+    let budget = approx_tokens(&persona) + 40 + 10;
+    assert_eq!(fit_history(&all, budget, 40).elided, 0);
+    let history = CountedHistory::new(all.clone());
+    let mut sent = RequestMessages::default();
+    let mut request = Vec::new();
+    sent.update(&mut request, "agent prompt", &history, budget, 40)
+        .unwrap();
+    let Message::System { content } = &request[0] else {
+        panic!("{request:?}")
+    };
+    assert_eq!(content, "agent prompt\n\nYou are PIRATE.");
+    assert_eq!(request[1..], all[1..]);
+}
+
 #[test]
 fn tokens_are_about_a_quarter_of_the_json_plus_framing() {
     let message = Message::user("abcd".repeat(25));

@@ -147,3 +147,68 @@ async fn a_history_rewritten_elsewhere_starts_the_next_input_afresh() {
     assert_eq!(sent, stored);
     assert_eq!(runtime.kept_request_reuses(), 3);
 }
+
+/// A model whose every call arrives without a tool name (an adapter that
+/// lost it): the assembler cannot run such a call, and drops it.
+struct NamelessCalls;
+
+impl LocalModel for NamelessCalls {
+    fn respond(&self, _request: &ChatRequest) -> Result<Vec<StreamEvent>, ProviderError> {
+        Ok(vec![
+            StreamEvent::TextDelta {
+                text: "Checking both.".into(),
+            },
+            StreamEvent::ToolCall(ToolCallFragment {
+                stream_index: Some(0),
+                id: Some("call_a".into()),
+                name: None,
+                raw_arguments: r#"{"text":"a"}"#.into(),
+            }),
+            StreamEvent::ToolCall(ToolCallFragment {
+                stream_index: Some(1),
+                id: Some("call_b".into()),
+                name: None,
+                raw_arguments: r#"{"text":"b"}"#.into(),
+            }),
+            StreamEvent::Finish {
+                reason: "tool_calls".into(),
+            },
+        ])
+    }
+}
+
+/// Calls the model asked for but that could not be run (no tool name)
+/// leave a reply that is not the model's whole answer: it says so, instead
+/// of passing as complete.
+#[tokio::test]
+async fn a_reply_whose_calls_were_all_dropped_says_it_is_incomplete() {
+    let dir = TempDir::new("nameless");
+    let store = Arc::new(Store::open(&dir.db()).unwrap());
+    let runtime = local_runtime(Arc::new(NamelessCalls), store, AgentSettings::default());
+    let sink: FrameSink = Arc::new(|_| {});
+    let input = TurnInput {
+        session: "s".into(),
+        agent: "main".into(),
+        text: "check a and b".into(),
+    };
+    let frame = runtime.run(&input, &TurnControl::default(), &sink).await;
+    let Frame::Response {
+        content,
+        incomplete,
+        ..
+    } = &frame
+    else {
+        panic!("{frame:?}");
+    };
+    assert_eq!(content, "Checking both.");
+    let incomplete = incomplete.as_ref().expect("marked incomplete");
+    assert_eq!(
+        incomplete,
+        &homeagent_agent::Incomplete::UnnamedCalls { dropped: 2 }
+    );
+    assert_eq!(
+        incomplete.note(),
+        "[the model asked for 2 tool calls without naming their tool, so they could not run; \
+         ask again, or try another model]"
+    );
+}

@@ -526,11 +526,27 @@ impl Config {
             self.tools.cmd_run.timeout,
             CmdRunSection::default().timeout,
         )?;
+        if let Some(window) = self.scheduler.dedup_window
+            && window.as_duration().is_zero()
+        {
+            return Err(invalid(
+                "scheduler.dedup_window".into(),
+                "must be longer than 0: a window of nothing skips nothing (leave it out to \
+                 turn duplicate skipping off, which is the default)"
+                    .into(),
+            ));
+        }
         for (which, hooks) in [
             ("pre_tool_use", &self.hooks.pre_tool_use),
             ("post_tool_use", &self.hooks.post_tool_use),
         ] {
             for (index, hook) in hooks.iter().enumerate() {
+                if hook.command.trim().is_empty() {
+                    return Err(invalid(
+                        format!("hooks.{which}[{index}].command"),
+                        "must name the program to run (it has no default)".into(),
+                    ));
+                }
                 positive(
                     format!("hooks.{which}[{index}].timeout"),
                     hook.timeout,
