@@ -172,7 +172,12 @@ async fn send(channel: Arc<dyn OutputChannel>, ctx: ToolContext) -> Result<Value
         () = ctx.cancel.cancelled() => {
             return Err(ToolError::new(
                 ErrorReason::Cancelled,
-                format!("sending to {name} was stopped before the channel took the message"),
+                // A blocking write already handed to its thread cannot be
+                // taken back: say what is known, not that it was not sent.
+                format!(
+                    "sending to {name} was stopped before the channel said it took the message; \
+                     a write already under way may still deliver it"
+                ),
             ));
         }
     };

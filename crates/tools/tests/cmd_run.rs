@@ -1083,6 +1083,22 @@ fn policy_validation_names_the_problem() {
         "node18",
         "pip3.11",
         "ld-linux-x86-64.so.2",
+        // Restricted and other shells, and more interpreters and launchers.
+        "rbash",
+        "mksh",
+        "pwsh",
+        "yash",
+        "nu",
+        "Rscript",
+        "julia",
+        "deno",
+        "bun",
+        "java",
+        "guile",
+        "proot",
+        "fakeroot",
+        "sshpass",
+        "start-stop-daemon",
     ] {
         assert_eq!(
             with(&["ls", program], &[]).validate(),

@@ -315,3 +315,69 @@ async fn a_failing_channel_is_an_execution_error_naming_it() {
         "channel `console` could not write: pipe closed"
     );
 }
+
+/// A writer that holds every write until it is let go (a pipe into a
+/// paused pager).
+struct HeldPipe {
+    go: std::sync::mpsc::Receiver<()>,
+    written: Arc<Mutex<Vec<u8>>>,
+}
+
+impl std::io::Write for HeldPipe {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        let _ = self.go.recv();
+        self.written.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A send stopped while the console is blocked cannot take its write
+/// back: the message comes out once the console moves. The stopped call
+/// says it may still be delivered, not that it was not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_send_says_it_may_still_be_delivered() {
+    let (go, held) = std::sync::mpsc::channel();
+    let written = Arc::new(Mutex::new(Vec::new()));
+    let writer: SharedWriter = Arc::new(Mutex::new(HeldPipe {
+        go: held,
+        written: Arc::clone(&written),
+    }));
+    let channels = ChannelRegistry::new();
+    channels
+        .add(Arc::new(ConsoleChannel::with_writer(writer)))
+        .unwrap();
+    let registry = Registry::new();
+    register_output_channels(&registry, &channels).unwrap();
+    let executor = Executor::new(Arc::new(registry));
+    let batch = BatchContext::default();
+    let cancel = batch.cancel.clone();
+    let stopper = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        cancel.cancel();
+    });
+    let result = executor
+        .run(
+            &turn(&[("output_send__console", json!({"text": "late"}))]),
+            &batch,
+        )
+        .await;
+    stopper.await.unwrap();
+    let error = result.outcomes[0].error.as_ref().unwrap();
+    assert_eq!(error.reason, ErrorReason::Cancelled);
+    assert_eq!(
+        error.detail,
+        "sending to console was stopped before the channel said it took the message; a \
+         write already under way may still deliver it"
+    );
+    go.send(()).unwrap();
+    for _ in 0..200 {
+        if !written.lock().unwrap().is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(*written.lock().unwrap(), b"late\n");
+}
