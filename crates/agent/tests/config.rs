@@ -1140,3 +1140,20 @@ fn debug_output_of_the_config_shows_no_mcp_env_values() {
     assert!(shown.contains("GITHUB_TOKEN"), "{shown}");
     assert!(!shown.contains("ghp_never_shown"), "{shown}");
 }
+
+/// An MCP entry's `Debug` (what a log line of the config would show) keeps
+/// the URL's password and query out, as it keeps the token and the env
+/// values out.
+#[test]
+fn an_mcp_entrys_debug_shows_no_secret_of_its_url() {
+    let config = parse(
+        "[[mcp.servers]]\nname = \"nas\"\nurl = \"https://me:pw@nas:8123/mcp?api_key=SECRET\"\n\
+         bearer_token = \"TOKEN\"\n",
+    )
+    .unwrap();
+    let shown = format!("{:?}", config.mcp.servers[0]);
+    assert!(shown.contains("\"https://nas:8123/mcp\""), "{shown}");
+    for secret in ["pw", "SECRET", "TOKEN"] {
+        assert!(!shown.contains(secret), "{secret} in {shown}");
+    }
+}

@@ -597,6 +597,19 @@ impl Executor {
             return fail(not_started());
         }
         let inner = &self.inner;
+        // Checked without a definition (the tool was missing then): a tool
+        // that has appeared since (an MCP server back from a restart)
+        // would run arguments nobody validated. Said, not run.
+        if def.is_none() && inner.source.definition(name).is_some() {
+            return fail(ToolError::new(
+                ErrorReason::NotFound,
+                format!(
+                    "tool {name} was not available when this call was checked (its server may \
+                     have been restarting), so its arguments were never validated; it did not \
+                     run, call it again"
+                ),
+            ));
+        }
         let timeout = def
             .as_ref()
             .and_then(|d| d.timeout)

@@ -38,7 +38,7 @@ tokio::task_local! {
 /// Returns `false` when called outside any call's scope (see the module
 /// docs); the warning is then only logged.
 pub fn add_warning(message: impl Into<String>) -> bool {
-    let message = message.into();
+    let message = bounded(message.into());
     let noted = CURRENT
         .try_with(|notes| notes.lock().warnings.push(message.clone()))
         .is_ok();
@@ -46,6 +46,25 @@ pub fn add_warning(message: impl Into<String>) -> bool {
         tracing::warn!("a tool warning outside any call was dropped: {message}");
     }
     noted
+}
+
+/// The most of one warning kept, in bytes. A warning follows the result
+/// in what the model reads, past the result's own cap, so it has a bound
+/// of its own: a message that quotes a whole value (a schema check's, a
+/// hook's stderr) is cut here, marked, whoever made it.
+pub const MAX_WARNING_BYTES: usize = 2 * 1024;
+
+/// `message`, cut to [`MAX_WARNING_BYTES`] on a character boundary with a
+/// marker naming its whole length.
+fn bounded(message: String) -> String {
+    if message.len() <= MAX_WARNING_BYTES {
+        return message;
+    }
+    format!(
+        "{} [warning cut: {} bytes in all]",
+        crate::excerpt(&message, MAX_WARNING_BYTES),
+        message.len()
+    )
 }
 
 /// Sets the text the model reads for the value the handler returns, when
@@ -90,7 +109,7 @@ impl CallNotes {
     }
 
     pub(crate) fn push_warning(&self, warning: String) {
-        self.lock().warnings.push(warning);
+        self.lock().warnings.push(bounded(warning));
     }
 
     pub(crate) fn take_warnings(&self) -> Vec<String> {

@@ -1533,3 +1533,66 @@ async fn a_hook_is_not_called_for_a_tool_it_does_not_see() {
     assert!(result.outcomes[1].success, "{}", result.outcomes[1].text);
     assert_eq!(result.outcomes[1].value, json!({"ran": true}));
 }
+
+/// A source whose tool appears only after the first look (an MCP server
+/// that came back while the call was being checked).
+struct AppearsLater {
+    looks: AtomicUsize,
+    invoked: AtomicUsize,
+    def: Arc<ToolDef>,
+}
+
+impl homeagent_core::ToolSource for AppearsLater {
+    fn definition(&self, name: &str) -> Option<Arc<ToolDef>> {
+        let first = self.looks.fetch_add(1, Ordering::SeqCst) == 0;
+        (!first && name == self.def.name).then(|| Arc::clone(&self.def))
+    }
+    fn definitions(&self) -> Vec<Arc<ToolDef>> {
+        Vec::new()
+    }
+    fn invoke(&self, _name: &str, _ctx: ToolContext) -> homeagent_core::ToolFuture {
+        self.invoked.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async { Ok(json!("ran")) })
+    }
+}
+
+/// A call checked while its tool was missing (no schema to validate its
+/// arguments against) is not handed to the tool that appeared since: it
+/// would run with arguments nobody validated. It is refused as not run,
+/// asking for the call again.
+#[tokio::test]
+async fn a_tool_that_appears_after_its_call_was_checked_does_not_run_it() {
+    let source = Arc::new(AppearsLater {
+        looks: AtomicUsize::new(0),
+        invoked: AtomicUsize::new(0),
+        def: Arc::new(ToolDef::new("srv__x", "").with_parameters(json!({
+            "type": "object",
+            "properties": {"n": {"type": "integer"}},
+            "required": ["n"]
+        }))),
+    });
+    let exec = Executor::new(Arc::clone(&source) as Arc<dyn homeagent_core::ToolSource>);
+    let turn = AssembledTurn {
+        calls: vec![AssembledCall {
+            call: ToolCall {
+                id: "c1".into(),
+                name: "srv__x".into(),
+                arguments: json!({"n": "not a number"}),
+                raw_arguments: r#"{"n":"not a number"}"#.into(),
+            },
+            argument_error: None,
+        }],
+        ..AssembledTurn::default()
+    };
+    let result = exec.run(&turn, &BatchContext::default()).await;
+    let outcome = &result.outcomes[0];
+    assert!(!outcome.success);
+    let error = outcome.error.as_ref().unwrap();
+    assert_eq!(error.reason, ErrorReason::NotFound);
+    assert_eq!(
+        error.detail,
+        "tool srv__x was not available when this call was checked (its server may have been \
+         restarting), so its arguments were never validated; it did not run, call it again"
+    );
+    assert_eq!(source.invoked.load(Ordering::SeqCst), 0, "the tool ran");
+}

@@ -93,6 +93,41 @@ async fn a_handler_warning_lands_on_its_own_outcome_and_in_the_text_the_model_re
     );
 }
 
+/// A warning is a line the model reads after the result, which the result
+/// cap does not cut: one that quotes a whole value (a schema check's
+/// message about a 5 MB result) is cut to its own bound instead, marked.
+#[tokio::test]
+async fn a_long_warning_is_cut_to_its_bound() {
+    let reg = Registry::new();
+    reg.register(ToolDef::new("loud", ""), |_ctx: ToolContext| async {
+        call_notes::add_warning(format!("value {} is not of type", "é".repeat(1_000_000)));
+        Ok(json!("ok"))
+    })
+    .unwrap();
+    let exec = Executor::new(Arc::new(reg));
+    let result = exec
+        .run(
+            &turn(vec![call("a", "loud", json!({}))]),
+            &BatchContext::default(),
+        )
+        .await;
+    let warnings = &result.outcomes[0].warnings;
+    assert_eq!(warnings.len(), 1);
+    let kept = call_notes::MAX_WARNING_BYTES;
+    let expected_start = format!("value {}", "é".repeat((kept - "value ".len()) / 2));
+    assert!(
+        warnings[0].starts_with(&expected_start),
+        "{:.80}",
+        warnings[0]
+    );
+    assert!(
+        warnings[0].ends_with("… [warning cut: 2000021 bytes in all]"),
+        "{} bytes",
+        warnings[0].len()
+    );
+    assert!(warnings[0].len() < kept + 60);
+}
+
 #[tokio::test]
 async fn a_warning_outside_a_call_is_refused_not_lost_silently() {
     assert!(!call_notes::add_warning("nobody hears this"));

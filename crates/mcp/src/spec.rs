@@ -111,12 +111,24 @@ impl McpTransport {
         let McpTransport::Http { url, .. } = self else {
             return text.to_owned();
         };
-        let text = url_secrets(url)
-            .into_iter()
-            .filter(|secret| !secret.is_empty())
-            .fold(text.to_owned(), |text, secret| text.replace(secret, ""));
-        scrub_spellings(&text, host_of(url))
+        scrub_url_in(url, text)
     }
+}
+
+/// `url` without its user info and query: how a config's URL is shown
+/// (an error about it, a `Debug` of the entry).
+pub fn shown_url(url: &str) -> String {
+    scrub_url_in(url, url)
+}
+
+/// `text` without `url`'s secrets, as written or as a client re-encoded
+/// them.
+fn scrub_url_in(url: &str, text: &str) -> String {
+    let text = url_secrets(url)
+        .into_iter()
+        .filter(|secret| !secret.is_empty())
+        .fold(text.to_owned(), |text, secret| text.replace(secret, ""));
+    scrub_spellings(&text, host_of(url))
 }
 
 /// The `host[:port]` of `url`, without user info.
@@ -349,6 +361,41 @@ pub enum SpecError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A URL that is not http(s) is refused without repeating its
+    /// password or query (the message is printed and logged); a scheme in
+    /// capitals is still http(s).
+    #[test]
+    fn a_bad_url_is_refused_without_its_secrets_and_the_scheme_ignores_case() {
+        for url in [
+            "ftp://me:pw@nas/mcp?key=abc",
+            "nas.local/mcp?key=abc",
+            "me:pw@nas.local/mcp",
+        ] {
+            let error = crate::check_specs(&[McpServerSpec::http("nas", url)]).unwrap_err();
+            let message = error.to_string();
+            assert!(
+                matches!(error, SpecError::BadUrl { .. }),
+                "{url}: {error:?}"
+            );
+            assert!(
+                !message.contains("pw") && !message.contains("key=abc"),
+                "{url}: {message}"
+            );
+            assert!(message.contains("nas"), "{url}: {message}");
+        }
+        for url in ["HTTPS://nas/mcp", "Http://nas/mcp", "https://nas/mcp"] {
+            assert_eq!(
+                crate::check_specs(&[McpServerSpec::http("nas", url)]),
+                Ok(()),
+                "{url}"
+            );
+        }
+        assert_eq!(
+            shown_url("https://me:pw@nas:8123/mcp?api_key=SECRET#top"),
+            "https://nas:8123/mcp"
+        );
+    }
 
     /// The client quotes the URL as it sent it, re-encoded (a space is
     /// `%20`, a quote `%22`): a query or a password in that spelling is

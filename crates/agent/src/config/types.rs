@@ -485,7 +485,11 @@ impl std::fmt::Debug for McpServerEntry {
             .field("args", &self.args)
             .field("env", &self.env.keys().collect::<Vec<_>>())
             .field("cwd", &self.cwd)
-            .field("url", &self.url)
+            // Its user info and query may be credentials.
+            .field(
+                "url",
+                &self.url.as_deref().map(homeagent_mcp::spec::shown_url),
+            )
             .field("bearer_token", &self.bearer_token)
             .field("trusted", &self.trusted)
             .field("parallel_safe", &self.parallel_safe)

@@ -12,6 +12,9 @@ use serde_json::Value;
 
 use crate::spec::McpServerSpec;
 
+/// The most of one schema problem a warning repeats, in bytes.
+const MAX_SCHEMA_PROBLEM_BYTES: usize = 300;
+
 /// How far past a call's longest allowed time the executor stops it, when
 /// the client's own timeout (which cancels the call at the server) has not.
 pub const EXECUTOR_BACKSTOP: std::time::Duration = std::time::Duration::from_secs(2);
@@ -126,7 +129,17 @@ pub fn call_result_value(
             let problems: Vec<String> = validator
                 .iter_errors(&structured)
                 .take(3)
-                .map(|e| e.to_string())
+                // The validator quotes the value it refused, whole: a
+                // result of megabytes would make a warning of megabytes,
+                // logged and kept in the status.
+                .map(|e| {
+                    let problem = e.to_string();
+                    format!(
+                        "at `{}`: {}",
+                        e.instance_path(),
+                        homeagent_core::excerpt(&problem, MAX_SCHEMA_PROBLEM_BYTES)
+                    )
+                })
                 .collect();
             (!problems.is_empty()).then(|| {
                 format!(
@@ -489,9 +502,22 @@ mod tests {
         assert_eq!(value, json!({"n": "one"}));
         let warning = warning.unwrap();
         assert!(
-            warning.starts_with("MCP tool t of server `s` returned structured content that does not match its outputSchema: "),
+            warning.starts_with("MCP tool t of server `s` returned structured content that does not match its outputSchema: at `/n`: "),
             "{warning}"
         );
+        // A refused value of megabytes is named by its place and the start
+        // of the validator's message, not quoted whole.
+        let big = "x".repeat(5_000_000);
+        let McpCallValue { warning, .. } = call_result_value(
+            "s",
+            "t",
+            result(json!({"content": [], "structuredContent": {"n": big}})),
+            Some(&validator),
+        )
+        .unwrap();
+        let warning = warning.unwrap();
+        assert!(warning.contains("at `/n`: "), "{warning:.200}");
+        assert!(warning.len() < 500, "{} bytes", warning.len());
     }
 
     /// Binary payloads are replaced by their size; text, MIME types and

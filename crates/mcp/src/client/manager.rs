@@ -257,6 +257,15 @@ pub fn spawn_mcp_servers(
 /// Checks every spec as the manager will at start, where a bad one is only
 /// left out (and logged): a builder that checks the config first can fail
 /// loudly on the first mistake instead.
+/// Whether `url` starts with `http://` or `https://`, in any case (a
+/// scheme is case-insensitive, and the client lowercases it).
+fn is_http_url(url: &str) -> bool {
+    ["http://", "https://"].iter().any(|scheme| {
+        url.get(..scheme.len())
+            .is_some_and(|start| start.eq_ignore_ascii_case(scheme))
+    })
+}
+
 pub fn check_specs(specs: &[McpServerSpec]) -> Result<(), SpecError> {
     let mut seen = std::collections::HashSet::new();
     specs
@@ -287,14 +296,12 @@ fn check_spec(
         McpTransport::Stdio { command, .. } if command.is_empty() => {
             Err(SpecError::EmptyCommand(spec.name.clone()))
         }
-        McpTransport::Http { url, .. }
-            if !(url.starts_with("http://") || url.starts_with("https://")) =>
-        {
-            Err(SpecError::BadUrl {
-                server: spec.name.clone(),
-                url: url.clone(),
-            })
-        }
+        McpTransport::Http { url, .. } if !is_http_url(url) => Err(SpecError::BadUrl {
+            server: spec.name.clone(),
+            // The message is printed and logged: never the password or
+            // the query (it may carry a token).
+            url: crate::spec::shown_url(url),
+        }),
         _ => Ok(()),
     }
 }

@@ -27,8 +27,7 @@ pub(crate) async fn supervise(
     first_attempt: tokio::sync::oneshot::Sender<()>,
 ) {
     let mut first_attempt = Some(first_attempt);
-    let mut failures: VecDeque<Instant> = VecDeque::new();
-    let mut backoff = options.restart_backoff;
+    let mut restarts = Restarts::new(&options);
     let name = spec.name.clone();
     loop {
         set_phase(&shared, &name, ServerPhase::Connecting);
@@ -72,32 +71,20 @@ pub(crate) async fn supervise(
             s.status.pid = None;
         });
         tracing::warn!(server = %name, "MCP server down: {reason}");
-        let now = Instant::now();
-        failures.push_back(now);
-        while failures
-            .front()
-            .is_some_and(|t| now.duration_since(*t) > options.crash_window)
-        {
-            failures.pop_front();
-        }
-        let wait = if failures.len() >= options.max_crashes as usize {
-            let reason = format!(
-                "{} crashes or failed starts within {:?}; tried again in {:?}; last: {reason}",
-                failures.len(),
-                options.crash_window,
+        let wait = match restarts.failed(Instant::now(), &options) {
+            Next::GiveUp { crashes } => {
+                let reason = format!(
+                    "{crashes} crashes or failed starts within {:?}; tried again in {:?}; last: {reason}",
+                    options.crash_window, options.rest_after_giving_up
+                );
+                tracing::error!(server = %name, "giving up on MCP server for a while: {reason}");
+                set_phase(&shared, &name, ServerPhase::GaveUp { reason });
                 options.rest_after_giving_up
-            );
-            tracing::error!(server = %name, "giving up on MCP server for a while: {reason}");
-            set_phase(&shared, &name, ServerPhase::GaveUp { reason });
-            // After the rest it starts over, as if new.
-            failures.clear();
-            backoff = options.restart_backoff;
-            options.rest_after_giving_up
-        } else {
-            set_phase(&shared, &name, ServerPhase::Down { reason });
-            let wait = backoff;
-            backoff = (backoff * 2).min(options.max_restart_backoff);
-            wait
+            }
+            Next::Retry(wait) => {
+                set_phase(&shared, &name, ServerPhase::Down { reason });
+                wait
+            }
         };
         // Only now, with the failure in the status: whoever waited for the
         // first attempt (`wait_started`, then `homeagent tools` or the
@@ -113,6 +100,59 @@ pub(crate) async fn supervise(
             }
         }
         shared.with_server(&name, |s| s.status.restarts += 1);
+    }
+}
+
+/// When to start a server again after it failed: the failures within the
+/// crash window, and the wait that doubles with each of them.
+struct Restarts {
+    failures: VecDeque<Instant>,
+    backoff: Duration,
+}
+
+/// What [`Restarts::failed`] decided.
+#[derive(Debug, PartialEq, Eq)]
+enum Next {
+    /// Start it again after this long.
+    Retry(Duration),
+    /// Too many failures within the window: rest, then start over as new.
+    GiveUp { crashes: usize },
+}
+
+impl Restarts {
+    fn new(options: &McpOptions) -> Restarts {
+        Restarts {
+            failures: VecDeque::new(),
+            backoff: options.restart_backoff,
+        }
+    }
+
+    /// Records a failure at `now` and says what to do.
+    fn failed(&mut self, now: Instant, options: &McpOptions) -> Next {
+        self.failures.push_back(now);
+        while self
+            .failures
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > options.crash_window)
+        {
+            self.failures.pop_front();
+        }
+        // The only failure within the window: the server had run well
+        // since the last ones, so it waits as after its first crash, not
+        // as after every crash it ever had.
+        if self.failures.len() == 1 {
+            self.backoff = options.restart_backoff;
+        }
+        if self.failures.len() >= options.max_crashes as usize {
+            let crashes = self.failures.len();
+            // After the rest it starts over, as if new.
+            self.failures.clear();
+            self.backoff = options.restart_backoff;
+            return Next::GiveUp { crashes };
+        }
+        let wait = self.backoff;
+        self.backoff = (self.backoff * 2).min(options.max_restart_backoff);
+        Next::Retry(wait)
     }
 }
 
@@ -164,6 +204,8 @@ async fn run_until_closed(
                 .with_server(&spec.name, |s| s.peer.clone())
                 .flatten()?;
             let reason = list_and_publish(shared, spec, &peer).await.err()?;
+            // The client's errors quote the URL it sent to, query and all.
+            let reason = spec.transport.scrub(&reason.to_string());
             let backoff = after
                 .map_or(options.restart_backoff, |last| last.saturating_mul(2))
                 .min(MAX_RELIST_BACKOFF);
@@ -359,4 +401,43 @@ fn unlisted_settings(
 
 fn set_phase(shared: &Shared, name: &str, phase: ServerPhase) {
     shared.with_server(name, |s| s.status.phase = phase);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Failures close together double the wait up to its cap and, past
+    /// `max_crashes` in the window, give up; a failure after a long good
+    /// run waits as a first one does.
+    #[test]
+    fn the_wait_doubles_within_the_crash_window_and_starts_over_after_it() {
+        let options = McpOptions::default();
+        let start = Instant::now();
+        let mut restarts = Restarts::new(&options);
+        let second = Duration::from_secs(1);
+        let mut waits = Vec::new();
+        for n in 0..options.max_crashes {
+            waits.push(restarts.failed(start + second * n, &options));
+        }
+        let first = options.restart_backoff;
+        let expected: Vec<Next> = (0..options.max_crashes - 1)
+            .map(|n| Next::Retry((first * 2u32.pow(n)).min(options.max_restart_backoff)))
+            .chain([Next::GiveUp {
+                crashes: options.max_crashes as usize,
+            }])
+            .collect();
+        assert_eq!(waits, expected);
+
+        // Crashes a day apart, each alone in its window: always the first wait.
+        let mut restarts = Restarts::new(&options);
+        let day = Duration::from_secs(86_400);
+        for n in 1..10 {
+            assert_eq!(
+                restarts.failed(start + day * n, &options),
+                Next::Retry(first),
+                "crash {n}"
+            );
+        }
+    }
 }
