@@ -414,6 +414,18 @@ fn semantic_errors_name_the_key() {
     );
     assert_eq!(key, "llm.sources[0].adapter");
     assert!(message.contains("adapter = "), "{message}");
+    // An adapter on another protocol would be ignored: the source would
+    // speak its own wire, and the person would not know why.
+    let (key, message) = invalid_key(
+        "[[llm.sources]]\nname = \"o\"\nprotocol = \"openai\"\nbase_url = \"http://x\"\n\
+         model = \"m\"\nadapter = \"anthropic\"\n",
+    );
+    assert_eq!(key, "llm.sources[0].adapter");
+    assert_eq!(
+        message,
+        "source \"o\" has protocol = \"openai\", which uses no adapter; set protocol = \"lua\" \
+         to speak through the adapter, or remove adapter"
+    );
 
     let (key, _) =
         invalid_key("[[llm.sources]]\nname = \"o\"\nprotocol = \"ollama\"\nmodel = \"m\"\n");
@@ -1023,7 +1035,9 @@ fn the_example_parses_and_shows_every_key() {
     assert!(example.contains("\n# name = \"demo\"\n"), "{example}");
     assert!(example.contains("\n# [[mcp.servers]]\n"), "{example}");
 
-    let all_on = uncommented(&example);
+    // Every key of the source on: `adapter` with it, which only a Lua
+    // source takes (on another it is refused, not ignored).
+    let all_on = uncommented(&example).replace("protocol = \"demo\"", "protocol = \"lua\"");
     assert_ne!(all_on, example, "no commented-out keys found");
     let config = parse(&all_on).unwrap_or_else(|e| panic!("{e}\n{all_on}"));
     assert_eq!(config.scheduler.dedup_window.unwrap().to_string(), "10s");

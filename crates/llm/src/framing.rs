@@ -20,7 +20,9 @@
 //! broken server can never make the reader fail. Each frame is also bounded
 //! in size ([`DEFAULT_MAX_FRAME_BYTES`]): a frame that grows past the bound is
 //! dropped and counted in [`FrameReader::oversized_frames`], so a server that
-//! never ends its event cannot grow memory without bound.
+//! never ends its event cannot grow memory without bound. The transport
+//! ends a stream with an error once a frame was dropped: what follows it
+//! cannot be read as a whole answer.
 
 use crate::codec::{Frame, Framing};
 
@@ -76,6 +78,11 @@ impl FrameReader {
     }
 
     /// Frames dropped so far because they exceeded the size bound.
+    /// The bound on one frame, in bytes.
+    pub fn max_frame_bytes(&self) -> usize {
+        self.max_frame_bytes
+    }
+
     pub fn oversized_frames(&self) -> u64 {
         self.oversized
     }

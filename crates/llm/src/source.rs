@@ -37,6 +37,7 @@ use homeagent_core::{CancellationToken, StreamEvent, is_env_var_name};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::CodecError;
 use crate::codec::{Endpoint, Protocol};
 use crate::lua::{LuaAdapter, LuaCodec};
 use crate::request::ChatRequest;
@@ -183,8 +184,10 @@ pub struct FallbackOptions {
     pub attempts_per_source: u32,
     /// Wait before the second try at a source; doubles per try. Default 200 ms.
     pub backoff_base: Duration,
-    /// The longest `Retry-After` honoured before a retry; a longer one is
-    /// capped to this. Default 10 s.
+    /// The longest `Retry-After` waited out before a retry. A longer one is
+    /// not cut short: the source is not asked again in this request (the
+    /// next source is tried) and cools down at least that long. Default
+    /// 10 s.
     pub max_retry_after: Duration,
     /// Cooldown after a source's first failure; doubles per failure.
     /// Default 30 s.
@@ -391,6 +394,14 @@ impl Backend {
         }
     }
 
+    /// The wire's name, for errors about what it sent.
+    fn protocol_name(&self) -> &'static str {
+        match self {
+            Backend::Http(provider) => provider.protocol().as_str(),
+            Backend::Local(_) => "demo",
+        }
+    }
+
     /// Where requests go, fit to show (without credentials).
     fn shown_address(&self) -> String {
         match self {
@@ -415,15 +426,19 @@ impl Source {
         state.cooldown_until = None;
     }
 
-    fn failed(&self, options: &FallbackOptions) {
+    /// Counts a failure and cools the source down: the doubling cooldown,
+    /// or the server's `Retry-After` (`at_least`) when that is longer.
+    fn failed(&self, options: &FallbackOptions, at_least: Option<Duration>) {
         let mut state = self.state();
         state.failures = state.failures.saturating_add(1);
         let doublings = state.failures.saturating_sub(1).min(20);
         let cooldown = options
             .cooldown_base
             .saturating_mul(1u32 << doublings)
-            .min(options.cooldown_max);
-        state.cooldown_until = Some(Instant::now() + cooldown);
+            .min(options.cooldown_max)
+            .max(at_least.unwrap_or_default());
+        let now = Instant::now();
+        state.cooldown_until = Some(now.checked_add(cooldown).unwrap_or(now));
     }
 
     fn disable(&self, reason: String) {
@@ -580,7 +595,7 @@ impl Sources {
             match self.try_source(source, &mut *request, &cancel).await {
                 Outcome::Stream(stream) => return Ok((source.name.clone(), stream)),
                 Outcome::Failed(error) => {
-                    source.failed(&self.options);
+                    source.failed(&self.options, error.retry_after());
                     tracing::warn!(source = %source.name, %error, "model source failed");
                     attempts.push((source.name.clone(), error));
                 }
@@ -646,7 +661,11 @@ impl Sources {
                     .backoff_base
                     .saturating_mul(1u32 << (attempt - 1).min(20));
                 let wait = match last.as_ref().and_then(ProviderError::retry_after) {
-                    Some(after) => after.min(self.options.max_retry_after),
+                    // Longer than this side waits: asking before it would
+                    // only be refused again. The next source, and the
+                    // cooldown, take it from here.
+                    Some(after) if after > self.options.max_retry_after => break,
+                    Some(after) => after,
                     None => backoff,
                 };
                 tokio::select! {
@@ -656,18 +675,20 @@ impl Sources {
                 }
             }
             let error = match source.backend.stream(request, cancel.clone()).await {
-                Ok(mut stream) => match opening(&mut stream).await {
-                    Ok((early, first)) => {
-                        source.succeeded();
-                        return Outcome::Stream(SourceStream {
-                            early: early.into_iter(),
-                            first: Some(first),
-                            inner: stream,
-                            hold: Some(guard),
-                        });
+                Ok(mut stream) => {
+                    match opening(&mut stream, source.backend.protocol_name()).await {
+                        Ok((early, first)) => {
+                            source.succeeded();
+                            return Outcome::Stream(SourceStream {
+                                early: early.into_iter(),
+                                first: Some(first),
+                                inner: stream,
+                                hold: Some(guard),
+                            });
+                        }
+                        Err(error) => error,
                     }
-                    Err(error) => error,
-                },
+                }
                 Err(error) => error,
             };
             match error {
@@ -697,17 +718,21 @@ impl Sources {
 /// the first byte.
 async fn opening(
     stream: &mut EventStream,
+    protocol: &'static str,
 ) -> Result<(Vec<StreamEvent>, StreamEvent), ProviderError> {
     let mut early = Vec::new();
+    let mut held = 0usize;
     loop {
-        match futures_util::StreamExt::next(stream).await {
+        let event = match futures_util::StreamExt::next(stream).await {
             Some(Ok(
                 event @ (StreamEvent::Usage(_)
                 | StreamEvent::ReasoningDelta { .. }
                 | StreamEvent::ReasoningMetadata { .. }),
-            )) => early.push(event),
+            )) => event,
+            // Not the end and not content, and it carries nothing: not
+            // kept (the assembler ignores it anyway).
             Some(Ok(event @ StreamEvent::Finish { .. })) if event_is_empty_finish(&event) => {
-                early.push(event);
+                continue;
             }
             Some(Ok(first)) => return Ok((early, first)),
             Some(Err(error)) => return Err(error),
@@ -716,8 +741,37 @@ async fn opening(
                     detail: "the response ended before any content".into(),
                 });
             }
+        };
+        held = held.saturating_add(held_size(&event));
+        if held > MAX_OPENING_BYTES {
+            return Err(ProviderError::Codec(CodecError::MalformedResponse {
+                protocol,
+                detail: format!(
+                    "the server sent more than {MAX_OPENING_BYTES} bytes before any content \
+                     (reasoning or usage reports that never end)"
+                ),
+            }));
         }
+        early.push(event);
     }
+}
+
+/// The most of what comes before a response's first content (reasoning,
+/// usage reports) held until it comes, in bytes of their texts (and a
+/// flat charge per event): a server that reasons for ever is cut off
+/// there, instead of growing memory for as long as it sends. Real
+/// reasoning is a few hundred kilobytes at most.
+pub const MAX_OPENING_BYTES: usize = 16 * 1024 * 1024;
+
+/// What holding `event` costs against [`MAX_OPENING_BYTES`].
+fn held_size(event: &StreamEvent) -> usize {
+    const PER_EVENT: usize = 64;
+    PER_EVENT
+        + match event {
+            StreamEvent::ReasoningDelta { text } => text.len(),
+            StreamEvent::ReasoningMetadata { metadata } => metadata.to_string().len(),
+            _ => 0,
+        }
 }
 
 /// A finish with no reason (some servers send `finish_reason: ""` on

@@ -316,6 +316,45 @@ async fn a_source_that_cannot_answer_falls_back_and_is_not_disabled() {
     assert!(err.to_string().contains("scripted failure"), "{err}");
 }
 
+/// A redirect (a `base_url` that moved) and a malformed answer (a body
+/// the wire cannot read, a frame past the bound) are the source's doing,
+/// not the request's: the next source answers, and the first cools down.
+#[tokio::test]
+async fn a_redirecting_or_malformed_source_falls_back() {
+    let redirect = Canned {
+        status: 301,
+        headers: vec![("location", "https://elsewhere.example/v1".into())],
+        body: String::new(),
+    };
+    let oversized = Canned {
+        status: 200,
+        headers: vec![("content-type", "text/event-stream".into())],
+        body: format!(
+            "data: {}\n\n",
+            "x".repeat(homeagent_llm::framing::DEFAULT_MAX_FRAME_BYTES + 1)
+        ),
+    };
+    for (what, canned) in [("redirect", redirect), ("oversized frame", oversized)] {
+        let failing = tiny(vec![canned]).await;
+        let answering = tiny(vec![ok()]).await;
+        let set = sources(
+            vec![
+                source("main", &failing.url, 10),
+                source("backup", &answering.url, 0),
+            ],
+            fast(),
+        );
+        let (name, _) = set
+            .stream(&mut chat(), CancellationToken::new())
+            .await
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(name, "backup", "{what}");
+        assert_eq!(failing.hits(), 1, "{what}: not retried");
+        let main = set.health().into_iter().find(|h| h.name == "main").unwrap();
+        assert_eq!(main.failures, 1, "{what}: {main:?}");
+    }
+}
+
 #[tokio::test]
 async fn a_lone_401_source_is_a_disabled_error_naming_its_variable() {
     let refusing = tiny(vec![error(401)]).await;
@@ -357,6 +396,37 @@ async fn a_missing_key_variable_disables_the_source() {
         "{err:?}"
     );
     assert_eq!(stat(&mock, "requests").await, json!(0));
+}
+
+/// A `Retry-After` longer than this side waits (`max_retry_after`) is not
+/// cut short: the source is not asked again before it, in this request
+/// (the next source answers) or in the next ones (it cools down at least
+/// that long).
+#[tokio::test]
+async fn a_retry_after_past_the_wait_cap_moves_on_and_cools_the_source_that_long() {
+    let mut limited = error(429);
+    limited.headers.push(("retry-after", "3600".into()));
+    let server = tiny(vec![limited, ok()]).await;
+    let answering = tiny(vec![ok()]).await;
+    let set = sources(
+        vec![
+            source("main", &server.url, 10),
+            source("backup", &answering.url, 0),
+        ],
+        fast(),
+    );
+    let (name, _) = set
+        .stream(&mut chat(), CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(name, "backup");
+    assert_eq!(server.hits(), 1, "not asked again before its Retry-After");
+    let main = set.health().into_iter().find(|h| h.name == "main").unwrap();
+    let cooling = main.cooling_down_for.unwrap_or_default();
+    assert!(
+        cooling > Duration::from_secs(3590),
+        "cooling down for {cooling:?}, less than the server's hour"
+    );
 }
 
 #[tokio::test]
@@ -499,6 +569,53 @@ async fn a_stream_cut_while_reasoning_is_retried() {
     let (said, hits) = answer(chunk("{}", r#""stop""#) + "data: [DONE]\n\n").await;
     assert_eq!(said, "");
     assert_eq!(hits, 1, "an empty answer is an answer");
+}
+
+/// What comes before the first content is held until it comes, but only
+/// so much: a server that reasons (or reports usage) on and on without
+/// ever answering fails over once the hold is full, instead of growing
+/// memory for as long as it sends.
+#[tokio::test]
+async fn the_hold_before_the_first_content_is_bounded() {
+    let piece = "y".repeat(4 * 1024 * 1024);
+    let reasoning = format!(
+        "data: {{\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{{\"index\":0,\
+         \"delta\":{{\"reasoning_content\":\"{piece}\"}},\"finish_reason\":null}}]}}\n\n"
+    );
+    let endless = Canned {
+        status: 200,
+        headers: vec![("content-type", "text/event-stream".into())],
+        body: reasoning.repeat(homeagent_llm::source::MAX_OPENING_BYTES / piece.len() + 1),
+    };
+    let server = tiny(vec![endless]).await;
+    let alone = sources(vec![source("main", &server.url, 0)], fast());
+    let error = alone
+        .stream(&mut chat(), CancellationToken::new())
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(
+        error.contains(&format!(
+            "sent more than {} bytes before any content",
+            homeagent_llm::source::MAX_OPENING_BYTES
+        )),
+        "{error}"
+    );
+    assert_eq!(server.hits(), 1, "not retried");
+    let answering = tiny(vec![ok()]).await;
+    let set = sources(
+        vec![
+            source("main", &server.url, 10),
+            source("backup", &answering.url, 0),
+        ],
+        fast(),
+    );
+    let (name, _) = set
+        .stream(&mut chat(), CancellationToken::new())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(name, "backup");
 }
 
 #[tokio::test]

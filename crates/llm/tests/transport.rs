@@ -1043,3 +1043,50 @@ async fn a_whole_response_is_read_up_to_its_limit_and_no_further() {
         .unwrap();
     assert_eq!(assemble(events).text, long);
 }
+
+/// A frame over the framer's bound is dropped, and the stream cannot go
+/// on as if it had not been there: a tool call whose whole input was in
+/// it would be closed as `{}` and run with no arguments. The stream ends
+/// with an error naming the bound, and no call comes out runnable.
+#[tokio::test]
+async fn a_frame_over_the_bound_ends_the_stream_with_an_error() {
+    let huge = "x".repeat(homeagent_llm::framing::DEFAULT_MAX_FRAME_BYTES + 1);
+    let body = format!(
+        "event: message_start\n\
+         data: {{\"type\":\"message_start\",\"message\":{{\"id\":\"m\",\"role\":\"assistant\",\"usage\":{{\"input_tokens\":1,\"output_tokens\":0}}}}}}\n\n\
+         event: content_block_start\n\
+         data: {{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{{\"type\":\"tool_use\",\"id\":\"toolu_1\",\"name\":\"demo_sleep\",\"input\":{{}}}}}}\n\n\
+         event: content_block_delta\n\
+         data: {{\"type\":\"content_block_delta\",\"index\":0,\"delta\":{{\"type\":\"input_json_delta\",\"partial_json\":\"{{\\\"tag\\\":\\\"{huge}\\\"}}\"}}}}\n\n\
+         event: content_block_stop\n\
+         data: {{\"type\":\"content_block_stop\",\"index\":0}}\n\n\
+         event: message_delta\n\
+         data: {{\"type\":\"message_delta\",\"delta\":{{\"stop_reason\":\"tool_use\"}},\"usage\":{{\"output_tokens\":5}}}}\n\n\
+         event: message_stop\n\
+         data: {{\"type\":\"message_stop\"}}\n\n"
+    );
+    let server = tiny_server(canned(200, &body)).await;
+    let provider = provider(&server.url, Protocol::Anthropic, Options::default());
+    let (events, err) = drain(&provider).await;
+    let err = err.expect("the stream must end with an error");
+    assert_eq!(
+        err.to_string(),
+        ProviderError::Codec(homeagent_llm::CodecError::MalformedResponse {
+            protocol: "anthropic",
+            detail: format!(
+                "a streamed frame exceeded the {}-byte bound and was dropped, so the answer \
+                 would be incomplete",
+                homeagent_llm::framing::DEFAULT_MAX_FRAME_BYTES
+            ),
+        })
+        .to_string()
+    );
+    let turn = assemble(events);
+    assert!(
+        turn.calls
+            .iter()
+            .all(|call| call.call.raw_arguments != "{}"),
+        "{:?}",
+        turn.calls
+    );
+}

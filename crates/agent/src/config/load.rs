@@ -416,6 +416,17 @@ impl Config {
                     homeagent_llm::API_KEY_ENV_HELP.to_owned(),
                 ));
             }
+            if source.protocol != SourceProtocol::Lua && source.adapter.is_some() {
+                return Err(invalid(
+                    format!("llm.sources[{index}].adapter"),
+                    format!(
+                        "source {:?} has protocol = {:?}, which uses no adapter; set protocol = \
+                         \"lua\" to speak through the adapter, or remove adapter",
+                        source.name,
+                        source.protocol.as_str()
+                    ),
+                ));
+            }
             if source.protocol == SourceProtocol::Lua && source.adapter.is_none() {
                 return Err(invalid(
                     format!("llm.sources[{index}].adapter"),

@@ -109,6 +109,7 @@ impl BodyReader {
     /// maybe `error`) when the stream is over.
     fn absorb(&mut self, read: Result<Option<Bytes>, ProviderError>) {
         let mut frames = std::mem::take(&mut self.frame_buf);
+        let oversized = self.frames.oversized_frames();
         let body_ended = match read {
             Ok(Some(bytes)) => {
                 self.frames.feed(&bytes, &mut frames);
@@ -123,6 +124,22 @@ impl BodyReader {
                 return;
             }
         };
+        // A frame too big to keep was dropped: what follows it would read
+        // as if it had never been (a tool call whose whole input it held
+        // would close as `{}`, runnable). The answer cannot be whole.
+        if self.frames.oversized_frames() > oversized {
+            frames.clear();
+            self.frame_buf = frames;
+            self.stop(Some(ProviderError::Codec(CodecError::MalformedResponse {
+                protocol: self.protocol.as_str(),
+                detail: format!(
+                    "a streamed frame exceeded the {}-byte bound and was dropped, so the answer \
+                     would be incomplete",
+                    self.frames.max_frame_bytes()
+                ),
+            })));
+            return;
+        }
         let mut wire_done = false;
         let mut out = Vec::new();
         for frame in frames.drain(..) {

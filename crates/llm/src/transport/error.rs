@@ -75,8 +75,9 @@ impl ProviderError {
 
     /// Whether the error says the source cannot answer (no credit, 402;
     /// refused for a reason of its own, 403: moderation, a region, an API
-    /// not enabled; the model or endpoint gone, 404) rather than that the
-    /// request is wrong: not retried here, but the next source is tried.
+    /// not enabled; the model or endpoint gone, 404; moved, 3xx; an answer
+    /// it cannot make readable) rather than that the request is wrong: not
+    /// retried here, but the next source is tried.
     pub fn is_source_fault(&self) -> bool {
         matches!(
             self,
@@ -84,6 +85,15 @@ impl ProviderError {
                 status: 402..=404,
                 ..
             }
+            // A redirect: the source's address moved (never followed,
+            // since it would carry the key elsewhere).
+            | ProviderError::Status {
+                status: 300..=399,
+                ..
+            }
+            // An answer the wire cannot read: the server's fault, which
+            // another source need not share.
+            | ProviderError::Codec(CodecError::MalformedResponse { .. })
         )
     }
 
