@@ -56,10 +56,11 @@ pub struct BuildOptions {
     /// Register the device bridge's tools over a fresh hub (`serve` does:
     /// only a server can have devices bound).
     pub devices: bool,
-    /// Start the configured MCP servers (on by default). Commands that
-    /// build the agent only to check it (`config check`, `seq create`)
-    /// turn it off: the servers' settings are still checked, but no server
-    /// is started only to be killed when the command exits.
+    /// Start the configured MCP servers (on by default). A command that
+    /// builds the agent only to check it (`config check`) turns it off:
+    /// the servers' settings are still checked, but no server is started
+    /// only to be closed when the command exits. (`seq create` starts
+    /// them: a sequence is checked against their tools.)
     pub start_mcp_servers: bool,
     /// How long the store holds a write for the input's next one
     /// (`Store::set_write_hold`); `None` keeps the store's default. Tests

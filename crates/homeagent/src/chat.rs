@@ -22,6 +22,7 @@ use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::cli::{ChatArgs, GlobalArgs};
+use crate::interrupts::Interrupts;
 use crate::setup;
 use crate::view::TextView;
 
@@ -91,15 +92,22 @@ pub async fn run(args: ChatArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode
         },
     )?;
     // Refused up front, as `run` refuses them: a conversation whose every
-    // input fails is no use.
-    if agent.runtime.tools().gate().agent(&args.agent).is_none() {
-        anyhow::bail!(
+    // input fails is no use. The MCP servers the build started are closed
+    // on the way out, as on every other.
+    let refused = if agent.runtime.tools().gate().agent(&args.agent).is_none() {
+        Some(anyhow::anyhow!(
             "unknown agent `{}`; declare it in [[agents]] or use `main`",
             args.agent
-        );
-    }
-    if let Some(session) = &args.session {
-        homeagent_agent::store::validate_session_id(session)?;
+        ))
+    } else {
+        args.session
+            .as_deref()
+            .and_then(|session| homeagent_agent::store::validate_session_id(session).err())
+            .map(anyhow::Error::from)
+    };
+    if let Some(refused) = refused {
+        setup::mcp_stopped(&agent).await;
+        return Err(refused);
     }
     setup::mcp_started(&agent).await;
     // Every way out of the conversation passes here, so the MCP servers
@@ -117,6 +125,7 @@ pub async fn run(args: ChatArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode
             "HomeAgent chat (session {session}). /stop /tools /new /quit; Ctrl-C stops a turn."
         )?;
         let mut lines = stdin_lines();
+        let mut interrupts = Interrupts::new()?;
         // Lines typed while a turn ran: the next inputs, in order.
         let mut typed_ahead: VecDeque<String> = VecDeque::new();
         let mut input_ended = false;
@@ -132,7 +141,7 @@ pub async fn run(args: ChatArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode
             } else {
                 tokio::select! {
                     line = lines.recv() => line,
-                    _ = tokio::signal::ctrl_c() => {
+                    () = interrupts.next() => {
                         // Ctrl-C belongs to turns; at the prompt it only explains.
                         writeln!(out, "\n(nothing is running; /quit or Ctrl-D leaves)")?;
                         continue;
@@ -186,7 +195,9 @@ pub async fn run(args: ChatArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode
                 agent: args.agent.clone(),
                 text: input.to_owned(),
                 interrupt: false,
-                check_duplicate: true,
+                // A person typing the same line again means it again; the
+                // dedup window is for channels that deliver twice.
+                check_duplicate: false,
             });
             let mut view = TextView::default();
             let mut tools_running = 0usize;
@@ -265,7 +276,7 @@ pub async fn run(args: ChatArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode
                             }
                         }
                     }
-                    _ = tokio::signal::ctrl_c() => {
+                    () = interrupts.next() => {
                         // The stop ends the call that asked: what is typed
                         // next is not its answer.
                         pending_question = None;

@@ -8,6 +8,7 @@ mod chat;
 mod cli;
 mod config_cmd;
 mod demo;
+mod interrupts;
 mod mcp_serve;
 mod mock_llm;
 mod run;
@@ -256,15 +257,21 @@ fn seq(
     global: &cli::GlobalArgs,
     out: &mut dyn std::io::Write,
 ) -> anyhow::Result<()> {
+    // The guide is fixed text: no config (or a broken one) stands in its way.
+    if let cli::SeqCommand::Guide = command {
+        return Ok(writeln!(out, "{}", homeagent_seq::help::GUIDE)?);
+    }
     let loaded = setup::load(global)?;
     let data_dir = loaded.paths.data_dir.clone();
     match command {
         cli::SeqCommand::List => seq_cmd::list(&data_dir, out),
         cli::SeqCommand::Show { name } => seq_cmd::show(&data_dir, &name, out),
         cli::SeqCommand::Delete { name } => seq_cmd::delete(&data_dir, &name, out),
-        cli::SeqCommand::Guide => Ok(writeln!(out, "{}", homeagent_seq::help::GUIDE)?),
-        // Handled (async, with the MCP servers started) before this match.
-        cli::SeqCommand::Create { .. } | cli::SeqCommand::Run { .. } => Ok(()),
+        // Handled before this match (the guide without the config; create
+        // and run async, with the MCP servers started).
+        cli::SeqCommand::Guide | cli::SeqCommand::Create { .. } | cli::SeqCommand::Run { .. } => {
+            Ok(())
+        }
     }
 }
 

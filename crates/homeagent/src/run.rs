@@ -8,6 +8,7 @@ use homeagent_agent::{BuildOptions, Frame, Submission};
 use homeagent_tools::Approval;
 
 use crate::cli::{GlobalArgs, RunArgs};
+use crate::interrupts::{INTERRUPTED, Interrupts};
 use crate::setup;
 use crate::view::TextView;
 
@@ -23,18 +24,42 @@ pub async fn run(args: RunArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode>
     };
     let agent = setup::agent(&loaded, options)?;
     setup::mcp_started(&agent).await;
-    if !args.json {
-        for notice in &agent.notices {
-            eprintln!("note: {notice}");
-        }
+    // On stderr, which never mixes with `--json`'s lines: a program reading
+    // them must learn too that the answers are the offline demo's.
+    for notice in &agent.notices {
+        eprintln!("note: {notice}");
     }
-    let answered = answer(&agent, args).await;
-    setup::mcp_stopped(&agent).await;
-    answered
+    let mut interrupts = Interrupts::new()?;
+    let answered = answer(&agent, args, &mut interrupts).await;
+    if matches!(answered, Ok(Answered::Abandoned)) {
+        // A second Ctrl-C: the person wants out now. MCP servers are
+        // killed with the process (`kill_on_drop`), not closed.
+        return Ok(ExitCode::from(INTERRUPTED));
+    }
+    tokio::select! {
+        () = setup::mcp_stopped(&agent) => {}
+        () = interrupts.next() => return Ok(ExitCode::from(INTERRUPTED)),
+    }
+    answered.map(|answered| match answered {
+        Answered::Ended(code) => code,
+        Answered::Abandoned => ExitCode::from(INTERRUPTED),
+    })
+}
+
+/// How [`answer`] ended.
+enum Answered {
+    /// The input's terminal frame came, with this exit code.
+    Ended(ExitCode),
+    /// A second Ctrl-C came before it.
+    Abandoned,
 }
 
 /// Submits the prompt and shows its frames until the terminal one.
-async fn answer(agent: &homeagent_agent::Agent, args: RunArgs) -> anyhow::Result<ExitCode> {
+async fn answer(
+    agent: &homeagent_agent::Agent,
+    args: RunArgs,
+    interrupts: &mut Interrupts,
+) -> anyhow::Result<Answered> {
     let session = args.session.unwrap_or_else(|| setup::new_session_id("run"));
     let mut frames = agent.scheduler.submit(Submission {
         session: session.clone(),
@@ -49,9 +74,12 @@ async fn answer(agent: &homeagent_agent::Agent, args: RunArgs) -> anyhow::Result
     loop {
         let frame = tokio::select! {
             frame = frames.recv() => frame,
-            _ = tokio::signal::ctrl_c(), if !stop_sent => {
+            () = interrupts.next() => {
+                if stop_sent {
+                    return Ok(Answered::Abandoned);
+                }
                 // Ctrl-C stops the input (tools included); its terminal
-                // frame still comes.
+                // frame still comes. Another press leaves at once.
                 stop_sent = true;
                 agent.scheduler.stop(&session);
                 continue;
@@ -72,7 +100,7 @@ async fn answer(agent: &homeagent_agent::Agent, args: RunArgs) -> anyhow::Result
         }
         stdout.flush()?;
         if terminal {
-            return Ok(code);
+            return Ok(Answered::Ended(code));
         }
     }
 }

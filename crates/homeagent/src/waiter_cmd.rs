@@ -103,7 +103,10 @@ fn prepare(args: &WaiterArgs, global: &GlobalArgs) -> anyhow::Result<Prepared> {
     let server = args.server.clone().or(config.server.clone()).context(
         "no server to connect to: pass --server ws://HOST:PORT (or set `server` in waiter.toml)",
     )?;
-    let token = match (&args.token, &config.token) {
+    // An empty variable (a blank `Environment=` line) is unset, as it is
+    // everywhere else in HomeAgent: the file's token still counts.
+    let given = args.token.as_ref().filter(|token| !token.trim().is_empty());
+    let token = match (given, &config.token) {
         (Some(token), _) => Secret::new(token.clone()),
         (None, Some(token)) => token.clone(),
         (None, None) => bail!(

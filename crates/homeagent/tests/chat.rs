@@ -258,3 +258,19 @@ fn an_unknown_agent_or_a_bad_session_id_ends_the_chat_at_start() {
         assert!(stderr.contains(named), "{flag}: {stderr}");
     }
 }
+
+/// The dedup window is for channels that may deliver a message twice; a
+/// person who types the same line again means it again (`continue`,
+/// `again`). Both are answered.
+#[test]
+fn a_line_typed_twice_is_answered_twice_even_with_a_dedup_window() {
+    let mut chat = Conversation::start("twice", "[scheduler]\ndedup_window = \"60s\"\n");
+    chat.send("!text again");
+    chat.wait_for("model request(s)", 1).unwrap();
+    chat.send("!text again");
+    let out = chat
+        .wait_for("model request(s)", 2)
+        .unwrap_or_else(|out| panic!("the repeated line was not answered:\n{out}"));
+    assert!(!out.contains("duplicate"), "{out}");
+    chat.send("/quit");
+}

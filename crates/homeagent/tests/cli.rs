@@ -298,4 +298,14 @@ fn seq_guide_prints_the_format_that_create_help_points_at() {
         stdout(&guide).trim_end(),
         homeagent_seq::help::GUIDE.trim_end()
     );
+    // Fixed text: a config with a typo does not stand in its way.
+    let broken = std::env::temp_dir().join(format!("homeagent-guide-{}.toml", std::process::id()));
+    std::fs::write(&broken, "[agent]\nmax_tokns = 5\n").unwrap();
+    let guide = homeagent_fresh(&["--config", broken.to_str().unwrap(), "seq", "guide"]);
+    let _ = std::fs::remove_file(&broken);
+    assert!(guide.status.success(), "{guide:?}");
+    assert_eq!(
+        stdout(&guide).trim_end(),
+        homeagent_seq::help::GUIDE.trim_end()
+    );
 }

@@ -248,6 +248,10 @@ async fn an_empty_input_is_skipped_and_the_demo_model_answers_without_config() {
     let (output, frames) = run_async(&bare, &["--json", "!slowbatch4"]).await;
     assert!(output.status.success());
     assert_eq!(phase(&frames, "start").len(), 4);
+    // A program reading the JSON is told too, on stderr, which the JSON
+    // lines never share: scripted demo answers must not pass for a model's.
+    let stderr = String::from_utf8(output.stderr.clone()).unwrap();
+    assert!(stderr.contains("offline demo model"), "{stderr}");
     assert!(
         frames.last().unwrap()["content"]
             .as_str()
@@ -1116,4 +1120,49 @@ fn the_tools_command_names_mcp_as_an_mcp_tools_source() {
     assert_eq!(echo["source"], "mcp", "{echo}");
     let note = tools.iter().find(|t| t["name"] == "cmd_run").unwrap();
     assert_eq!(note["source"], "builtin", "{note}");
+}
+
+/// Ctrl-C stops the input, tools included, and its terminal frame still
+/// comes: `stopped`, with a failing exit. SIGINT is sent as a terminal
+/// would.
+#[test]
+fn ctrl_c_stops_the_input_and_its_frame_says_so() {
+    use std::io::{BufRead, BufReader};
+    let setup = setup("");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_homeagent"))
+        .arg("--config")
+        .arg(&setup.config)
+        .arg("--data-dir")
+        .arg(&setup.dir)
+        .args([
+            "run",
+            "--json",
+            r#"!calls [{"name":"demo_sleep","arguments":{"ms":60000}}]"#,
+        ])
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("HOMEAGENT_CONFIG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    // Once the tool runs, the input is under way.
+    for line in lines.by_ref() {
+        if line.unwrap().contains("\"phase\":\"start\"") {
+            break;
+        }
+    }
+    let sent = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let rest: Vec<Value> = lines
+        .map(|line| serde_json::from_str(&line.unwrap()).unwrap())
+        .collect();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(1), "{status:?}");
+    let last = rest.last().unwrap();
+    assert_eq!(last["type"], "error", "{rest:?}");
+    assert_eq!(last["code"], "stopped", "{rest:?}");
 }

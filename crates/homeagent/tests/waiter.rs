@@ -406,3 +406,26 @@ fn a_missing_token_is_named() {
     assert!(stderr.contains("HOMEAGENT_DEVICE_TOKEN"), "{stderr}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// An empty `HOMEAGENT_DEVICE_TOKEN` (an `Environment=` line left blank in
+/// a unit file) is not a token: the one in waiter.toml is used, as an
+/// empty variable is unset everywhere else in HomeAgent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_token_variable_leaves_the_files_token_in_charge() {
+    let (dir, config) = setup("empty-env", &format!("{ECHO_ONLY}token = \"{TOKEN}\"\n"));
+    let (listener, url) = listen().await;
+    let mut child = waiter_command(&dir, &["--server", &url, "--device-id", "cli-empty"])
+        .arg("--config")
+        .arg(&config)
+        .env("HOMEAGENT_DEVICE_TOKEN", "")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let guard = KillOnDrop(child.id());
+    // `bind` checks the token the waiter sent is the file's.
+    let _ws = bind(&listener, "cli-empty").await;
+    drop(guard);
+    let _ = child.wait();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
