@@ -339,6 +339,8 @@ struct SourceState {
     refusal: Option<String>,
     failures: u32,
     cooldown_until: Option<Instant>,
+    /// When the last failure set `cooldown_until`.
+    cooled_at: Option<Instant>,
 }
 
 struct Source {
@@ -424,12 +426,25 @@ impl Source {
         let mut state = self.state();
         state.failures = 0;
         state.cooldown_until = None;
+        state.cooled_at = None;
     }
 
-    /// Counts a failure and cools the source down: the doubling cooldown,
-    /// or the server's `Retry-After` (`at_least`) when that is longer.
-    fn failed(&self, options: &FallbackOptions, at_least: Option<Duration>) {
+    /// Counts a failure of a request asked at `asked` and cools the source
+    /// down: the doubling cooldown, or the server's `Retry-After`
+    /// (`at_least`) when that is longer. A request asked before the last
+    /// failure cooled the source was in flight with it: the same outage,
+    /// counted once (seven requests failing together doubled the cooldown
+    /// seven times).
+    fn failed(&self, options: &FallbackOptions, at_least: Option<Duration>, asked: Instant) {
         let mut state = self.state();
+        if state.cooled_at.is_some_and(|cooled| asked < cooled) {
+            if let Some(at_least) = at_least {
+                let now = Instant::now();
+                let until = now.checked_add(at_least).unwrap_or(now);
+                state.cooldown_until = state.cooldown_until.max(Some(until));
+            }
+            return;
+        }
         state.failures = state.failures.saturating_add(1);
         let doublings = state.failures.saturating_sub(1).min(20);
         let cooldown = options
@@ -439,6 +454,7 @@ impl Source {
             .max(at_least.unwrap_or_default());
         let now = Instant::now();
         state.cooldown_until = Some(now.checked_add(cooldown).unwrap_or(now));
+        state.cooled_at = Some(now);
     }
 
     fn disable(&self, reason: String) {
@@ -592,10 +608,11 @@ impl Sources {
         let mut attempts = Vec::new();
         let mut unauthorized = BTreeSet::new();
         for source in ready.into_iter().chain(cooling) {
+            let asked = Instant::now();
             match self.try_source(source, &mut *request, &cancel).await {
                 Outcome::Stream(stream) => return Ok((source.name.clone(), stream)),
                 Outcome::Failed(error) => {
-                    source.failed(&self.options, error.retry_after());
+                    source.failed(&self.options, error.retry_after(), asked);
                     tracing::warn!(source = %source.name, %error, "model source failed");
                     attempts.push((source.name.clone(), error));
                 }

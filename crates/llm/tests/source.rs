@@ -705,6 +705,48 @@ async fn the_cooldown_doubles_with_each_failure_up_to_its_cap() {
     }
 }
 
+/// Requests that were in flight together when a source failed are one
+/// outage, not seven: the first failure cools the source down, and the
+/// others, which had started before it, do not double the cooldown again
+/// (seven of them made a 1 s blip cost the source 30 min).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failures_in_flight_together_count_once() {
+    let failing = tiny(vec![error(503)]).await;
+    let answering = tiny(vec![ok()]).await;
+    let set = std::sync::Arc::new(sources(
+        vec![
+            source("main", &failing.url, 10),
+            source("backup", &answering.url, 0),
+        ],
+        fast(),
+    ));
+    let requests: Vec<_> = (0..7)
+        .map(|_| {
+            let set = std::sync::Arc::clone(&set);
+            tokio::spawn(async move {
+                set.stream(&mut chat(), CancellationToken::new())
+                    .await
+                    .map(|(name, _)| name)
+                    .unwrap_or_else(|e| panic!("{e}"))
+            })
+        })
+        .collect();
+    for request in requests {
+        assert_eq!(request.await.unwrap(), "backup");
+    }
+    // Every request had begun before the first failure cooled it down
+    // (each tried main twice, 10 ms apart): one failure.
+    assert!(
+        failing.hits() >= 7,
+        "{} requests reached main",
+        failing.hits()
+    );
+    let main = set.health().into_iter().find(|h| h.name == "main").unwrap();
+    assert_eq!(main.failures, 1, "{main:?}");
+    let left = main.cooling_down_for.unwrap_or_default();
+    assert!(left <= Duration::from_secs(60), "{left:?}");
+}
+
 #[tokio::test]
 async fn order_is_priority_then_name() {
     let set = sources(
