@@ -88,7 +88,9 @@ impl FrameReader {
     }
 
     /// Bytes held for the frame being read (its data and the unfinished
-    /// line); never more than the size bound.
+    /// line). The bound counts the bytes as they arrive; each invalid
+    /// UTF-8 byte is held as a three-byte U+FFFD, so a frame of nothing but
+    /// invalid bytes may hold up to three times the bound.
     pub fn buffered_bytes(&self) -> usize {
         self.data.len() + self.line.len()
     }
