@@ -306,7 +306,8 @@ pub struct MockLlmArgs {
         long,
         value_name = "MS",
         default_value_t = DEFAULT_TOOL_SLEEP_MS,
-        env = "HOMEAGENT_MOCK_TOOL_SLEEP_MS"
+        env = "HOMEAGENT_MOCK_TOOL_SLEEP_MS",
+        value_parser = clap::value_parser!(u64).range(0..=homeagent_mock_llm::MAX_TOOL_SLEEP_MS)
     )]
     pub tool_sleep_ms: u64,
     /// Emit this tool name instead of the demo tools' names (the calls of

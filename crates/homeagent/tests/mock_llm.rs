@@ -29,6 +29,37 @@ fn help_names_every_flag() {
     }
 }
 
+/// A base sleep the demo tools would refuse (or that overflows `S + 5·i`)
+/// is refused at start, naming the flag and its range, instead of every
+/// `demo_sleep` call failing later.
+#[test]
+fn a_tool_sleep_the_demo_tools_would_refuse_is_refused_at_start() {
+    let max = homeagent_mock_llm::MAX_TOOL_SLEEP_MS;
+    for bad in [(max + 1).to_string(), u64::MAX.to_string()] {
+        let output = Command::new(env!("CARGO_BIN_EXE_homeagent"))
+            .args([
+                "mock-llm",
+                "--listen",
+                "127.0.0.1:0",
+                "--tool-sleep-ms",
+                &bad,
+            ])
+            .output()
+            .unwrap();
+        assert!(!output.status.success(), "{bad}");
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert!(
+            stderr.contains("--tool-sleep-ms") && stderr.contains(&format!("0..={max}")),
+            "{bad}: {stderr}"
+        );
+    }
+    // The longest call of the largest batch stays within what demo_sleep takes.
+    assert!(
+        max + 5 * (homeagent_mock_llm::script::MAX_BATCH as u64 - 1)
+            <= homeagent_tools::demo::MAX_SLEEP_MS
+    );
+}
+
 #[cfg(unix)]
 #[test]
 fn serves_until_ctrl_c_then_exits_cleanly() {

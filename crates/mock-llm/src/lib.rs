@@ -20,6 +20,6 @@ mod wire;
 pub use server::{MockServer, ServerConfig, serve};
 
 pub use script::{
-    DEFAULT_TOOL_SLEEP_MS, MAX_BATCH, Reply, Report, ScriptOptions, ScriptedCall, ScriptedTurn,
-    Trigger, parse_trigger, respond,
+    DEFAULT_TOOL_SLEEP_MS, MAX_BATCH, MAX_TOOL_SLEEP_MS, Reply, Report, ScriptOptions,
+    ScriptedCall, ScriptedTurn, Trigger, parse_trigger, respond,
 };

@@ -48,6 +48,11 @@ pub const DEFAULT_TOOL_SLEEP_MS: u64 = 150;
 /// The largest `N` a batch trigger accepts (and the most calls `!calls` takes).
 pub const MAX_BATCH: usize = 64;
 
+/// The largest `S` (`ScriptOptions::tool_sleep_ms`) whose batches the demo
+/// tools take whole: the last call of a batch of [`MAX_BATCH`] sleeps
+/// `S + 5·63` ms, and `demo_sleep` refuses more than 60 s.
+pub const MAX_TOOL_SLEEP_MS: u64 = 60_000 - 5 * (MAX_BATCH as u64 - 1);
+
 /// The three demo tools the triggers call (registered by `homeagent-tools`).
 const SLEEP_TOOL: &str = "demo_sleep";
 const ECHO_TOOL: &str = "demo_echo";
@@ -332,7 +337,9 @@ fn batch(trigger: Trigger, opts: &ScriptOptions, prompt_bytes: usize) -> Scripte
         (0..n)
             .map(|i| PlannedCall {
                 name: named(SLEEP_TOOL),
-                raw_arguments: compact(json!({"ms": s + 5 * i as u64, "tag": tag(i)})),
+                raw_arguments: compact(
+                    json!({"ms": s.saturating_add(5 * i as u64), "tag": tag(i)}),
+                ),
             })
             .collect()
     };
@@ -459,19 +466,34 @@ fn report(after_last_user: &[Message], prompt_bytes: usize) -> ScriptedTurn {
     text_turn(&text, Reply::Report(report), prompt_bytes)
 }
 
-/// Counts what the batch after the last user message really did.
+/// Counts what the batch after the last user message really did: a call
+/// counts as executed when a successful result answering it (by its id)
+/// carries the call's own tag. A failure that quotes the tag ran nothing,
+/// and a result naming other calls' tags speaks only for its own call.
 fn count_results(after_last_user: &[Message]) -> Report {
-    let nonce = after_last_user
+    let calls: Vec<&homeagent_core::ToolCall> = after_last_user
         .iter()
         .filter_map(|m| match m {
             Message::Assistant(a) => Some(a),
             _ => None,
         })
         .flat_map(|a| &a.tool_calls)
-        .find_map(|call| find_nonce(&call.arguments));
+        .collect();
+    let nonce = calls.iter().find_map(|call| find_nonce(&call.arguments));
     let mut report = Report {
         nonce,
         ..Report::default()
+    };
+    // Each call's own tag, by the call's id.
+    let tag_of: std::collections::HashMap<&str, String> = match &report.nonce {
+        Some(nonce) => calls
+            .iter()
+            .filter_map(|call| {
+                tag_index(&call.arguments, nonce)
+                    .map(|i| (call.id.as_str(), format!("done-{nonce}-{i}")))
+            })
+            .collect(),
+        None => Default::default(),
     };
     let mut seen = BTreeSet::new();
     for message in after_last_user {
@@ -481,18 +503,10 @@ fn count_results(after_last_user: &[Message]) -> Report {
         report.results += 1;
         if !tool.success {
             report.failed += 1;
-        }
-        if let Some(nonce) = &report.nonce {
-            let marker = format!("done-{nonce}-");
-            for (at, _) in tool.content.match_indices(&marker) {
-                let rest = &tool.content[at + marker.len()..];
-                let digits = rest
-                    .find(|c: char| !c.is_ascii_digit())
-                    .map_or(rest, |end| &rest[..end]);
-                if let Ok(i) = digits.parse::<u64>() {
-                    seen.insert(i);
-                }
-            }
+        } else if let Some(tag) = tag_of.get(tool.tool_call_id.as_str())
+            && carries(&tool.content, tag)
+        {
+            seen.insert(tag.clone());
         }
         if let Ok(Value::Object(map)) = serde_json::from_str::<Value>(&tool.content) {
             for key in ["in_flight_at_start", "in_flight_at_end"] {
@@ -504,6 +518,32 @@ fn count_results(after_last_user: &[Message]) -> Report {
     }
     report.executed = seen.len();
     report
+}
+
+/// The index `i` of the first `done-<nonce>-<i>` tag in the value.
+fn tag_index(value: &Value, nonce: &str) -> Option<u64> {
+    match value {
+        Value::String(s) => s
+            .strip_prefix("done-")?
+            .strip_prefix(nonce)?
+            .strip_prefix('-')
+            .filter(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))?
+            .parse()
+            .ok(),
+        Value::Array(items) => items.iter().find_map(|item| tag_index(item, nonce)),
+        Value::Object(map) => map.values().find_map(|item| tag_index(item, nonce)),
+        _ => None,
+    }
+}
+
+/// Whether `text` holds `tag` whole (not as the start of a longer index).
+fn carries(text: &str, tag: &str) -> bool {
+    text.match_indices(tag).any(|(at, _)| {
+        !text[at + tag.len()..]
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_digit())
+    })
 }
 
 /// The nonce of the first `done-<nonce>-<i>` tag anywhere in the value.

@@ -456,6 +456,31 @@ fn executed_counts_distinct_tags_of_this_batch_only() {
     );
 }
 
+/// A failed result that quotes its call's tag did not execute; nor does a
+/// tag past the batch's calls count: a kernel that answers with errors, or
+/// with one result naming every index, cannot pass for one that ran them.
+#[test]
+fn failed_results_and_tags_past_the_batch_do_not_count() {
+    let mut history = user("!slowbatch2");
+    let turn = respond(&history, &ScriptOptions::default());
+    let nonce = nonce_of(&turn);
+    history.push(assistant_with(&turn));
+    history.push(result(
+        &format!("call_{nonce}_0"),
+        json!({"error": format!("could not run {{\"tag\":\"done-{nonce}-0\"}}")}),
+        false,
+    ));
+    let every: Vec<String> = (0..64).map(|i| format!("done-{nonce}-{i}")).collect();
+    history.push(result(
+        &format!("call_{nonce}_1"),
+        json!({"tag": format!("done-{nonce}-1"), "also": every}),
+        true,
+    ));
+    let report = report_of(&history);
+    assert_eq!(report.executed, 1, "{report:?}");
+    assert_eq!((report.results, report.failed), (2, 1));
+}
+
 #[test]
 fn a_nonce_that_prefixes_another_does_not_match_it() {
     let mut history = user("!batch1");
