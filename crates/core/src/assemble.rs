@@ -235,6 +235,12 @@ pub struct StreamAssembler {
     buckets: Vec<Bucket>,
     /// For each stream index, the bucket currently receiving its fragments.
     current_at_index: IndexTable,
+    /// The newest bucket of each id, for fragments without an index: a
+    /// scan of every bucket per fragment made a stream of many unindexed
+    /// calls quadratic.
+    by_id: HashMap<String, usize>,
+    /// One past the highest index opened: where an unindexed call goes.
+    next_free: u32,
     last: Option<usize>,
     usage: Usage,
     finish_reason: Option<FinishReason>,
@@ -317,28 +323,38 @@ impl StreamAssembler {
                 None => Some(self.open_bucket(index)),
             },
             None => match &id {
-                Some(id) => match self.buckets.iter().rposition(|b| &b.id == id) {
+                Some(id) => match self.bucket_of_id(id) {
                     Some(pos) => Some(pos),
-                    None => {
-                        let index = self.next_free_index();
-                        Some(self.open_bucket(index))
-                    }
+                    None => Some(self.open_bucket(self.next_free)),
                 },
                 None => match self.last {
                     Some(pos) if !self.buckets[pos].is_another_call(None, name.as_deref()) => {
                         Some(pos)
                     }
                     None if carries_nothing => None,
-                    _ => {
-                        let index = self.next_free_index();
-                        Some(self.open_bucket(index))
-                    }
+                    _ => Some(self.open_bucket(self.next_free)),
                 },
             },
         };
         let Some(pos) = target else { return };
+        if let Some(id) = &id
+            && self.buckets[pos].id != *id
+        {
+            self.by_id.insert(id.clone(), pos);
+        }
         self.buckets[pos].absorb(id, name, raw_arguments);
         self.last = Some(pos);
+    }
+
+    /// The newest bucket holding `id`. The map is kept as ids arrive; an
+    /// entry gone stale (its bucket took another id since) is checked, and
+    /// then the buckets are searched as before.
+    fn bucket_of_id(&self, id: &str) -> Option<usize> {
+        match self.by_id.get(id) {
+            Some(&pos) if self.buckets[pos].id == id => Some(pos),
+            Some(_) => self.buckets.iter().rposition(|b| b.id == id),
+            None => None,
+        }
     }
 
     fn open_bucket(&mut self, index: u32) -> usize {
@@ -350,15 +366,8 @@ impl StreamAssembler {
         });
         let pos = self.buckets.len() - 1;
         self.current_at_index.insert(index, pos);
+        self.next_free = self.next_free.max(index.saturating_add(1));
         pos
-    }
-
-    fn next_free_index(&self) -> u32 {
-        self.buckets
-            .iter()
-            .map(|b| b.index.saturating_add(1))
-            .max()
-            .unwrap_or(0)
     }
 
     /// Ends the turn: orders the calls, assigns missing ids and parses every
@@ -381,6 +390,15 @@ impl StreamAssembler {
         let mut diagnostics = Vec::new();
         let mut calls: Vec<AssembledCall> = Vec::with_capacity(buckets.len());
         let mut ids: HashSet<String> = HashSet::with_capacity(buckets.len());
+        // Every id the model sent is its own: a call without one is never
+        // given one of them (the model's `call_0` keeps that id, and what
+        // is keyed by it, a thought signature, stays on it).
+        let supplied: HashSet<String> = buckets
+            .iter()
+            .filter(|b| !b.id.is_empty())
+            .map(|b| b.id.clone())
+            .collect();
+        let mut next_candidate = 0usize;
         for (position, bucket) in buckets.into_iter().enumerate() {
             if bucket.name.is_empty() {
                 tracing::warn!(
@@ -395,7 +413,7 @@ impl StreamAssembler {
             }
             let mut id = bucket.id;
             if id.is_empty() || ids.contains(&id) {
-                id = unused_id(&ids, position);
+                id = unused_id(&ids, &supplied, position, &mut next_candidate);
                 diagnostics.push(Diagnostic::IdAssigned {
                     call_id: id.clone(),
                     tool: bucket.name.clone(),
@@ -436,11 +454,28 @@ impl StreamAssembler {
     }
 }
 
-fn unused_id(taken: &HashSet<String>, position: usize) -> String {
-    (position..)
-        .map(|n| format!("call_{n}"))
-        .find(|candidate| !taken.contains(candidate))
-        .unwrap_or_else(|| format!("call_{position}_x"))
+/// `call_<n>` for the first `n` from `position` (and past every id handed
+/// out before, `next`) that neither the turn nor the model uses. Handed
+/// out in rising order, so the search never goes over the same ids twice:
+/// crafted ids in the way cost their own count once, not once per call.
+fn unused_id(
+    emitted: &HashSet<String>,
+    supplied: &HashSet<String>,
+    position: usize,
+    next: &mut usize,
+) -> String {
+    let start = position.max(*next);
+    let found = (start..)
+        .take(emitted.len() + supplied.len() + 1)
+        .map(|n| (n, format!("call_{n}")))
+        .find(|(_, candidate)| !emitted.contains(candidate) && !supplied.contains(candidate));
+    match found {
+        Some((n, id)) => {
+            *next = n + 1;
+            id
+        }
+        None => format!("call_{position}_x"),
+    }
 }
 
 /// The arguments of one call, parsed.

@@ -527,7 +527,49 @@ fn calls_without_ids_get_unique_ones() {
     let ids: Vec<&str> = turn.calls.iter().map(|c| c.call.id.as_str()).collect();
     let unique: std::collections::HashSet<&str> = ids.iter().copied().collect();
     assert_eq!(unique.len(), 4, "{ids:?}");
+    // The model's own ids are kept: the call it named `call_0` keeps that
+    // id (anything keyed by it, a thought signature, stays on it), and the
+    // call without one gets an id nobody sent; a repeated id is renamed
+    // only at its second use.
+    assert_eq!(ids[1], "call_0", "{ids:?}");
+    assert_ne!(ids[0], "call_0", "{ids:?}");
     assert_eq!(ids[2], "dup");
+    assert_ne!(ids[3], "dup");
+}
+
+/// Many calls without an index each find their call (by id) or a fresh
+/// index in constant time, and ids are handed out past those taken: the
+/// result is the same as one call at a time would give.
+#[test]
+fn many_unindexed_calls_and_crafted_ids_assemble_in_order() {
+    const N: usize = 2_000;
+    let mut events = Vec::new();
+    // Ids the model sent, crafted to sit where handed-out ids would go.
+    for n in 0..N {
+        events.push(frag(
+            None,
+            Some(&format!("call_{}", N + n)),
+            Some("crafted"),
+            "{}",
+        ));
+    }
+    for n in 0..N {
+        events.push(frag(None, None, Some(&format!("t{n}")), "{}"));
+    }
+    // A continuation by id, long after its call opened.
+    events.push(frag(None, Some(&format!("call_{N}")), None, ""));
+    let turn = assemble(events);
+    assert_eq!(turn.calls.len(), 2 * N);
+    let ids: std::collections::HashSet<&str> =
+        turn.calls.iter().map(|c| c.call.id.as_str()).collect();
+    assert_eq!(ids.len(), 2 * N, "every id unique");
+    for (n, call) in turn.calls[..N].iter().enumerate() {
+        assert_eq!(call.call.id, format!("call_{}", N + n));
+        assert_eq!(call.call.name, "crafted");
+    }
+    for (n, call) in turn.calls[N..].iter().enumerate() {
+        assert_eq!(call.call.name, format!("t{n}"));
+    }
 }
 
 #[test]
