@@ -316,7 +316,7 @@ impl Executor {
             size: calls.len(),
             parallel: mode == BatchMode::Parallel,
         };
-        if shown.parallel && self.a_hook_may_move_a_key(calls.clone()) {
+        if shown.parallel && self.a_key_may_move(calls.clone()) {
             return self.run_hooked_parallel(calls, batch, &shown).await;
         }
         (mode, self.run_planned(calls, batch, &shown).await)
@@ -341,22 +341,39 @@ impl Executor {
 
     /// Whether a pre-hook sees a runnable call whose tool reads its order
     /// key from an argument: only then can a hook's rewrite change the plan.
-    fn a_hook_may_move_a_key<'a>(&self, calls: impl Iterator<Item = CallRef<'a>>) -> bool {
+    /// Whether the arguments a key is read from may change before the
+    /// handlers get them: a pre-hook may rewrite them (`"NAS"` → `"nas"`),
+    /// and the schema's coercion may (`"1.0"` → `1` for an integer), so two
+    /// calls the model's text keyed apart may share a key. The second needs
+    /// two keyed calls to matter; the plan is then made again from the
+    /// prepared arguments.
+    fn a_key_may_move<'a>(&self, calls: impl Iterator<Item = CallRef<'a>>) -> bool {
         let pre_hooks = &self.inner.pre_hooks;
-        !pre_hooks.is_empty()
-            && calls.filter(|c| c.argument_error.is_none()).any(|c| {
-                let name = c.call.name.as_str();
-                pre_hooks.iter().any(|hook| hook.sees(name))
-                    && self
-                        .inner
-                        .source
-                        .definition(name)
-                        .is_some_and(|def| matches!(def.order_key, Some(OrderKey::Argument(_))))
-            })
+        let mut keyed = 0usize;
+        for c in calls.filter(|c| c.argument_error.is_none()) {
+            let name = c.call.name.as_str();
+            let argument_key = self
+                .inner
+                .source
+                .definition(name)
+                .is_some_and(|def| matches!(def.order_key, Some(OrderKey::Argument(_))));
+            if !argument_key {
+                continue;
+            }
+            if pre_hooks.iter().any(|hook| hook.sees(name)) {
+                return true;
+            }
+            keyed += 1;
+            if keyed > 1 {
+                return true;
+            }
+        }
+        false
     }
 
-    /// A parallel batch where a pre-hook may rewrite the argument an order
-    /// key is read from (`"NAS"` → `"nas"`), so the plan made from the
+    /// A parallel batch where a pre-hook or the schema's coercion may
+    /// change the argument an order key is read from (`"NAS"` → `"nas"`,
+    /// `"1.0"` → `1`; see [`Executor::a_key_may_move`]), so the plan made from the
     /// model's arguments is checked again against the arguments the handlers
     /// will get: every call's pre-hooks run first (concurrently), then the
     /// handlers run together, or one after another in index order when the

@@ -1596,3 +1596,60 @@ async fn a_tool_that_appears_after_its_call_was_checked_does_not_run_it() {
     );
     assert_eq!(source.invoked.load(Ordering::SeqCst), 0, "the tool ran");
 }
+
+/// The order key is read from the arguments the handlers get: `"1.0"` for
+/// an integer `zone` is coerced to `1`, so two calls on zone 1 run one
+/// after the other even when the model wrote one of them as a string
+/// (planned from the model's text, their keys differed and they ran
+/// together).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_order_key_is_read_after_the_arguments_are_coerced() {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let reg = Registry::new();
+    let written = log.clone();
+    reg.register(
+        ToolDef::new("heat", "")
+            .parallel_safe()
+            .with_order_key(OrderKey::Argument("zone".into()))
+            .with_parameters(json!({
+                "type": "object",
+                "properties": {"zone": {"type": "integer"}, "ms": {"type": "integer"},
+                               "text": {"type": "string"}},
+                "required": ["zone"]
+            })),
+        move |ctx: ToolContext| {
+            let written = written.clone();
+            async move {
+                let ms = ctx.arguments["ms"].as_u64().unwrap_or(0);
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                written
+                    .lock()
+                    .unwrap()
+                    .push(ctx.arguments["text"].as_str().unwrap_or("").to_owned());
+                Ok(json!("set"))
+            }
+        },
+    )
+    .unwrap();
+    let exec = Executor::new(Arc::new(reg));
+    let calls = vec![
+        call("a", "heat", json!({"zone": 1, "text": "first", "ms": 80})),
+        call(
+            "b",
+            "heat",
+            json!({"zone": "1.0", "text": "second", "ms": 10}),
+        ),
+    ];
+    let result = exec.run(&turn("", calls), &BatchContext::default()).await;
+    assert!(
+        result.outcomes.iter().all(|o| o.success),
+        "{:?}",
+        result.outcomes
+    );
+    assert!(
+        matches!(result.mode, BatchMode::Serial { .. }),
+        "{:?}",
+        result.mode
+    );
+    assert_eq!(*log.lock().unwrap(), ["first", "second"]);
+}
