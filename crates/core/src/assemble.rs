@@ -313,10 +313,19 @@ impl StreamAssembler {
         let target = match stream_index {
             Some(index) => match self.current_at_index.get(index) {
                 Some(pos) => {
-                    if self.buckets[pos].is_another_call(id.as_deref(), name.as_deref()) {
-                        Some(self.open_bucket(index))
-                    } else {
+                    if !self.buckets[pos].is_another_call(id.as_deref(), name.as_deref()) {
                         Some(pos)
+                    } else if let Some(earlier) = id
+                        .as_deref()
+                        .and_then(|id| self.bucket_of_id(id))
+                        .filter(|&earlier| self.buckets[earlier].index == index)
+                    {
+                        // Calls opened at one index, their pieces then
+                        // interleaved: a piece joins the call its id names.
+                        self.current_at_index.insert(index, earlier);
+                        Some(earlier)
+                    } else {
+                        Some(self.open_bucket(index))
                     }
                 }
                 None if carries_nothing => None,

@@ -840,3 +840,24 @@ fn the_repair_reads_strings_whole_and_units_strictly() {
         );
     }
 }
+
+/// Two calls opened at one index, their pieces then interleaved by id: a
+/// piece joins the call its id names, wherever that call opened, instead
+/// of opening a nameless call that is dropped (and leaving both calls to
+/// run with `{}`).
+#[test]
+fn pieces_interleaved_at_one_index_join_the_calls_their_ids_name() {
+    let turn = assemble([
+        frag(Some(0), Some("a"), Some("f"), ""),
+        frag(Some(0), Some("b"), Some("g"), ""),
+        frag(Some(0), Some("a"), None, "{\"path\":\"x\"}"),
+        frag(Some(0), Some("b"), None, "{\"q\":1}"),
+    ]);
+    assert_eq!(
+        calls_of(&turn),
+        [
+            ("a", "f", &json!({"path": "x"})),
+            ("b", "g", &json!({"q": 1}))
+        ]
+    );
+}
