@@ -124,6 +124,13 @@ struct CallRef<'a> {
     argument_error: Option<&'a ToolError>,
 }
 
+/// A batch's plan, and whether it must be made again once every call is
+/// admitted (see `plan_runnable`).
+struct Plan {
+    mode: BatchMode,
+    key_may_move: bool,
+}
+
 /// What every event of a batch says about it.
 struct ShownBatch {
     id: Arc<str>,
@@ -216,20 +223,27 @@ impl Executor {
                 .filter(|c| c.argument_error.is_none())
                 .map(|c| (c.call.name.as_str(), &c.call.arguments)),
         )
+        .mode
     }
 
     /// Plans the calls that will run, each given as its tool's name and its
     /// arguments.
-    fn plan_runnable<'a>(&self, runnable: impl Iterator<Item = (&'a str, &'a Value)>) -> BatchMode {
+    fn plan_runnable<'a>(&self, runnable: impl Iterator<Item = (&'a str, &'a Value)>) -> Plan {
         let runnable: Vec<(&str, &Value)> = runnable.collect();
-        let serial = |reason| BatchMode::Serial { reason };
+        let serial = |reason| Plan {
+            mode: BatchMode::Serial { reason },
+            key_may_move: false,
+        };
         if runnable.len() <= 1 {
             return serial(SerialReason::SingleCall);
         }
         if !self.inner.options.parallel {
             return serial(SerialReason::Disabled);
         }
+        let pre_hooks = &self.inner.pre_hooks;
         let mut keys = std::collections::HashSet::new();
+        let mut argument_keyed = 0usize;
+        let mut key_may_move = false;
         for (name, arguments) in runnable {
             let tool = || name.to_owned();
             let Some(def) = self.inner.source.definition(name) else {
@@ -237,6 +251,15 @@ impl Executor {
             };
             if !self.tool_runs_in_parallel(&def) {
                 return serial(SerialReason::NotParallelSafe { tool: tool() });
+            }
+            // The arguments a key is read from may change before the
+            // handlers get them: a pre-hook may rewrite them (`"NAS"` →
+            // `"nas"`), and the schema's coercion may (`"1.0"` → `1` for
+            // an integer), so two calls keyed apart here may share a key.
+            // Coercion needs two keyed calls to matter.
+            if matches!(def.order_key, Some(OrderKey::Argument(_))) {
+                argument_keyed += 1;
+                key_may_move |= argument_keyed > 1 || pre_hooks.iter().any(|hook| hook.sees(name));
             }
             match def.order_key_for(arguments) {
                 Err(MissingOrderKey) => {
@@ -250,7 +273,10 @@ impl Executor {
                 Ok(None) => {}
             }
         }
-        BatchMode::Parallel
+        Plan {
+            mode: BatchMode::Parallel,
+            key_may_move,
+        }
     }
 
     /// Runs one turn's calls and finalizes them in index order.
@@ -304,7 +330,7 @@ impl Executor {
         calls: impl ExactSizeIterator<Item = CallRef<'a>> + Clone,
         batch: &BatchContext,
     ) -> (BatchMode, Vec<ToolOutcome>) {
-        let mode = self.plan_runnable(
+        let Plan { mode, key_may_move } = self.plan_runnable(
             calls
                 .clone()
                 .filter(|c| c.argument_error.is_none())
@@ -316,7 +342,7 @@ impl Executor {
             size: calls.len(),
             parallel: mode == BatchMode::Parallel,
         };
-        if shown.parallel && self.a_key_may_move(calls.clone()) {
+        if key_may_move {
             return self.run_hooked_parallel(calls, batch, &shown).await;
         }
         (mode, self.run_planned(calls, batch, &shown).await)
@@ -341,39 +367,9 @@ impl Executor {
 
     /// Whether a pre-hook sees a runnable call whose tool reads its order
     /// key from an argument: only then can a hook's rewrite change the plan.
-    /// Whether the arguments a key is read from may change before the
-    /// handlers get them: a pre-hook may rewrite them (`"NAS"` → `"nas"`),
-    /// and the schema's coercion may (`"1.0"` → `1` for an integer), so two
-    /// calls the model's text keyed apart may share a key. The second needs
-    /// two keyed calls to matter; the plan is then made again from the
-    /// prepared arguments.
-    fn a_key_may_move<'a>(&self, calls: impl Iterator<Item = CallRef<'a>>) -> bool {
-        let pre_hooks = &self.inner.pre_hooks;
-        let mut keyed = 0usize;
-        for c in calls.filter(|c| c.argument_error.is_none()) {
-            let name = c.call.name.as_str();
-            let argument_key = self
-                .inner
-                .source
-                .definition(name)
-                .is_some_and(|def| matches!(def.order_key, Some(OrderKey::Argument(_))));
-            if !argument_key {
-                continue;
-            }
-            if pre_hooks.iter().any(|hook| hook.sees(name)) {
-                return true;
-            }
-            keyed += 1;
-            if keyed > 1 {
-                return true;
-            }
-        }
-        false
-    }
-
     /// A parallel batch where a pre-hook or the schema's coercion may
     /// change the argument an order key is read from (`"NAS"` → `"nas"`,
-    /// `"1.0"` → `1`; see [`Executor::a_key_may_move`]), so the plan made from the
+    /// `"1.0"` → `1`; see `plan_runnable`), so the plan made from the
     /// model's arguments is checked again against the arguments the handlers
     /// will get: every call's pre-hooks run first (concurrently), then the
     /// handlers run together, or one after another in index order when the
@@ -395,15 +391,17 @@ impl Executor {
                 (started.elapsed(), call, notes, admission)
             }))
             .await;
-        let replanned = self.plan_runnable(
-            staged
-                .iter()
-                .filter_map(|(_, _, _, admission)| match admission {
-                    Admission::Admitted(a) => Some(a),
-                    Admission::Settled(_) => None,
-                })
-                .map(|a| (a.call.call.name.as_str(), &a.info.arguments)),
-        );
+        let replanned = self
+            .plan_runnable(
+                staged
+                    .iter()
+                    .filter_map(|(_, _, _, admission)| match admission {
+                        Admission::Admitted(a) => Some(a),
+                        Admission::Settled(_) => None,
+                    })
+                    .map(|a| (a.call.call.name.as_str(), &a.info.arguments)),
+            )
+            .mode;
         // Tool names never change, so only a key can make the batch serial
         // now; fewer calls left to run is no reason to report one.
         let mode = match replanned {

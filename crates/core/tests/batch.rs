@@ -1653,3 +1653,53 @@ async fn an_order_key_is_read_after_the_arguments_are_coerced() {
     );
     assert_eq!(*log.lock().unwrap(), ["first", "second"]);
 }
+
+/// Drops `device_id` from every call (a policy hook gone wrong).
+struct DropDevice;
+
+impl PreToolHook for DropDevice {
+    fn name(&self) -> &str {
+        "drop-device"
+    }
+    fn before(&self, call: &CallInfo) -> HookFuture<PreDecision> {
+        let mut arguments = call.arguments.clone();
+        let removed = arguments
+            .as_object_mut()
+            .and_then(|map| map.remove("device_id"))
+            .is_some();
+        let decision = if removed {
+            PreDecision::Rewrite { arguments }
+        } else {
+            PreDecision::Allow
+        };
+        Box::pin(async move { Ok(decision) })
+    }
+}
+
+/// One keyed call is enough for a hook to change the plan: a rewrite that
+/// leaves the call without its key (which conflicts with every call) makes
+/// the batch serial, planned again after the hooks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hook_that_takes_the_only_keyed_calls_key_makes_the_batch_serial() {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let reg = Registry::new();
+    ordered_tools(&reg, &log);
+    let exec = executor(reg).with_pre_hook(Arc::new(DropDevice));
+    let calls = vec![
+        call(
+            "a",
+            "device_run",
+            json!({"device_id": "nas", "text": "1", "ms": 0}),
+        ),
+        call("b", "send", json!({"text": "2", "ms": 0})),
+    ];
+    let result = exec.run(&turn("", calls), &BatchContext::default()).await;
+    assert_eq!(
+        result.mode,
+        BatchMode::Serial {
+            reason: SerialReason::MissingOrderKey {
+                tool: "device_run".into()
+            }
+        }
+    );
+}
