@@ -237,8 +237,10 @@ pub struct StreamAssembler {
     current_at_index: IndexTable,
     /// The newest bucket of each id, for fragments without an index: a
     /// scan of every bucket per fragment made a stream of many unindexed
-    /// calls quadratic.
-    by_id: HashMap<String, usize>,
+    /// calls quadratic. Made on the first such fragment and kept from
+    /// then on, so a stream whose every fragment has an index (nearly all)
+    /// pays nothing for it.
+    by_id: Option<HashMap<String, usize>>,
     /// One past the highest index opened: where an unindexed call goes.
     next_free: u32,
     last: Option<usize>,
@@ -346,20 +348,30 @@ impl StreamAssembler {
             },
         };
         let Some(pos) = target else { return };
-        if let Some(id) = &id
+        if let (Some(by_id), Some(id)) = (self.by_id.as_mut(), &id)
             && self.buckets[pos].id != *id
         {
-            self.by_id.insert(id.clone(), pos);
+            by_id.insert(id.clone(), pos);
         }
         self.buckets[pos].absorb(id, name, raw_arguments);
         self.last = Some(pos);
     }
 
-    /// The newest bucket holding `id`. The map is kept as ids arrive; an
-    /// entry gone stale (its bucket took another id since) is checked, and
-    /// then the buckets are searched as before.
-    fn bucket_of_id(&self, id: &str) -> Option<usize> {
-        match self.by_id.get(id) {
+    /// The newest bucket holding `id`. The map is made from the buckets on
+    /// first use and kept as ids arrive; an entry gone stale (its bucket
+    /// took another id since) is checked, and then the buckets are
+    /// searched.
+    fn bucket_of_id(&mut self, id: &str) -> Option<usize> {
+        let buckets = &self.buckets;
+        let by_id = self.by_id.get_or_insert_with(|| {
+            buckets
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| !b.id.is_empty())
+                .map(|(pos, b)| (b.id.clone(), pos))
+                .collect()
+        });
+        match by_id.get(id) {
             Some(&pos) if self.buckets[pos].id == id => Some(pos),
             Some(_) => self.buckets.iter().rposition(|b| b.id == id),
             None => None,
