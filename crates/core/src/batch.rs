@@ -365,8 +365,6 @@ impl Executor {
         }
     }
 
-    /// Whether a pre-hook sees a runnable call whose tool reads its order
-    /// key from an argument: only then can a hook's rewrite change the plan.
     /// A parallel batch where a pre-hook or the schema's coercion may
     /// change the argument an order key is read from (`"NAS"` → `"nas"`,
     /// `"1.0"` → `1`; see `plan_runnable`), so the plan made from the
