@@ -726,13 +726,14 @@ impl Sources {
     }
 }
 
-/// Reads a response up to its first content: the usage reports, reasoning
-/// and empty finishes that came before it (Anthropic's `message_start`
-/// carries usage; a reasoning model thinks first, for a long while) and
-/// the content event itself. None of those is content the user sees (the
-/// agent shows text and calls): an error after them has still given the
-/// caller nothing, so it is retried or falls back like an error before
-/// the first byte.
+/// Reads a response up to its first content: the usage reports and
+/// reasoning that came before it (Anthropic's `message_start` carries
+/// usage; a reasoning model thinks first, for a long while), held up to
+/// [`MAX_OPENING_BYTES`], and the content event itself; empty finishes
+/// are passed over. None of those is content the user sees (the agent
+/// shows text and calls): an error after them has still given the caller
+/// nothing, so it is retried or falls back like an error before the first
+/// byte.
 async fn opening(
     stream: &mut EventStream,
     protocol: &'static str,
