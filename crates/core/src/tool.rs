@@ -245,6 +245,28 @@ impl ToolDef {
         }
     }
 
+    /// [`order_key_for`](Self::order_key_for) the arguments as the handler
+    /// will get them: a key read from an argument is read after the
+    /// schema's coercion (`"1.0"` → `1` for an integer), so two calls the
+    /// text keys apart but the handler sees as one do not overlap.
+    /// Arguments the schema refuses keep the key of their text (such a
+    /// call does not run). For a planner that cannot plan again after
+    /// admission, as the executor does (the sequence engine runs each step
+    /// as its own batch).
+    pub fn order_key_for_prepared(
+        &self,
+        arguments: &Value,
+    ) -> Result<Option<String>, MissingOrderKey> {
+        if !matches!(self.order_key, Some(OrderKey::Argument(_))) {
+            return self.order_key_for(arguments);
+        }
+        let mut prepared = arguments.clone();
+        match self.compiled_schema().prepare(&self.name, &mut prepared) {
+            Ok(_) => self.order_key_for(&prepared),
+            Err(_) => self.order_key_for(arguments),
+        }
+    }
+
     /// The argument schema as JSON text. Model requests embed it as is, so
     /// a schema is serialized once per tool, not once per request.
     pub fn parameters_text(&self) -> Arc<RawValue> {

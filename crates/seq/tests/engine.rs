@@ -148,6 +148,55 @@ async fn keyed_calls_a_pre_hook_may_rewrite_run_in_order() {
     assert_eq!(first_two, ["start NAS", "start nas"]);
 }
 
+/// A group's order keys are read as the handlers get the arguments: on an
+/// integer key, `"1.0"` is coerced to `1`, so two steps on zone 1 run in
+/// order though the sequence wrote them apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_groups_order_keys_are_read_after_coercion() {
+    use homeagent_core::{OrderKey, ToolContext, ToolDef};
+    let h = harness();
+    let log = std::sync::Arc::clone(&h.finished);
+    h.registry
+        .register(
+            ToolDef::new("t_zone", "holds zone `zone` for ms")
+                .parallel_safe()
+                .with_order_key(OrderKey::Argument("zone".into()))
+                .with_parameters(json!({"type": "object",
+                    "properties": {"zone": {"type": "integer"}, "ms": {"type": "integer"}},
+                    "required": ["zone"]})),
+            move |ctx: ToolContext| {
+                let log = std::sync::Arc::clone(&log);
+                async move {
+                    let zone = ctx.arguments["zone"].clone();
+                    let ms = ctx.arguments["ms"].as_u64().unwrap_or(0);
+                    log.lock().unwrap().push(format!("start {zone}"));
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                    log.lock().unwrap().push(format!("end {zone}"));
+                    Ok::<Value, homeagent_core::ToolError>(zone)
+                }
+            },
+        )
+        .unwrap();
+    let steps = tools(&[
+        json!({"tool": "t_zone", "args": {"ms": 100, "zone": 1}, "as": "r"}),
+        json!({"tool": "t_zone", "args": {"ms": 100, "zone": "1.0"}, "as": "r"}),
+    ]);
+    let s = seq(
+        json!({"name": "s", "groups": [{"name": "g", "out": {"r": "array<integer>"},
+        "tools": steps}]}),
+    );
+    let report = h
+        .engine
+        .run_sequence(&s, args(json!({})), &main_caller())
+        .await;
+    assert_eq!(report.status, RunStatus::Completed, "{report:?}");
+    assert_eq!(report.groups[0].mode, Some("serial"));
+    assert_eq!(
+        *h.finished.lock().unwrap(),
+        ["start 1", "end 1", "start 1", "end 1"]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_false_condition_skips_the_group_and_field_access_works() {
     let h = harness();

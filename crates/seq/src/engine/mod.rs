@@ -213,8 +213,9 @@ impl Engine {
                         all_safe = false;
                     }
                     // The kernel's rule for keys, so a sequence and a
-                    // model's batch agree on which calls may overlap.
-                    match def.order_key_for(&call_args) {
+                    // model's batch agree on which calls may overlap; read
+                    // after coercion, as the handler will get them.
+                    match def.order_key_for_prepared(&call_args) {
                         Ok(Some(key)) if order_keys.contains(&key) => all_safe = false,
                         Ok(Some(key)) => order_keys.push(key),
                         Ok(None) => {}
