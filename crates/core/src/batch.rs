@@ -739,7 +739,11 @@ impl Executor {
             },
             Ended::TimedOut => {
                 call_cancel.cancel();
-                let abandoned = self.stop(handle).await;
+                let abandoned = match self.stop(handle).await {
+                    // It finished as the timeout fired: its result stands.
+                    Halted::Finished(result) => return result,
+                    Halted::Stopped { abandoned } => abandoned,
+                };
                 Err(ToolError::new(
                     ErrorReason::Timeout,
                     format!(
@@ -752,7 +756,12 @@ impl Executor {
             }
             Ended::Stopped => {
                 call_cancel.cancel();
-                let abandoned = self.stop(handle).await;
+                let abandoned = match self.stop(handle).await {
+                    // It finished as the stop came: what it did is done,
+                    // and its result says so.
+                    Halted::Finished(result) => return result,
+                    Halted::Stopped { abandoned } => abandoned,
+                };
                 Err(ToolError::new(
                     ErrorReason::Cancelled,
                     format!(
@@ -764,14 +773,30 @@ impl Executor {
         }
     }
 
-    /// Drops a running handler. Returns true when it did not unwind within
-    /// the grace period (it blocks its thread) and was abandoned.
-    async fn stop<T>(&self, mut handle: AbortOnDrop<T>) -> bool {
+    /// Drops a running handler. On a multi-threaded runtime it may have
+    /// finished between the timeout or stop firing and the abort: then its
+    /// result is returned, not thrown away (a call whose work is done must
+    /// not be reported as not done).
+    async fn stop<T>(&self, mut handle: AbortOnDrop<T>) -> Halted<T> {
         handle.0.abort();
-        tokio::time::timeout(self.inner.options.abandon_grace, &mut handle.0)
-            .await
-            .is_err()
+        match tokio::time::timeout(self.inner.options.abandon_grace, &mut handle.0).await {
+            Ok(Ok(result)) => Halted::Finished(result),
+            Ok(Err(_)) => Halted::Stopped { abandoned: false },
+            // It did not unwind within the grace period: it blocks its
+            // thread, and is abandoned.
+            Err(_) => Halted::Stopped { abandoned: true },
+        }
     }
+}
+
+/// How [`Executor::stop`] left a handler.
+#[derive(Debug)]
+enum Halted<T> {
+    /// It had finished, with this result.
+    Finished(T),
+    Stopped {
+        abandoned: bool,
+    },
 }
 
 /// A handler's task, aborted when its call's future is dropped: a batch
@@ -867,5 +892,28 @@ fn human_duration(d: Duration) -> String {
         format!("{}s", d.as_secs())
     } else {
         format!("{}ms", d.as_millis())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A handler that finished just as its timeout or stop fired (the
+    /// abort comes too late) keeps its result; one still running is
+    /// stopped.
+    #[tokio::test]
+    async fn stopping_a_handler_that_already_finished_keeps_its_result() {
+        let executor = Executor::new(Arc::new(crate::Registry::new()));
+        let done = AbortOnDrop(tokio::spawn(async { 7 }));
+        while !done.0.is_finished() {
+            tokio::task::yield_now().await;
+        }
+        assert!(matches!(executor.stop(done).await, Halted::Finished(7)));
+        let running = AbortOnDrop(tokio::spawn(std::future::pending::<u8>()));
+        assert!(matches!(
+            executor.stop(running).await,
+            Halted::Stopped { abandoned: false }
+        ));
     }
 }
