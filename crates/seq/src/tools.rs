@@ -264,18 +264,20 @@ impl Shared {
         if existing.author.as_deref() == Some(author) {
             return Ok(());
         }
-        let writer = match &existing.author {
-            Some(agent) => format!("agent `{agent}`"),
-            None => "a person".to_owned(),
+        let (writer, who) = match &existing.author {
+            Some(agent) => (
+                format!("agent `{agent}`"),
+                "that agent (or a person, through `homeagent seq` or the HTTP API)",
+            ),
+            None => (
+                "a person".to_owned(),
+                "a person, through `homeagent seq` or the HTTP API,",
+            ),
         };
         Err(ToolError::new(
             ErrorReason::Denied,
             format!(
-                "sequence `{name}` was written by {writer}; only {} may replace or delete it",
-                match &existing.author {
-                    Some(_) => "that agent (or a person, through `homeagent seq` or the HTTP API)",
-                    None => "a person, through `homeagent seq` or the HTTP API,",
-                }
+                "sequence `{name}` was written by {writer}; only {who} may replace or delete it"
             ),
         ))
     }
