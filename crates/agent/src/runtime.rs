@@ -49,7 +49,9 @@ use crate::context::{CountedHistory, RequestMessages, approx_tokens};
 use crate::frames::{Frame, Incomplete, UsageFrame};
 use crate::kept_requests::{KeptRequest, KeptRequests};
 use crate::request_base::{Built, RequestBase, RequestBases};
-use crate::store::{EventRow, HeldWrite, KnownHistory, OpenedInput, Store, StoreError};
+use crate::store::{
+    EventRow, HeldWrite, KnownHistory, OpenedInput, SessionClaim, Store, StoreError,
+};
 
 /// The loop's knobs (from `[agent]` and `[tools]`).
 #[derive(Debug, Clone)]
@@ -257,12 +259,14 @@ impl Runtime {
             lineage: *lineage,
             len: kept.history.messages().len(),
         });
-        // The claim is held until this input ends: no other process runs the
-        // session meanwhile (see `store::claim`). A new session is created
+        // The claim is held until this input ends, and each of its writes
+        // holds it until that write has committed: no other input runs the
+        // session meanwhile, here or in another process (see
+        // `store::claim`). A new session is created
         // with the user message, in one commit (`hold_append_creating`);
         // opening refuses another agent's session first.
         let OpenedInput {
-            claim: _claim,
+            claim,
             history: loaded,
             lineage,
             from,
@@ -307,7 +311,7 @@ impl Runtime {
         // reply is sent before the messages it answers are committed.
         let held = self
             .store
-            .hold_append_creating(&input.session, &input.agent, std::slice::from_ref(&user))
+            .hold_append_creating(&claim, &input.agent, std::slice::from_ref(&user))
             .map_err(store_frame)?;
         history.push_stored(user, held.json_bytes().first().copied());
         let mut pending = Some(held);
@@ -317,6 +321,7 @@ impl Runtime {
                 control,
                 sink,
                 Start {
+                    claim: &claim,
                     history,
                     lineage,
                     base,
@@ -337,10 +342,11 @@ impl Runtime {
         input: &TurnInput,
         control: &TurnControl,
         sink: &FrameSink,
-        start: Start,
+        start: Start<'_>,
         pending: &mut Option<HeldWrite>,
     ) -> Result<Frame, Frame> {
         let Start {
+            claim,
             mut history,
             lineage,
             base,
@@ -420,11 +426,7 @@ impl Runtime {
                 let message = Message::Assistant(turn.message());
                 let appended = self
                     .store
-                    .append_after(
-                        pending.take(),
-                        &input.session,
-                        std::slice::from_ref(&message),
-                    )
+                    .append_after(pending.take(), claim, std::slice::from_ref(&message))
                     .await
                     .map_err(store_frame)?;
                 // Committed, carrying every earlier write of the input: the
@@ -477,14 +479,14 @@ impl Runtime {
             let (json_bytes, held_calls) = if changes_nothing {
                 let held = self
                     .store
-                    .hold_after(pending.take(), &input.session, calls)
+                    .hold_after(pending.take(), claim, calls)
                     .await
                     .map_err(store_frame)?;
                 (held.json_bytes().first().copied(), Some(held))
             } else {
                 let appended = self
                     .store
-                    .append_after(pending.take(), &input.session, calls)
+                    .append_after(pending.take(), claim, calls)
                     .await
                     .map_err(store_frame)?;
                 (appended.json_bytes.first().copied(), None)
@@ -508,7 +510,7 @@ impl Runtime {
             // next request goes out while it commits (see `run_inner`).
             let held = self
                 .store
-                .hold_results_after(held_calls, &input.session, &results, recorded.take())
+                .hold_results_after(held_calls, claim, &results, recorded.take())
                 .await
                 .map_err(store_frame)?;
             let json_bytes = held.json_bytes();
@@ -638,7 +640,9 @@ impl Runtime {
 
 /// A store failure as the input's error frame.
 /// What an input's model requests start from.
-struct Start {
+struct Start<'a> {
+    /// The input's claim on its session, which its writes carry.
+    claim: &'a SessionClaim,
     /// The session's history, loaded under `lineage`.
     history: CountedHistory,
     lineage: Option<u64>,

@@ -56,16 +56,34 @@ use nix::libc;
 
 use super::{Store, StoreError, validate_session_id};
 
-/// A session held for one input; dropping it releases the session.
-#[derive(Debug)]
+/// A session held for one input; the session is released when the claim
+/// and every clone of it are dropped.
+///
+/// The input's writes clone it (`Store::hold_append_creating` and the other
+/// writes that take a claim) and keep the clone until they have committed:
+/// an input that ends early — its task panics, or its future is dropped —
+/// with a write still held or queued thus keeps the session until that
+/// write is on disk, and the session's next input loads a history that
+/// has it, instead of writing before it.
+#[derive(Debug, Clone)]
 #[must_use = "the session is released when the claim is dropped"]
-pub struct SessionClaim {
+pub struct SessionClaim(Arc<Claimed>);
+
+#[derive(Debug)]
+struct Claimed {
     table: Arc<ClaimTable>,
     session: String,
     slot: i64,
 }
 
-impl Drop for SessionClaim {
+impl SessionClaim {
+    /// The session claimed.
+    pub fn session(&self) -> &str {
+        &self.0.session
+    }
+}
+
+impl Drop for Claimed {
     fn drop(&mut self) {
         self.table.release(&self.session, self.slot);
     }
@@ -143,11 +161,11 @@ impl ClaimTable {
         *state.slots.entry(slot).or_insert(0) += 1;
         state.sessions.insert(session.to_owned());
         self.held.fetch_add(1, Ordering::SeqCst);
-        Ok(SessionClaim {
+        Ok(SessionClaim(Arc::new(Claimed {
             table: Arc::clone(self),
             session: session.to_owned(),
             slot,
-        })
+        })))
     }
 
     /// How many sessions this handle holds: one per input running through

@@ -55,7 +55,7 @@ use rusqlite::Connection;
 use super::events::{EventRow, insert_events};
 use super::messages::{MessageRow, insert_rows, max_seq, stored_len};
 use super::sessions::{SessionInfo, create_or_get, insert_if_new, touch};
-use super::{Store, StoreError, end_open_transaction};
+use super::{SessionClaim, Store, StoreError, end_open_transaction};
 
 /// A write waiting for the connection.
 #[derive(Debug)]
@@ -83,6 +83,10 @@ pub(super) enum WriteOp {
         remember: Option<Vec<Message>>,
         events: Vec<EventRow>,
         events_rule: EventsRule,
+        /// The claim of the input that writes, kept until the write has
+        /// committed (see [`SessionClaim`]); `None` for a write made
+        /// outside an input.
+        claim: Option<SessionClaim>,
     },
 }
 
@@ -123,6 +127,7 @@ impl WriteOp {
                     remember,
                     events,
                     events_rule,
+                    claim,
                 },
                 WriteOp::Append {
                     session: next_session,
@@ -131,6 +136,7 @@ impl WriteOp {
                     remember: next_remember,
                     events: next_events,
                     events_rule: next_rule,
+                    claim: next_claim,
                 },
             ) if session == next_session && (events.is_empty() || next_events.is_empty()) => {
                 rows.extend(next_rows);
@@ -150,6 +156,7 @@ impl WriteOp {
                     remember,
                     events,
                     events_rule,
+                    claim: claim.or(next_claim),
                 })
             }
             (op, next) => Err(Box::new((op, next))),
@@ -183,6 +190,10 @@ pub(super) struct Job {
     /// The append's messages for the history cache, taken out of `op`
     /// (the op stays shared with its caller while it commits).
     remember: Mutex<Option<Vec<Message>>>,
+    /// The writing input's claim, taken out of `op` and let go once the
+    /// job is answered: its session stays claimed until the write is on
+    /// disk, however its input ended (see [`SessionClaim`]).
+    claim: Mutex<Option<SessionClaim>>,
     answer: Mutex<Option<Result<WriteDone, StoreError>>>,
     /// Fired with the answer, for a caller waiting in async code.
     answered: tokio::sync::Notify,
@@ -198,6 +209,12 @@ impl Job {
     fn answer(&self, result: Result<WriteDone, StoreError>) {
         *self.answer.lock().unwrap_or_else(PoisonError::into_inner) = Some(result);
         self.answered.notify_one();
+        drop(
+            self.claim
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
+        );
     }
 
     fn is_answered(&self) -> bool {
@@ -352,13 +369,16 @@ impl Store {
     /// takes it. Queueing first, from async code too, lets a write join a
     /// group before its caller has a thread to wait on.
     pub(super) fn queue(&self, mut op: WriteOp) -> Arc<Job> {
-        let remember = match &mut op {
-            WriteOp::Append { remember, .. } => remember.take(),
-            _ => None,
+        let (remember, claim) = match &mut op {
+            WriteOp::Append {
+                remember, claim, ..
+            } => (remember.take(), claim.take()),
+            _ => (None, None),
         };
         let job = Arc::new(Job {
             op,
             remember: Mutex::new(remember),
+            claim: Mutex::new(claim),
             answer: Mutex::new(None),
             answered: tokio::sync::Notify::new(),
         });

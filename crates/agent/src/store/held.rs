@@ -45,7 +45,7 @@ use homeagent_core::Message;
 use super::blocking::QueuedAppend;
 use super::group::WriteOp;
 use super::messages::{append_creating_op, append_op, results_op};
-use super::{Durability, EventRow, Store, StoreError};
+use super::{Durability, EventRow, SessionClaim, Store, StoreError};
 
 /// How long a held write waits for the input's next write before it is
 /// committed on its own, unless the store says otherwise
@@ -83,6 +83,15 @@ pub(super) fn hold_limit(durability: Durability) -> usize {
         Durability::Full => HOLD_AT_MOST_FULL,
         Durability::Normal => HOLD_AT_MOST,
     }
+}
+
+/// `op` made by the input that holds `claim`: it keeps the session
+/// claimed until it has committed (see [`SessionClaim`]).
+fn claimed(mut op: WriteOp, claim: &SessionClaim) -> WriteOp {
+    if let WriteOp::Append { claim: slot, .. } = &mut op {
+        *slot = Some(claim.clone());
+    }
+    op
 }
 
 /// A write held back for the input's next write (see the module docs).
@@ -149,25 +158,27 @@ impl Store {
     /// `agent` in the same transaction as `messages`.
     pub fn hold_append_creating(
         self: &Arc<Self>,
-        session: &str,
+        claim: &SessionClaim,
         agent: &str,
         messages: &[Message],
     ) -> Result<HeldWrite, StoreError> {
-        Ok(self.hold(append_creating_op(session, agent, messages)?))
+        let op = append_creating_op(claim.session(), agent, messages)?;
+        Ok(self.hold(claimed(op, claim)))
     }
 
     /// [`Store::queue_results`], held (see the module docs): a batch's
     /// results, and its events if SQLite takes them.
     pub fn hold_results(
         self: &Arc<Self>,
-        session: &str,
+        claim: &SessionClaim,
         results: &[Message],
         events: Vec<EventRow>,
     ) -> Result<HeldWrite, StoreError> {
-        Ok(self.hold(results_op(session, results, events)?))
+        let op = results_op(claim.session(), results, events)?;
+        Ok(self.hold(claimed(op, claim)))
     }
 
-    /// Appends `messages` to `session` after `held` (the input's write
+    /// Appends `messages` to the claimed session after `held` (the input's write
     /// before, if any) and waits for the commit. A write still held joins
     /// this one: one commit, all or nothing. One already queued is waited
     /// for first, and its failure is this call's (nothing is appended after
@@ -175,10 +186,10 @@ impl Store {
     pub async fn append_after(
         self: &Arc<Self>,
         held: Option<HeldWrite>,
-        session: &str,
+        claim: &SessionClaim,
         messages: &[Message],
     ) -> Result<Appended, StoreError> {
-        let next = append_op(session, messages, Vec::new())?;
+        let next = claimed(append_op(claim.session(), messages, Vec::new())?, claim);
         let json_bytes = next.json_bytes();
         let op = self.behind(held, next).await?;
         let all = self.start_commit(op).committed().await?;
@@ -205,11 +216,11 @@ impl Store {
     pub async fn hold_after(
         self: &Arc<Self>,
         held: Option<HeldWrite>,
-        session: &str,
+        claim: &SessionClaim,
         messages: &[Message],
     ) -> Result<HeldWrite, StoreError> {
-        self.hold_behind(held, append_op(session, messages, Vec::new())?, usize::MAX)
-            .await
+        let next = claimed(append_op(claim.session(), messages, Vec::new())?, claim);
+        self.hold_behind(held, next, usize::MAX).await
     }
 
     /// [`Store::hold_results`] behind `held`, as [`Store::hold_after`]
@@ -217,16 +228,12 @@ impl Store {
     pub async fn hold_results_after(
         self: &Arc<Self>,
         held: Option<HeldWrite>,
-        session: &str,
+        claim: &SessionClaim,
         results: &[Message],
         events: Vec<EventRow>,
     ) -> Result<HeldWrite, StoreError> {
-        self.hold_behind(
-            held,
-            results_op(session, results, events)?,
-            self.hold_at_most,
-        )
-        .await
+        let next = claimed(results_op(claim.session(), results, events)?, claim);
+        self.hold_behind(held, next, self.hold_at_most).await
     }
 
     /// Holds `next` behind `held`, queued at once above `at_most` bytes;
@@ -362,9 +369,10 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_next_write_carries_a_held_write_in_its_commit() {
         let temp = long_hold("held-carried");
+        let s = temp.store.claim_session("s").unwrap();
         let held = temp
             .store
-            .hold_append_creating("s", "main", &[user("first")])
+            .hold_append_creating(&s, "main", &[user("first")])
             .unwrap();
         assert_eq!(
             held.json_bytes(),
@@ -373,7 +381,7 @@ mod tests {
         let next = [user("second"), user("third")];
         let appended = temp
             .store
-            .append_after(Some(held), "s", &next)
+            .append_after(Some(held), &s, &next)
             .await
             .unwrap();
         assert_eq!(appended.seqs, 2..=3);
@@ -394,9 +402,10 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_held_write_no_write_takes_is_committed_when_its_hold_runs_out() {
         let temp = temp_store("held-alone");
+        let s = temp.store.claim_session("s").unwrap();
         let held = temp
             .store
-            .hold_append_creating("s", "main", &[user("first")])
+            .hold_append_creating(&s, "main", &[user("first")])
             .unwrap();
         let waited = until_stored(&temp, "s", 1).await;
         assert!(waited >= HOLD, "stored after {waited:?}");
@@ -404,7 +413,7 @@ mod tests {
         // The next write waits for it, and commits on its own.
         let appended = temp
             .store
-            .append_after(Some(held), "s", &[user("second")])
+            .append_after(Some(held), &s, &[user("second")])
             .await
             .unwrap();
         assert_eq!(appended.seqs, 2..=2);
@@ -418,15 +427,15 @@ mod tests {
     async fn a_held_write_is_stored_once_whoever_takes_it() {
         let temp = temp_store("held-once");
         for round in 0..20 {
-            let session = format!("s{round}");
+            let claim = temp.store.claim_session(&format!("s{round}")).unwrap();
             let held = temp
                 .store
-                .hold_append_creating(&session, "main", &[user("first")])
+                .hold_append_creating(&claim, "main", &[user("first")])
                 .unwrap();
             // From no wait to well past the hold.
             tokio::time::sleep(HOLD * round / 10).await;
             temp.store
-                .append_after(Some(held), &session, &[user("second")])
+                .append_after(Some(held), &claim, &[user("second")])
                 .await
                 .unwrap();
         }
@@ -443,21 +452,71 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_held_write_whose_input_is_dropped_is_still_committed() {
         let temp = temp_store("held-dropped");
+        let s = temp.store.claim_session("s").unwrap();
         drop(
             temp.store
-                .hold_append_creating("s", "main", &[user("kept")])
+                .hold_append_creating(&s, "main", &[user("kept")])
                 .unwrap(),
         );
         until_stored(&temp, "s", 1).await;
         assert_eq!(temp.store.history("s").unwrap(), [user("kept")]);
     }
 
+    /// An input that ends without settling its writes (its task panicked,
+    /// or its future was dropped) lets go of its claim, but the session
+    /// stays claimed until the write it left held is on disk: the session's
+    /// next input loads a history that has it, and writes after it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_held_write_keeps_its_session_claimed_until_it_commits() {
+        let hold = Duration::from_millis(50);
+        let temp = temp_store_holding("held-claimed", hold, Durability::Full);
+        let busy = |temp: &TempStore| {
+            matches!(
+                temp.store.claim_session("s"),
+                Err(StoreError::SessionBusy { .. })
+            )
+        };
+        let claim = temp.store.claim_session("s").unwrap();
+        let held = temp
+            .store
+            .hold_append_creating(&claim, "main", &[user("left held")])
+            .unwrap();
+        drop((held, claim));
+        assert!(busy(&temp), "released with its write still held");
+
+        // Its hold runs out while another thread has the connection: the
+        // write is queued, not committed, and the session still claimed.
+        let (locked, release) = (std::sync::mpsc::channel(), std::sync::mpsc::channel());
+        let store = Arc::clone(&temp.store);
+        let holder = std::thread::spawn(move || {
+            let _conn = store.lock();
+            locked.0.send(()).unwrap();
+            let _ = release.1.recv_timeout(Duration::from_secs(10));
+        });
+        locked.1.recv().unwrap();
+        tokio::time::sleep(hold * 4).await;
+        assert!(busy(&temp), "released with its write queued");
+        release.0.send(()).unwrap();
+        holder.join().unwrap();
+
+        let started = Instant::now();
+        while busy(&temp) {
+            assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "never released"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert_eq!(temp.store.history("s").unwrap(), [user("left held")]);
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn committed_commits_a_write_still_held_at_once() {
         let temp = long_hold("held-ended");
+        let s = temp.store.claim_session("s").unwrap();
         let held = temp
             .store
-            .hold_append_creating("s", "main", &[user("last")])
+            .hold_append_creating(&s, "main", &[user("last")])
             .unwrap();
         assert_eq!(held.committed().await.unwrap(), 1..=1);
         assert_eq!(commits(&temp), 1);
@@ -466,15 +525,17 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_write_to_another_session_is_not_carried_with_a_held_one() {
         let temp = temp_store("held-other");
+        let s = temp.store.claim_session("s").unwrap();
+        let t = temp.store.claim_session("t").unwrap();
         temp.store.ensure_session("t", "main").unwrap();
         let before = commits(&temp);
         let held = temp
             .store
-            .hold_append_creating("s", "main", &[user("for s")])
+            .hold_append_creating(&s, "main", &[user("for s")])
             .unwrap();
         let appended = temp
             .store
-            .append_after(Some(held), "t", &[user("for t")])
+            .append_after(Some(held), &t, &[user("for t")])
             .await
             .unwrap();
         assert_eq!(appended.seqs, 1..=1);
@@ -493,14 +554,15 @@ mod tests {
             (Durability::Full, 64 * 1024),
         ] {
             let temp = long_hold_with(&format!("held-large-{durability:?}"), durability);
+            let s = temp.store.claim_session("s").unwrap();
             assert_eq!(temp.store.hold_at_most, limit, "{durability:?}");
             temp.store.ensure_session("s", "main").unwrap();
             let before = commits(&temp);
             let large = user(&"x".repeat(limit));
-            let held = temp.store.hold_results("s", &[large], Vec::new()).unwrap();
+            let held = temp.store.hold_results(&s, &[large], Vec::new()).unwrap();
             let appended = temp
                 .store
-                .append_after(Some(held), "s", &[user("reply")])
+                .append_after(Some(held), &s, &[user("reply")])
                 .await
                 .unwrap();
             assert_eq!(appended.seqs, 2..=2);
@@ -509,10 +571,10 @@ mod tests {
             // Just under the limit (the JSON around the text counts): held.
             let wrapping = r#"{"role":"user","content":""}"#.len();
             let small = user(&"x".repeat(limit - wrapping));
-            let held = temp.store.hold_results("s", &[small], Vec::new()).unwrap();
+            let held = temp.store.hold_results(&s, &[small], Vec::new()).unwrap();
             assert_eq!(held.json_bytes(), [limit]);
             temp.store
-                .append_after(Some(held), "s", &[user("reply")])
+                .append_after(Some(held), &s, &[user("reply")])
                 .await
                 .unwrap();
             assert_eq!(commits(&temp) - before, 3, "{durability:?}");
@@ -524,6 +586,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn events_count_toward_the_limit() {
         let temp = long_hold("held-events");
+        let s = temp.store.claim_session("s").unwrap();
         temp.store.ensure_session("s", "main").unwrap();
         let before = commits(&temp);
         let start = ToolEvent::Start {
@@ -536,10 +599,10 @@ mod tests {
         };
         let held = temp
             .store
-            .hold_results("s", &[user("result")], vec![EventRow::from_event(&start)])
+            .hold_results(&s, &[user("result")], vec![EventRow::from_event(&start)])
             .unwrap();
         temp.store
-            .append_after(Some(held), "s", &[user("reply")])
+            .append_after(Some(held), &s, &[user("reply")])
             .await
             .unwrap();
         assert_eq!(commits(&temp) - before, 2);
@@ -552,9 +615,10 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_store_holds_for_as_long_as_it_is_told() {
         let temp = long_hold("held-told");
+        let s = temp.store.claim_session("s").unwrap();
         let held = temp
             .store
-            .hold_append_creating("s", "main", &[user("waiting")])
+            .hold_append_creating(&s, "main", &[user("waiting")])
             .unwrap();
         tokio::time::sleep(HOLD * 40).await;
         assert!(temp.store.history("s").is_err(), "no session yet");
@@ -568,15 +632,16 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_refused_held_write_takes_the_write_carrying_it_down() {
         let temp = long_hold("held-refused");
+        let s = temp.store.claim_session("s").unwrap();
         temp.store.ensure_session("s", "main").unwrap();
         temp.refuse_messages_containing("poison", "refused by a trigger");
         let held = temp
             .store
-            .hold_results("s", &[user("poison")], Vec::new())
+            .hold_results(&s, &[user("poison")], Vec::new())
             .unwrap();
         let error = temp
             .store
-            .append_after(Some(held), "s", &[user("reply")])
+            .append_after(Some(held), &s, &[user("reply")])
             .await
             .unwrap_err();
         assert!(
@@ -592,13 +657,14 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn held_calls_and_their_results_ride_with_the_reply() {
         let temp = long_hold("held-chain");
+        let s = temp.store.claim_session("s").unwrap();
         let first = temp
             .store
-            .hold_append_creating("s", "main", &[user("question")])
+            .hold_append_creating(&s, "main", &[user("question")])
             .unwrap();
         let calls = temp
             .store
-            .hold_after(Some(first), "s", &[user("calls")])
+            .hold_after(Some(first), &s, &[user("calls")])
             .await
             .unwrap();
         assert_eq!(
@@ -618,7 +684,7 @@ mod tests {
             .store
             .hold_results_after(
                 Some(calls),
-                "s",
+                &s,
                 &[user("result")],
                 vec![EventRow::from_event(&start)],
             )
@@ -631,7 +697,7 @@ mod tests {
         assert_eq!(commits(&temp), 0, "nothing committed before the reply");
         let appended = temp
             .store
-            .append_after(Some(results), "s", &[user("reply")])
+            .append_after(Some(results), &s, &[user("reply")])
             .await
             .unwrap();
         assert_eq!(appended.seqs, 4..=4);
@@ -654,14 +720,15 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn held_calls_above_the_limit_wait_for_their_results() {
         let temp = long_hold("held-big-calls");
+        let s = temp.store.claim_session("s").unwrap();
         let first = temp
             .store
-            .hold_append_creating("s", "main", &[user("question")])
+            .hold_append_creating(&s, "main", &[user("question")])
             .unwrap();
         let big = user(&"c".repeat(temp.store.hold_at_most));
         let calls = temp
             .store
-            .hold_after(Some(first), "s", std::slice::from_ref(&big))
+            .hold_after(Some(first), &s, std::slice::from_ref(&big))
             .await
             .unwrap();
         assert_eq!(commits(&temp), 0, "calls above the limit still held");
@@ -669,7 +736,7 @@ mod tests {
         // once, one commit for all three writes.
         let results = temp
             .store
-            .hold_results_after(Some(calls), "s", &[user("result")], Vec::new())
+            .hold_results_after(Some(calls), &s, &[user("result")], Vec::new())
             .await
             .unwrap();
         let stored = results.committed().await.unwrap();
@@ -686,14 +753,15 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_write_held_behind_a_queued_one_that_fails_fails_with_it() {
         let temp = long_hold("held-behind-failed");
+        let s = temp.store.claim_session("s").unwrap();
         temp.store.ensure_session("s", "main").unwrap();
         temp.refuse_messages_containing("poison", "refused by a trigger");
         // Larger than a write is held: queued at once, and refused.
         let large = user(&format!("poison {}", "x".repeat(temp.store.hold_at_most)));
-        let poisoned = temp.store.hold_results("s", &[large], Vec::new()).unwrap();
+        let poisoned = temp.store.hold_results(&s, &[large], Vec::new()).unwrap();
         let error = temp
             .store
-            .hold_after(Some(poisoned), "s", &[user("calls")])
+            .hold_after(Some(poisoned), &s, &[user("calls")])
             .await
             .unwrap_err();
         assert!(

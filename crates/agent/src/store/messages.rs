@@ -206,6 +206,7 @@ pub(super) fn append_op(
         rows,
         events,
         events_rule: EventsRule::WithMessages,
+        claim: None,
     })
 }
 
