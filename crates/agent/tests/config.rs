@@ -461,6 +461,11 @@ fn a_listen_address_without_a_port_is_refused_at_load() {
         "host:",
         "host:http",
         "host:70000",
+        // IPv6 without brackets: `rsplit_once(':')` read "::1" as host
+        // ":" and port 1.
+        "::1",
+        "fe80::1",
+        "::1:8080",
     ] {
         let (key, message) = invalid_key(&format!("[server]\nlisten = \"{listen}\"\n"));
         assert_eq!(key, "server.listen", "{listen}");
@@ -551,6 +556,18 @@ fn an_api_key_env_that_is_not_a_variable_name_is_refused_without_echoing_it() {
 /// `.`, `_`, `-`) are refused when the configuration is read.
 #[test]
 fn agent_names_and_device_ids_the_program_cannot_use_are_refused() {
+    // "main " was a second agent beside `main`, which kept every tool
+    // the entry meant to take away from it.
+    for name in ["main ", " main", "ma\\tin", "tab\\t"] {
+        let (key, message) = invalid_key(&format!(
+            "[[agents]]\nname = \"{name}\"\ndeny_tools = [\"cmd_run\"]\n"
+        ));
+        assert_eq!(key, "agents[0].name", "{name}: {message}");
+        assert!(
+            message.contains("space") && message.contains("control"),
+            "{name}: {message}"
+        );
+    }
     let long = "a".repeat(129);
     let (key, message) = invalid_key(&format!("[[agents]]\nname = \"{long}\"\n"));
     assert_eq!(key, "agents[0].name");
@@ -850,6 +867,11 @@ fn declared_devices_have_their_own_tokens_and_bad_declarations_fail() {
             "server.devices[0].token_env",
         ),
         ("id = \"nas\"\ntoken = \"  \"", "server.devices[0].token"),
+        // A token pasted where its variable's name goes.
+        (
+            "id = \"nas\"\ntoken_env = \"k1tch3n-S3cret\"",
+            "server.devices[0].token_env",
+        ),
         // One token for two devices: each could bind as the other.
         (
             "id = \"nas\"\ntoken = \"same\"\n[[server.devices]]\nid = \"pi\"\ntoken = \"same\"",
@@ -869,7 +891,10 @@ fn declared_devices_have_their_own_tokens_and_bad_declarations_fail() {
         )
         .unwrap();
         match Config::load(&paths_in(&dir.0, PathOrigin::Flag), &no_env()) {
-            Err(ConfigError::Invalid { key, .. }) => assert_eq!(key, expected_key, "{entry}"),
+            Err(ConfigError::Invalid { key, message, .. }) => {
+                assert_eq!(key, expected_key, "{entry}");
+                assert!(!message.contains("S3cret"), "the token shown: {message}");
+            }
             other => panic!("{entry}: expected an invalid-config error, got {other:?}"),
         }
     }

@@ -321,12 +321,19 @@ impl Config {
             ));
         }
         // HOST:PORT, as serve resolves it (a name or an address; IPv6 in
-        // brackets): without a port it fails only when serve starts.
+        // brackets): without a port it fails only when serve starts. A
+        // host with a colon outside brackets is an IPv6 address whose last
+        // group would be read as the port ("::1" as host ":", port 1).
         let has_port = self
             .server
             .listen
             .rsplit_once(':')
-            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+            .is_some_and(|(host, port)| {
+                let bracketed = host.len() > 2 && host.starts_with('[') && host.ends_with(']');
+                !host.is_empty()
+                    && (bracketed || !host.contains(':'))
+                    && port.parse::<u16>().is_ok()
+            });
         if !has_port {
             return Err(invalid(
                 "server.listen".into(),
@@ -443,6 +450,19 @@ impl Config {
                 return Err(invalid(
                     format!("agents[{index}].name"),
                     "an agent needs a non-empty name".into(),
+                ));
+            }
+            // "main " is another agent than `main`, which would keep
+            // every tool the entry meant to take from it.
+            if agent.name.trim() != agent.name || agent.name.chars().any(char::is_control) {
+                return Err(invalid(
+                    format!("agents[{index}].name"),
+                    format!(
+                        "{:?} begins or ends with a space or holds a control character; \
+                         write the name without them (e.g. {:?})",
+                        agent.name,
+                        agent.name.trim().replace(char::is_control, "")
+                    ),
                 ));
             }
             if agent.name.len() > MAX_AGENT_NAME_BYTES {
@@ -648,6 +668,17 @@ fn device_tokens(
                 return Err(invalid(
                     "token_env",
                     format!("device {id:?} has an empty token_env"),
+                ));
+            }
+            (None, Some(var)) if !homeagent_core::is_env_var_name(var) => {
+                return Err(invalid(
+                    "token_env",
+                    format!(
+                        "device {id:?}: token_env is not an environment variable name \
+                         (letters, digits and `_`; the value is not shown, in case it is the \
+                         token itself): write the variable's name, e.g. token_env = \
+                         \"NAS_TOKEN\", and put the token in that variable"
+                    ),
                 ));
             }
             (None, Some(var)) => DeviceToken {
