@@ -75,9 +75,11 @@ pub struct SchedulerCounters {
     pub executed: u64,
     /// Inputs skipped at submission (empty, queue full, duplicate).
     pub rejected: u64,
-    /// Interrupts that cut a running input short.
+    /// Running inputs an interrupt cut short (they ended `preempted`).
     pub preempted: u64,
-    /// Inputs cancelled by a stop (running or queued).
+    /// Inputs a stop or a cancel took out of the queue, and running inputs
+    /// that ended `stopped`: a stop that came once the reply was written
+    /// stopped nothing, and is not counted.
     pub cancelled: u64,
     /// Inputs waiting, per session (sessions with none left out).
     pub queue_depth: HashMap<String, usize>,
@@ -96,6 +98,16 @@ struct Pending {
     id: InputId,
     input: TurnInput,
     frames: Reply,
+    /// Sent as an interrupt: it runs ahead of inputs queued normally.
+    interrupt: bool,
+}
+
+/// An input the dedup window remembers.
+struct Recent {
+    id: InputId,
+    text: String,
+    /// When it was submitted.
+    at: Instant,
 }
 
 /// Where one input's frames go: its own channel, and every observer.
@@ -132,16 +144,18 @@ struct SessionQueue {
     /// The input `running` controls.
     running_id: Option<InputId>,
     worker: bool,
-    /// (text, submitted at) of recent inputs that were queued, for the
-    /// dedup window.
-    recent: VecDeque<(String, Instant)>,
+    /// Recent inputs that were queued, for the dedup window: each one's
+    /// own entry, so the one that leaves is the one forgotten.
+    recent: VecDeque<Recent>,
 }
 
 impl SessionQueue {
-    /// An input that left the queue without running is no duplicate of a
-    /// later one: its text leaves the dedup window (the latest occurrence).
-    fn forget_recent(&mut self, text: &str) {
-        if let Some(at) = self.recent.iter().rposition(|(seen, _)| seen == text) {
+    /// An input that left the queue without running, or ended without an
+    /// answer, is no duplicate of a later one: it leaves the dedup window.
+    /// Only its own entry does: a resend of the same text queued since
+    /// is still remembered.
+    fn forget_recent(&mut self, id: InputId) {
+        if let Some(at) = self.recent.iter().position(|recent| recent.id == id) {
             self.recent.remove(at);
         }
     }
@@ -153,8 +167,8 @@ impl SessionQueue {
         !self.worker
             && self.running.is_none()
             && self.queue.is_empty()
-            && self.recent.back().is_none_or(|(_, at)| {
-                window.is_none_or(|window| now().duration_since(*at) > window)
+            && self.recent.back().is_none_or(|recent| {
+                window.is_none_or(|window| now().duration_since(recent.at) > window)
             })
     }
 }
@@ -290,7 +304,7 @@ impl Scheduler {
             while entry
                 .recent
                 .front()
-                .is_some_and(|(_, at)| now.duration_since(*at) > window)
+                .is_some_and(|recent| now.duration_since(recent.at) > window)
             {
                 entry.recent.pop_front();
             }
@@ -298,7 +312,7 @@ impl Scheduler {
                 && entry
                     .recent
                     .iter()
-                    .any(|(text, _)| *text == submission.text)
+                    .any(|recent| recent.text == submission.text)
             {
                 counts.rejected.fetch_add(1, Ordering::SeqCst);
                 tx.send(Frame::Skipped {
@@ -316,7 +330,11 @@ impl Scheduler {
         }
         // Remembered only once queued: a refused input may be sent again.
         if let Some((_, now)) = dedup {
-            entry.recent.push_back((submission.text.clone(), now));
+            entry.recent.push_back(Recent {
+                id,
+                text: submission.text.clone(),
+                at: now,
+            });
         }
         let pending = Pending {
             id,
@@ -326,14 +344,17 @@ impl Scheduler {
                 text: submission.text,
             },
             frames: tx,
+            interrupt: submission.interrupt,
         };
         if submission.interrupt {
-            entry.queue.push_front(pending);
-            if let Some(control) = &entry.running
-                && !control.interrupt.is_cancelled()
-            {
+            // Ahead of what was queued, behind earlier interrupts: two
+            // sent one after the other run in the order sent.
+            let behind = entry.queue.iter().take_while(|p| p.interrupt).count();
+            entry.queue.insert(behind, pending);
+            // Counted as preempted when the running input ends so (see
+            // `work`): it may be past the point an interrupt can cut.
+            if let Some(control) = &entry.running {
                 control.interrupt.cancel();
-                counts.preempted.fetch_add(1, Ordering::SeqCst);
             }
         } else {
             entry.queue.push_back(pending);
@@ -350,31 +371,34 @@ impl Scheduler {
 
     /// Stops the session: cancels its running input (tools included) and
     /// answers every queued one with `skipped: stopped`. Returns how many
-    /// inputs were cancelled.
+    /// inputs it stopped or asked to stop: a running input whose reply is
+    /// already written still answers, and only one that ends `stopped`
+    /// is counted in [`SchedulerCounters::cancelled`].
     pub fn stop(&self, session: &str) -> usize {
         let mut sessions = self.sessions();
         let Some(entry) = sessions.get_mut(session) else {
             return 0;
         };
-        let mut cancelled = 0;
+        let mut asked = 0;
         if let Some(control) = &entry.running
             && !control.stop.is_cancelled()
         {
             control.stop.cancel();
-            cancelled += 1;
+            asked += 1;
         }
-        for pending in std::mem::take(&mut entry.queue) {
-            entry.forget_recent(&pending.input.text);
-            pending.frames.send(Frame::Skipped {
-                reason: SkipReason::Stopped,
-            });
-            cancelled += 1;
-        }
+        let queued = std::mem::take(&mut entry.queue);
         self.inner
             .counts
             .cancelled
-            .fetch_add(cancelled as u64, Ordering::SeqCst);
-        cancelled
+            .fetch_add(queued.len() as u64, Ordering::SeqCst);
+        for pending in queued {
+            entry.forget_recent(pending.id);
+            pending.frames.send(Frame::Skipped {
+                reason: SkipReason::Stopped,
+            });
+            asked += 1;
+        }
+        asked
     }
 
     /// Cancels one input of `session`: a queued one leaves the queue and is
@@ -386,7 +410,8 @@ impl Scheduler {
         let Some(entry) = sessions.get_mut(session) else {
             return false;
         };
-        let cancelled = if entry.running_id == Some(id) {
+        // A running input is counted when it ends `stopped` (see `work`).
+        if entry.running_id == Some(id) {
             match &entry.running {
                 Some(control) if !control.stop.is_cancelled() => {
                     control.stop.cancel();
@@ -396,19 +421,16 @@ impl Scheduler {
             }
         } else if let Some(at) = entry.queue.iter().position(|p| p.id == id) {
             if let Some(pending) = entry.queue.remove(at) {
-                entry.forget_recent(&pending.input.text);
+                entry.forget_recent(pending.id);
                 pending.frames.send(Frame::Skipped {
                     reason: SkipReason::Stopped,
                 });
             }
+            self.inner.counts.cancelled.fetch_add(1, Ordering::SeqCst);
             true
         } else {
             false
-        };
-        if cancelled {
-            self.inner.counts.cancelled.fetch_add(1, Ordering::SeqCst);
         }
-        cancelled
     }
 
     /// The sessions with an input running or queued, whoever submitted
@@ -518,9 +540,18 @@ async fn work(inner: Arc<Inner>, session: String) {
                 if inner.options.dedup_window.is_some()
                     && !matches!(terminal, Frame::Response { .. })
                 {
-                    entry.forget_recent(&pending.input.text);
+                    entry.forget_recent(pending.id);
                 }
             }
+        }
+        // What the input's end says, not what was asked of it: a stop or
+        // an interrupt that came once the reply was written cut nothing.
+        if let Frame::Error { code, .. } = &terminal {
+            match code.as_str() {
+                "stopped" => inner.counts.cancelled.fetch_add(1, Ordering::SeqCst),
+                "preempted" => inner.counts.preempted.fetch_add(1, Ordering::SeqCst),
+                _ => 0,
+            };
         }
         inner.counts.executed.fetch_add(1, Ordering::SeqCst);
         pending.frames.send(terminal);

@@ -621,3 +621,104 @@ async fn the_same_input_after_the_dedup_window_runs_again() {
     assert_eq!(scheduler.counters().executed, 3);
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// An input that ends unanswered leaves the dedup window, and only it: a
+/// resend of the same text queued meanwhile (after the first one's window
+/// had passed) stays remembered, so a third copy is still refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unanswered_input_forgets_only_its_own_place_in_the_dedup_window() {
+    let (runtime, dir) = runtime(demo_sources(), AgentSettings::default());
+    let window = Duration::from_millis(300);
+    let scheduler = deduping(runtime, window);
+    let sleep = r#"!calls [{"name":"demo_sleep","arguments":{"ms":3000}}]"#;
+    let (first_id, first) = scheduler.submit_tracked(submission("s", sleep));
+    tokio::time::sleep(window + Duration::from_millis(100)).await;
+    // The first is past the window: the resend is queued behind it.
+    let (_, resend) = scheduler.submit_tracked(submission("s", sleep));
+    assert!(scheduler.cancel("s", first_id));
+    let first = drain(first).await;
+    assert!(
+        matches!(first.last(), Some(Frame::Error { code, .. }) if code == "stopped"),
+        "{first:#?}"
+    );
+    // The resend is within its window (it was queued well under 300 ms
+    // ago unless this machine stalled, which the check below notices).
+    let third = scheduler.submit(submission("s", sleep));
+    let third = drain(third).await;
+    assert_eq!(
+        third,
+        [Frame::Skipped {
+            reason: SkipReason::Duplicate
+        }]
+    );
+    scheduler.stop("s");
+    drain(resend).await;
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// Interrupts sent one after another run in the order they were sent,
+/// both ahead of what was queued before them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_interrupts_run_in_the_order_they_were_sent() {
+    let (runtime, dir) = runtime(demo_sources(), AgentSettings::default());
+    let scheduler = Scheduler::new(Arc::clone(&runtime), SchedulerOptions::default());
+    let sleep = r#"!calls [{"name":"demo_sleep","arguments":{"ms":3000}}]"#;
+    let running = scheduler.submit(submission("s", sleep));
+    let queued = scheduler.submit(submission("s", "!text queued"));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let interrupt = |text: &str| {
+        scheduler.submit(Submission {
+            interrupt: true,
+            ..submission("s", text)
+        })
+    };
+    let one = interrupt("!text one");
+    let two = interrupt("!text two");
+    for frames in [running, one, two, queued] {
+        drain(frames).await;
+    }
+    let history = runtime.store().history("s").unwrap();
+    check_pairing(&history).unwrap();
+    assert_eq!(
+        user_texts(&history),
+        [sleep, "!text one", "!text two", "!text queued"]
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// A stop that comes once the reply has streamed, while it commits, cuts
+/// nothing short: the input answers, and the counters do not count it
+/// cancelled. (Another connection holds SQLite's write lock, so the
+/// input's commit waits until the stop has come.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_that_comes_too_late_to_stop_anything_is_not_counted() {
+    let (runtime, dir) = runtime(demo_sources(), AgentSettings::default());
+    let scheduler = Scheduler::new(Arc::clone(&runtime), SchedulerOptions::default());
+    let blocker = rusqlite::Connection::open(dir.join("homeagent.db")).unwrap();
+    blocker.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let mut frames = scheduler.submit(submission("s", "!text the whole reply"));
+    let mut seen = Vec::new();
+    // The demo's reply ends with "at all."; then the input waits for its
+    // commit (given half a second to get there).
+    while !seen
+        .iter()
+        .any(|f| matches!(f, Frame::ContentDelta { text } if text.ends_with("at all.")))
+    {
+        let frame = frames.recv().await.unwrap();
+        assert!(!frame.is_terminal(), "{frame:?}");
+        seen.push(frame);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(scheduler.stop("s"), 1, "asked to stop the running input");
+    blocker.execute_batch("COMMIT").unwrap();
+    while let Some(frame) = frames.recv().await {
+        seen.push(frame);
+    }
+    assert!(
+        matches!(seen.last(), Some(Frame::Response { .. })),
+        "{seen:#?}"
+    );
+    assert_eq!(scheduler.counters().cancelled, 0);
+    assert_eq!(scheduler.counters().executed, 1);
+    std::fs::remove_dir_all(dir).unwrap();
+}
