@@ -321,6 +321,10 @@ impl DeviceHub {
             })
         };
         let result = tokio::select! {
+            // An answer already handed over wins over a stop or the
+            // timeout that fired at the same moment: the command ran, and
+            // the link counted it answered.
+            biased;
             result = exchange => result,
             () = tokio::time::sleep(waited) => Err(DeviceError::NoAnswer {
                 device_id: device_id.to_owned(),
@@ -843,5 +847,27 @@ mod tests {
         let next = tokio::time::timeout(Duration::from_secs(10), outbound.recv()).await;
         assert_eq!(next, Ok(Some(ServerFrame::Cancel { req_id })));
         assert_eq!(hub.list()[0].in_flight, 0);
+    }
+
+    /// An answer the device gave is the call's result even when the stop
+    /// (or the timeout) comes at the same moment: the link already counted
+    /// it answered, and the command did run.
+    #[tokio::test]
+    async fn an_answer_that_comes_with_the_stop_is_the_result() {
+        let hub = DeviceHub::new(HubOptions::default());
+        let (link, mut outbound) = hub.attach(&hello("nas")).unwrap();
+        for round in 0..32 {
+            let cancel = CancellationToken::new();
+            let call = spawn_run(&hub, "nas", "ls", Duration::from_secs(60), &cancel);
+            let req_id = next_cmd(&mut outbound).await;
+            // Both before the call's task runs again (one thread).
+            assert_eq!(
+                link.deliver(ok_result(req_id, "ran\n")),
+                Delivery::Answered { req_id }
+            );
+            cancel.cancel();
+            let answer = call.await.unwrap();
+            assert_eq!(answer.map(|a| a.stdout), Ok("ran\n".into()), "round {round}");
+        }
     }
 }
