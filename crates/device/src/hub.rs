@@ -867,7 +867,11 @@ mod tests {
             );
             cancel.cancel();
             let answer = call.await.unwrap();
-            assert_eq!(answer.map(|a| a.stdout), Ok("ran\n".into()), "round {round}");
+            assert_eq!(
+                answer.map(|a| a.stdout),
+                Ok("ran\n".into()),
+                "round {round}"
+            );
         }
     }
 }

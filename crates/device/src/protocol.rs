@@ -135,9 +135,22 @@ pub enum RefusalCode {
 /// may be a mebibyte.
 pub const MAX_QUOTED_BYTES: usize = 200;
 
-/// Why a frame could not be read, short enough to log and to send back.
+/// Why a frame could not be read, short enough to log and to send back,
+/// with control characters escaped: serde quotes the unknown variant or
+/// field it met as sent, and a stranger's newline or escape sequence would
+/// otherwise write lines of its own into the server's log.
 pub fn unreadable(error: &serde_json::Error) -> String {
-    homeagent_core::excerpt(&error.to_string(), MAX_QUOTED_BYTES).into_owned()
+    let text = error.to_string();
+    let cut = homeagent_core::excerpt(&text, MAX_QUOTED_BYTES);
+    let mut shown = String::with_capacity(cut.len());
+    for c in cut.chars() {
+        if c.is_control() {
+            shown.extend(c.escape_default());
+        } else {
+            shown.push(c);
+        }
+    }
+    shown
 }
 
 /// The `req_id` of a frame that could not be read as a whole, if it has a
@@ -204,6 +217,26 @@ pub fn is_valid_device_id(id: &str) -> bool {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
+
+    /// A frame's unknown variant or field is quoted by serde as sent: its
+    /// newlines and escape sequences reach the log and the refusal
+    /// escaped, never as lines or terminal commands of their own.
+    #[test]
+    fn why_a_frame_is_unreadable_shows_no_control_characters() {
+        for frame in [
+            "{\"type\":\"x\\n2025-01-01T00:00:00Z  INFO device bound\\u001b[2J\"}",
+            "{\"type\":\"hello\",\"a\\nFORGED\":1}",
+        ] {
+            let error = serde_json::from_str::<DeviceFrame>(frame).unwrap_err();
+            assert!(
+                error.to_string().contains('\n'),
+                "the case is real: {error}"
+            );
+            let shown = unreadable(&error);
+            assert!(!shown.chars().any(char::is_control), "{shown:?}");
+            assert!(shown.contains("\\n"), "{shown}");
+        }
+    }
 
     #[test]
     fn frames_have_the_documented_wire_shape() {
