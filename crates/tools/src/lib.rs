@@ -23,7 +23,10 @@ pub mod output;
 mod process_group;
 pub mod tool_api;
 
-pub use cmd_run::{CmdRefusal, CmdRunPolicy, check_command, register_cmd_run, run_command};
+pub use cmd_run::{
+    CmdRefusal, CmdRunPolicy, check_command, check_command_async, register_cmd_run, run_checked,
+    run_command,
+};
 pub use demo::{DEMO_TOOLS, DemoState, register_demo_tools};
 pub use files::{
     Access, Expect, FilesPolicy, FilesSetupError, OpenRefusal, PathRefusal, Root,

@@ -1406,3 +1406,37 @@ fn private_paths_are_refused_directly_through_a_symlink_and_recursively() {
     passes(&in_conf, &long);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The check resolves every path argument, and a path on a dead network
+/// mount blocks that in the kernel: it runs on the blocking pool, so the
+/// async worker (the waiter has one) goes on with other work meanwhile.
+/// A task that counts while it is polled must count while a long command
+/// (20,000 paths to resolve) is checked on a one-thread runtime.
+#[tokio::test(flavor = "current_thread")]
+async fn the_check_leaves_the_async_worker_free() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let policy = default_policy();
+    let command = format!("ls{}", " /usr/share/../share/.".repeat(20_000));
+    let polls = Arc::new(AtomicUsize::new(0));
+    let counter = {
+        let polls = Arc::clone(&polls);
+        tokio::spawn(async move {
+            loop {
+                polls.fetch_add(1, Ordering::SeqCst);
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    tokio::task::yield_now().await;
+    let before = polls.load(Ordering::SeqCst);
+    let checked =
+        homeagent_tools::check_command_async(&policy, &command, Duration::from_secs(600)).await;
+    let after = polls.load(Ordering::SeqCst);
+    counter.abort();
+    assert!(checked.is_ok(), "{checked:?}");
+    assert!(
+        after > before,
+        "nothing else ran while the command was checked"
+    );
+}

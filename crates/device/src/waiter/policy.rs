@@ -3,8 +3,8 @@
 //! that starts a waiter, and [`handle_cmd`], one `cmd` frame to one
 //! `cmd_result` frame.
 //!
-//! The decision itself is `cmd_run`'s: [`check_command`] and
-//! [`run_command`] with a [`CmdRunPolicy`]. This module only adds the
+//! The decision itself is `cmd_run`'s: [`check_command_async`] and
+//! [`run_checked`] with a [`CmdRunPolicy`]. This module only adds the
 //! device's own switch (`device_authorized`), the argv form, and messages
 //! that tell the model (and the person behind it) which file on which
 //! machine to change.
@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use homeagent_core::ErrorReason;
 use homeagent_tools::cmd_run::PolicyError;
-use homeagent_tools::{CmdRefusal, CmdRunPolicy, check_command, run_command};
+use homeagent_tools::{CmdRefusal, CmdRunPolicy, check_command_async, run_checked};
 use serde_json::Value;
 
 use super::config::{MAX_OUTPUT_CAP_BYTES, WaiterConfig, WaiterConfigError};
@@ -193,18 +193,22 @@ pub async fn handle_cmd(
             );
         }
     };
-    // The same check run_command makes; done first only to word the
-    // refusal for a device (which file, on which machine).
-    if let Err(refusal) = check_command(&policy.cmd, &command) {
-        tracing::info!(%refusal, "waiter refused a command");
-        let (detail, hint) = explain(policy, &refusal);
-        return refused(req_id, detail, hint);
-    }
     let timeout = match timeout_ms {
         0 => policy.cmd.timeout,
         ms => Duration::from_millis(ms).min(policy.cmd.max_timeout),
     };
-    match run_command(&policy.cmd, &command, timeout, std::future::pending()).await {
+    // cmd_run's own check, here to word a refusal for a device (which
+    // file, on which machine). Off the waiter's one async worker: a path
+    // on a dead mount blocks its check, and would stop every command.
+    let checked = match check_command_async(&policy.cmd, &command, timeout).await {
+        Ok(checked) => checked,
+        Err(refusal) => {
+            tracing::info!(%refusal, "waiter refused a command");
+            let (detail, hint) = explain(policy, &refusal);
+            return refused(req_id, detail, hint);
+        }
+    };
+    match run_checked(&checked, &policy.cmd, timeout, std::future::pending()).await {
         Ok(value) => ran(req_id, &value),
         Err(error) => {
             let status = match error.reason {

@@ -104,6 +104,10 @@ pub enum CmdRefusal {
         option: String,
         why: String,
     },
+    /// The check itself did not finish: its paths could not be resolved
+    /// within the command's timeout (see [`check_command_async`]).
+    #[error("the command could not be checked: {why}")]
+    Unchecked { why: String },
 }
 
 impl CmdRefusal {
@@ -145,7 +149,43 @@ impl CmdRefusal {
             CmdRefusal::UnknownOption { .. } => {
                 "spell the option out in full as the program's --help lists it, or drop it".into()
             }
+            CmdRefusal::Unchecked { .. } => "name paths on another file system, or ask the \
+                operator to check the machine's mounts (a network mount whose server is gone \
+                hangs every program that touches it)"
+                .into(),
         }
+    }
+}
+
+/// [`check_command`] on the blocking pool, given at most `within`.
+///
+/// The check resolves paths (each argument's `realpath`, the program on
+/// PATH), and a path on an unresponsive mount — a hard NFS mount whose
+/// server is gone, a dead sshfs — blocks that call in the kernel for as
+/// long as the mount is gone. On an async worker it stopped every other
+/// task of that worker with it (the waiter has one: every command, their
+/// timeouts, the link's pings). Here only the command waits, and only
+/// until `within` (its timeout) has passed; the blocked thread is left to
+/// the kernel.
+pub async fn check_command_async(
+    policy: &CmdRunPolicy,
+    command: &str,
+    within: std::time::Duration,
+) -> Result<CheckedCommand, CmdRefusal> {
+    let (policy, command) = (policy.clone(), command.to_owned());
+    let check = tokio::task::spawn_blocking(move || check_command(&policy, &command));
+    match tokio::time::timeout(within, check).await {
+        Ok(Ok(checked)) => checked,
+        Ok(Err(failed)) => Err(CmdRefusal::Unchecked {
+            why: format!("the check failed ({failed})"),
+        }),
+        Err(_) => Err(CmdRefusal::Unchecked {
+            why: format!(
+                "resolving its paths took longer than its timeout of {} ms (a path on an \
+                 unresponsive mount?)",
+                within.as_millis()
+            ),
+        }),
     }
 }
 

@@ -49,7 +49,7 @@ use std::time::Duration;
 use homeagent_core::{ErrorReason, Registry, RegistryError, ToolContext, ToolDef, ToolError};
 use serde_json::{Value, json};
 
-pub use check::{CheckedCommand, CmdRefusal, check_command};
+pub use check::{CheckedCommand, CmdRefusal, check_command, check_command_async};
 pub use exec::{child_environment, truncation_marker};
 pub use policy::{
     CHILD_PATH, CmdRunPolicy, DEFAULT_ALLOWLIST, INHERITED_ENV, PROGRAM_RUNNERS, PolicyError,
@@ -158,13 +158,27 @@ pub async fn run_command(
     timeout: Duration,
     cancelled: impl std::future::Future<Output = ()>,
 ) -> Result<Value, ToolError> {
-    let checked = check_command(policy, command).map_err(|refusal| {
-        tracing::info!(%refusal, "cmd_run refused a command");
-        ToolError::new(ErrorReason::Denied, refusal.to_string())
-            .with_field("command")
-            .with_hint(refusal.hint())
-    })?;
-    exec::run(&checked, policy, timeout, cancelled).await
+    let checked = check_command_async(policy, command, timeout)
+        .await
+        .map_err(|refusal| {
+            tracing::info!(%refusal, "cmd_run refused a command");
+            ToolError::new(ErrorReason::Denied, refusal.to_string())
+                .with_field("command")
+                .with_hint(refusal.hint())
+        })?;
+    run_checked(&checked, policy, timeout, cancelled).await
+}
+
+/// Runs a command [`check_command`] (or [`check_command_async`]) passed
+/// under `policy`: for a caller that words refusals its own way (the
+/// device bridge's waiter) and so checks first.
+pub async fn run_checked(
+    checked: &CheckedCommand,
+    policy: &CmdRunPolicy,
+    timeout: Duration,
+    cancelled: impl std::future::Future<Output = ()>,
+) -> Result<Value, ToolError> {
+    exec::run(checked, policy, timeout, cancelled).await
 }
 
 /// `"10s"`, `"500ms"`, `"2m"`, `"1.5s"`, `"30"` or the integer `30`
