@@ -28,6 +28,11 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
 server = MCPServer("homeagent-fixture")
 
+# A server that does not implement `ping` (it answers Method not found):
+# alive all the same.
+if os.environ.get("FIXTURE_REFUSE_PING"):
+    del server._lowlevel_server._request_handlers["ping"]
+
 calls: dict[str, int] = {}
 in_flight = 0
 peak_in_flight = 0

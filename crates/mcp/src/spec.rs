@@ -310,10 +310,16 @@ impl Default for McpOptions {
 pub const MAX_SERVER_NAME_LEN: usize = 32;
 
 /// Whether `name` can prefix tool names as it is: every provider accepts
-/// `[A-Za-z0-9_-]`, and Gemini also wants a letter (or `_`) first.
+/// `[A-Za-z0-9_-]`, and Gemini also wants a letter (or `_`) first. And
+/// `<name>__` must begin no other server's tool names: a name ending in
+/// `_` or holding `__` would let the pattern `<other>__*` (every tool of
+/// the server `other`, in `allow_tools` or `deny_tools`) reach its tools,
+/// or two servers expose one name.
 pub fn valid_server_name(name: &str) -> bool {
     name.len() <= MAX_SERVER_NAME_LEN
         && name.starts_with(|c: char| c.is_ascii_alphabetic())
+        && !name.ends_with('_')
+        && !name.contains("__")
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
@@ -325,7 +331,7 @@ pub enum SpecError {
     #[error("an MCP server has an empty name; give every [[mcp.servers]] entry a name")]
     EmptyName,
     #[error(
-        "MCP server name `{0}` cannot prefix tool names: use 1 to {MAX_SERVER_NAME_LEN} letters, digits, `_` or `-`, starting with a letter (the model sees `<server>__<tool>`, and providers refuse other tool names)"
+        "MCP server name `{0}` cannot prefix tool names: use 1 to {MAX_SERVER_NAME_LEN} letters, digits, `_` or `-`, starting with a letter, not ending with `_` and without `__` (the model sees `<server>__<tool>`, and providers refuse other tool names)"
     )]
     BadName(String),
     #[error("two MCP servers are named `{0}`; server names must be unique")]
@@ -445,6 +451,11 @@ mod tests {
             "a.b",
             "é",
             too_long.as_str(),
+            // `nas_`'s tools would be `nas___…`, which the pattern
+            // `nas__*` (every tool of `nas`) matches; `a__b`'s tool `c`
+            // and `a`'s tool `b__c` would both be `a__b__c`.
+            "nas_",
+            "a__b",
         ] {
             assert!(!valid_server_name(bad), "{bad}");
         }

@@ -498,6 +498,39 @@ async fn an_idle_http_server_that_went_away_is_noticed_by_its_ping() {
     manager.shutdown().await;
 }
 
+/// A server that answers `ping` with an error (it does not implement it:
+/// Method not found) has answered: it stays up, its tools stay listed and
+/// its calls run, ping after ping.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_answers_ping_with_an_error_is_alive() {
+    let fixture = common::http_fixture_with(None, &[("FIXTURE_REFUSE_PING", "1")]).await;
+    let options = McpOptions {
+        http_ping_interval: Duration::from_millis(100),
+        ..McpOptions::default()
+    };
+    let manager = start_mcp_servers(
+        vec![McpServerSpec::http("web", fixture.url.clone())],
+        None,
+        options,
+    )
+    .await;
+    let source: Arc<dyn ToolSource> = Arc::new(manager.clone());
+    assert!(source.definition("web__echo").is_some());
+    // Ten pings and more.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let status = &manager.status()[0];
+    assert_eq!(status.phase, ServerPhase::Running, "{status:?}");
+    assert_eq!(status.restarts, 0, "{status:?}");
+    let outcome = call(
+        Arc::clone(&source),
+        "web__echo",
+        json!({"text": "still here"}),
+    )
+    .await;
+    assert!(outcome.success, "{outcome:?}");
+    manager.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_keeps_crashing_is_given_up_and_a_silent_one_does_not_block() {
     let python = python().to_string_lossy().into_owned();

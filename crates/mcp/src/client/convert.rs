@@ -99,6 +99,17 @@ pub fn call_result_value(
     result: CallToolResult,
     output_schema: Option<&jsonschema::Validator>,
 ) -> Result<McpCallValue, ToolError> {
+    let mut result = result;
+    // rmcp keeps `"structuredContent": null` as a value; a server that
+    // writes it means it has none (else its text became `null`, checked
+    // against its output schema).
+    if result
+        .structured_content
+        .as_ref()
+        .is_some_and(Value::is_null)
+    {
+        result.structured_content = None;
+    }
     let texts: Vec<&str> = result
         .content
         .iter()
@@ -403,6 +414,31 @@ mod tests {
             Some(std::time::Duration::from_secs(300) + EXECUTOR_BACKSTOP)
         );
         assert_eq!(EXECUTOR_BACKSTOP, std::time::Duration::from_secs(2));
+    }
+
+    #[test]
+    fn structured_content_that_is_null_is_none() {
+        let schema = json!({"type": "object", "properties": {"n": {"type": "integer"}}});
+        let validator = output_validator(schema.as_object()).unwrap();
+        let done = call_result_value(
+            "s",
+            "t",
+            result(
+                json!({"content": [{"type": "text", "text": "done"}], "structuredContent": null}),
+            ),
+            Some(&validator),
+        )
+        .unwrap();
+        assert_eq!(done.value, json!("done"));
+        assert_eq!(done.warning, None);
+        let failed = call_result_value(
+            "s",
+            "t",
+            result(json!({"content": [{"type": "text", "text": "no"}], "structuredContent": null, "isError": true})),
+            None,
+        )
+        .unwrap_err();
+        assert_eq!(failed, ToolError::execution("no"));
     }
 
     #[test]

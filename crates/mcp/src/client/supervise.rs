@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{ClientRequest, PaginatedRequestParams, PingRequest};
+use rmcp::service::ServiceError;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
@@ -267,7 +268,10 @@ async fn ping(
         extensions: Default::default(),
     });
     match tokio::time::timeout(timeout, peer.send_request(request)).await {
-        Ok(Ok(_)) => Ok(()),
+        // An error answer is an answer: a server that refuses `ping`
+        // (Method not found) is alive, and tearing it down every ping
+        // interval cut the calls it was running.
+        Ok(Ok(_) | Err(ServiceError::McpError(_) | ServiceError::UnexpectedResponse)) => Ok(()),
         Ok(Err(e)) => Err(format!("it stopped answering (ping failed: {e})")),
         Err(_) => Err(format!(
             "it stopped answering (no answer to ping within {timeout:?})"

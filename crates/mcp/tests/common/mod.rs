@@ -79,8 +79,15 @@ pub async fn http_fixture() -> HttpFixture {
 /// The fixture on `port` (a restart where the client expects the server),
 /// or on a free one.
 pub async fn http_fixture_on(port: Option<u16>) -> HttpFixture {
+    http_fixture_with(port, &[]).await
+}
+
+/// [`http_fixture_on`] with `env` set for the fixture (its `FIXTURE_*`
+/// switches).
+pub async fn http_fixture_with(port: Option<u16>, env: &[(&str, &str)]) -> HttpFixture {
     let mut command = tokio::process::Command::new(python());
     command.arg(fixture()).arg("--http");
+    command.envs(env.iter().copied());
     if let Some(port) = port {
         command.arg("--port").arg(port.to_string());
     }
