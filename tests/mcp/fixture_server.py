@@ -193,7 +193,29 @@ async def list_tools_or_fail():
     if failing_lists > 0:
         failing_lists -= 1
         raise RuntimeError("tools/list failed on purpose (add_tool fail_lists)")
-    return await _list_tools()
+    tools = await _list_tools()
+    if os.environ.get("FIXTURE_BAD_TOOL"):
+        # A tool whose inputSchema is `true`, not an object: built without
+        # validation, as a server written carelessly sends it.
+        from mcp.types import Tool
+
+        tools = [*tools, Tool.model_construct(name="malformed", input_schema=True)]
+    return tools
+
+
+if os.environ.get("FIXTURE_BAD_TOOL"):
+    # The SDK checks its own answers against the spec before sending them;
+    # this fixture stands for a server that does not (tools/list only).
+    from mcp.server import runner as _runner
+
+    _checked = _runner._methods.serialize_server_result
+
+    def _unchecked_tool_list(method, version, dumped):
+        if method == "tools/list":
+            return dumped
+        return _checked(method, version, dumped)
+
+    _runner._methods.serialize_server_result = _unchecked_tool_list
 
 
 # The SDK's tools/list handler calls `server.list_tools()` on each request.

@@ -498,6 +498,32 @@ async fn an_idle_http_server_that_went_away_is_noticed_by_its_ping() {
     manager.shutdown().await;
 }
 
+/// One malformed tool in a server's list (its inputSchema is `true`) is
+/// left out and reported; the server's other tools are offered, and the
+/// server is not taken for broken (it was: the whole page failed to
+/// decode, the server was restarted, and given up on).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_tool_in_the_list_is_left_out_and_the_rest_offered() {
+    let mut spec = stdio_spec("fx");
+    if let homeagent_mcp::McpTransport::Stdio { env, .. } = &mut spec.transport {
+        env.insert("FIXTURE_BAD_TOOL".into(), "1".into());
+    }
+    let (manager, source) = start(vec![spec]).await;
+    let status = manager.status().remove(0);
+    assert_eq!(status.phase, ServerPhase::Running, "{status:?}");
+    assert_eq!(status.restarts, 0, "{status:?}");
+    assert!(source.definition("fx__echo").is_some(), "{status:?}");
+    assert!(source.definition("fx__malformed").is_none());
+    let [(tool, why)] = status.unusable_tools.as_slice() else {
+        panic!("{status:?}")
+    };
+    assert_eq!(tool, "malformed");
+    assert!(why.contains("inputSchema is not an object"), "{why}");
+    let echo = call(Arc::clone(&source), "fx__echo", json!({"text": "fine"})).await;
+    assert!(echo.success, "{echo:?}");
+    manager.shutdown().await;
+}
+
 /// A server that answers `ping` with an error (it does not implement it:
 /// Method not found) has answered: it stays up, its tools stay listed and
 /// its calls run, ping after ping.

@@ -8,7 +8,10 @@ use std::sync::Arc;
 
 use std::time::Duration;
 
-use rmcp::model::{ClientRequest, PaginatedRequestParams, PingRequest};
+use rmcp::model::{
+    ClientRequest, CustomResult, ListToolsRequest, PaginatedRequestParams, PingRequest,
+    ServerResult,
+};
 use rmcp::service::ServiceError;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -287,23 +290,101 @@ async fn publish_tools(
     list_and_publish(shared, spec, connection.peer()).await
 }
 
+/// One entry of a `tools/list` page: a tool, or the name (as far as it
+/// can be read) of one that could not be, and why.
+type ListedTool = Result<rmcp::model::Tool, (String, String)>;
+
+/// One page of `tools/list`, each tool read on its own: one malformed
+/// tool (an `inputSchema` that is not an object, a missing one) leaves
+/// that tool out, not the server. rmcp reads a page whole, and a page it
+/// cannot read comes back as a custom result, which is read here tool by
+/// tool.
+async fn list_page(
+    peer: &rmcp::service::Peer<rmcp::RoleClient>,
+    cursor: Option<String>,
+) -> Result<(Vec<ListedTool>, Option<String>), String> {
+    let request = ClientRequest::ListToolsRequest(ListToolsRequest {
+        method: Default::default(),
+        params: Some(PaginatedRequestParams::default().with_cursor(cursor)),
+        extensions: Default::default(),
+    });
+    match peer.send_request(request).await {
+        Ok(ServerResult::ListToolsResult(page)) => {
+            Ok((page.tools.into_iter().map(Ok).collect(), page.next_cursor))
+        }
+        Ok(ServerResult::CustomResult(CustomResult(page))) => read_tools_page(page),
+        Ok(_) => Err("tools/list answered with a result of another kind".to_owned()),
+        Err(e) => Err(format!("tools/list failed: {e}")),
+    }
+}
+
+/// A `tools/list` page rmcp could not read whole, read tool by tool.
+fn read_tools_page(
+    mut page: serde_json::Value,
+) -> Result<(Vec<ListedTool>, Option<String>), String> {
+    let Some(serde_json::Value::Array(tools)) = page.get_mut("tools").map(serde_json::Value::take)
+    else {
+        return Err("tools/list answered without a `tools` list".to_owned());
+    };
+    let next_cursor = match page.get("nextCursor") {
+        None | Some(serde_json::Value::Null) => None,
+        Some(serde_json::Value::String(cursor)) => Some(cursor.clone()),
+        Some(_) => return Err("tools/list sent a `nextCursor` that is not a string".to_owned()),
+    };
+    let tools = tools
+        .into_iter()
+        .map(|tool| {
+            let name = tool
+                .get("name")
+                .and_then(serde_json::Value::as_str)
+                .map_or_else(
+                    || "(no name)".to_owned(),
+                    |name| homeagent_core::excerpt(name, 64).into_owned(),
+                );
+            let schema_problem = match tool.get("inputSchema") {
+                Some(serde_json::Value::Object(_)) => None,
+                Some(_) => {
+                    Some("its inputSchema is not an object (MCP requires a JSON Schema object)")
+                }
+                None => Some("it has no inputSchema (MCP requires one, a JSON Schema object)"),
+            };
+            serde_json::from_value(tool).map_err(|e| {
+                let why = match schema_problem {
+                    Some(problem) => problem.to_owned(),
+                    None => format!(
+                        "its listing is not a valid MCP tool: {}",
+                        homeagent_core::excerpt(&e.to_string(), 200)
+                    ),
+                };
+                (name, why)
+            })
+        })
+        .collect();
+    Ok((tools, next_cursor))
+}
+
 /// Lists the server's tools and replaces its entries in the shared map.
 async fn list_and_publish(
     shared: &Arc<Shared>,
     spec: &McpServerSpec,
     peer: &rmcp::service::Peer<rmcp::RoleClient>,
 ) -> Result<(), String> {
-    let listing = all_pages(|cursor| async move {
-        peer.list_tools(Some(PaginatedRequestParams::default().with_cursor(cursor)))
-            .await
-            .map(|page| (page.tools, page.next_cursor))
-            .map_err(|e| format!("tools/list failed: {e}"))
-    });
-    let listed = tokio::time::timeout(spec.timeout, listing)
+    let listing = all_pages(|cursor| list_page(peer, cursor));
+    let entries = tokio::time::timeout(spec.timeout, listing)
         .await
         .map_err(|_| format!("tools/list got no answer within {:?}", spec.timeout))??;
     let mut collisions = Vec::new();
     let mut unusable = Vec::new();
+    let mut listed = Vec::with_capacity(entries.len());
+    for entry in entries {
+        match entry {
+            Ok(tool) => listed.push(tool),
+            Err((name, why)) => {
+                tracing::warn!(server = %spec.name, "MCP tool `{name}` is not exposed: {why}");
+                unusable.push((name, why));
+            }
+        }
+    }
     let mut exposed_names = Vec::new();
     {
         let mut tools = shared.tools.write().unwrap_or_else(|e| e.into_inner());
@@ -443,5 +524,55 @@ mod tests {
                 "crash {n}"
             );
         }
+    }
+
+    /// A page rmcp could not read whole is read tool by tool: each bad
+    /// tool says what is wrong with it, the good ones and the cursor are
+    /// kept, and a page with no tool list at all is the page's failure.
+    #[test]
+    fn a_tools_page_is_read_tool_by_tool() {
+        let page = serde_json::json!({
+            "tools": [
+                {"name": "ok", "inputSchema": {"type": "object"}},
+                {"name": "noargs"},
+                {"name": "yes", "inputSchema": true},
+                {"inputSchema": {}},
+                {"name": "hint", "inputSchema": {}, "annotations": {"readOnlyHint": "yes"}}
+            ],
+            "nextCursor": "p2"
+        });
+        let (tools, next) = read_tools_page(page).unwrap();
+        assert_eq!(next.as_deref(), Some("p2"));
+        let read: Vec<Result<String, String>> = tools
+            .into_iter()
+            .map(|tool| {
+                tool.map(|t| t.name.to_string())
+                    .map_err(|(name, why)| format!("{name}: {why}"))
+            })
+            .collect();
+        assert_eq!(read[0], Ok("ok".to_owned()));
+        let problems: Vec<&String> = read[1..].iter().map(|r| r.as_ref().unwrap_err()).collect();
+        assert!(
+            problems[0].starts_with("noargs: it has no inputSchema"),
+            "{problems:?}"
+        );
+        assert!(
+            problems[1].starts_with("yes: its inputSchema is not an object"),
+            "{problems:?}"
+        );
+        assert!(
+            problems[2].starts_with("(no name): its listing is not a valid MCP tool"),
+            "{problems:?}"
+        );
+        assert!(
+            problems[3].starts_with("hint: its listing is not a valid MCP tool"),
+            "{problems:?}"
+        );
+
+        assert!(read_tools_page(serde_json::json!({"items": []})).is_err());
+        assert!(read_tools_page(serde_json::json!({"tools": [], "nextCursor": 2})).is_err());
+        let (none, last) =
+            read_tools_page(serde_json::json!({"tools": [], "nextCursor": null})).unwrap();
+        assert!(none.is_empty() && last.is_none());
     }
 }
