@@ -52,7 +52,7 @@ pub(super) fn sanitize(schema: &Value) -> Value {
                 if let Value::Object(properties) = value {
                     let properties = properties
                         .iter()
-                        .map(|(name, sub)| (name.clone(), sanitize(sub)))
+                        .filter_map(|(name, sub)| Some((name.clone(), sanitize_sub(sub)?)))
                         .collect();
                     out.insert(key.clone(), Value::Object(properties));
                 }
@@ -72,7 +72,10 @@ pub(super) fn sanitize(schema: &Value) -> Value {
                 if let Value::Array(list) = value
                     && !out.contains_key("anyOf")
                 {
-                    out.insert("anyOf".into(), list.iter().map(sanitize).collect());
+                    let choices: Vec<Value> = list.iter().filter_map(sanitize_sub).collect();
+                    if !choices.is_empty() {
+                        out.insert("anyOf".into(), Value::Array(choices));
+                    }
                 }
             }
             // Gemini enums are string lists; anything else would be rejected.
@@ -93,6 +96,7 @@ pub(super) fn sanitize(schema: &Value) -> Value {
         }
     }
     fit_enum_and_format(&mut out);
+    keep_required_that_exist(&mut out);
     // Every ARRAY must say its items ("items: missing field" fails the
     // whole request); JSON Schema may leave them out, or give `true` or a
     // tuple of non-objects. `{}` is any element, what those meant.
@@ -100,6 +104,39 @@ pub(super) fn sanitize(schema: &Value) -> Value {
         out.insert("items".into(), Value::Object(Map::new()));
     }
     Value::Object(out)
+}
+
+/// A sub-schema in Gemini's form, or `None` for one nothing matches. A
+/// declaration's property or choice must be a Schema object: JSON Schema's
+/// `true` (anything; schemars writes it for a `serde_json::Value` field)
+/// is `{}`, and `false` (nothing) is left out.
+fn sanitize_sub(schema: &Value) -> Option<Value> {
+    match schema {
+        Value::Bool(true) => Some(Value::Object(Map::new())),
+        Value::Bool(false) => None,
+        other => Some(sanitize(other)),
+    }
+}
+
+/// Gemini refuses a `required` that names a property the node does not
+/// declare ("property is not defined"): one under `allOf` (dropped here),
+/// or an item schema that lists `required` without `properties`. Only the
+/// declared ones are kept, and `required` goes when none is.
+fn keep_required_that_exist(out: &mut Map<String, Value>) {
+    let Some(Value::Array(required)) = out.remove("required") else {
+        return;
+    };
+    let declared = |name: &Value| {
+        name.as_str().is_some_and(|name| {
+            out.get("properties")
+                .and_then(Value::as_object)
+                .is_some_and(|properties| properties.contains_key(name))
+        })
+    };
+    let kept: Vec<Value> = required.into_iter().filter(declared).collect();
+    if !kept.is_empty() {
+        out.insert("required".into(), Value::Array(kept));
+    }
 }
 
 /// Gemini takes `enum` only on a STRING ("function declaration enum only
@@ -192,6 +229,52 @@ mod tests {
         assert_eq!(
             sanitize(&json!({"type": "string", "const": "a", "enum": ["a", "b"]})),
             json!({"type": "STRING", "enum": ["a", "b"]})
+        );
+    }
+
+    /// A property or a choice given as `true` (anything) is `{}`; one given
+    /// as `false` (nothing) is left out: Gemini wants a Schema object in
+    /// each place.
+    #[test]
+    fn boolean_sub_schemas_become_objects_or_go() {
+        assert_eq!(
+            sanitize(&json!({
+                "type": "object",
+                "properties": {"payload": true, "never": false, "name": {"type": "string"}},
+                "anyOf": [true, false, {"type": "string"}]
+            })),
+            json!({
+                "type": "OBJECT",
+                "properties": {"payload": {}, "name": {"type": "STRING"}},
+                "anyOf": [{}, {"type": "STRING"}]
+            })
+        );
+        assert_eq!(sanitize(&json!({"anyOf": [false]})), json!({}));
+    }
+
+    /// `required` names only properties the node declares: Gemini refuses
+    /// one that is not defined (an item schema with `required` and no
+    /// `properties`; properties under `allOf`, which is dropped).
+    #[test]
+    fn required_keeps_only_declared_properties() {
+        assert_eq!(
+            sanitize(&json!({
+                "type": "object",
+                "properties": {"fields": {"type": "array", "items": {"type": "object", "required": ["type"]}}}
+            })),
+            json!({
+                "type": "OBJECT",
+                "properties": {"fields": {"type": "ARRAY", "items": {"type": "OBJECT"}}}
+            })
+        );
+        assert_eq!(
+            sanitize(&json!({
+                "type": "object",
+                "allOf": [{"properties": {"a": {"type": "string"}}}],
+                "properties": {"b": {"type": "string"}},
+                "required": ["a", "b"]
+            })),
+            json!({"type": "OBJECT", "properties": {"b": {"type": "STRING"}}, "required": ["b"]})
         );
     }
 
