@@ -340,6 +340,28 @@ fn quirk_content_as_a_list_of_typed_parts() {
 }
 
 #[test]
+fn quirk_reasoning_as_thinking_parts() {
+    // Magistral streams its reasoning as `thinking` parts, each a list of
+    // text parts (or, in some servers, a string): reasoning, never text.
+    let body = sse(&[
+        delta(
+            r#"{"role":"assistant","content":[{"type":"thinking","thinking":[{"type":"text","text":"Let me "}]}]}"#,
+            "null",
+        ),
+        delta(
+            r#"{"content":[{"type":"thinking","thinking":"check."},{"type":"text","text":"Done."}]}"#,
+            "null",
+        ),
+        delta("{}", r#""stop""#),
+    ]);
+    let (turn, skipped) = run(&body);
+    assert_eq!(skipped, 0);
+    assert_eq!(turn.text, "Done.");
+    assert_eq!(turn.reasoning.len(), 1, "{:?}", turn.reasoning);
+    assert_eq!(turn.reasoning[0].text, "Let me check.");
+}
+
+#[test]
 fn repeated_identical_pieces_after_the_opening_are_kept() {
     // Some servers repeat id and name on every delta; two identical pieces
     // in a row ("0", "0") are real data and must both stay.

@@ -411,15 +411,20 @@ fn push_content(message: &Map<String, Value>, out: &mut Vec<StreamEvent>) -> boo
         Some(Value::String(text)) if !text.is_empty() => {
             out.push(StreamEvent::TextDelta { text: text.clone() });
         }
-        // Mistral sends content as a list of typed parts.
+        // Mistral sends content as a list of typed parts; Magistral's
+        // reasoning is a `thinking` part holding text parts (or a string).
         Some(Value::Array(parts)) => {
             for part in parts {
-                if part.get("type").and_then(Value::as_str) == Some("text")
-                    && let Some(text) = non_empty_str(part.get("text"))
-                {
-                    out.push(StreamEvent::TextDelta {
-                        text: text.to_owned(),
-                    });
+                match part.get("type").and_then(Value::as_str) {
+                    Some("text") => {
+                        if let Some(text) = non_empty_str(part.get("text")) {
+                            out.push(StreamEvent::TextDelta {
+                                text: text.to_owned(),
+                            });
+                        }
+                    }
+                    Some("thinking") => push_thinking(part.get("thinking"), out),
+                    _ => {}
                 }
             }
         }
@@ -428,6 +433,31 @@ fn push_content(message: &Map<String, Value>, out: &mut Vec<StreamEvent>) -> boo
     message
         .get("reasoning_content")
         .is_some_and(Value::is_string)
+}
+
+/// The reasoning in a `thinking` content part: a string, or a list of
+/// text parts.
+fn push_thinking(thinking: Option<&Value>, out: &mut Vec<StreamEvent>) {
+    let mut push = |text: &str| {
+        if !text.is_empty() {
+            out.push(StreamEvent::ReasoningDelta {
+                text: text.to_owned(),
+            });
+        }
+    };
+    match thinking {
+        Some(Value::String(text)) => push(text),
+        Some(Value::Array(parts)) => {
+            for part in parts {
+                if part.get("type").and_then(Value::as_str) == Some("text")
+                    && let Some(text) = part.get("text").and_then(Value::as_str)
+                {
+                    push(text);
+                }
+            }
+        }
+        _ => {}
+    }
 }
 
 /// One `tool_calls` entry, and its `extra_content`. `position` replaces the
