@@ -97,7 +97,7 @@ pub async fn send(
             if frame.is_terminal()
                 && let Some(guard) = guard.take()
             {
-                guard.finish();
+                guard.finish(&frame);
             }
             let data = serde_json::to_string(&frame).unwrap_or_default();
             let event = Event::default().data(data);

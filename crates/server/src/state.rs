@@ -115,8 +115,17 @@ struct Inner {
 #[derive(Default)]
 struct Turns {
     /// Turns running per session (a session may have queued inputs).
-    sessions: HashMap<String, usize>,
+    sessions: HashMap<String, SessionTurns>,
     per_client: HashMap<IpAddr, usize>,
+}
+
+/// The turns the server runs on one session.
+#[derive(Default)]
+struct SessionTurns {
+    running: usize,
+    /// Turns begun since the session had none: a turn whose own number
+    /// is still the last knows no other began after it.
+    begun: u64,
 }
 
 impl std::fmt::Debug for ServerState {
@@ -308,16 +317,21 @@ impl ServerState {
 
     fn count_in(&self, turns: &mut Turns, client: IpAddr, session: &str) -> TurnGuard {
         *turns.per_client.entry(client).or_default() += 1;
-        *turns.sessions.entry(session.to_owned()).or_default() += 1;
+        let entry = turns.sessions.entry(session.to_owned()).or_default();
+        entry.running += 1;
+        entry.begun += 1;
         // Under the turns' lock, as `note_answer` checks: an answer is
         // either noted before this (and forgotten here) or sees this turn.
-        self.inner.transcripts.forget_session(session);
+        let forgotten = self.inner.transcripts.forget_session(session);
         TurnGuard {
             state: self.clone(),
             client,
             session: session.to_owned(),
             input: None,
             finished: false,
+            begun: entry.begun,
+            forgotten,
+            stored_nothing: false,
         }
     }
 
@@ -349,6 +363,13 @@ pub struct TurnGuard {
     /// The input submitted under this guard (none yet: nothing to cancel).
     input: Option<InputId>,
     finished: bool,
+    /// This turn's number among the session's turns (`SessionTurns`).
+    begun: u64,
+    /// The session's stateless-conversation note this turn forgot when it
+    /// began (see `openai::transcript`).
+    forgotten: Option<crate::openai::Fingerprint>,
+    /// The turn ended storing nothing (see [`TurnGuard::finish`]).
+    stored_nothing: bool,
 }
 
 impl TurnGuard {
@@ -357,9 +378,14 @@ impl TurnGuard {
         self.input = Some(input);
     }
 
-    /// The turn reached its terminal frame.
-    pub fn finish(mut self) {
+    /// The turn reached its terminal frame, `terminal`. A turn that
+    /// stored nothing (skipped, or refused before it opened the session)
+    /// did not move the session: the note it forgot when it began is put
+    /// back if no other turn began on the session since, so the
+    /// conversation that note continues still does.
+    pub fn finish(mut self, terminal: &homeagent_agent::Frame) {
         self.finished = true;
+        self.stored_nothing = crate::turn::stored_nothing(terminal);
     }
 
     pub fn session(&self) -> &str {
@@ -382,10 +408,20 @@ impl Drop for TurnGuard {
                 turns.per_client.remove(&self.client);
             }
         }
-        if let Some(n) = turns.sessions.get_mut(&self.session) {
-            *n -= 1;
-            if *n == 0 {
+        if let Some(entry) = turns.sessions.get_mut(&self.session) {
+            entry.running -= 1;
+            let alone = entry.running == 0 && entry.begun == self.begun;
+            if entry.running == 0 {
                 turns.sessions.remove(&self.session);
+            }
+            if alone
+                && self.stored_nothing
+                && let Some(fingerprint) = self.forgotten.take()
+            {
+                self.state
+                    .inner
+                    .transcripts
+                    .note(fingerprint, self.session.clone());
             }
         }
     }

@@ -52,6 +52,19 @@ pub fn shutting_down() -> ApiError {
     )
 }
 
+/// Whether an input that ended with `terminal` stored nothing: skipped by
+/// the scheduler, or refused before it opened its session (an unknown
+/// agent, another agent's session, one another process runs).
+pub fn stored_nothing(terminal: &Frame) -> bool {
+    match terminal {
+        Frame::Skipped { .. } => true,
+        Frame::Error { code, .. } => {
+            matches!(code.as_str(), "agent" | "session_conflict" | "session_busy")
+        }
+        _ => false,
+    }
+}
+
 /// The error a terminal frame that is not a `response` stands for.
 /// `shutting_down`: the server is, so a stop is its doing, not a client's.
 pub fn terminal_error(frame: &Frame, shutting_down: bool) -> Option<ApiError> {

@@ -247,6 +247,40 @@ async fn a_continuation_refused_before_it_ran_is_continued_by_the_retry() {
     assert_eq!(retried, first);
 }
 
+/// An input on the session that stores nothing (blank, so the scheduler
+/// skips it; for an agent that does not exist) does not move the session
+/// past the answer the client holds: the conversation still continues it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_input_that_stored_nothing_leaves_the_conversation_continuable() {
+    let server = start(Setup::default()).await;
+    let opening = json!([{"role": "user", "content": "!text"}]);
+    let (first, answer) = complete(&server, &opening, false).await;
+    let before = history(&server, &first).await;
+    let skipped = SseReader::new(send_to_session(&server, &first, "   ").await)
+        .all()
+        .await;
+    assert!(
+        skipped.last().unwrap().data.contains("empty_input"),
+        "{skipped:?}"
+    );
+    let unknown = server
+        .post_json(
+            &format!("/api/v1/sessions/{first}/messages"),
+            &json!({"text": "!text", "agent": "nobody"}),
+        )
+        .send()
+        .await
+        .unwrap();
+    let unknown = SseReader::new(unknown).all().await;
+    assert!(
+        unknown.last().unwrap().data.contains("unknown agent"),
+        "{unknown:?}"
+    );
+    assert_eq!(history(&server, &first).await, before, "nothing stored");
+    let (next, _) = complete(&server, &then(&opening, &answer, "!text again"), false).await;
+    assert_eq!(next, first);
+}
+
 /// With a dedup window, a conversation that says the same thing twice in
 /// a row is not refused as a resend: the client has seen the answer in
 /// between (its transcript says so), so it is a new input.

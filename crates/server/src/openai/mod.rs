@@ -194,11 +194,11 @@ fn start_checked(
     let turn::Started { mut frames, guard } = turn::submit(state, guard, submission);
     let early = frames.try_recv().ok();
     let shutting_down = state.shutdown_token().is_cancelled();
-    if let Some(error) = early
+    if let Some((frame, error)) = early
         .as_ref()
-        .and_then(|frame| terminal_error(frame, shutting_down))
+        .and_then(|frame| Some((frame, terminal_error(frame, shutting_down)?)))
     {
-        guard.finish();
+        guard.finish(frame);
         return Err(error);
     }
     Ok((turn::Started { frames, guard }, early))
@@ -373,7 +373,7 @@ async fn whole(
         if !frame.is_terminal() {
             continue;
         }
-        guard.finish();
+        guard.finish(&frame);
         if let Some(error) = terminal_error(&frame, shutdown.is_cancelled()) {
             return Err(error);
         }
@@ -513,7 +513,7 @@ impl ChunkStream {
             Frame::ToolCall(_) => self.text.tool_call(),
             terminal => {
                 if let Some(guard) = self.guard.take() {
-                    guard.finish();
+                    guard.finish(&terminal);
                 }
                 if let Some(error) = terminal_error(&terminal, self.shutdown.is_cancelled()) {
                     self.queue.push_back(error.body().to_string());

@@ -167,13 +167,14 @@ impl Transcripts {
     }
 
     /// A turn begins on `session`: its transcript moves on, so no client's
-    /// may continue it.
-    pub fn forget_session(&self, session: &str) {
+    /// may continue it. The note forgotten, for a turn that may end having
+    /// stored nothing (`TurnGuard::finish`).
+    pub fn forget_session(&self, session: &str) -> Option<Fingerprint> {
         let mut notes = self.notes();
-        if let Some(fingerprint) = notes.by_session.get(session).copied() {
-            notes.remove(&fingerprint);
-            notes.compact();
-        }
+        let fingerprint = notes.by_session.get(session).copied()?;
+        notes.remove(&fingerprint);
+        notes.compact();
+        Some(fingerprint)
     }
 
     fn notes(&self) -> std::sync::MutexGuard<'_, Notes> {
