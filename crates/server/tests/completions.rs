@@ -809,3 +809,43 @@ async fn an_answer_cut_off_by_the_token_limit_finishes_with_length() {
         .collect();
     assert_eq!(finishes, vec![json!("length")]);
 }
+
+/// A whole (not streamed) completion that fails after its input began
+/// still names its session: a stateless request with earlier messages
+/// seeded one, and the input's message and calls are stored there. The
+/// error said nothing, so the client could neither look at the session
+/// nor resume it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_completion_that_fails_after_it_began_names_its_session() {
+    let server = start(Setup {
+        tool_sleep_ms: 30_000,
+        ..Setup::default()
+    })
+    .await;
+    let mut events = server.events().await;
+    let messages = json!([
+        {"role": "user", "content": "a"},
+        {"role": "assistant", "content": "b"},
+        {"role": "user", "content": "!slowbatch4"},
+    ]);
+    let completion = server
+        .post_json("/v1/chat/completions", &request(messages, false))
+        .send();
+    let completion = tokio::spawn(completion);
+    let session = loop {
+        let event = json(&events.next_within(30).await.unwrap().data);
+        if event["frame"]["type"] == "tool_call" && event["frame"]["phase"] == "start" {
+            break event["session"].as_str().unwrap().to_owned();
+        }
+    };
+    let stop = server
+        .post_json(&format!("/api/v1/sessions/{session}/stop"), &json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stop.status(), 200);
+    let response = completion.await.unwrap().unwrap();
+    assert_eq!(response.status(), 409);
+    assert_eq!(common::session_of(&response), session);
+    assert_eq!(body_json(response).await["error"]["code"], "stopped");
+}

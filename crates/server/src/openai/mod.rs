@@ -170,17 +170,35 @@ async fn completions_inner(
             .into_response()
     } else {
         let shutdown = state.shutdown_token().clone();
-        let (response, answer) =
-            whole(frames, early, guard, &shutdown, &completion_id, created).await?;
-        if let Some(note) = note {
-            note.answered(&answer);
+        match whole(frames, early, guard, &shutdown, &completion_id, created).await {
+            Ok((response, answer)) => {
+                if let Some(note) = note {
+                    note.answered(&answer);
+                }
+                response
+            }
+            // The input began in `session` and may have stored its message
+            // and calls there (in a session seeded for this request, which
+            // the client cannot otherwise find): the error names it, as a
+            // stream's `200` does. One that stored nothing names none.
+            Err(Failed {
+                error,
+                stored_nothing: true,
+            }) => return Err(error),
+            Err(Failed { error, .. }) => error.into_response(),
         }
-        response
     };
     if let Ok(value) = HeaderValue::from_str(&session) {
         response.headers_mut().insert(SESSION_HEADER, value);
     }
     Ok(response)
+}
+
+/// A whole completion whose input ended without an answer.
+struct Failed {
+    error: ApiError,
+    /// The input stored nothing (see [`turn::stored_nothing`]).
+    stored_nothing: bool,
 }
 
 /// Submits the input with the scheduler's immediate answer, if any: a
@@ -362,20 +380,26 @@ async fn whole(
     shutdown: &homeagent_core::CancellationToken,
     id: &str,
     created: u64,
-) -> Result<(Response, String), ApiError> {
+) -> Result<(Response, String), Failed> {
     loop {
         let Some(frame) = (match early.take() {
             Some(frame) => Some(frame),
             None => frames.recv().await,
         }) else {
-            return Err(ApiError::internal("the scheduler ended without answering"));
+            return Err(Failed {
+                error: ApiError::internal("the scheduler ended without answering"),
+                stored_nothing: false,
+            });
         };
         if !frame.is_terminal() {
             continue;
         }
         guard.finish(&frame);
         if let Some(error) = terminal_error(&frame, shutdown.is_cancelled()) {
-            return Err(error);
+            return Err(Failed {
+                error,
+                stored_nothing: turn::stored_nothing(&frame),
+            });
         }
         let Frame::Response {
             content,
@@ -384,7 +408,10 @@ async fn whole(
             ..
         } = frame
         else {
-            return Err(ApiError::internal("unexpected terminal frame"));
+            return Err(Failed {
+                error: ApiError::internal("unexpected terminal frame"),
+                stored_nothing: false,
+            });
         };
         let answer = answer_text(&content, incomplete.as_ref()).into_owned();
         let response = json_ok(&json!({
