@@ -137,6 +137,9 @@ struct Part {
     kind: String,
     #[serde(default)]
     text: Option<String>,
+    /// A `refusal` part's text (assistant messages only).
+    #[serde(default)]
+    refusal: Option<String>,
 }
 
 fn tools_refused(field: &str) -> ApiError {
@@ -339,6 +342,11 @@ fn message(index: usize, value: &Value) -> Result<Message, ApiError> {
             for part in parts {
                 match (part.kind.as_str(), part.text) {
                     ("text", Some(piece)) => text.push_str(&piece),
+                    // What the model said instead of an answer: that
+                    // turn's text, as OpenAI's schema has it.
+                    ("refusal", _) if wire.role == "assistant" && part.refusal.is_some() => {
+                        text.push_str(part.refusal.as_deref().unwrap_or_default());
+                    }
                     ("text", None) => {
                         return Err(ApiError::bad_request(
                             "unsupported_content",

@@ -193,3 +193,30 @@ fn a_content_part_is_refused_naming_its_fault() {
         assert_eq!(error.message, expected, "{part}");
     }
 }
+
+/// An assistant message may hold a `refusal` part (OpenAI's schema allows
+/// text and refusal parts there, and its SDKs type them so): the refusal
+/// is that turn's text. A user's refusal part is no such thing.
+#[test]
+fn an_assistant_refusal_part_is_its_text() {
+    let parsed = parse(json!({"model": "homeagent", "messages": [
+        {"role": "user", "content": "x"},
+        {"role": "assistant", "content": [{"type": "refusal", "refusal": "I can't help with that."}]},
+        {"role": "user", "content": "ok, something else"}
+    ]}))
+    .unwrap();
+    let homeagent_core::Message::Assistant(answer) = &parsed.prior[1] else {
+        panic!("{:?}", parsed.prior)
+    };
+    assert_eq!(answer.content, "I can't help with that.");
+    for (role, part) in [
+        ("user", json!({"type": "refusal", "refusal": "no"})),
+        ("assistant", json!({"type": "refusal"})),
+    ] {
+        let error = parse(json!({"model": "homeagent", "messages": [
+            {"role": role, "content": [part]}, {"role": "user", "content": "hi"}
+        ]}))
+        .expect_err(&part.to_string());
+        assert_eq!(error.code, "unsupported_content", "{role} {part}");
+    }
+}
