@@ -332,7 +332,7 @@ mod tests {
 
     use super::*;
 
-    use crate::store::testing::{TempStore, temp_store, temp_store_holding};
+    use crate::store::testing::{TempStore, temp_store, temp_store_holding, temp_store_with};
 
     /// A store whose held writes wait for a minute: whether the next
     /// write carries one does not depend on how fast the machine is.
@@ -508,6 +508,30 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
         assert_eq!(temp.store.history("s").unwrap(), [user("left held")]);
+    }
+
+    /// Once an input's last write is answered, the write holds its
+    /// session no longer: the input that ends then releases it, and the
+    /// session's next input claims it at once.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_answered_write_holds_its_session_no_longer() {
+        let temp = temp_store_with("held-released", Durability::Full);
+        for round in 0..300 {
+            let claim = temp.store.claim_session("s").unwrap();
+            let held = temp
+                .store
+                .hold_append_creating(&claim, "main", &[user("one")])
+                .unwrap();
+            temp.store
+                .append_after(Some(held), &claim, &[user("two")])
+                .await
+                .unwrap();
+            drop(claim);
+            assert!(
+                temp.store.claim_session("s").is_ok(),
+                "round {round}: still claimed after its write was answered"
+            );
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
