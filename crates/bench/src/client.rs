@@ -190,6 +190,11 @@ pub struct MockInput {
     pub reports: u64,
     pub batch_calls: Option<u64>,
     pub executed: Option<u64>,
+    /// Tool calls and tool results in the history the report read.
+    pub report_calls: Option<u64>,
+    pub report_results: Option<u64>,
+    /// The nonce the report named, which the agent's answer repeats.
+    pub nonce: Option<String>,
     pub own_us: u64,
     pub served: u64,
     pub served_us: u64,

@@ -34,8 +34,18 @@ pub struct InputOutcome {
     pub requests: u64,
     /// Reports the mock wrote for the input (more than one: run twice).
     pub reports: u64,
+    /// Calls the mock asked for in the input's batch.
+    pub batch_calls: Option<u64>,
+    /// Tool calls and tool results in the history the mock's report read:
+    /// a batch run twice holds more calls than were asked for, a call run
+    /// twice (or never answered) more (or fewer) results than calls. The
+    /// executed count, distinct done-tags, sees neither.
+    pub report_calls: Option<u64>,
+    pub report_results: Option<u64>,
     /// What went wrong with the reply itself (HTTP status, error body).
     pub reply_problem: Option<String>,
+    /// The reply is not the mock's answer to this input.
+    pub answer_problem: Option<String>,
 }
 
 impl InputOutcome {
@@ -45,6 +55,24 @@ impl InputOutcome {
         let mut problems = Vec::new();
         if let Some(problem) = &self.reply_problem {
             problems.push(problem.clone());
+        }
+        if let Some(problem) = &self.answer_problem {
+            problems.push(problem.clone());
+        }
+        if let (Some(asked), Some(calls)) = (self.batch_calls, self.report_calls)
+            && asked != calls
+        {
+            problems.push(format!(
+                "the model asked for {asked} calls, and the history it got back holds {calls} \
+                 (a batch run twice?)"
+            ));
+        }
+        if let (Some(calls), Some(results)) = (self.report_calls, self.report_results)
+            && calls != results
+        {
+            problems.push(format!(
+                "{results} tool results for {calls} calls (a call answered twice, or never)"
+            ));
         }
         match self.executed {
             Some(n) if n == expected_tools => {}
@@ -374,7 +402,11 @@ pub(crate) fn test_outcome(reply_s: f64, mock_s: f64, executed: Option<u64>) -> 
         executed,
         requests: 2,
         reports: 1,
+        batch_calls: executed,
+        report_calls: executed,
+        report_results: executed,
         reply_problem: None,
+        answer_problem: None,
     }
 }
 
@@ -422,6 +454,37 @@ mod tests {
             row.problems,
             vec!["parallel round 2: executed 3 of 4 tools"]
         );
+    }
+
+    /// The executed count is distinct done-tags: a call run twice, or a
+    /// whole batch run twice, keeps it at N. The calls and results the
+    /// report read do not.
+    #[test]
+    fn a_call_or_a_batch_run_twice_is_a_failure_though_the_count_is_n() {
+        let twice = InputOutcome {
+            report_results: Some(8),
+            ..outcome(0.2, 0.1, Some(4))
+        };
+        assert_eq!(
+            twice.problems(4),
+            ["8 tool results for 4 calls (a call answered twice, or never)"]
+        );
+        let batch_twice = InputOutcome {
+            report_calls: Some(8),
+            report_results: Some(8),
+            ..outcome(0.2, 0.1, Some(4))
+        };
+        assert_eq!(
+            batch_twice.problems(4),
+            [
+                "the model asked for 4 calls, and the history it got back holds 8 (a batch run twice?)"
+            ]
+        );
+        let wrong_answer = InputOutcome {
+            answer_problem: Some("not the answer".into()),
+            ..outcome(0.2, 0.1, Some(4))
+        };
+        assert_eq!(wrong_answer.problems(4), ["not the answer"]);
     }
 
     #[test]

@@ -36,6 +36,13 @@ pub(crate) struct InputRecord {
     pub batch_calls: Option<u64>,
     /// Distinct done-tags of the batch found in the last report.
     pub executed: Option<u64>,
+    /// Tool calls, and tool results, in the history the last report read:
+    /// a call run twice, or a batch run twice, shows in them.
+    pub report_calls: Option<u64>,
+    pub report_results: Option<u64>,
+    /// The nonce the last report named: the agent's answer to the input
+    /// is the report's text, which says it.
+    pub nonce: Option<String>,
     /// The mock's own work (parse, script, encode), summed over requests.
     pub own_us: u64,
     /// Requests whose body was handed over completely (a reader that sees
@@ -53,6 +60,9 @@ impl InputRecord {
             "reports": self.reports,
             "batch_calls": self.batch_calls,
             "executed": self.executed,
+            "report_calls": self.report_calls,
+            "report_results": self.report_results,
+            "nonce": self.nonce,
             "own_us": self.own_us,
             "served": self.served,
             "served_us": self.served_us,
@@ -61,10 +71,17 @@ impl InputRecord {
 }
 
 /// What one request contributed when its script ran.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum RequestKind {
-    Batch { calls: u64 },
-    Report { executed: u64 },
+    Batch {
+        calls: u64,
+    },
+    Report {
+        executed: u64,
+        calls: u64,
+        results: u64,
+        nonce: Option<String>,
+    },
     Other,
 }
 
@@ -106,9 +123,17 @@ impl InputLog {
         record.own_us = record.own_us.saturating_add(own_us);
         match kind {
             RequestKind::Batch { calls } => record.batch_calls = Some(calls),
-            RequestKind::Report { executed } => {
+            RequestKind::Report {
+                executed,
+                calls,
+                results,
+                nonce,
+            } => {
                 record.reports += 1;
                 record.executed = Some(executed);
+                record.report_calls = Some(calls);
+                record.report_results = Some(results);
+                record.nonce = nonce;
             }
             RequestKind::Other => {}
         }
@@ -152,12 +177,22 @@ mod tests {
         let mut log = InputLog::default();
         log.request("!slowbatch4-a", RequestKind::Batch { calls: 4 }, 30);
         log.served("!slowbatch4-a", 1_000);
-        log.request("!slowbatch4-a", RequestKind::Report { executed: 4 }, 20);
+        log.request(
+            "!slowbatch4-a",
+            RequestKind::Report {
+                executed: 4,
+                calls: 4,
+                results: 4,
+                nonce: Some("n1".into()),
+            },
+            20,
+        );
         log.served("!slowbatch4-a", 2_000);
         let json = log.to_json();
         assert_eq!(
             json["inputs"]["!slowbatch4-a"],
             json!({"requests": 2, "reports": 1, "batch_calls": 4, "executed": 4,
+                   "report_calls": 4, "report_results": 4, "nonce": "n1",
                    "own_us": 50, "served": 2, "served_us": 3_000})
         );
         assert_eq!(json["evicted"], json!(0));

@@ -117,6 +117,8 @@ pub struct Report {
     pub executed: usize,
     /// The largest `in_flight_at_start` / `in_flight_at_end` in the results.
     pub max_in_flight: u64,
+    /// Tool calls after the last user message.
+    pub calls: usize,
     /// Tool messages after the last user message.
     pub results: usize,
     /// How many of them report a failure.
@@ -482,6 +484,7 @@ fn count_results(after_last_user: &[Message]) -> Report {
     let nonce = calls.iter().find_map(|call| find_nonce(&call.arguments));
     let mut report = Report {
         nonce,
+        calls: calls.len(),
         ..Report::default()
     };
     // Each call's own tag, by the call's id.

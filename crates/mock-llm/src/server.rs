@@ -560,6 +560,9 @@ async fn chat(
             },
             Reply::Report(report) => RequestKind::Report {
                 executed: report.executed as u64,
+                calls: report.calls as u64,
+                results: report.results as u64,
+                nonce: report.nonce.clone(),
             },
             Reply::Text | Reply::Help { .. } => RequestKind::Other,
         };
