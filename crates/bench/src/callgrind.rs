@@ -45,14 +45,19 @@ pub struct CallgrindRow {
     pub long_inputs: usize,
     pub short_instructions: u64,
     pub long_instructions: u64,
-    /// (long − short instructions) / (long − short inputs).
-    pub per_input: f64,
+    /// (long − short instructions) / (long − short inputs); `None` when
+    /// the long run counted no more than the short one (see `note`).
+    pub per_input: Option<f64>,
     /// Half of `per_input` (an input is two model turns).
-    pub per_turn: f64,
+    pub per_turn: Option<f64>,
     /// Marginal per call against the first size, as for the wall clock.
     pub per_call: Option<f64>,
     pub status: Status,
+    /// What was wrong with the inputs themselves (correctness).
     pub problems: Vec<String>,
+    /// Why a figure is missing: a measurement, not a failure.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// Scenario 4b's part of the report.
@@ -88,17 +93,17 @@ pub fn per_input(short_k: usize, short_ir: u64, long_k: usize, long_ir: u64) -> 
 pub fn rows(measured: &[(usize, u64, u64, Vec<String>)]) -> Vec<CallgrindRow> {
     let mut rows: Vec<CallgrindRow> = Vec::new();
     for (n, short_ir, long_ir, problems) in measured {
-        let mut problems = problems.clone();
+        let problems = problems.clone();
         let per = per_input(SHORT, *short_ir, LONG, *long_ir);
-        if per.is_none() {
-            problems.push(format!(
-                "the long run counted {long_ir} instructions, fewer than the short run's {short_ir}"
-            ));
-        }
-        let per = per.unwrap_or(0.0);
+        let note = per.is_none().then(|| {
+            format!(
+                "the long run counted {long_ir} instructions, no more than the short run's \
+                 {short_ir}: no figure"
+            )
+        });
         let per_call = rows
             .first()
-            .and_then(|first| math::per_call(first.n, first.per_input, *n, per));
+            .and_then(|first| math::per_call(first.n, first.per_input?, *n, per?));
         rows.push(CallgrindRow {
             n: *n,
             short_inputs: SHORT,
@@ -106,10 +111,11 @@ pub fn rows(measured: &[(usize, u64, u64, Vec<String>)]) -> Vec<CallgrindRow> {
             short_instructions: *short_ir,
             long_instructions: *long_ir,
             per_input: per,
-            per_turn: per / 2.0,
+            per_turn: per.map(|per| per / 2.0),
             per_call,
             status: status_of(&problems),
             problems,
+            note,
         });
     }
     rows
@@ -322,17 +328,29 @@ mod tests {
             (8, 10_400_000, 17_200_000, Vec::new()),
             (64, 9_000_000, 8_000_000, Vec::new()),
         ]);
-        assert_eq!(rows[0].per_input, 150_000.0);
-        assert_eq!(rows[0].per_turn, 75_000.0);
+        assert_eq!(rows[0].per_input, Some(150_000.0));
+        assert_eq!(rows[0].per_turn, Some(75_000.0));
         assert_eq!(rows[0].per_call, None);
-        assert_eq!(rows[1].per_input, 340_000.0);
+        assert_eq!(rows[1].per_input, Some(340_000.0));
         assert!((rows[1].per_call.unwrap() - 190_000.0 / 7.0).abs() < 1e-6);
         assert_eq!(rows[1].status, Status::Ok);
-        assert_eq!(rows[2].status, Status::Fail);
+        // A long run that counted fewer instructions is a measurement
+        // quirk: no figure, a note, not a correctness failure.
+        assert_eq!(rows[2].status, Status::Ok);
+        assert!(rows[2].problems.is_empty());
+        assert_eq!((rows[2].per_input, rows[2].per_call), (None, None));
         assert_eq!(
-            rows[2].problems,
-            vec!["the long run counted 8000000 instructions, fewer than the short run's 9000000"]
+            rows[2].note.as_deref(),
+            Some(
+                "the long run counted 8000000 instructions, no more than the short run's 9000000: no figure"
+            )
         );
+        // Nor is any later size measured against a first row without one.
+        let rows = super::rows(&[
+            (1, 9_000_000, 8_000_000, Vec::new()),
+            (8, 10_400_000, 17_200_000, Vec::new()),
+        ]);
+        assert_eq!(rows[1].per_call, None);
     }
 
     #[tokio::test]

@@ -54,7 +54,7 @@ pub fn sync_latency(dir: &Path, rounds: usize) -> Result<SyncLatency, BenchError
     let _ = std::fs::remove_file(&path);
     Ok(SyncLatency {
         rounds: times_ms.len(),
-        p50_ms: math::percentile(&times_ms, 50.0).unwrap_or(0.0),
+        p50_ms: math::median(&times_ms).unwrap_or(0.0),
         p99_ms: math::percentile(&times_ms, 99.0).unwrap_or(0.0),
     })
 }

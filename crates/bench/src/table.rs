@@ -270,15 +270,18 @@ fn render_callgrind(report: &BenchReport, out: &mut String) {
     for r in &cg.rows {
         let _ = writeln!(
             out,
-            "{:>4} {:>16} {:>16} {:>14.0} {:>14.0} {:>14} {:>6}",
+            "{:>4} {:>16} {:>16} {:>14} {:>14} {:>14} {:>6}",
             r.n,
             r.short_instructions,
             r.long_instructions,
-            r.per_input,
-            r.per_turn,
+            opt(r.per_input, 0, ""),
+            opt(r.per_turn, 0, ""),
             opt(r.per_call, 0, ""),
             verdict(r.status)
         );
+        if let Some(note) = &r.note {
+            let _ = writeln!(out, "     note: {note}");
+        }
     }
 }
 

@@ -24,6 +24,11 @@ use anyhow::Context as _;
 use clap::Args;
 use homeagent_bench::{BenchOptions, PeerOptions, render, write_outputs};
 
+use crate::interrupts::{INTERRUPTED, Interrupts};
+
+/// The exit code of a program ended by SIGTERM, as shells report it.
+const TERMINATED: u8 = 128 + 15;
+
 /// The flags of scenario 6 (peers) and 4b (callgrind). To be flattened
 /// into `BenchArgs` (`#[command(flatten)] pub extra: bench_cmd::PeerFlags`).
 #[derive(Debug, Clone, Default, Args)]
@@ -69,7 +74,24 @@ pub async fn run(
         valgrind: (!flags.no_callgrind).then(|| flags.valgrind.clone()),
         ..BenchOptions::new(binary, quick)
     };
-    let report = homeagent_bench::run(&options).await?;
+    // A signal ends the run here, not the process: dropping the run
+    // stops the mock and the agent it started (`kill_on_drop`) and removes
+    // their directories; a process killed by the signal itself runs no
+    // destructor, and left them running on their ports.
+    let mut interrupts = Interrupts::new().context("cannot listen for Ctrl-C")?;
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("cannot listen for SIGTERM")?;
+    let report = tokio::select! {
+        report = homeagent_bench::run(&options) => report?,
+        () = interrupts.next() => {
+            eprintln!("bench: interrupted; the processes it started are stopped");
+            return Ok(ExitCode::from(INTERRUPTED));
+        }
+        _ = terminate.recv() => {
+            eprintln!("bench: terminated; the processes it started are stopped");
+            return Ok(ExitCode::from(TERMINATED));
+        }
+    };
     let mut stdout = std::io::stdout().lock();
     if json {
         let text = serde_json::to_string_pretty(&report).context("cannot encode the report")?;

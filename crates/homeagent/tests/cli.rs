@@ -309,3 +309,90 @@ fn seq_guide_prints_the_format_that_create_help_points_at() {
         homeagent_seq::help::GUIDE.trim_end()
     );
 }
+
+/// `--scale` stops at ×100 (28,800 blast inputs): past about ×347 the
+/// mock's per-input log dropped the oldest inputs and every run ended in
+/// an error after minutes of work, instead of being refused at once.
+#[test]
+fn bench_scale_is_refused_past_a_hundred_before_anything_starts() {
+    let output = homeagent(&["bench", "--scale", "101"]);
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--scale") && stderr.contains("1..=100"),
+        "{stderr}"
+    );
+}
+
+/// The processes `bench` starts (its mock and its agent) under this one.
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("children")).ok())
+        .flat_map(|list| {
+            list.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
+/// Whether `pid` still runs (a zombie, dead but not yet reaped, does not).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+    })
+}
+
+/// A bench stopped by SIGTERM (a CI job's timeout, `kill`) or SIGINT takes
+/// the mock and the agent it started with it: they kept running on their
+/// loopback ports, since a process killed by a signal runs no destructor.
+#[test]
+fn a_bench_stopped_by_a_signal_stops_the_processes_it_started() {
+    let dir = std::env::temp_dir().join(format!("homeagent-bench-signal-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    for signal in ["-TERM", "-INT"] {
+        let mut bench = Command::new(env!("CARGO_BIN_EXE_homeagent"))
+            .args(["--data-dir"])
+            .arg(&dir)
+            .args(["bench", "--quick"])
+            .env_remove("HOMEAGENT_CONFIG")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let started = std::time::Instant::now();
+        let children = loop {
+            let children = children_of(bench.id());
+            if children.len() >= 2 {
+                break children;
+            }
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(120),
+                "{signal}: the bench started no mock and agent"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let sent = Command::new("kill")
+            .args([signal, &bench.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let status = bench.wait().unwrap();
+        assert!(!status.success(), "{signal}: {status:?}");
+        let waited = std::time::Instant::now();
+        while children.iter().any(|pid| alive(*pid)) {
+            assert!(
+                waited.elapsed() < std::time::Duration::from_secs(30),
+                "{signal}: {children:?} outlived the bench"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
