@@ -405,6 +405,49 @@ fn an_unknown_key_in_the_adapter_table_fails_at_load_naming_the_closest_key() {
     );
 }
 
+/// The endpoint is a path on the base URL's host, where the API key goes:
+/// one that does not start with `/` ran into the host's name
+/// (`https://api.anthropic.com.attacker.example/v1`, or the real host made
+/// a user name by `@attacker.example`), and the key went to another host.
+#[test]
+fn an_endpoint_must_be_a_path() {
+    for endpoint in [
+        ".attacker.example/v1/messages",
+        "@attacker.example/x",
+        "v1/messages",
+        "/v1\nx",
+        "/v1 x",
+        "/v1#x",
+        "",
+    ] {
+        let err = LuaAdapter::from_source(
+            "ep.lua",
+            &format!(
+                "return {{ endpoint = {endpoint:?}, transform_request = function(r) return r end }}"
+            ),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(&err, AdapterError::Load { detail, .. } if detail.contains("`endpoint`") && detail.contains("start with `/`")),
+            "{endpoint:?}: {err:?}"
+        );
+    }
+    for endpoint in [
+        "/v1/messages",
+        "/openai/deployments/gpt/chat/completions",
+        "/v1/messages?beta=true",
+    ] {
+        let adapter = LuaAdapter::from_source(
+            "ep.lua",
+            &format!(
+                "return {{ endpoint = {endpoint:?}, transform_request = function(r) return r end }}"
+            ),
+        )
+        .unwrap();
+        assert_eq!(adapter.endpoint(), endpoint);
+    }
+}
+
 #[test]
 fn load_reads_a_file_and_names_it() {
     let dir = std::env::temp_dir().join(format!("homeagent-lua-{}", std::process::id()));

@@ -294,6 +294,19 @@ impl LuaAdapter {
             Ok(Value::Nil) => "/chat/completions".to_owned(),
             _ => return Err(load_error("`endpoint` must be a string".to_owned())),
         };
+        // A path on the base URL's host, where the API key is sent: text
+        // that does not start with `/` runs into the host's name.
+        if !endpoint.starts_with('/')
+            || endpoint
+                .chars()
+                .any(|c| c.is_control() || c.is_whitespace() || c == '#')
+        {
+            return Err(load_error(format!(
+                "`endpoint` must be a path on the base URL's host: start with `/`, without \
+                 spaces, control characters or `#` (e.g. endpoint = \"/v1/messages\"), not {:?}",
+                endpoint.chars().take(80).collect::<String>()
+            )));
+        }
         let headers = static_headers(&table).map_err(load_error)?;
         Ok(LuaAdapter {
             file: file.to_owned(),
