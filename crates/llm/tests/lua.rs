@@ -130,6 +130,76 @@ fn precompiled_bytecode_is_refused_at_load() {
     assert!(err.to_string().contains("bytecode.lua"), "{err}");
 }
 
+/// Running out of the sandbox's memory says so, naming the cap: "not
+/// enough memory" read as the machine's, not the adapter's limit.
+#[test]
+fn running_out_of_the_sandbox_memory_names_the_cap() {
+    let adapter = request_adapter("hog.lua", "local t = {} for i = 1, 1e8 do t[i] = i end");
+    let err = adapter.transform_request("{}").unwrap_err();
+    assert!(
+        matches!(&err, AdapterError::MemoryLimit { file, function: "transform_request", .. } if file == "hog.lua"),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("64 MiB"), "{err}");
+}
+
+/// Static headers are a map from names to strings: a list (a header
+/// written as one line) would send a header named `1`.
+#[test]
+fn static_headers_written_as_a_list_are_refused() {
+    let err = LuaAdapter::from_source(
+        "list.lua",
+        "return { headers = { 'Authorization: Token abc' }, transform_request = function(r) return r end }",
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, AdapterError::Load { detail, .. } if detail.contains("`headers`") && !detail.contains("Token abc")),
+        "{err:?}"
+    );
+}
+
+/// A header `build_headers` gives that cannot be sent is the adapter's
+/// error, naming the function and the header, never showing the value
+/// (it may be the key).
+#[test]
+fn headers_that_cannot_be_sent_are_the_adapter_s_error_without_their_value() {
+    for (returned, name) in [
+        (
+            r#"{authorization = {"Bearer", "sk-secret-1"}}"#,
+            "authorization",
+        ),
+        (r#"{["x api key"] = "sk-secret-1"}"#, "x api key"),
+        (
+            r#"{authorization = "Bearer sk-secret-1\n"}"#,
+            "authorization",
+        ),
+    ] {
+        let adapter = LuaAdapter::from_source(
+            "hdr.lua",
+            &format!(
+                "return {{ transform_request = function(r) return r end, \
+                 build_headers = function(m) return json.encode({returned}) end }}"
+            ),
+        )
+        .unwrap();
+        let err = adapter.headers(&json!({})).unwrap_err();
+        assert!(
+            matches!(&err, AdapterError::BadOutput { function: "build_headers", detail, .. } if detail.contains(name)),
+            "{returned}: {err:?}"
+        );
+        assert!(!err.to_string().contains("sk-secret-1"), "{err}");
+    }
+    let static_bad = LuaAdapter::from_source(
+        "hdr.lua",
+        "return { headers = { ['x-key'] = 'sk-static-2\\nvalue' }, transform_request = function(r) return r end }",
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&static_bad, AdapterError::Load { detail, .. } if detail.contains("x-key") && !detail.contains("sk-static-2")),
+        "{static_bad:?}"
+    );
+}
+
 #[test]
 fn an_endless_loop_fails_the_call_naming_the_file_and_function() {
     let adapter = request_adapter("spin.lua", "while true do end");

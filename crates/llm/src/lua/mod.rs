@@ -104,6 +104,16 @@ pub enum AdapterError {
         function: &'static str,
         limit: u64,
     },
+    /// The call needed more memory than the adapter's Lua state may hold.
+    #[error(
+        "adapter {file}: `{function}` ran out of the adapter's memory (its Lua state is capped at \
+         {limit_mib} MiB; an adapter that builds a table or string that large has a bug)"
+    )]
+    MemoryLimit {
+        file: String,
+        function: &'static str,
+        limit_mib: usize,
+    },
     #[error("adapter {file}: `{function}` failed: {detail}")]
     Runtime {
         file: String,
@@ -389,12 +399,22 @@ impl LuaAdapter {
                 self.bad_output(NAME, format!("expected a JSON object of strings ({e})"))
             })?;
         map.into_iter()
-            .map(|(name, value)| match value {
-                serde_json::Value::String(value) => Ok((name.to_ascii_lowercase(), value)),
-                other => Err(self.bad_output(
-                    NAME,
-                    format!("header `{name}` must be a string, it is {other}"),
-                )),
+            .map(|(name, value)| {
+                let value = match value {
+                    serde_json::Value::String(value) => value,
+                    // Never the value: it may be the key.
+                    other => {
+                        return Err(self.bad_output(
+                            NAME,
+                            format!(
+                                "header `{}` must be a string, it is {}",
+                                shown_name(&name),
+                                json_type(&other)
+                            ),
+                        ));
+                    }
+                };
+                sendable_header(name, value).map_err(|detail| self.bad_output(NAME, detail))
             })
             .collect()
     }
@@ -448,6 +468,12 @@ impl LuaAdapter {
                     file: self.file.clone(),
                     function: name,
                     limit: self.budget.limit(),
+                }
+            } else if is_memory_error(&e) {
+                AdapterError::MemoryLimit {
+                    file: self.file.clone(),
+                    function: name,
+                    limit_mib: sandbox::MEMORY_LIMIT / (1024 * 1024),
                 }
             } else {
                 AdapterError::Runtime {
@@ -546,12 +572,79 @@ fn static_headers(table: &Table) -> Result<Vec<(String, String)>, String> {
     match table.raw_get::<Value>("headers") {
         Ok(Value::Nil) => Ok(Vec::new()),
         Ok(Value::Table(headers)) => headers
-            .pairs::<String, String>()
+            .pairs::<Value, Value>()
             .map(|pair| {
-                pair.map(|(k, v)| (k.to_ascii_lowercase(), v))
-                    .map_err(|e| format!("`headers` must map strings to strings ({e})"))
+                let (name, value) = pair.map_err(|e| format!("`headers` cannot be read ({e})"))?;
+                // Not `String` conversions: they turn a list's index 1
+                // into a header named "1", and a number into text.
+                let (Value::String(name), Value::String(value)) = (&name, &value) else {
+                    return Err(format!(
+                        "`headers` must map header names to strings, e.g. headers = {{ \
+                         [\"x-api-version\"] = \"2\" }}; it has {} key holding {}",
+                        with_article(&name),
+                        with_article(&value)
+                    ));
+                };
+                let (Ok(name), Ok(value)) = (name.to_str(), value.to_str()) else {
+                    return Err("`headers` names and values must be UTF-8 text".to_owned());
+                };
+                sendable_header(name.to_owned(), value.to_owned())
+                    .map_err(|detail| format!("`headers`: {detail}"))
             })
             .collect(),
         _ => Err("`headers` must be a table".to_owned()),
+    }
+}
+
+/// A header as it will be sent (its name lowercased), or why it cannot be:
+/// checked here, so the error names the adapter, not the transport.
+fn sendable_header(name: String, value: String) -> Result<(String, String), String> {
+    let name = name.to_ascii_lowercase();
+    if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+        return Err(format!(
+            "`{}` is not a header name (letters, digits and `-`, no spaces)",
+            shown_name(&name)
+        ));
+    }
+    if reqwest::header::HeaderValue::from_str(&value).is_err() {
+        // Never the value: it may be the key.
+        return Err(format!(
+            "the value of header `{name}` holds a character a header cannot (a line break, a \
+             control character)"
+        ));
+    }
+    Ok((name, value))
+}
+
+/// A header name as an error shows it: cut short, control characters
+/// escaped.
+fn shown_name(name: &str) -> String {
+    name.chars()
+        .take(64)
+        .flat_map(char::escape_default)
+        .collect()
+}
+
+/// A JSON value's type with its article, for messages.
+fn json_type(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+/// Whether `error` is (or was caused by) the Lua state running out of its
+/// memory limit.
+fn is_memory_error(error: &mlua::Error) -> bool {
+    match error {
+        mlua::Error::MemoryError(_) => true,
+        mlua::Error::CallbackError { cause, .. } | mlua::Error::WithContext { cause, .. } => {
+            is_memory_error(cause)
+        }
+        _ => false,
     }
 }

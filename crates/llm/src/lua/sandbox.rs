@@ -29,7 +29,7 @@ const CHECK_EVERY: u32 = 1_000;
 pub const DEFAULT_INSTRUCTION_LIMIT: u64 = 20_000_000;
 
 /// The most memory one adapter's Lua state may hold.
-const MEMORY_LIMIT: usize = 64 * 1024 * 1024;
+pub(super) const MEMORY_LIMIT: usize = 64 * 1024 * 1024;
 
 /// The registry name of the metatable that marks a table as an array.
 const ARRAY_MT: &str = "homeagent.json.array_mt";
