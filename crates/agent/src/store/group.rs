@@ -207,16 +207,17 @@ impl Job {
     }
 
     fn answer(&self, result: Result<WriteDone, StoreError>) {
-        *self.answer.lock().unwrap_or_else(PoisonError::into_inner) = Some(result);
-        // Let go before the caller hears: an input that ends once its
-        // last write is answered releases its session then, and the
-        // session's next input must find it free.
+        // Let go before the answer can be seen (a caller may read it
+        // without waiting to be woken): an input that ends once its last
+        // write is answered releases its session then, and the session's
+        // next input must find it free.
         drop(
             self.claim
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .take(),
         );
+        *self.answer.lock().unwrap_or_else(PoisonError::into_inner) = Some(result);
         self.answered.notify_one();
     }
 

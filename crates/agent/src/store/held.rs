@@ -534,6 +534,39 @@ mod tests {
         }
     }
 
+    /// A session an input has claimed, and whose creating write it holds
+    /// (so the file has no such session yet), is not seeded by another
+    /// writer meanwhile: the seed would land before the input's messages.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_claimed_session_not_yet_stored_is_not_seeded_under_its_input() {
+        let temp = long_hold("held-seeded");
+        let claim = temp.store.claim_session("s").unwrap();
+        let held = temp
+            .store
+            .hold_append_creating(&claim, "main", &[user("the input's")])
+            .unwrap();
+        let seeded = temp
+            .store
+            .create_seeded_session("s", "main", &[user("a seed")]);
+        assert!(
+            matches!(seeded, Err(StoreError::SessionBusy { .. })),
+            "{seeded:?}"
+        );
+        held.committed().await.unwrap();
+        drop(claim);
+        assert_eq!(temp.store.history("s").unwrap(), [user("the input's")]);
+        // Unclaimed, a new session is seeded as before.
+        assert!(
+            temp.store
+                .create_seeded_session("t", "main", &[user("a seed")])
+                .unwrap()
+        );
+        assert!(
+            temp.store.claim_session("t").is_ok(),
+            "the seed let go of it"
+        );
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn committed_commits_a_write_still_held_at_once() {
         let temp = long_hold("held-ended");

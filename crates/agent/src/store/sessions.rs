@@ -179,11 +179,17 @@ impl Store {
         }
     }
 
+    /// How long [`Store::create_seeded_session`] waits for a session another
+    /// writer holds to be stored: an input's first write is held for
+    /// [`HOLD`](super::HOLD) at most, then committed.
+    const SEED_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
     /// Creates session `id` for `agent` with `messages` as its history, in
     /// one transaction, unless it exists already: then nothing is written
     /// (it must belong to `agent`). Returns whether it was created. Two
     /// callers racing to create one session (two first requests with the
-    /// same new id) cannot both seed it.
+    /// same new id) cannot both seed it, and a session an input has
+    /// claimed is refused as [`StoreError::SessionBusy`].
     pub fn create_seeded_session(
         &self,
         id: &str,
@@ -199,6 +205,25 @@ impl Store {
             owned_by(info, agent)?;
             return Ok(false);
         }
+        // Claimed while it is seeded: an input that holds the session may
+        // not have stored it yet (its first write is held for a moment),
+        // and a seed written then would land before the input's messages.
+        // Another holder is waited for, briefly: once the session exists
+        // it keeps its history, as above.
+        let waited = std::time::Instant::now();
+        let _held = loop {
+            match self.claim_session(id) {
+                Ok(claim) => break claim,
+                Err(StoreError::SessionBusy { .. }) if waited.elapsed() < Self::SEED_WAIT => {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                    if let Some(info) = read_one(&self.lock(), id)? {
+                        owned_by(info, agent)?;
+                        return Ok(false);
+                    }
+                }
+                Err(other) => return Err(other),
+            }
+        };
         let op = WriteOp::CreateSeeded {
             id: id.to_owned(),
             agent: agent.to_owned(),
