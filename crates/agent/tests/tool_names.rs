@@ -351,3 +351,25 @@ async fn a_files_root_that_is_the_data_directory_is_refused_on_a_first_run() {
     );
     assert!(!data.join("homeagent.db").exists());
 }
+
+/// A root that names the data directory through a `..` after a directory
+/// that does not exist yet (`<data>/x/..`) is the data directory too: the
+/// root is made (`x` with it), and the store, the sequences and the
+/// adapters would be the files tools' to read and write.
+#[tokio::test]
+async fn a_files_root_that_climbs_back_into_the_data_directory_is_refused() {
+    let dir = TempDir::new("root-climbs-back");
+    let data = dir.path().join("state");
+    std::fs::create_dir_all(&data).unwrap();
+    let config = data.join("homeagent.toml");
+    std::fs::write(&config, "[tools.files]\nroot = \"x/..\"\n").unwrap();
+    let env = |_: &str| None;
+    let paths = ConfigPaths::resolve(Some(config), Some(data.clone()), &env).unwrap();
+    let loaded = Config::load(&paths, &env).unwrap();
+    let built = build(&loaded, &env, BuildOptions::default());
+    assert!(
+        matches!(&built, Err(BuildError::FilesRootIsDataDir { .. })),
+        "{:?}",
+        built.err()
+    );
+}

@@ -130,15 +130,26 @@ pub fn resolved_as_far_as_it_exists(path: &Path) -> PathBuf {
     let mut existing = absolute.as_path();
     loop {
         if let Ok(mut resolved) = std::fs::canonicalize(existing) {
-            resolved.extend(missing.iter().rev());
+            // What does not exist yet holds no symlink: its `..` climbs
+            // lexically, as it will once it is made (`x/..` is where `x`
+            // will be made).
+            for part in missing.iter().rev() {
+                match part {
+                    Component::ParentDir => {
+                        resolved.pop();
+                    }
+                    Component::Normal(name) => resolved.push(name),
+                    _ => {}
+                }
+            }
             return resolved;
         }
-        match (existing.parent(), existing.file_name()) {
-            (Some(parent), Some(name)) => {
-                missing.push(name);
+        match (existing.parent(), existing.components().next_back()) {
+            (Some(parent), Some(last)) => {
+                missing.push(last);
                 existing = parent;
             }
-            // A `..` not yet resolvable, or the very top: as written.
+            // The very top: as written.
             _ => return absolute,
         }
     }
