@@ -550,6 +550,13 @@ impl Executor {
                 Err(error) => return fail(error),
             }
         }
+        // The source's own refusal (the gate's) comes before any hook:
+        // a hook never acts on a call that cannot run.
+        if inner.pre_hooks.iter().any(|hook| hook.sees(name))
+            && let Some(error) = inner.source.refusal(&info)
+        {
+            return fail(error);
+        }
         for hook in inner.pre_hooks.iter().filter(|hook| hook.sees(name)) {
             let hook_name = hook.name().to_owned();
             // A stop drops the hook where it is (a command hook's process

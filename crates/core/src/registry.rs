@@ -91,6 +91,16 @@ pub trait ToolSource: Send + Sync + 'static {
         let _ = (agent, tool);
         true
     }
+    /// Why the call `call` would be refused before it runs (a gated source
+    /// asks its gate, with the call's agent and arguments), or `None`. The
+    /// executor asks before any pre-hook sees the call, so a hook never acts
+    /// on (nor asks the person about) a call that cannot run;
+    /// [`invoke`](Self::invoke) still decides, after hooks may have
+    /// rewritten the arguments.
+    fn refusal(&self, call: &crate::CallInfo) -> Option<ToolError> {
+        let _ = call;
+        None
+    }
 }
 
 /// Why a tool could not be registered.

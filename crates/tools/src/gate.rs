@@ -26,7 +26,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use homeagent_core::{ErrorReason, ToolContext, ToolDef, ToolError, ToolFuture, ToolSource};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 /// The extras key holding the calling agent's name.
 pub const AGENT_EXTRA: &str = "agent";
@@ -240,6 +240,26 @@ impl GatedSource {
             approval,
         }
     }
+
+    /// The agent a call to `tool` with `extras` and `arguments` is made
+    /// for, if the gate lets it use the tool so: the one check every call
+    /// passes, before its pre-hooks ([`ToolSource::refusal`]) and again
+    /// when it is invoked.
+    fn authorized(
+        &self,
+        tool: &str,
+        extras: &Map<String, Value>,
+        arguments: &Value,
+    ) -> Result<String, ToolError> {
+        let Some(agent) = extras.get(AGENT_EXTRA).and_then(Value::as_str) else {
+            return Err(ToolError::new(
+                ErrorReason::Unauthorized,
+                format!("the call to `{tool}` names no agent; every call must say who makes it"),
+            ));
+        };
+        self.gate.can_use(agent, tool, arguments)?;
+        Ok(agent.to_owned())
+    }
 }
 
 impl ToolSource for GatedSource {
@@ -255,22 +275,16 @@ impl ToolSource for GatedSource {
         self.gate.visible(agent, tool)
     }
 
+    fn refusal(&self, call: &homeagent_core::CallInfo) -> Option<ToolError> {
+        self.authorized(&call.tool, &call.extras, &call.arguments)
+            .err()
+    }
+
     fn invoke(&self, name: &str, ctx: ToolContext) -> ToolFuture {
-        let agent = ctx
-            .extras
-            .get(AGENT_EXTRA)
-            .and_then(Value::as_str)
-            .map(str::to_owned);
-        let Some(agent) = agent else {
-            let error = ToolError::new(
-                ErrorReason::Unauthorized,
-                format!("the call to `{name}` names no agent; every call must say who makes it"),
-            );
-            return Box::pin(async move { Err(error) });
+        let agent = match self.authorized(name, &ctx.extras, &ctx.arguments) {
+            Ok(agent) => agent,
+            Err(error) => return Box::pin(async move { Err(error) }),
         };
-        if let Err(error) = self.gate.can_use(&agent, name, &ctx.arguments) {
-            return Box::pin(async move { Err(error) });
-        }
         if !self.gate.needs_approval(name) {
             return self.inner.invoke(name, ctx);
         }

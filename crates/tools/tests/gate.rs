@@ -341,3 +341,66 @@ fn visibility_follows_allow_and_deny_lists() {
     assert!(gate.visible("main", "cmd_run"));
     assert!(!gate.visible("ghost", "files_read"));
 }
+
+/// Counts the calls its pre-hook saw.
+struct Watching(AtomicUsize);
+
+impl homeagent_core::PreToolHook for Watching {
+    fn name(&self) -> &str {
+        "watching"
+    }
+    fn before(
+        &self,
+        _call: &homeagent_core::CallInfo,
+    ) -> homeagent_core::hooks::HookFuture<homeagent_core::PreDecision> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async { Ok(homeagent_core::PreDecision::Allow) })
+    }
+}
+
+/// A call the gate refuses is refused before any pre-hook sees it: a
+/// hook (a command the config runs, a question to the person) never acts
+/// on a call that cannot run. One the gate lets through is seen.
+#[tokio::test]
+async fn a_refused_call_reaches_no_pre_hook() {
+    let ran = Arc::new(Ran::default());
+    let watching = Arc::new(Watching(AtomicUsize::new(0)));
+    let source: Arc<dyn ToolSource> = Arc::new(GatedSource::new(
+        registry(&ran),
+        Arc::new(gate()),
+        Approval::Granted,
+    ));
+    let executor = Executor::new(source).with_pre_hook(Arc::clone(&watching) as _);
+    let run = |agent: Option<&'static str>, tool: &'static str| {
+        let batch = BatchContext {
+            batch_id: "b".into(),
+            extras: agent.map(extras).unwrap_or_default().into(),
+            cancel: CancellationToken::new(),
+        };
+        let executor = &executor;
+        async move {
+            executor
+                .run(&turn(tool, &json!({})), &batch)
+                .await
+                .outcomes
+                .remove(0)
+        }
+    };
+    for (agent, tool) in [
+        (Some("reader"), "files_write"),
+        (Some("nobody"), "files_read"),
+        (None, "files_read"),
+        (Some("reader"), "device_cmd_run"),
+    ] {
+        let outcome = run(agent, tool).await;
+        assert_eq!(
+            outcome.error.map(|e| e.reason),
+            Some(ErrorReason::Unauthorized),
+            "{agent:?} {tool}"
+        );
+        assert_eq!(watching.0.load(Ordering::SeqCst), 0, "{agent:?} {tool}");
+    }
+    assert!(run(Some("reader"), "files_read").await.success);
+    assert_eq!(watching.0.load(Ordering::SeqCst), 1);
+    assert_eq!(ran.0.load(Ordering::SeqCst), 1);
+}
