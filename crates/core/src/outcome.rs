@@ -263,8 +263,34 @@ pub fn error_in_value(value: &Value) -> Option<ToolError> {
                 .unwrap_or_else(|| compact_json(obj));
             Some(ToolError::execution(detail))
         }
+        // Legacy plugins say it other ways too; each kind's own "none"
+        // (`false`, `0`, `[]`) is no error.
+        Some(Value::Bool(true)) => Some(ToolError::execution(
+            detail_of_other_keys(map).unwrap_or_else(|| "the tool reported error: true".into()),
+        )),
+        Some(number @ Value::Number(n)) if n.as_f64() != Some(0.0) => Some(ToolError::execution(
+            format!("the tool reported error {number}"),
+        )),
+        Some(list @ Value::Array(items)) if !items.is_empty() => {
+            let texts: Vec<&str> = items.iter().filter_map(Value::as_str).collect();
+            Some(ToolError::execution(if texts.len() == items.len() {
+                texts.join("\n")
+            } else {
+                compact_json(list)
+            }))
+        }
         _ => None,
     }
+}
+
+/// A message beside an `error: true`: the value's `message`, `msg` or
+/// `detail` string.
+fn detail_of_other_keys(map: &serde_json::Map<String, Value>) -> Option<String> {
+    ["message", "msg", "detail"]
+        .iter()
+        .find_map(|key| map.get(*key).and_then(Value::as_str))
+        .filter(|text| !text.trim().is_empty())
+        .map(|text| text.trim().to_owned())
 }
 
 /// The most useful text a failing value carries: its `error` message, or its

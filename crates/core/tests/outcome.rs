@@ -17,6 +17,11 @@ fn failure_shapes_are_failures() {
         json!({"isError": true, "content": [{"type": "text", "text": "server says no"}]}),
         json!({"isError": true}),
         json!({"reason": "execution", "detail": "exploded"}),
+        // Legacy plugins' `error` of another kind than a string or an
+        // object: a failure all the same (seed 1b).
+        json!({"error": true, "msg": "device offline"}),
+        json!({"error": 500}),
+        json!({"error": ["disk full"]}),
     ];
     for value in failures {
         let outcome = ToolOutcome::from_value("c", "t", value.clone());
@@ -32,6 +37,13 @@ fn failure_shapes_are_failures() {
         &json!({"isError": true, "content": [{"type": "text", "text": "server says no"}]}),
     );
     assert_eq!(mcp.map(|e| e.detail), Some("server says no".to_owned()));
+    let flagged = error_in_value(&json!({"error": true, "msg": "device offline"}));
+    assert_eq!(flagged.map(|e| e.detail), Some("device offline".to_owned()));
+    let listed = error_in_value(&json!({"error": ["disk full", "retry later"]}));
+    assert_eq!(
+        listed.map(|e| e.detail),
+        Some("disk full\nretry later".to_owned())
+    );
     let nested = error_in_value(&json!({"error": {"code": 404, "message": "no such page"}}));
     assert_eq!(nested.map(|e| e.detail), Some("no such page".to_owned()));
     let typed = error_in_value(
@@ -57,6 +69,10 @@ fn success_shapes_are_successes() {
         json!({}),
         json!(null),
         json!({"errors": ["a", "b"]}),
+        // The conventional "no error" of the other kinds.
+        json!({"error": false, "data": 1}),
+        json!({"error": 0}),
+        json!({"error": []}),
         json!({"reason": "fine", "status": "ok"}),
         // A sensor's own report that happens to use these two words: more
         // keys than a ToolError has, so it is the tool's data.
