@@ -128,6 +128,9 @@ struct Bucket {
     id: String,
     name: String,
     arguments: String,
+    /// The call opened last in a turn the output limit cut: the only one
+    /// that can have been cut (set by `finish`).
+    may_be_cut: bool,
 }
 
 impl Bucket {
@@ -140,6 +143,19 @@ impl Bucket {
             Some(new) if !self.id.is_empty() => self.id != new,
             _ => name.is_some_and(|new| !self.name.is_empty() && self.name != new),
         }
+    }
+
+    /// Whether a fragment naming this call's own tool, with `piece` as its
+    /// text, is a whole second call of that tool (sent at the same index,
+    /// without an id or with the same one): this call already holds one
+    /// complete object, which nothing can continue. Cheap first checks:
+    /// the parse runs only when the call ends in `}` and the piece opens
+    /// one, and a piece inside a string (`"a}` then `{b"`) fails it.
+    fn is_whole_again(&self, name: Option<&str>, piece: &str) -> bool {
+        name.is_some_and(|name| name == self.name)
+            && piece.trim_start().starts_with('{')
+            && self.arguments.trim_end().ends_with('}')
+            && serde_json::from_str::<serde::de::IgnoredAny>(&self.arguments).is_ok()
     }
 
     fn absorb(&mut self, id: Option<String>, name: Option<String>, piece: String) {
@@ -304,16 +320,25 @@ impl StreamAssembler {
         if let (Some(index), Some(last)) = (stream_index, self.last) {
             let current = self.current_at_index.get(index);
             let bucket = &mut self.buckets[last];
-            let same_call = !bucket.is_another_call(id.as_deref(), name.as_deref());
+            let same_call = !bucket.is_another_call(id.as_deref(), name.as_deref())
+                && !bucket.is_whole_again(name.as_deref(), &raw_arguments);
             // `current == Some(last)`: the call fed last is the one open at
             // this index (the table only maps an index to a call opened at it).
             if same_call && current == Some(last) {
+                if let (Some(by_id), Some(id)) = (self.by_id.as_mut(), &id)
+                    && bucket.id != *id
+                {
+                    by_id.insert(id.clone(), last);
+                }
                 bucket.absorb(id, name, raw_arguments);
                 return;
             }
         }
         let target = match stream_index {
             Some(index) => match self.current_at_index.get(index) {
+                Some(pos) if self.buckets[pos].is_whole_again(name.as_deref(), &raw_arguments) => {
+                    Some(self.open_bucket(index))
+                }
                 Some(pos) => {
                     if !self.buckets[pos].is_another_call(id.as_deref(), name.as_deref()) {
                         Some(pos)
@@ -384,6 +409,7 @@ impl StreamAssembler {
             id: String::new(),
             name: String::new(),
             arguments: String::new(),
+            may_be_cut: false,
         });
         let pos = self.buckets.len() - 1;
         self.current_at_index.insert(index, pos);
@@ -405,9 +431,15 @@ impl StreamAssembler {
         if buckets.iter().any(|b| b.name.is_empty()) {
             buckets = lend_orphan_pieces(buckets);
         }
+        let truncated_turn = finish_reason.as_ref().is_some_and(FinishReason::cut_output);
+        // Only the call opened last can have been cut: one before it had
+        // ended when the next began (a zero-argument call's blank text is
+        // then `{}`, not a cut).
+        if truncated_turn && let Some(last) = buckets.last_mut() {
+            last.may_be_cut = true;
+        }
         // Stable sort: calls sharing an index keep their arrival order.
         buckets.sort_by_key(|b| b.index);
-        let truncated_turn = finish_reason.as_ref().is_some_and(FinishReason::cut_output);
         let mut diagnostics = Vec::new();
         let mut calls: Vec<AssembledCall> = Vec::with_capacity(buckets.len());
         let mut ids: HashSet<String> = HashSet::with_capacity(buckets.len());
@@ -440,7 +472,7 @@ impl StreamAssembler {
                     tool: bucket.name.clone(),
                 });
             }
-            let parsed = parse_arguments(&bucket.name, &bucket.arguments, truncated_turn);
+            let parsed = parse_arguments(&bucket.name, &bucket.arguments, bucket.may_be_cut);
             if parsed.looks_dropped {
                 diagnostics.push(Diagnostic::ArgumentsLookDropped {
                     call_id: id.clone(),

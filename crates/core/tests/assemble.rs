@@ -336,6 +336,104 @@ fn an_empty_finish_reason_is_not_the_end() {
     assert!(turn.calls[0].argument_error.is_none());
 }
 
+/// Only the call opened last can have been cut: a zero-argument call
+/// before it, whose arguments are blank, had ended (a later call began),
+/// and runs with `{}`.
+#[test]
+fn in_a_truncated_turn_only_the_last_call_can_be_cut() {
+    let turn = assemble([
+        frag(Some(0), Some("a"), Some("clock_now"), ""),
+        frag(Some(1), Some("b"), Some("files_write"), "{\"path\":\"a"),
+        finish("length"),
+    ]);
+    assert_eq!(turn.calls[0].argument_error, None, "{:?}", turn.calls[0]);
+    assert_eq!(turn.calls[0].call.arguments, json!({}));
+    assert_eq!(
+        turn.calls[1].argument_error.as_ref().map(|e| e.reason),
+        Some(ErrorReason::Truncated)
+    );
+    // The last call blank: cut before its arguments.
+    let turn = assemble([
+        frag(Some(0), Some("a"), Some("files_list"), "{}"),
+        frag(Some(1), Some("b"), Some("files_write"), ""),
+        finish("length"),
+    ]);
+    assert_eq!(turn.calls[0].argument_error, None);
+    assert_eq!(
+        turn.calls[1].argument_error.as_ref().map(|e| e.reason),
+        Some(ErrorReason::Truncated)
+    );
+}
+
+/// Two whole calls of one tool at one index, without ids (or with the
+/// same one), are two calls: text after a complete object can never
+/// continue it. They were one call with `{..}{..}` as its arguments.
+#[test]
+fn two_whole_calls_of_one_tool_at_one_index_are_two_calls() {
+    for id in [None, Some("call_0")] {
+        let turn = assemble([
+            frag(Some(0), id, Some("weather"), "{\"city\":\"Paris\"}"),
+            frag(Some(0), id, Some("weather"), "{\"city\":\"Oslo\"}"),
+            finish("tool_calls"),
+        ]);
+        let arguments: Vec<&Value> = turn.calls.iter().map(|c| &c.call.arguments).collect();
+        assert_eq!(
+            arguments,
+            [&json!({"city": "Paris"}), &json!({"city": "Oslo"})],
+            "{id:?}: {turn:?}"
+        );
+        assert!(turn.calls.iter().all(|c| c.argument_error.is_none()));
+        assert_ne!(turn.calls[0].call.id, turn.calls[1].call.id);
+    }
+    // The second whole call after another index's piece came between.
+    let turn = assemble([
+        frag(Some(0), None, Some("weather"), "{\"city\":\"Paris\"}"),
+        frag(Some(1), None, Some("clock_now"), "{}"),
+        frag(Some(0), None, Some("weather"), "{\"city\":\"Oslo\"}"),
+        finish("tool_calls"),
+    ]);
+    let named: Vec<(&str, &Value)> = turn
+        .calls
+        .iter()
+        .map(|c| (c.call.name.as_str(), &c.call.arguments))
+        .collect();
+    assert_eq!(
+        named,
+        [
+            ("weather", &json!({"city": "Paris"})),
+            ("weather", &json!({"city": "Oslo"})),
+            ("clock_now", &json!({})),
+        ]
+    );
+    // A string value holding `}{` is one call, its pieces however split.
+    let turn = assemble([
+        frag(Some(0), None, Some("note"), "{\"text\":\"a}"),
+        frag(Some(0), None, Some("note"), "{b\"}"),
+        finish("tool_calls"),
+    ]);
+    assert_eq!(calls_of(&turn).len(), 1, "{turn:?}");
+    assert_eq!(turn.calls[0].call.arguments, json!({"text": "a}{b"}));
+}
+
+/// A piece without an index joins the call its id names, even when that
+/// id reached its call through an indexed piece after the id map was made.
+#[test]
+fn an_unindexed_piece_finds_an_id_an_indexed_piece_gave_later() {
+    let turn = assemble([
+        frag(None, Some("a"), Some("f"), "{}"),
+        frag(Some(1), None, Some("h"), "{\"x\":"),
+        frag(Some(1), Some("c"), None, "1"),
+        frag(None, Some("c"), None, "}"),
+        finish("tool_calls"),
+    ]);
+    let calls = calls_of(&turn);
+    assert_eq!(
+        calls,
+        [("a", "f", &json!({})), ("c", "h", &json!({"x": 1}))],
+        "{turn:?}"
+    );
+}
+
 #[test]
 fn a_truncated_turn_marks_the_cut_call_and_keeps_the_complete_ones() {
     let turn = assemble([
