@@ -153,9 +153,23 @@ impl Bucket {
     /// one, and a piece inside a string (`"a}` then `{b"`) fails it.
     fn is_whole_again(&self, name: Option<&str>, piece: &str) -> bool {
         name.is_some_and(|name| name == self.name)
+            && piece.trim() != self.arguments.trim()
             && piece.trim_start().starts_with('{')
             && self.arguments.trim_end().ends_with('}')
             && serde_json::from_str::<serde::de::IgnoredAny>(&self.arguments).is_ok()
+    }
+
+    /// Whether a fragment is this whole call sent again (its id, its name
+    /// and its whole text): one call, not two, and the repeat adds nothing.
+    /// Two whole calls with one id and different texts are two calls
+    /// ([`Bucket::is_whole_again`]); the same text without an id may be a
+    /// second call (two `clock_now {}`) and is counted so.
+    fn repeats(&self, id: Option<&str>, name: Option<&str>, piece: &str) -> bool {
+        !self.id.is_empty()
+            && id == Some(self.id.as_str())
+            && name == Some(self.name.as_str())
+            && !piece.trim().is_empty()
+            && piece.trim() == self.arguments.trim()
     }
 
     fn absorb(&mut self, id: Option<String>, name: Option<String>, piece: String) {
@@ -320,6 +334,11 @@ impl StreamAssembler {
         if let (Some(index), Some(last)) = (stream_index, self.last) {
             let current = self.current_at_index.get(index);
             let bucket = &mut self.buckets[last];
+            if current == Some(last)
+                && bucket.repeats(id.as_deref(), name.as_deref(), &raw_arguments)
+            {
+                return;
+            }
             let same_call = !bucket.is_another_call(id.as_deref(), name.as_deref())
                 && !bucket.is_whole_again(name.as_deref(), &raw_arguments);
             // `current == Some(last)`: the call fed last is the one open at
@@ -336,6 +355,15 @@ impl StreamAssembler {
         }
         let target = match stream_index {
             Some(index) => match self.current_at_index.get(index) {
+                Some(pos)
+                    if self.buckets[pos].repeats(
+                        id.as_deref(),
+                        name.as_deref(),
+                        &raw_arguments,
+                    ) =>
+                {
+                    None
+                }
                 Some(pos) if self.buckets[pos].is_whole_again(name.as_deref(), &raw_arguments) => {
                     Some(self.open_bucket(index))
                 }

@@ -405,6 +405,22 @@ fn two_whole_calls_of_one_tool_at_one_index_are_two_calls() {
             ("clock_now", &json!({})),
         ]
     );
+    // The same whole call sent again, id and all, is one call.
+    let turn = assemble([
+        frag(Some(0), Some("x"), Some("files_read"), "{}"),
+        frag(Some(0), Some("x"), Some("files_read"), "{}"),
+        frag(Some(1), Some("y"), Some("clock_now"), "{}"),
+        frag(Some(0), Some("x"), Some("files_read"), "{}"),
+        finish("tool_calls"),
+    ]);
+    assert_eq!(
+        calls_of(&turn),
+        [
+            ("x", "files_read", &json!({})),
+            ("y", "clock_now", &json!({}))
+        ],
+        "{turn:?}"
+    );
     // A string value holding `}{` is one call, its pieces however split.
     let turn = assemble([
         frag(Some(0), None, Some("note"), "{\"text\":\"a}"),
