@@ -421,6 +421,8 @@ fn two_whole_calls_of_one_tool_at_one_index_are_two_calls() {
         ],
         "{turn:?}"
     );
+    assert_eq!(turn.calls[0].call.raw_arguments, "{}");
+    assert!(turn.calls.iter().all(|c| c.argument_error.is_none()));
     // A string value holding `}{` is one call, its pieces however split.
     let turn = assemble([
         frag(Some(0), None, Some("note"), "{\"text\":\"a}"),
