@@ -874,6 +874,58 @@ async fn a_fifo_is_refused_not_waited_on() {
     assert!(append.is_err());
 }
 
+/// A FIFO, a socket or a device at the path is not replaced by a regular
+/// file (a live socket of another program would be destroyed), and an
+/// append to a FIFO nobody reads says what the file is.
+#[tokio::test]
+async fn only_regular_files_are_replaced_or_appended_to() {
+    let sandbox = Sandbox::new("not-regular");
+    let socket = sandbox.root().join("agent.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let fifo = sandbox.root().join("pipe");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    for path in ["agent.sock", "pipe"] {
+        let error = sandbox
+            .call("files_write", json!({"path": path, "content": "x"}))
+            .await
+            .unwrap_err();
+        assert!(
+            error.detail.contains("not a regular file"),
+            "{path}: {}",
+            error.detail
+        );
+    }
+    use std::os::unix::fs::FileTypeExt;
+    assert!(
+        std::fs::symlink_metadata(&socket)
+            .unwrap()
+            .file_type()
+            .is_socket()
+    );
+    assert!(
+        std::fs::symlink_metadata(&fifo)
+            .unwrap()
+            .file_type()
+            .is_fifo()
+    );
+    let error = sandbox
+        .call(
+            "files_write",
+            json!({"path": "pipe", "content": "x", "append": true}),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        error.detail.contains("not a regular file"),
+        "{}",
+        error.detail
+    );
+}
+
 /// A hard link in the root to a file outside it is the outside file: an
 /// append through it would write there. Files with other links are not
 /// appended to.

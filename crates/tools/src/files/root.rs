@@ -349,7 +349,12 @@ impl Root {
                     flags | OFlag::O_WRONLY | OFlag::O_APPEND | OFlag::O_CREAT,
                     nix::sys::stat::Mode::from_bits_truncate(0o666),
                 )
-                .map_err(|errno| io(errno.into()))?;
+                .map_err(|errno| match errno {
+                    // A FIFO nobody reads (opened without waiting), a
+                    // socket: not "no such device".
+                    nix::errno::Errno::ENXIO => OpenRefusal::NotRegular { shown: shown() },
+                    other => io(other.into()),
+                })?;
                 std::fs::File::from(fd)
             }
         };

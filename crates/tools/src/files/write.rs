@@ -99,6 +99,7 @@ async fn write(shared: Arc<Shared>, ctx: ToolContext) -> Result<Value, ToolError
                 });
             match made {
                 Ok(()) => {}
+                Err(ReplaceError::NotRegular) => return Err(not_regular(&shown)),
                 Err(ReplaceError::Io(e)) => {
                     return Err(shared.io_error("create the directories of", &path, &e));
                 }
@@ -159,6 +160,7 @@ async fn write(shared: Arc<Shared>, ctx: ToolContext) -> Result<Value, ToolError
                 });
         match written {
             Ok(()) => {}
+            Err(ReplaceError::NotRegular) => return Err(not_regular(&shown)),
             Err(ReplaceError::Io(e)) => return Err(shared.io_error("write", &path, &e)),
             Err(ReplaceError::Outside(opened)) => {
                 return Err(ToolError::new(
@@ -189,11 +191,22 @@ async fn append_to(file: &mut tokio::fs::File, bytes: &[u8]) -> std::io::Result<
 }
 
 /// Why replacing a file failed.
+/// The refusal of a path that names a FIFO, a socket or a device.
+fn not_regular(shown: &str) -> ToolError {
+    ToolError::execution(format!(
+        "cannot write {shown}: it is not a regular file (a FIFO, socket or device), which \
+         files_write never replaces or appends to"
+    ))
+    .with_field("path")
+}
+
 #[derive(Debug)]
 enum ReplaceError {
     /// The directory opened is this one, outside the root: the path changed
     /// after it was checked.
     Outside(PathBuf),
+    /// The path names a FIFO, a socket or a device: never replaced.
+    NotRegular,
     Io(std::io::Error),
 }
 
@@ -264,11 +277,15 @@ fn replace_in_dir(root: &Root, dir: &Path, name: &OsStr, bytes: &[u8]) -> Result
     // Keep the permissions of the file being replaced (an executable
     // script stays executable), but never setuid, setgid or sticky: the
     // content is new. A symlink at `name` is replaced, not followed.
+    // A FIFO, a socket or a device is not replaced: another program's
+    // live socket would be gone.
     let final_mode = match fstatat(&dir_fd, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
-        Ok(stat) if SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG => {
-            Mode::from_bits_truncate(stat.st_mode & 0o777)
-        }
-        _ => Mode::from_bits_truncate(0o666 & !process_umask()),
+        Ok(stat) => match SFlag::from_bits_truncate(stat.st_mode) & SFlag::S_IFMT {
+            SFlag::S_IFREG => Mode::from_bits_truncate(stat.st_mode & 0o777),
+            SFlag::S_IFLNK => Mode::from_bits_truncate(0o666 & !process_umask()),
+            _ => return Err(ReplaceError::NotRegular),
+        },
+        Err(_) => Mode::from_bits_truncate(0o666 & !process_umask()),
     };
     let (temp_fd, temp) = create_temp(&dir_fd, (0..8).map(|_| temp_name()))?;
     let replaced = (|| -> Result<(), ReplaceError> {
