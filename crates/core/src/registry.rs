@@ -235,7 +235,13 @@ impl ToolSource for Registry {
                 let own = self.tools.clone();
                 Box::pin(async move {
                     match from_parent.await {
-                        Err(e) if e.reason == ErrorReason::NotFound => {
+                        // Only a tool the parent does not have is missing: a
+                        // parent tool's own not-found (a device not
+                        // connected) is that tool's answer.
+                        Err(e)
+                            if e.reason == ErrorReason::NotFound
+                                && parent.definition(&name).is_none() =>
+                        {
                             let mut known: Vec<String> = parent
                                 .definitions()
                                 .iter()

@@ -69,16 +69,26 @@ struct OfflineParent;
 
 impl ToolSource for OfflineParent {
     fn definition(&self, name: &str) -> Option<Arc<ToolDef>> {
-        (name == "device_cmd").then(|| Arc::new(ToolDef::new("device_cmd", "")))
+        matches!(name, "device_cmd" | "device_run").then(|| Arc::new(ToolDef::new(name, "")))
     }
     fn definitions(&self) -> Vec<Arc<ToolDef>> {
-        vec![Arc::new(ToolDef::new("device_cmd", ""))]
+        vec![
+            Arc::new(ToolDef::new("device_cmd", "")),
+            Arc::new(ToolDef::new("device_run", "")),
+        ]
     }
     fn invoke(&self, name: &str, _ctx: ToolContext) -> homeagent_core::ToolFuture {
         let name = name.to_owned();
         Box::pin(async move {
             if name == "device_cmd" {
                 Err(ToolError::execution("device offline"))
+            } else if name == "device_run" {
+                // The tool exists; what it looked for does not.
+                Err(
+                    ToolError::new(ErrorReason::NotFound, "device nas is not connected")
+                        .with_field("device_id")
+                        .with_hint("call device_list"),
+                )
             } else {
                 Err(not_found(&name, &[]))
             }
@@ -104,6 +114,16 @@ async fn the_parent_fallback_passes_through_only_not_found() {
         (err.reason, err.detail.as_str()),
         (ErrorReason::Execution, "device offline")
     );
+    // A parent tool's own not-found (what it looked for is missing) is its
+    // answer, hint and field included, not "this tool does not exist"
+    // (seed 0.2: only a tool that really does not exist is passed on as
+    // one).
+    let err = child
+        .invoke("device_run", ctx("device_run"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.detail, "device nas is not connected");
+    assert_eq!(err.field.as_deref(), Some("device_id"));
     // A miss in both is still typed, and the hint knows both layers' tools.
     let err = child
         .invoke("device_cmdd", ctx("device_cmdd"))
@@ -112,7 +132,7 @@ async fn the_parent_fallback_passes_through_only_not_found() {
     assert_eq!(err.reason, ErrorReason::NotFound);
     assert!(err.hint.unwrap().contains("device_cmd"));
     let names: Vec<String> = child.definitions().iter().map(|d| d.name.clone()).collect();
-    assert_eq!(names, vec!["device_cmd", "local"]);
+    assert_eq!(names, vec!["device_cmd", "device_run", "local"]);
 }
 
 #[tokio::test]

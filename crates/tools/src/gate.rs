@@ -285,6 +285,19 @@ impl ToolSource for GatedSource {
             Ok(agent) => agent,
             Err(error) => return Box::pin(async move { Err(error) }),
         };
+        // A name that is no tool: the hint suggests only tools this agent
+        // may use (the source's own would name any).
+        if self.inner.definition(name).is_none() {
+            let usable: Vec<String> = self
+                .inner
+                .definitions()
+                .iter()
+                .filter(|def| self.gate.visible(&agent, &def.name))
+                .map(|def| def.name.clone())
+                .collect();
+            let error = homeagent_core::registry::not_found(name, &usable);
+            return Box::pin(async move { Err(error) });
+        }
         if !self.gate.needs_approval(name) {
             return self.inner.invoke(name, ctx);
         }

@@ -404,3 +404,35 @@ async fn a_refused_call_reaches_no_pre_hook() {
     assert_eq!(watching.0.load(Ordering::SeqCst), 1);
     assert_eq!(ran.0.load(Ordering::SeqCst), 1);
 }
+
+/// A name that is no tool is answered with the closest tools the agent
+/// may use: never one its grant refuses (the next call would only be
+/// refused), and never a hint that shows it what exists beyond its grant.
+#[tokio::test]
+async fn a_missing_tool_suggests_only_tools_the_agent_may_use() {
+    let ran = Arc::new(Ran::default());
+    let source = GatedSource::new(registry(&ran), Arc::new(gate()), Approval::Granted);
+    let call = |agent: &str, tool: &str| ToolContext {
+        call_id: "c".into(),
+        tool: tool.into(),
+        arguments: json!({}),
+        batch_id: "b".into(),
+        extras: extras(agent).into(),
+        cancel: CancellationToken::new(),
+    };
+    // `reader` may not use files_write: "files_writ" suggests no such tool.
+    let err = source
+        .invoke("files_writ", call("reader", "files_writ"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.reason, ErrorReason::NotFound);
+    let hint = err.hint.unwrap_or_default();
+    assert!(!hint.contains("files_write"), "{hint}");
+    // `ops` may: the same slip suggests it.
+    let err = source
+        .invoke("files_writ", call("ops", "files_writ"))
+        .await
+        .unwrap_err();
+    assert!(err.hint.unwrap_or_default().contains("files_write"));
+    assert_eq!(ran.0.load(Ordering::SeqCst), 0);
+}
