@@ -926,6 +926,35 @@ async fn only_regular_files_are_replaced_or_appended_to() {
     );
 }
 
+/// A listing holds at most 1000 entries: the first by name, in order,
+/// each file with its size, and says more were left out; a recursive one
+/// walks only into directories it lists.
+#[tokio::test]
+async fn a_listing_keeps_the_first_thousand_entries_by_name() {
+    let sandbox = Sandbox::new("list-cap");
+    let big = sandbox.root().join("big");
+    std::fs::create_dir_all(&big).unwrap();
+    // Written in an order unlike the names', sizes telling them apart.
+    for i in (0..1500).rev() {
+        std::fs::write(big.join(format!("f{i:04}")), "x".repeat(i % 7)).unwrap();
+    }
+    std::fs::create_dir_all(big.join("z_dir")).unwrap();
+    std::fs::write(big.join("z_dir/inner"), "").unwrap();
+    for recursive in [false, true] {
+        let listed = sandbox
+            .call("files_list", json!({"path": "big", "recursive": recursive}))
+            .await
+            .unwrap();
+        assert_eq!(listed["truncated"], true);
+        assert_eq!(listed["count"], 1000);
+        let entries = listed["entries"].as_array().unwrap();
+        for (i, entry) in entries.iter().enumerate() {
+            assert_eq!(entry["name"], format!("f{i:04}"), "{recursive}");
+            assert_eq!(entry["size"], i % 7, "{recursive}");
+        }
+    }
+}
+
 /// A hard link in the root to a file outside it is the outside file: an
 /// append through it would write there. Files with other links are not
 /// appended to.

@@ -8,7 +8,7 @@
 //! loop. At most [`MAX_LIST_ENTRIES`] entries come back, with `truncated`
 //! saying whether more were left out.
 
-use std::collections::VecDeque;
+use std::collections::{BinaryHeap, VecDeque};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -59,20 +59,45 @@ fn walk(shared: &Shared, dir: PathBuf, recursive: bool) -> Result<(Vec<Entry>, b
             .map_err(|refusal| shared.refused("list", &current, refusal))?;
         let reader = std::fs::read_dir(descriptor_path(&handle))
             .map_err(|e| shared.io_error("list", &current, &e))?;
-        let mut here: Vec<Entry> = Vec::new();
+        // Only what can still be listed is kept: the smallest names, in a
+        // heap of at most `room + 1` (one more says the listing is cut),
+        // and only those are measured. A directory of millions of files
+        // costs a read of its names, not a vector and a stat of each.
+        let room = MAX_LIST_ENTRIES - entries.len();
+        let mut kept: BinaryHeap<Found> = BinaryHeap::with_capacity(room.min(1024) + 1);
         for item in reader {
             let item = item.map_err(|e| shared.io_error("list", &current, &e))?;
-            let name = format!("{prefix}{}", item.file_name().to_string_lossy());
-            // Neither file_type() nor metadata() of an entry follows a
-            // symlink, which is the point.
+            // Neither file_type() of an entry follows a symlink, which is
+            // the point.
             let Ok(file_type) = item.file_type() else {
                 continue;
             };
+            let name = format!("{prefix}{}", item.file_name().to_string_lossy());
+            if kept.len() > room && kept.peek().is_some_and(|last| name >= last.name) {
+                continue;
+            }
+            kept.push(Found {
+                name,
+                item,
+                file_type,
+            });
+            if kept.len() > room + 1 {
+                kept.pop();
+            }
+        }
+        let cut = kept.len() > room;
+        for found in kept.into_sorted_vec().into_iter().take(room) {
+            let Found {
+                name,
+                item,
+                file_type,
+            } = found;
             let (kind, size) = if file_type.is_symlink() {
                 ("symlink", None)
             } else if file_type.is_dir() {
                 ("dir", None)
             } else {
+                // Not following a symlink either.
                 ("file", item.metadata().ok().map(|m| m.len()))
             };
             // HomeAgent's own directory is named but not walked into.
@@ -80,14 +105,10 @@ fn walk(shared: &Shared, dir: PathBuf, recursive: bool) -> Result<(Vec<Entry>, b
             if kind == "dir" && recursive && !shared.root.is_private(&below) {
                 pending.push_back((below, format!("{name}/")));
             }
-            here.push(Entry { name, kind, size });
+            entries.push(Entry { name, kind, size });
         }
-        here.sort_by(|a, b| a.name.cmp(&b.name));
-        for entry in here {
-            if entries.len() == MAX_LIST_ENTRIES {
-                return Ok((entries, true));
-            }
-            entries.push(entry);
+        if cut {
+            return Ok((entries, true));
         }
     }
     Ok((entries, false))
@@ -97,6 +118,33 @@ struct Entry {
     name: String,
     kind: &'static str,
     size: Option<u64>,
+}
+
+/// A directory entry kept for the listing, ordered by its name.
+struct Found {
+    name: String,
+    item: std::fs::DirEntry,
+    file_type: std::fs::FileType,
+}
+
+impl PartialEq for Found {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for Found {}
+
+impl PartialOrd for Found {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Found {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.name.cmp(&other.name)
+    }
 }
 
 async fn list(shared: Arc<Shared>, ctx: ToolContext) -> Result<Value, ToolError> {
