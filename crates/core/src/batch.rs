@@ -29,6 +29,7 @@ use crate::outcome::{
 };
 use crate::registry::{ToolContext, ToolSource};
 use crate::tool::{MissingOrderKey, OrderKey, ToolDef};
+use crate::turnstile::{Ticket, Turnstile};
 use crate::validate::require_object;
 
 /// Knobs of the executor.
@@ -136,6 +137,33 @@ struct ShownBatch {
     id: Arc<str>,
     size: usize,
     parallel: bool,
+    /// The finishing order of a parallel batch with post-hooks (see
+    /// `turnstile`).
+    finishing: Option<Arc<Turnstile>>,
+}
+
+impl ShownBatch {
+    /// A call's ticket and its turn to finish, in a batch that has one.
+    fn turn(&self, position: usize) -> (Option<Ticket>, Option<Turn<'_>>) {
+        match &self.finishing {
+            Some(turnstile) => (
+                Some(turnstile.ticket(position)),
+                Some(Turn {
+                    turnstile,
+                    position,
+                }),
+            ),
+            None => (None, None),
+        }
+    }
+}
+
+/// Where a call of a parallel batch with post-hooks stands in its
+/// finishing order.
+#[derive(Clone, Copy)]
+struct Turn<'a> {
+    turnstile: &'a Turnstile,
+    position: usize,
 }
 
 /// Runs batches of tool calls against a [`ToolSource`].
@@ -337,10 +365,13 @@ impl Executor {
                 .map(|c| (c.call.name.as_str(), &c.call.arguments)),
         );
         // One id for every event of the batch, not a copy per event.
+        let parallel = mode == BatchMode::Parallel || key_may_move;
         let shown = ShownBatch {
             id: Arc::from(batch.batch_id.as_str()),
             size: calls.len(),
             parallel: mode == BatchMode::Parallel,
+            finishing: (parallel && !self.inner.post_hooks.is_empty())
+                .then(|| Turnstile::new(calls.len())),
         };
         if key_may_move {
             return self.run_hooked_parallel(calls, batch, &shown).await;
@@ -355,11 +386,16 @@ impl Executor {
         shown: &ShownBatch,
     ) -> Vec<ToolOutcome> {
         if shown.parallel {
-            futures_util::future::join_all(calls.map(|c| self.run_one(c, batch, shown))).await
+            futures_util::future::join_all(
+                calls
+                    .enumerate()
+                    .map(|(position, c)| self.run_one(c, position, batch, shown)),
+            )
+            .await
         } else {
             let mut outcomes = Vec::with_capacity(shown.size);
-            for c in calls {
-                outcomes.push(self.run_one(c, batch, shown).await);
+            for (position, c) in calls.enumerate() {
+                outcomes.push(self.run_one(c, position, batch, shown).await);
             }
             outcomes
         }
@@ -414,8 +450,14 @@ impl Executor {
             id: Arc::clone(&planned.id),
             size: planned.size,
             parallel: mode == BatchMode::Parallel,
+            finishing: planned
+                .finishing
+                .as_ref()
+                .filter(|_| mode == BatchMode::Parallel)
+                .map(Arc::clone),
         };
-        let finish = |(hooks_took, call, notes, admission): Staged<'a>| async move {
+        let finish = |(position, (hooks_took, call, notes, admission)): (usize, Staged<'a>)| async move {
+            let (_ticket, turn) = shown.turn(position);
             // The call's own time: its hooks, then from its Start on; not
             // the wait for the other calls' hooks or handlers.
             let started = Instant::now()
@@ -424,17 +466,19 @@ impl Executor {
             self.emit_start(call, shown);
             let outcome = match admission {
                 Admission::Admitted(admitted) => {
-                    notes.scope(self.complete(admitted, batch, &notes)).await
+                    notes
+                        .scope(self.complete(admitted, batch, &notes, turn))
+                        .await
                 }
                 Admission::Settled(outcome) => outcome,
             };
             self.finished(with_notes(&notes, outcome), started, shown)
         };
         let outcomes = if shown.parallel {
-            futures_util::future::join_all(staged.into_iter().map(finish)).await
+            futures_util::future::join_all(staged.into_iter().enumerate().map(finish)).await
         } else {
             let mut outcomes = Vec::with_capacity(shown.size);
-            for stage in staged {
+            for stage in staged.into_iter().enumerate() {
                 outcomes.push(finish(stage).await);
             }
             outcomes
@@ -445,12 +489,16 @@ impl Executor {
     async fn run_one(
         &self,
         call: CallRef<'_>,
+        position: usize,
         batch: &BatchContext,
         shown: &ShownBatch,
     ) -> ToolOutcome {
+        // Held until the call's end is reported: the next call's post-hooks
+        // wait for it (see `turnstile`).
+        let (_ticket, turn) = shown.turn(position);
         let started = Instant::now();
         self.emit_start(call, shown);
-        let outcome = self.execute(call, batch).await;
+        let outcome = self.execute(call, batch, turn).await;
         self.finished(outcome, started, shown)
     }
 
@@ -505,12 +553,19 @@ impl Executor {
 
     /// Runs one call inside its own notes scope (see [`crate::call_notes`])
     /// and moves the notes' warnings onto the outcome, first to last.
-    async fn execute(&self, call: CallRef<'_>, batch: &BatchContext) -> ToolOutcome {
+    async fn execute(
+        &self,
+        call: CallRef<'_>,
+        batch: &BatchContext,
+        turn: Option<Turn<'_>>,
+    ) -> ToolOutcome {
         let notes = CallNotes::default();
         let outcome = notes
             .scope(async {
                 match self.admit(call, batch, &notes).await {
-                    Admission::Admitted(admitted) => self.complete(admitted, batch, &notes).await,
+                    Admission::Admitted(admitted) => {
+                        self.complete(admitted, batch, &notes, turn).await
+                    }
                     Admission::Settled(outcome) => outcome,
                 }
             })
@@ -607,6 +662,7 @@ impl Executor {
         admitted: Admitted<'_>,
         batch: &BatchContext,
         notes: &CallNotes,
+        turn: Option<Turn<'_>>,
     ) -> ToolOutcome {
         let Admitted { call, def, info } = admitted;
         let id = call.call.id.as_str();
@@ -668,6 +724,21 @@ impl Executor {
                 );
             }
             return outcome;
+        }
+        // In a parallel batch, post-hooks run one call at a time, in index
+        // order: this call's wait for the ones before it.
+        if let Some(turn) = turn
+            && inner.post_hooks.iter().any(|hook| hook.sees(name))
+        {
+            tokio::select! {
+                () = turn.turnstile.earlier_finished(turn.position) => {}
+                () = batch.cancel.cancelled() => {
+                    notes.push_warning(
+                        "the post-tool hooks did not run: the batch was stopped".to_owned(),
+                    );
+                    return outcome;
+                }
+            }
         }
         for hook in inner.post_hooks.iter().filter(|hook| hook.sees(name)) {
             let hook_name = hook.name().to_owned();

@@ -31,6 +31,7 @@ pub mod registry;
 pub mod stream;
 pub mod text_position;
 pub mod tool;
+mod turnstile;
 pub mod validate;
 
 pub use assemble::{ArgumentErrors, AssembledCall, AssembledTurn, Diagnostic, StreamAssembler};

@@ -1703,3 +1703,59 @@ async fn a_hook_that_takes_the_only_keyed_calls_key_makes_the_batch_serial() {
         }
     );
 }
+
+/// Records the calls its hook saw, in order, and how many hooks ran at
+/// once.
+#[derive(Default)]
+struct Ordered {
+    seen: std::sync::Mutex<Vec<String>>,
+    now: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+struct OrderingPostHook(Arc<Ordered>);
+
+impl PostToolHook for OrderingPostHook {
+    fn name(&self) -> &str {
+        "ordering"
+    }
+    fn after(&self, call: &CallInfo, _outcome: &ToolOutcome) -> HookFuture<Option<Value>> {
+        let me = Arc::clone(&self.0);
+        let id = call.call_id.clone();
+        Box::pin(async move {
+            let now = me.now.fetch_add(1, Ordering::SeqCst) + 1;
+            me.peak.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            me.seen.lock().unwrap().push(id);
+            me.now.fetch_sub(1, Ordering::SeqCst);
+            Ok(None)
+        })
+    }
+}
+
+/// A parallel batch's calls run together, but their post-hooks run one at
+/// a time, in index order (seed: fan out, join, then finish serially by
+/// index): a quick later call's hook waits for a slow earlier one's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn post_hooks_of_a_parallel_batch_run_one_at_a_time_in_index_order() {
+    let gauge = Arc::new(Gauge::default());
+    let reg = Registry::new();
+    sleeper(&reg, "nap", &gauge, true);
+    let hook = Arc::new(Ordered::default());
+    let exec = executor(reg).with_post_hook(Arc::new(OrderingPostHook(Arc::clone(&hook))));
+    let calls = vec![
+        call("a", "nap", json!({"ms": 150})),
+        call("b", "nap", json!({"ms": 0})),
+        call("c", "nap", json!({"ms": 60})),
+        call("d", "nap", json!({"ms": 0})),
+    ];
+    let result = exec.run(&turn("", calls), &BatchContext::default()).await;
+    assert_eq!(result.mode, BatchMode::Parallel);
+    assert!(
+        gauge.peak.load(Ordering::SeqCst) >= 2,
+        "the handlers overlapped"
+    );
+    assert_eq!(*hook.seen.lock().unwrap(), ["a", "b", "c", "d"]);
+    assert_eq!(hook.peak.load(Ordering::SeqCst), 1, "hooks overlapped");
+    assert!(result.outcomes.iter().all(|o| o.success));
+}
