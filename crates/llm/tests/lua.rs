@@ -143,6 +143,66 @@ fn running_out_of_the_sandbox_memory_names_the_cap() {
     assert!(err.to_string().contains("64 MiB"), "{err}");
 }
 
+/// The process's peak resident memory so far, in kB.
+fn peak_rss_kb() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// `json.decode` builds its values in the adapter's own Lua state, under
+/// its memory cap: 3,000,000 small objects (24 MB of text) end at the cap.
+/// Read into Rust values first, they took about 2 GB of the agent's own
+/// memory before the first Lua table was made.
+#[test]
+fn decoding_json_is_charged_to_the_adapter_s_memory() {
+    let adapter = request_adapter(
+        "big.lua",
+        r#"local s = "[" .. string.rep('{"a":0}', 3000000, ",") .. "]"
+           local t, err = json.decode(s)
+           return err or "decoded""#,
+    );
+    let before = peak_rss_kb();
+    let err = adapter.transform_request("{}").unwrap_err();
+    let grew_mb = peak_rss_kb().saturating_sub(before) / 1024;
+    assert!(matches!(err, AdapterError::MemoryLimit { .. }), "{err:?}");
+    assert!(
+        grew_mb < 600,
+        "the decode took {grew_mb} MB of the process's memory"
+    );
+    // Encoding a million references to one small table is refused before
+    // it builds the million maps it would write out (about 700 MB).
+    let wide = request_adapter(
+        "wide.lua",
+        r#"local o = {a = 0}
+           local t = {}
+           for i = 1, 1000000 do t[i] = o end
+           return json.encode(t)"#,
+    );
+    wide.set_instruction_limit(200_000_000);
+    let before = peak_rss_kb();
+    let err = wide.transform_request("{}").unwrap_err();
+    let grew_mb = peak_rss_kb().saturating_sub(before) / 1024;
+    assert!(err.to_string().contains("too large"), "{err}");
+    assert!(
+        grew_mb < 300,
+        "the encode took {grew_mb} MB of the process's memory"
+    );
+    // A document that fits decodes as before.
+    let small = request_adapter(
+        "small.lua",
+        r#"local t = json.decode('{"a":[1,null,{"b":true}],"n":null,"big":18446744073709551615}')
+           return json.encode({a = t.a, n = t.n == nil, big = t.big > 1e19})"#,
+    );
+    assert_eq!(
+        small.transform_request("{}").unwrap(),
+        r#"{"a":[1,null,{"b":true}],"big":true,"n":true}"#
+    );
+}
+
 /// Static headers are a map from names to strings: a list (a header
 /// written as one line) would send a header named `1`.
 #[test]

@@ -24,7 +24,7 @@ pub(crate) struct ChunkOut {
     finish_reason: Option<String>,
     #[serde(default)]
     usage: Option<UsageOut>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "calls_list")]
     tool_calls: Option<Vec<ToolCallOut>>,
     /// An error the provider sent in the stream (or as the whole body),
     /// as it sent it: `{type, code, message, ...}`. The host decides from
@@ -66,15 +66,66 @@ const CONTRACT: &str = "expected {content, reasoning_content, done, finish_reaso
 /// Parses an adapter's JSON output. The error is a sentence for the
 /// adapter's author.
 pub(crate) fn parse(text: &str) -> Result<ChunkOut, String> {
-    let mut value: Value =
-        serde_json::from_str(text).map_err(|e| format!("output is not JSON ({e})"))?;
-    // A Lua table that is empty encodes as `{}`: read it as no calls.
-    if let Some(calls) = value.get_mut("tool_calls")
-        && calls.as_object().is_some_and(serde_json::Map::is_empty)
-    {
-        *calls = Value::Array(Vec::new());
+    if text.len() > MAX_OUTPUT_BYTES {
+        return Err(format!(
+            "output is {} bytes, more than the {} MiB a chunk or a response may be",
+            text.len(),
+            MAX_OUTPUT_BYTES / (1024 * 1024)
+        ));
     }
-    serde_json::from_value(value).map_err(|e| format!("{e}; {CONTRACT}"))
+    // Read straight into the contract's types: a `serde_json::Value` first
+    // took many times the text's size in small maps.
+    serde_json::from_str(text).map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => format!("{e}; {CONTRACT}"),
+        _ => format!("output is not JSON ({e})"),
+    })
+}
+
+/// The largest output an adapter's function may return: well above any
+/// chunk or whole response, far below what reading it could cost.
+const MAX_OUTPUT_BYTES: usize = 16 * 1024 * 1024;
+
+/// `tool_calls` as a list; an empty Lua table encodes as `{}`, read as no
+/// calls. Each call is read with its own errors (an unknown key named).
+fn calls_list<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Vec<ToolCallOut>>, D::Error> {
+    struct Calls;
+    impl<'de> serde::de::Visitor<'de> for Calls {
+        type Value = Option<Vec<ToolCallOut>>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a list of tool calls")
+        }
+
+        fn visit_unit<E: serde::de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut calls = Vec::new();
+            while let Some(call) = seq.next_element()? {
+                calls.push(call);
+            }
+            Ok(Some(calls))
+        }
+
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Self::Value, A::Error> {
+            match map.next_key::<String>()? {
+                None => Ok(Some(Vec::new())),
+                Some(key) => Err(serde::de::Error::custom(format!(
+                    "tool_calls must be a list of calls, not an object (it has a key `{key}`)"
+                ))),
+            }
+        }
+    }
+    deserializer.deserialize_any(Calls)
 }
 
 impl ChunkOut {

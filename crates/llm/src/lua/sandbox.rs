@@ -140,7 +140,7 @@ const RAW_SETMETATABLE: &str = "homeagent.setmetatable";
 /// collect (or drop) the state. Lua marks a table for finalization only if
 /// its metatable has `__gc` when it is set, and the sandbox leaves no other
 /// way to set one (no `debug`, no userdata) but Rust's own, on decoded
-/// arrays (`json_to_lua`, which checks `json.array_mt` the same way).
+/// arrays (`decode_json`, which checks `json.array_mt` the same way).
 fn guard_setmetatable(lua: &Lua, globals: &Table) -> mlua::Result<()> {
     let raw: mlua::Function = globals.raw_get("setmetatable")?;
     lua.set_named_registry_value(RAW_SETMETATABLE, raw)?;
@@ -171,12 +171,9 @@ fn install_helpers(lua: &Lua, globals: &Table, adapter: &str) -> mlua::Result<()
     json.raw_set(
         "decode",
         lua.create_function(|lua, text: mlua::LuaString| {
-            match serde_json::from_slice::<serde_json::Value>(&text.as_bytes()) {
-                Ok(json) => Ok((json_to_lua(lua, &json)?, Value::Nil)),
-                Err(err) => Ok((
-                    Value::Nil,
-                    Value::String(lua.create_string(format!("invalid JSON: {err}"))?),
-                )),
+            match decode_json(lua, &text.as_bytes())? {
+                Ok(value) => Ok((value, Value::Nil)),
+                Err(err) => Ok((Value::Nil, Value::String(lua.create_string(err)?))),
             }
         })?,
     )?;
@@ -324,6 +321,11 @@ impl Encoder {
             }
             return Ok(serde_json::Value::Array(items));
         }
+        // What a map costs beyond its values: a tree node (eleven slots)
+        // for every few entries, a one-entry object included. Charged
+        // as made, or a million references to one small table passed the
+        // budget at 65 bytes each and took ten times that.
+        self.charge(OBJECT_NODE_BYTES * (1 + entries.len() / 6))?;
         let mut object = Map::new();
         for (key, value) in entries {
             let key = match key {
@@ -341,6 +343,11 @@ impl Encoder {
         Ok(serde_json::Value::Object(object))
     }
 }
+
+/// About what one node of a JSON object's map takes (`BTreeMap` leaf:
+/// eleven keys and values).
+const OBJECT_NODE_BYTES: usize =
+    11 * (std::mem::size_of::<String>() + std::mem::size_of::<serde_json::Value>()) + 64;
 
 fn number_json(n: f64) -> Result<serde_json::Value, String> {
     // Integral floats (`2^3`, `x / 1`) become integers, so a computed
@@ -360,46 +367,122 @@ fn is_marked_array(table: &Table) -> bool {
     )
 }
 
-/// JSON as a Lua value. `null` inside an object drops the key (so
-/// `if x.field then` works); inside an array it is `json.null`, keeping the
-/// positions.
-pub(crate) fn json_to_lua(lua: &Lua, value: &serde_json::Value) -> mlua::Result<Value> {
-    Ok(match value {
-        serde_json::Value::Null => Value::NULL,
-        serde_json::Value::Bool(b) => Value::Boolean(*b),
-        serde_json::Value::Number(n) => match n.as_i64() {
-            Some(i) => Value::Integer(i),
-            None => Value::Number(n.as_f64().unwrap_or(f64::NAN)),
-        },
-        serde_json::Value::String(s) => Value::String(lua.create_string(s)?),
-        serde_json::Value::Array(items) => {
-            let table = lua.create_table_with_capacity(items.len(), 0)?;
-            let array_mt = lua.named_registry_value::<Table>(ARRAY_MT)?;
-            // Set from Rust, past the guarded setmetatable: scripts can
-            // reach this table as `json.array_mt`, so its `__gc` is
-            // checked here too (a finalizer escapes the instruction limit).
-            if !array_mt.raw_get::<Value>("__gc")?.is_nil() {
-                return Err(mlua::Error::runtime(
-                    "json.decode: json.array_mt has a __gc field, which is not allowed in an \
-                     adapter (finalizers run outside the instruction limit); remove it",
-                ));
-            }
-            table.set_metatable(Some(array_mt))?;
-            for (index, item) in items.iter().enumerate() {
-                table.raw_set(index + 1, json_to_lua(lua, item)?)?;
-            }
-            Value::Table(table)
+/// JSON text as Lua values, built straight in the adapter's state: every
+/// table and string is charged to its memory limit as it is made. (Read
+/// into a `serde_json::Value` first, 20 MB of small objects took 1.7 GB
+/// of the process's own heap, outside that limit, before one Lua value
+/// existed.) Arrays carry `json.array_mt`; an object's `null` members are
+/// left out, an array's are `json.null`. A Lua error met on the way (the
+/// memory limit) is the call's error, not a "not JSON" answer.
+pub(crate) fn decode_json(lua: &Lua, text: &[u8]) -> mlua::Result<Result<Value, String>> {
+    let array_mt = lua.named_registry_value::<Table>(ARRAY_MT)?;
+    // Set from Rust, past the guarded setmetatable: scripts can reach this
+    // table as `json.array_mt`, so its `__gc` is checked here too (a
+    // finalizer escapes the instruction limit).
+    if !array_mt.raw_get::<Value>("__gc")?.is_nil() {
+        return Err(mlua::Error::runtime(
+            "json.decode: json.array_mt has a __gc field, which is not allowed in an \
+             adapter (finalizers run outside the instruction limit); remove it",
+        ));
+    }
+    let failed = std::cell::RefCell::new(None);
+    let seed = LuaSeed {
+        lua,
+        array_mt: &array_mt,
+        failed: &failed,
+    };
+    let mut deserializer = serde_json::Deserializer::from_slice(text);
+    let decoded = serde::de::DeserializeSeed::deserialize(seed, &mut deserializer)
+        .and_then(|value| deserializer.end().map(|()| value));
+    if let Some(error) = failed.into_inner() {
+        return Err(error);
+    }
+    Ok(decoded.map_err(|e| format!("invalid JSON: {e}")))
+}
+
+/// Builds one JSON value as a Lua value (see [`decode_json`]).
+#[derive(Clone, Copy)]
+struct LuaSeed<'a> {
+    lua: &'a Lua,
+    array_mt: &'a Table,
+    /// The Lua error that ended the decode, if one did.
+    failed: &'a std::cell::RefCell<Option<mlua::Error>>,
+}
+
+impl LuaSeed<'_> {
+    /// `result`'s value, or a decode error that keeps the Lua error aside.
+    fn lua<T, E: serde::de::Error>(&self, result: mlua::Result<T>) -> Result<T, E> {
+        result.map_err(|error| {
+            let shown = error.to_string();
+            *self.failed.borrow_mut() = Some(error);
+            E::custom(shown)
+        })
+    }
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for LuaSeed<'_> {
+    type Value = Value;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for LuaSeed<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Value, E> {
+        Ok(Value::NULL)
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, b: bool) -> Result<Value, E> {
+        Ok(Value::Boolean(b))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, i: i64) -> Result<Value, E> {
+        Ok(Value::Integer(i))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, u: u64) -> Result<Value, E> {
+        Ok(match i64::try_from(u) {
+            Ok(i) => Value::Integer(i),
+            Err(_) => Value::Number(u as f64),
+        })
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, n: f64) -> Result<Value, E> {
+        Ok(Value::Number(n))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Value, E> {
+        self.lua(self.lua.create_string(s)).map(Value::String)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let table = self.lua(self.lua.create_table())?;
+        self.lua(table.set_metatable(Some(self.array_mt.clone())))?;
+        let mut index = 0i64;
+        while let Some(item) = seq.next_element_seed(self)? {
+            index += 1;
+            self.lua(table.raw_set(index, item))?;
         }
-        serde_json::Value::Object(object) => {
-            let table = lua.create_table_with_capacity(0, object.len())?;
-            for (key, item) in object {
-                if !item.is_null() {
-                    table.raw_set(key.as_str(), json_to_lua(lua, item)?)?;
-                }
+        Ok(Value::Table(table))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let table = self.lua(self.lua.create_table())?;
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            let item = map.next_value_seed(self)?;
+            if !item.is_null() {
+                self.lua(table.raw_set(key.as_ref(), item))?;
             }
-            Value::Table(table)
         }
-    })
+        Ok(Value::Table(table))
+    }
 }
 
 #[cfg(test)]
