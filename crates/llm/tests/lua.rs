@@ -203,6 +203,58 @@ fn decoding_json_is_charged_to_the_adapter_s_memory() {
     );
 }
 
+/// The library functions that loop in C, where the instruction limit never
+/// looks, are bounded: an adapter calling them with a huge count fails its
+/// call (or gets its empty result) instead of hanging the agent's thread.
+#[test]
+fn library_loops_in_c_end() {
+    let cases = [
+        (
+            "rep",
+            r#"return string.rep("", math.maxinteger) .. "done""#,
+            Some("done"),
+        ),
+        (
+            "rep_sep",
+            r#"return #string.rep("", 3, "") .. "done""#,
+            Some("0done"),
+        ),
+        (
+            "move",
+            r#"table.move({}, 1, math.maxinteger - 1, 1, {}) return "moved""#,
+            None,
+        ),
+        (
+            "insert",
+            r#"table.insert(setmetatable({}, {__len = function() return math.maxinteger - 1 end}), 1, 0) return "inserted""#,
+            None,
+        ),
+        (
+            "remove",
+            r#"table.remove(setmetatable({}, {__len = function() return math.maxinteger - 1 end}), 1) return "removed""#,
+            None,
+        ),
+    ];
+    for (name, body, expected) in cases {
+        let (done, answer) = std::sync::mpsc::channel();
+        let source = format!("return {{ transform_request = function(raw) {body} end }}");
+        std::thread::spawn(move || {
+            let adapter = LuaAdapter::from_source(&format!("{name}.lua"), &source).unwrap();
+            let _ = done.send(adapter.transform_request("{}"));
+        });
+        let result = answer
+            .recv_timeout(std::time::Duration::from_secs(20))
+            .unwrap_or_else(|_| panic!("{name}: the call never ended"));
+        match expected {
+            Some(text) => assert_eq!(result.as_deref(), Ok(text), "{name}"),
+            None => assert!(
+                matches!(&result, Err(AdapterError::Runtime { detail, .. }) if detail.contains("too many")),
+                "{name}: {result:?}"
+            ),
+        }
+    }
+}
+
 /// Static headers are a map from names to strings: a list (a header
 /// written as one line) would send a header named `1`.
 #[test]

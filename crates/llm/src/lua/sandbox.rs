@@ -118,6 +118,7 @@ pub(crate) fn new_state(adapter: &str) -> mlua::Result<(Lua, Arc<Budget>)> {
     }
     install_helpers(&lua, &globals, adapter)?;
     guard_setmetatable(&lua, &globals)?;
+    bound_library_loops(&lua)?;
 
     let budget = Arc::new(Budget::new());
     let hook_budget = Arc::clone(&budget);
@@ -126,6 +127,55 @@ pub(crate) fn new_state(adapter: &str) -> mlua::Result<(Lua, Arc<Budget>)> {
         move |_lua, _debug| hook_budget.charge(),
     )?;
     Ok((lua, budget))
+}
+
+/// The most elements `table.move`, `table.insert` and `table.remove` take
+/// on at once in an adapter: far more than any request or chunk holds.
+const MAX_TABLE_ELEMENTS: i64 = 1 << 24;
+
+/// Bounds the library functions that loop in C, where the instruction
+/// limit (a hook between Lua instructions) never looks: `string.rep` of an
+/// empty string a `math.maxinteger` times, `table.move` over that many
+/// slots, `table.insert`/`remove` on a table whose `__len` says so, each
+/// looped for ever on the agent's thread. (Pattern matching can backtrack
+/// for very long on a crafted pattern too; that is not bounded here.)
+fn bound_library_loops(lua: &Lua) -> mlua::Result<()> {
+    lua.load(format!(
+        r#"
+        local rep, move, insert, remove = string.rep, table.move, table.insert, table.remove
+        local limit = {MAX_TABLE_ELEMENTS}
+        local function too_many(name, n)
+          error(name .. ": too many elements (" .. tostring(n) .. "; an adapter may move at most "
+            .. limit .. ")", 3)
+        end
+        string.rep = function(s, n, sep)
+          if type(n) == "number" and n > 1 and #tostring(s) == 0
+             and (sep == nil or #tostring(sep) == 0) then
+            return ""
+          end
+          return rep(s, n, sep)
+        end
+        table.move = function(a1, f, e, t, a2)
+          if type(f) == "number" and type(e) == "number" and e >= f
+             and (e - f >= limit or e - f < 0) then
+            too_many("table.move", e - f + 1)
+          end
+          return move(a1, f, e, t, a2)
+        end
+        table.insert = function(t, ...)
+          local n = #t
+          if n > limit then too_many("table.insert", n) end
+          return insert(t, ...)
+        end
+        table.remove = function(t, ...)
+          local n = #t
+          if n > limit then too_many("table.remove", n) end
+          return remove(t, ...)
+        end
+        "#
+    ))
+    .set_name("=sandbox")
+    .exec()
 }
 
 /// Where the standard `setmetatable` is kept for [`guard_setmetatable`]'s
