@@ -436,6 +436,10 @@ impl Source {
     /// counted once (seven requests failing together doubled the cooldown
     /// seven times).
     fn failed(&self, options: &FallbackOptions, at_least: Option<Duration>, asked: Instant) {
+        // A server's wait is honoured up to a day: one header of years
+        // would put a source behind every other for good (and one past
+        // what the clock can add gave no cooldown at all).
+        let at_least = at_least.map(|wait| wait.min(MAX_SERVER_COOLDOWN));
         let mut state = self.state();
         if state.cooled_at.is_some_and(|cooled| asked < cooled) {
             if let Some(at_least) = at_least {
@@ -496,11 +500,14 @@ impl Sources {
         for config in configs {
             // Set but empty is missing too: `config check` says so, and an
             // empty key only earns a 401 later.
+            // Trimmed: a key read from a CRLF file ends in `\r`, which no
+            // header may hold (every request failed as unencodable).
             let api_key = config
                 .api_key_env
                 .as_deref()
                 .and_then(env)
-                .filter(|key| !key.trim().is_empty());
+                .map(|key| key.trim().to_owned())
+                .filter(|key| !key.is_empty());
             let missing = match (&config.api_key_env, &api_key) {
                 (Some(var), None) => Some(format!(
                     "model source {} is disabled: the environment variable {var} \
@@ -973,6 +980,9 @@ pub fn environment_configs(env: &impl Fn(&str) -> Option<String>) -> Vec<SourceC
 pub const API_KEY_ENV_HELP: &str = "is not an environment variable name (letters, digits and \
      `_`; the value is not shown, in case it is the key itself): write the variable's name, \
      e.g. api_key_env = \"OPENAI_API_KEY\", and put the key in that variable";
+
+/// The longest a server's `Retry-After` cools its source.
+const MAX_SERVER_COOLDOWN: Duration = Duration::from_secs(86_400);
 
 /// The largest `max_concurrent` a source accepts: far more requests than
 /// any provider serves one client at once, and far below what the

@@ -429,6 +429,43 @@ async fn a_retry_after_past_the_wait_cap_moves_on_and_cools_the_source_that_long
     );
 }
 
+/// A `Retry-After` of years (or past what a clock can add) cools the
+/// source for a day at most, and cools it: the overflow gave no cooldown at
+/// all, and a value of years pushed a source behind every other for good.
+#[tokio::test]
+async fn a_huge_retry_after_cools_the_source_for_a_day_at_most() {
+    for value in ["4000000000", "18446744073709551615"] {
+        let mut limited = error(429);
+        limited.headers.push(("retry-after", value.into()));
+        let server = tiny(vec![limited, ok()]).await;
+        let answering = tiny(vec![ok(), ok()]).await;
+        let set = sources(
+            vec![
+                source("main", &server.url, 10),
+                source("backup", &answering.url, 0),
+            ],
+            fast(),
+        );
+        let (name, _) = set
+            .stream(&mut chat(), CancellationToken::new())
+            .await
+            .unwrap();
+        assert_eq!(name, "backup");
+        let main = set.health().into_iter().find(|h| h.name == "main").unwrap();
+        let cooling = main.cooling_down_for.unwrap_or_default();
+        assert!(
+            cooling > Duration::from_secs(86_000) && cooling <= Duration::from_secs(86_400),
+            "{value}: cooling down for {cooling:?}"
+        );
+        let (name, _) = set
+            .stream(&mut chat(), CancellationToken::new())
+            .await
+            .unwrap();
+        assert_eq!(name, "backup", "{value}: asked again while cooling");
+        assert_eq!(server.hits(), 1, "{value}");
+    }
+}
+
 #[tokio::test]
 async fn retry_after_is_honoured() {
     let mut limited = error(429);

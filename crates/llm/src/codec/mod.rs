@@ -187,6 +187,14 @@ pub trait WireCodec: Send + Sync {
         let _ = body;
         None
     }
+
+    /// Whether an error status says the source's key was refused (the
+    /// source is disabled, not tried again). 401 by default; Gemini says it
+    /// with a 400 whose details give the reason `API_KEY_INVALID`.
+    fn refused_key(&self, status: u16, body: &[u8]) -> bool {
+        let _ = body;
+        status == 401
+    }
 }
 
 /// A temperature as JSON, through its shortest decimal form: `0.7f32`

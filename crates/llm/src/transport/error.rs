@@ -82,7 +82,7 @@ impl ProviderError {
         matches!(
             self,
             ProviderError::Status {
-                status: 402..=404,
+                status: 402..=404 | 407,
                 ..
             }
             // A redirect: the source's address moved (never followed,

@@ -377,10 +377,11 @@ impl HttpProvider {
             status,
             "the model server answered with an error status"
         );
-        // Only 401 says the key was refused. A 403 is as often moderation,
-        // a region or an API not enabled: the source cannot answer now
+        // Only 401 says the key was refused (or what the protocol says
+        // instead: `Codec::refused_key`). A 403 is as often moderation, a
+        // region or an API not enabled: the source cannot answer now
         // (`is_source_fault`), which does not disable it for good.
-        if status == 401 {
+        if self.codec.refused_key(status, &body) {
             ProviderError::Unauthorized { status, message }
         } else {
             ProviderError::Status {

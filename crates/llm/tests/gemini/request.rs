@@ -283,6 +283,20 @@ fn bad_model_names_are_refused() {
     ));
 }
 
+/// Gemini refuses a bad or expired key with a 400, its reason in an
+/// `ErrorInfo` detail: that is the key refused (the source disabled, and
+/// the next one tried), not a bad request. Another 400 is not.
+#[test]
+fn a_refused_key_is_told_by_its_reason() {
+    let refused = br#"{"error": {"code": 400, "message": "API key not valid. Please pass a valid API key.",
+      "status": "INVALID_ARGUMENT", "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo",
+      "reason": "API_KEY_INVALID", "domain": "googleapis.com"}]}}"#;
+    assert!(GeminiCodec.refused_key(400, refused));
+    let wrong = br#"{"error": {"code": 400, "message": "Invalid JSON payload", "status": "INVALID_ARGUMENT"}}"#;
+    assert!(!GeminiCodec.refused_key(400, wrong));
+    assert!(GeminiCodec.refused_key(401, b""));
+}
+
 #[test]
 fn http_error_bodies_become_status_and_message() {
     let body = br#"{

@@ -113,6 +113,29 @@ impl WireCodec for GeminiCodec {
             })
     }
 
+    /// A bad or expired key is a 400 `INVALID_ARGUMENT` whose `ErrorInfo`
+    /// detail gives the reason `API_KEY_INVALID`.
+    fn refused_key(&self, status: u16, body: &[u8]) -> bool {
+        if status == 401 {
+            return true;
+        }
+        let Ok(parsed) = serde_json::from_slice::<Value>(body) else {
+            return false;
+        };
+        let error = match &parsed {
+            Value::Array(items) => items.first().and_then(|first| first.get("error")),
+            other => other.get("error"),
+        };
+        error
+            .and_then(|error| error.get("details"))
+            .and_then(Value::as_array)
+            .is_some_and(|details| {
+                details.iter().any(|detail| {
+                    detail.get("reason").and_then(Value::as_str) == Some("API_KEY_INVALID")
+                })
+            })
+    }
+
     fn error_message(&self, status: u16, body: &[u8]) -> String {
         let parsed: Option<Value> = serde_json::from_slice(body).ok();
         let error = parsed.as_ref().and_then(|v| match v {
