@@ -370,6 +370,11 @@ async fn retry_retries_execution_failures_with_backoff_then_gives_up() {
     assert_eq!(report.status, RunStatus::Completed, "{report:?}");
     assert_eq!(report.groups[0].calls[0].attempts, 3);
     assert_eq!(report.slots["r"], json!({"key": "two", "call": 3}));
+    // A call that succeeded on a retry reports no error of its earlier tries.
+    let call = report.to_value()["groups"][0]["calls"][0].clone();
+    assert_eq!(call["status"], "ok", "{call}");
+    assert!(call.get("error").is_none_or(Value::is_null), "{call}");
+    assert!(call.get("reason").is_none_or(Value::is_null), "{call}");
 
     let report = h
         .engine
@@ -378,6 +383,24 @@ async fn retry_retries_execution_failures_with_backoff_then_gives_up() {
     assert_eq!(report.status, RunStatus::Aborted);
     assert_eq!(report.groups[0].calls[0].attempts, 3);
     assert_eq!(h.attempts.lock().unwrap()["many"], 3, "1 call + 2 retries");
+}
+
+/// A tool that panicked is not called again: the fault is the tool's, and
+/// the same arguments would only make it panic again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_tool_is_not_retried() {
+    let h = harness();
+    let s = seq(
+        json!({"name": "s", "groups": [{"name": "g", "on_error": "retry", "retries": 5,
+        "tools": tools(&[json!({"tool": "t_panic", "args": {}})])}]}),
+    );
+    let report = h
+        .engine
+        .run_sequence(&s, args(json!({})), &main_caller())
+        .await;
+    assert_eq!(report.status, RunStatus::Aborted, "{report:?}");
+    assert_eq!(report.groups[0].calls[0].attempts, 1);
+    assert_eq!(h.attempts.lock().unwrap()["panic"], 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,7 +4,7 @@
 
 use crate::common;
 
-use common::{LIMITED, harness};
+use common::{LIMITED, OPS, harness};
 use homeagent_core::{ErrorReason, ToolSource};
 use homeagent_seq::help::example;
 use homeagent_seq::{MAX_DEPTH, SEQ_TOOLS, parse_sequence};
@@ -474,7 +474,8 @@ async fn a_sequence_never_runs_a_tool_its_author_may_not_use() {
     assert!(!run.success, "{}", run.text);
     assert!(
         run.text.contains(
-            "sequence `mine` was written by agent `limited`, which may not use the tool `demo_note`"
+            "sequence `mine` was written by agent `limited`, and the call to `demo_note` is \
+             refused for that agent (agent `limited` may not use the tool `demo_note`)"
         ),
         "{}",
         run.text
@@ -490,6 +491,58 @@ async fn a_sequence_never_runs_a_tool_its_author_may_not_use() {
         h.call(LIMITED, "seq_delete", json!({"name": "mine"}))
             .await
             .success
+    );
+}
+
+/// The author's grant is checked whole at run time, the device the step
+/// names included: a sequence written by an agent no device is granted to
+/// does not run a device tool on `nas` for the agent that runs it, who may.
+/// And a tool no sequence may call (written in by hand, or by an older
+/// build) is refused when the sequence runs, not only when it is saved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sequence_runs_a_step_only_as_its_author_may_device_and_list_included() {
+    let h = harness();
+    let on_nas = "{\"tool\":\"t_remote\",\"args\":{\"device_id\":\"nas\"}} ;";
+    // ops may run it itself.
+    assert!(
+        h.call(OPS, "seq_create", one_group("mine", on_nas))
+            .await
+            .success
+    );
+    let run = h.call(OPS, "seq_run", json!({"name": "mine"})).await;
+    assert!(run.success, "{}", run.text);
+    // Written by main, whose grant holds no device: run by ops, refused.
+    let created = h
+        .call("main", "seq_create", one_group("theirs", on_nas))
+        .await;
+    assert!(created.success, "{}", created.text);
+    let run = h.call(OPS, "seq_run", json!({"name": "theirs"})).await;
+    assert!(!run.success, "{}", run.text);
+    assert!(
+        run.text
+            .contains("sequence `theirs` was written by agent `main`")
+            && run.text.contains("nas"),
+        "{}",
+        run.text
+    );
+
+    // A forbidden tool planted in a stored sequence.
+    let echo = "{\"tool\":\"demo_echo\",\"args\":{\"text\":\"x\"}} ;";
+    assert!(
+        h.call("main", "seq_create", one_group("planted", echo))
+            .await
+            .success
+    );
+    let mut planted = h.store.load("planted").unwrap();
+    planted.groups[0].tools[0].tool = "seq_delete".into();
+    planted.groups[0].tools[0].args = json!({"name": "mine"}).as_object().unwrap().clone();
+    h.store.save(&planted).unwrap();
+    let run = h.call("main", "seq_run", json!({"name": "planted"})).await;
+    assert!(!run.success, "{}", run.text);
+    assert!(run.text.contains("forbidden"), "{}", run.text);
+    assert!(
+        h.store.load("mine").is_ok(),
+        "the planted seq_delete never ran"
     );
 }
 

@@ -19,14 +19,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use homeagent_core::{CancellationToken, ErrorReason, MissingOrderKey, ToolSource};
-use homeagent_tools::ToolApi;
+use homeagent_core::{CallInfo, CancellationToken, ErrorReason, MissingOrderKey, ToolSource};
+use homeagent_tools::{AGENT_EXTRA, ToolApi};
 use serde_json::{Map, Value};
 
 mod caller;
 
 pub use caller::{Caller, SeqBackend};
 
+use crate::check::is_forbidden;
 use crate::cond;
 use crate::model::{Group, MissingPolicy, OnError, Sequence, ToolStep};
 use crate::report::{CallReport, CallStatus, GroupReport, GroupStatus, RunReport, RunStatus};
@@ -193,6 +194,18 @@ impl Engine {
             }
         }
 
+        // A tool no sequence may call is refused however it got in (a file
+        // written by hand or by an older build): checked when saved, and
+        // here again before anything runs.
+        if let Some(step) = group.tools.iter().find(|step| is_forbidden(&step.tool)) {
+            report.status = GroupStatus::Failed;
+            report.error = Some(format!(
+                "group `{}` calls the forbidden tool `{}`, which no sequence may call; remove \
+                 it from the sequence",
+                group.name, step.tool
+            ));
+            return report;
+        }
         // Before anything runs: which tools exist now, and their arguments.
         let mut planned: Vec<Planned> = Vec::with_capacity(group.tools.len());
         let mut all_safe = true;
@@ -367,16 +380,28 @@ impl CallCtx<'_> {
                 return report;
             }
         };
-        if let Some((sequence, author)) = self.written_by
-            && !self.source.visible_to(author, &step.tool)
-        {
-            report.reason = Some(ErrorReason::Denied);
-            report.error = Some(format!(
-                "sequence `{sequence}` was written by agent `{author}`, which may not use the \
-                 tool `{}`; a sequence runs only what its author may",
-                step.tool
-            ));
-            return report;
+        // The author's whole grant, as the gate decides a call (a device
+        // the step names included), on the arguments the step will run
+        // with; the runner's is the gate's own, when the call is made.
+        if let Some((sequence, author)) = self.written_by {
+            let mut as_author = Map::new();
+            as_author.insert(AGENT_EXTRA.into(), Value::String(author.to_owned()));
+            let info = CallInfo {
+                call_id: String::new(),
+                tool: step.tool.clone(),
+                arguments: args.clone(),
+                batch_id: String::new(),
+                extras: Arc::new(as_author),
+            };
+            if let Some(refused) = self.source.refusal(&info) {
+                report.reason = Some(ErrorReason::Denied);
+                report.error = Some(format!(
+                    "sequence `{sequence}` was written by agent `{author}`, and the call to `{}` \
+                     is refused for that agent ({}); a sequence runs only what its author may",
+                    step.tool, refused.detail
+                ));
+                return report;
+            }
         }
         loop {
             report.attempts += 1;
@@ -403,6 +428,9 @@ impl CallCtx<'_> {
                 } else {
                     CallStatus::Ok
                 };
+                // Earlier tries' failure is not this call's.
+                report.reason = None;
+                report.error = None;
                 report.value = Some(outcome.value);
                 return report;
             }
@@ -420,10 +448,9 @@ impl CallCtx<'_> {
             }
             report.reason = Some(reason);
             report.error = Some(outcome.text.clone());
-            let retryable = matches!(
-                reason,
-                ErrorReason::Execution | ErrorReason::Timeout | ErrorReason::Panic
-            );
+            // A panic is the tool's fault, and the same arguments would
+            // only make it panic again.
+            let retryable = matches!(reason, ErrorReason::Execution | ErrorReason::Timeout);
             if self.group.on_error != OnError::Retry
                 || !retryable
                 || report.attempts > self.group.retries

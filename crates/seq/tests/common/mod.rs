@@ -66,6 +66,9 @@ pub struct Harness {
 /// The agent that may not use demo_note.
 pub const LIMITED: &str = "limited";
 
+/// The agent that may use the device `nas` (no other agent may).
+pub const OPS: &str = "ops";
+
 pub fn harness() -> Harness {
     harness_with_pre_hooks(Vec::new())
 }
@@ -91,11 +94,21 @@ pub fn harness_with_pre_hooks(pre_hooks: Vec<Arc<dyn PreToolHook>>) -> Harness {
         },
     )
     .unwrap();
-    let gate = Arc::new(Gate::new([AgentGrant {
-        name: LIMITED.into(),
-        deny_tools: vec!["demo_note".into()],
-        ..AgentGrant::default()
-    }]));
+    let gate = Arc::new(
+        Gate::new([
+            AgentGrant {
+                name: LIMITED.into(),
+                deny_tools: vec!["demo_note".into()],
+                ..AgentGrant::default()
+            },
+            AgentGrant {
+                name: OPS.into(),
+                devices: vec!["nas".into()],
+                ..AgentGrant::default()
+            },
+        ])
+        .with_device_tool("t_remote", "device_id"),
+    );
     let gated = Arc::new(GatedSource::new(
         Arc::clone(&registry) as _,
         gate,
@@ -186,6 +199,33 @@ fn register_test_tools(
                         Ok(json!({"key": key, "call": n}))
                     }
                 }
+            },
+        )
+        .unwrap();
+    let panics = Arc::clone(attempts);
+    registry
+        .register(
+            ToolDef::new(
+                "t_panic",
+                "panics, counting its calls under the key `panic`",
+            ),
+            move |_ctx: ToolContext| {
+                let panics = Arc::clone(&panics);
+                async move {
+                    *panics.lock().unwrap().entry("panic".into()).or_insert(0) += 1;
+                    if true {
+                        panic!("t_panic panics");
+                    }
+                    Ok(Value::Null)
+                }
+            },
+        )
+        .unwrap();
+    registry
+        .register(
+            ToolDef::new("t_remote", "runs on the device named in `device_id`"),
+            |ctx: ToolContext| async move {
+                Ok(json!(format!("ran on {}", ctx.arguments["device_id"])))
             },
         )
         .unwrap();
