@@ -222,6 +222,10 @@ async fn a_continuation_refused_before_it_ran_is_continued_by_the_retry() {
             turns_per_client: 1,
             ..homeagent_server::ServerOptions::default()
         },
+        // The busy turn's tools sleep long enough that it surely still
+        // runs when the refused request comes (40 ms ones had ended on a
+        // loaded machine, and that request was answered).
+        tool_sleep_ms: 1_000,
         ..Setup::default()
     })
     .await;
