@@ -206,6 +206,15 @@ fn variable_assignments_are_set_unless_dangerous() {
         "{refused:?}"
     );
     assert!(refused.to_string().contains("write guard"), "{refused}");
+    // procps reads these to parse BSD-style: `-e` is then "show the
+    // environment", of every process the agent may see.
+    for name in ["PS_PERSONALITY", "CMD_ENV", "I_WANT_A_BROKEN_PS"] {
+        let refused = refusal(&p, &format!("{name}=bsd ps -e 1"));
+        assert!(
+            matches!(&refused, CmdRefusal::BadEnvAssignment { name: refused_name, .. } if refused_name == name),
+            "{name}: {refused:?}"
+        );
+    }
     // Variables programs read as more options: the guards read the
     // command line only (`GREP_OPTIONS=-r grep key ~` recursed into the
     // private config on grep before 3.6; `TAR_OPTIONS` can make tar write).

@@ -282,6 +282,15 @@ pub fn dangerous_env_reason(name: &str) -> Option<&'static str> {
     // guard took for an option would be a file name to them (`uniq in -x`
     // writes `-x`), and the reverse.
     const ARGUMENT_PARSING: &[&str] = &["POSIXLY_CORRECT", "_POSIX2_VERSION"];
+    // procps's personalities: `bsd` and `old` (what I_WANT_A_BROKEN_PS
+    // forces) read `-e` as BSD's `e`, every process's environment.
+    const PS_PERSONALITY: &[&str] = &["PS_PERSONALITY", "CMD_ENV", "I_WANT_A_BROKEN_PS"];
+    if PS_PERSONALITY.contains(&name) {
+        return Some(
+            "changes how ps reads its options (BSD style, where `-e` shows every process's \
+             environment), which the private-path checks read the default way",
+        );
+    }
     if ARGUMENT_PARSING.contains(&name) {
         return Some(
             "changes how programs read their arguments (POSIX order), which the write guard \
