@@ -250,12 +250,12 @@ pub fn build(
             timeout: cmd.timeout.as_duration(),
             max_timeout: cmd.max_timeout.as_duration(),
             env: cmd.env.clone(),
-            // The config file may hold the server's key and device tokens.
-            private_paths: loaded
-                .paths
-                .config_file
-                .canonicalize()
+            // The config file may hold the server's key and device tokens,
+            // the data directory every session's history and the
+            // sequences; where each will be (neither may exist yet).
+            private_paths: [&loaded.paths.config_file, &loaded.paths.data_dir]
                 .into_iter()
+                .map(|path| homeagent_tools::files::resolved_as_far_as_it_exists(path))
                 .collect(),
             ..CmdRunPolicy::default()
         };

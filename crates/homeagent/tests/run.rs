@@ -762,30 +762,55 @@ fn an_input_stopped_after_its_tool_turns_says_so() {
     assert_eq!(response["incomplete"]["max_tool_turns"], 1, "{response}");
 }
 
-/// The config file may hold the server's key: `cmd_run` refuses to read
-/// it (the agent's own /proc entries are closed by the kernel, since the
-/// process is not dumpable).
+/// The config file may hold the server's key, and the data directory the
+/// store of every session: `cmd_run` refuses to read either (the agent's
+/// own /proc entries are closed by the kernel, since the process is not
+/// dumpable).
 #[test]
 fn cmd_run_cannot_read_the_config_file_or_the_agents_environment() {
     let setup = setup("[server]\napi_key = \"srv-planted-key-in-the-config\"\n");
     let config = setup.config.display().to_string();
+    // The store holds every session; read before this run made it.
+    let (first, _) = run(&setup, &["--json", "!text"]);
+    assert!(first.status.success(), "{first:?}");
+    let store = setup.dir.join("homeagent.db");
+    assert!(store.is_file());
+    let store = store.display();
     let calls = format!(
-        r#"!calls [{{"name": "cmd_run", "arguments": {{"command": "cat {config}"}}}}, {{"name": "cmd_run", "arguments": {{"command": "grep -a PATH /proc/self/environ"}}}}]"#
+        r#"!calls [{{"name": "cmd_run", "arguments": {{"command": "cat {config}"}}}}, {{"name": "cmd_run", "arguments": {{"command": "grep -a PATH /proc/self/environ"}}}}, {{"name": "cmd_run", "arguments": {{"command": "cat {store}"}}}}]"#
     );
     let (output, frames) = run(&setup, &["--json", &calls]);
     assert!(output.status.success(), "{output:?}");
     let ends = phase(&frames, "end");
-    assert_eq!(ends.len(), 2, "{frames:#?}");
-    assert_eq!(ends[0]["status"], "denied", "{frames:#?}");
-    assert!(
-        ends[0]["error"]["detail"]
-            .as_str()
-            .unwrap()
-            .contains("private to HomeAgent"),
-        "{frames:#?}"
-    );
+    assert_eq!(ends.len(), 3, "{frames:#?}");
+    // The calls run side by side: their ends come in any order.
+    let status_of = |command: &str| {
+        let starts = phase(&frames, "start");
+        let id = starts
+            .iter()
+            .find(|s| s["args"]["command"] == command)
+            .unwrap_or_else(|| panic!("{command}: {frames:#?}"))["call_id"]
+            .clone();
+        let end = ends.iter().find(|e| e["call_id"] == id).unwrap();
+        (
+            end["status"].as_str().unwrap().to_owned(),
+            end["error"]["detail"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        )
+    };
+    for private in [format!("cat {config}"), format!("cat {store}")] {
+        let (status, detail) = status_of(&private);
+        assert_eq!(status, "denied", "{private}: {detail}");
+        assert!(
+            detail.contains("private to HomeAgent"),
+            "{private}: {detail}"
+        );
+    }
     assert_eq!(
-        ends[1]["status"], "ok",
+        status_of("grep -a PATH /proc/self/environ").0,
+        "ok",
         "the child's own environment may be read"
     );
     let stdout = String::from_utf8_lossy(&output.stdout);
