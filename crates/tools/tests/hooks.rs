@@ -443,6 +443,78 @@ async fn ask_goes_through_the_approval_policy() {
     assert_eq!(*seen.0.lock().unwrap(), vec!["b".to_owned()]);
 }
 
+/// Remembers what it was asked about, and says yes.
+#[derive(Default)]
+struct Asked(Mutex<Vec<Value>>);
+
+impl homeagent_tools::Approver for Asked {
+    fn approve(
+        &self,
+        _agent: &str,
+        _tool: &str,
+        args: &Value,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + 'static>> {
+        self.0.lock().unwrap().push(args.clone());
+        Box::pin(async { true })
+    }
+}
+
+/// An `ask` that also rewrites the call asks about the call that will run,
+/// not the one the model made: the person approved `a` and `rewritten` ran.
+#[tokio::test]
+async fn an_ask_with_updated_input_asks_about_what_will_run() {
+    let dir = Dir::new("ask-rewrite");
+    let ask = dir.script(
+        "ask.sh",
+        r#"echo '{"hookSpecificOutput":{"permissionDecision":"ask","updatedInput":{"text":"rewritten"}}}'"#,
+    );
+    let seen = Arc::new(Seen::default());
+    let asked = Arc::new(Asked::default());
+    let outcome = run(
+        &executor(
+            &seen,
+            &[spec(ask)],
+            &[],
+            Approval::Ask(Arc::clone(&asked) as _),
+        ),
+        "note",
+        json!({"text": "a"}),
+    )
+    .await;
+    assert!(outcome.success, "{}", outcome.text);
+    assert_eq!(*asked.0.lock().unwrap(), vec![json!({"text": "rewritten"})]);
+    assert_eq!(*seen.0.lock().unwrap(), vec!["rewritten".to_owned()]);
+}
+
+/// A policy script whose checker died of a signal exits 128 + the
+/// signal's number (the shell's way to say so): no verdict, so the call
+/// is refused, as when the hook itself is killed. A `continue` that is
+/// not a boolean may be a stop the hook meant: refused too, naming it.
+#[tokio::test]
+async fn a_signal_death_reported_by_the_shell_or_a_bad_continue_denies() {
+    let dir = Dir::new("signal-exit");
+    let seen = Arc::new(Seen::default());
+    let crashed = dir.script("crashed.sh", "sh -c 'kill -KILL $$'\nexit $?\n");
+    let said_stop = dir.script(
+        "said-stop.sh",
+        r#"echo '{"continue":"false","stopReason":"maintenance"}'"#,
+    );
+    for (hook, expected) in [(crashed, "signal"), (said_stop, "continue")] {
+        let outcome = run(
+            &executor(&seen, &[spec(hook.clone())], &[], Approval::Refused),
+            "note",
+            json!({"text": "a"}),
+        )
+        .await;
+        let error = outcome
+            .error
+            .unwrap_or_else(|| panic!("{hook}: the call ran"));
+        assert_eq!(error.reason, ErrorReason::Denied, "{hook}");
+        assert!(error.detail.contains(expected), "{hook}: {}", error.detail);
+    }
+    assert!(seen.0.lock().unwrap().is_empty(), "a call ran");
+}
+
 #[tokio::test]
 async fn a_hanging_hook_is_killed_with_what_it_started_and_the_call_refused() {
     let dir = Dir::new("hang");

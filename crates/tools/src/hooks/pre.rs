@@ -104,6 +104,20 @@ impl PreToolHook for CommandPreHook {
                         }
                     ));
                 }
+                // 128 + N is how a shell reports a command it ran that a
+                // signal killed (a policy script's checker, OOM-killed or
+                // crashed): no verdict either.
+                Some(code @ 129..=192) => {
+                    return Err(format!(
+                        "exited {code}, which is how a shell reports a command killed by signal \
+                         {}, before it gave a verdict{}",
+                        code - 128,
+                        match run.stderr.trim() {
+                            "" => String::new(),
+                            said => format!(" ({said})"),
+                        }
+                    ));
+                }
                 Some(2) => {
                     let reason = run.stderr.trim();
                     return Ok(PreDecision::Deny {
@@ -156,11 +170,14 @@ impl PreToolHook for CommandPreHook {
                     });
                 }
                 Some("ask") => {
+                    // About the call that will run: the hook's rewrite,
+                    // when it gives one.
+                    let asked_about = specific.get("updatedInput").unwrap_or(&arguments);
                     let approved = match &approval {
                         Approval::Granted => true,
                         Approval::Refused => false,
                         Approval::Ask(approver) => {
-                            approver.approve(&agent, &tool, &arguments).await
+                            approver.approve(&agent, &tool, asked_about).await
                         }
                     };
                     if !approved {

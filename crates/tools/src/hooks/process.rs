@@ -217,8 +217,15 @@ pub(crate) fn read_output(stdout: &str) -> Result<Option<HookJson>, String> {
             ));
         }
     };
-    let blocked = blocked
-        .or_else(|| (top.get("continue") == Some(&Value::Bool(false))).then(|| text("stopReason")));
+    let blocked = match top.get("continue") {
+        None | Some(Value::Null | Value::Bool(true)) => blocked,
+        Some(Value::Bool(false)) => blocked.or_else(|| Some(text("stopReason"))),
+        // `"false"` or `0` may be a stop the hook meant: never read as
+        // "go on".
+        Some(other) => {
+            return Err(format!("printed continue {other}; expected true or false"));
+        }
+    };
     Ok(Some(HookJson { specific, blocked }))
 }
 
