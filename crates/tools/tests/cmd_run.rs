@@ -1248,6 +1248,15 @@ fn other_processes_proc_entries_are_refused_in_every_spelling() {
         "ps -x -e -o args".to_owned(),
         "ps --sort pid -x -e".to_owned(),
         "ps -e ax".to_owned(),
+        // A SysV value procps cannot read (a user or session list that is
+        // no such thing, a format it does not know) sends it back over
+        // every argument the BSD way, where `e` shows environments.
+        "ps -uex".to_owned(),
+        "ps -sex".to_owned(),
+        "ps -gex".to_owned(),
+        "ps -se 1234".to_owned(),
+        "ps -u -e 1234".to_owned(),
+        "ps -e -o nosuchformat".to_owned(),
     ] {
         private_refusal(&policy, &command);
     }
@@ -1301,6 +1310,11 @@ fn other_processes_proc_entries_are_refused_in_every_spelling() {
         "grep -A1 --group-separator=-- foo /etc/hostname",
         "grep -A1 --group-separator ~~ foo /etc/hostname",
         "ps p 1",
+        // Values procps reads as SysV: nothing is read again as BSD.
+        "ps -e -u root",
+        "ps -e -p 1,2",
+        "ps -e -o pid,comm,etime",
+        "ps -ef -s 1",
         // `U` takes the rest as a user list: `edward` is no option `e`.
         "ps Uedward",
         "ps 1",

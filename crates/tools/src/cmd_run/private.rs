@@ -84,6 +84,19 @@ pub(super) fn check_private_reads(
                 .into(),
         ));
     }
+    if program == "ps"
+        && sysv_value_may_fail(args)
+        && let Some(arg) = bsd_reading_shows_environment(args)
+    {
+        return Err(refuse(
+            arg,
+            "a value here may not read as SysV (a user, group, session or pid list, or a \
+             format ps does not know), and ps then reads every argument again as BSD, where \
+             `e` shows other processes' environments; give existing users and numeric ids, \
+             and known format names, or leave `e` out"
+                .into(),
+        ));
+    }
     if let Some(arg) = args.iter().find(|a| names_files0_from(a)) {
         return Err(refuse(
             arg,
@@ -300,6 +313,214 @@ fn reread_as_bsd(args: &[String]) -> bool {
             None => arg.starts_with(|c: char| c.is_ascii_alphabetic()),
         }
     })
+}
+
+/// Whether a value of a SysV `ps` option might not read as one: procps
+/// then reads every argument again the BSD way (`-uex`: no user `ex`, so
+/// `u`, `e`, `x`). Only values read here for sure pass: numeric pid,
+/// session and process-group lists, users and groups this machine has (or
+/// numbers), known format names, terminals under /dev; a command name or a
+/// date format reads as anything.
+fn sysv_value_may_fail(args: &[String]) -> bool {
+    let mut i = 0;
+    while i < args.len() {
+        let arg = &args[i];
+        if arg.starts_with("--") {
+            if ps_takes_next_as_value(arg) {
+                i += 1;
+            }
+        } else if let Some(cluster) = arg.strip_prefix('-')
+            && let Some(at) = cluster.find(|c: char| PS_VALUED_SHORT.contains(c))
+            && let Some(letter) = cluster[at..].chars().next()
+        {
+            let attached = &cluster[at + letter.len_utf8()..];
+            let value = if attached.is_empty() {
+                i += 1;
+                args.get(i).map(String::as_str)
+            } else {
+                Some(attached)
+            };
+            if !value.is_some_and(|value| sysv_value_reads(letter, value)) {
+                return true;
+            }
+        }
+        i += 1;
+    }
+    false
+}
+
+/// Whether procps reads `value` as the value of its SysV option `letter`.
+fn sysv_value_reads(letter: char, value: &str) -> bool {
+    let items = || value.split([',', ' ']).filter(|item| !item.is_empty());
+    let numeric = |item: &str| item.bytes().all(|b| b.is_ascii_digit());
+    match letter {
+        'p' | 'q' | 's' => items().count() > 0 && items().all(numeric),
+        'u' | 'U' => {
+            items().count() > 0 && items().all(|i| numeric(i) || named_in("/etc/passwd", i))
+        }
+        'g' | 'G' => {
+            items().count() > 0 && items().all(|i| numeric(i) || named_in("/etc/group", i))
+        }
+        'o' | 'O' | 'k' => {
+            items().count() > 0
+                && items().all(|item| {
+                    let key = item.split('=').next().unwrap_or(item);
+                    PS_FORMATS.contains(&key.trim_start_matches(['+', '-']))
+                })
+        }
+        't' => {
+            items().count() > 0
+                && items().all(|tty| {
+                    tty == "-"
+                        || ["/dev/", "/dev/tty", "/dev/pts/"]
+                            .iter()
+                            .any(|dir| Path::new(&format!("{dir}{tty}")).exists())
+                })
+        }
+        _ => true,
+    }
+}
+
+/// Whether `file` (`/etc/passwd`, `/etc/group`) has an entry named `name`.
+/// Only local entries: a user known through the network reads as unknown,
+/// which can only refuse more.
+fn named_in(file: &str, name: &str) -> bool {
+    std::fs::read_to_string(file).is_ok_and(|text| {
+        text.lines()
+            .any(|line| line.split(':').next() == Some(name))
+    })
+}
+
+/// procps format names a value of `-o`, `-O` or `-k` is checked against.
+const PS_FORMATS: &[&str] = &[
+    "%cpu",
+    "%mem",
+    "args",
+    "blocked",
+    "bsdstart",
+    "bsdtime",
+    "c",
+    "caught",
+    "cgroup",
+    "class",
+    "cls",
+    "cmd",
+    "comm",
+    "command",
+    "cp",
+    "cputime",
+    "cputimes",
+    "drs",
+    "egid",
+    "egroup",
+    "eip",
+    "esp",
+    "etime",
+    "etimes",
+    "euid",
+    "euser",
+    "f",
+    "fgid",
+    "fgroup",
+    "flag",
+    "flags",
+    "fname",
+    "fuid",
+    "fuser",
+    "gid",
+    "group",
+    "ignored",
+    "label",
+    "lstart",
+    "lwp",
+    "maj_flt",
+    "min_flt",
+    "ni",
+    "nice",
+    "nlwp",
+    "nwchan",
+    "pcpu",
+    "pending",
+    "pgid",
+    "pgrp",
+    "pid",
+    "pmem",
+    "policy",
+    "ppid",
+    "pri",
+    "psr",
+    "rgid",
+    "rgroup",
+    "rss",
+    "rssize",
+    "rsz",
+    "rtprio",
+    "ruid",
+    "ruser",
+    "s",
+    "sched",
+    "sess",
+    "sgi_p",
+    "sgid",
+    "sgroup",
+    "sid",
+    "sig",
+    "sigcatch",
+    "sigignore",
+    "sigmask",
+    "size",
+    "spid",
+    "stackp",
+    "start",
+    "start_time",
+    "stat",
+    "state",
+    "stime",
+    "suid",
+    "suser",
+    "svgid",
+    "svuid",
+    "sz",
+    "thcount",
+    "tid",
+    "time",
+    "tname",
+    "tpgid",
+    "trs",
+    "tt",
+    "tty",
+    "ucmd",
+    "ucomm",
+    "uid",
+    "uname",
+    "user",
+    "vsize",
+    "vsz",
+    "wchan",
+];
+
+/// The argument that holds the option `e` when ps reads every argument the
+/// BSD way (dashes ignored), skipping the values of its value-taking
+/// letters and long options.
+fn bsd_reading_shows_environment(args: &[String]) -> Option<&String> {
+    let mut value_next = false;
+    for arg in args {
+        if std::mem::take(&mut value_next) {
+            continue;
+        }
+        if arg.starts_with("--") {
+            value_next = ps_takes_next_as_value(arg);
+            continue;
+        }
+        let letters_of = arg.trim_start_matches('-');
+        let letters = bsd_options(letters_of);
+        if letters.contains('e') {
+            return Some(arg);
+        }
+        value_next = letters.len() == letters_of.len()
+            && letters.ends_with(|c: char| BSD_VALUED.contains(c));
+    }
+    None
 }
 
 /// A single-dash `ps` argument holding `e` as the BSD reading takes it.
