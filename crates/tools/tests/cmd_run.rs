@@ -127,6 +127,11 @@ fn runners_are_refused_even_when_configured() {
         ("awk 'BEGIN{system(\"id\")}'", "awk"),
         ("prlimit --nofile=64 sh -c id", "prlimit"),
         ("perl5.36.0 -e 'system(1)'", "perl5.36.0"),
+        // Debian's names: node as `nodejs`, vim as `vim.basic`; and a
+        // program that runs every executable in a directory.
+        ("nodejs -e 1", "nodejs"),
+        ("vim.basic -es", "vim.basic"),
+        ("run-parts /etc/cron.daily", "run-parts"),
     ] {
         let expected = CmdRefusal::ProgramRunner {
             program: program.into(),
@@ -134,6 +139,30 @@ fn runners_are_refused_even_when_configured() {
         assert_eq!(refusal(&default_policy(), command), expected, "{command}");
         assert_eq!(refusal(&configured, command), expected, "{command}");
     }
+}
+
+/// A name that is a link to a program runner (`editor` → `vim.basic`,
+/// through /etc/alternatives) is one: the file the name leads to counts.
+#[test]
+fn a_link_to_a_program_runner_is_one() {
+    let dir = std::env::temp_dir().join(format!("homeagent-runner-link-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let target = dir.join("vim.basic");
+    std::fs::write(&target, "").unwrap();
+    let alias = dir.join("editor");
+    std::os::unix::fs::symlink(&target, &alias).unwrap();
+    let plain = dir.join("lister");
+    std::fs::write(&plain, "").unwrap();
+    assert!(homeagent_tools::cmd_run::leads_to_program_runner(&alias));
+    assert!(!homeagent_tools::cmd_run::leads_to_program_runner(&plain));
+    // `ls` on Alpine is a link to busybox, which acts as `ls`.
+    let busybox = dir.join("busybox");
+    std::fs::write(&busybox, "").unwrap();
+    let ls = dir.join("ls");
+    std::os::unix::fs::symlink(&busybox, &ls).unwrap();
+    assert!(!homeagent_tools::cmd_run::leads_to_program_runner(&ls));
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

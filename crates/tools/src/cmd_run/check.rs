@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use super::guard::{Hardening, guard_arguments};
 use super::policy::{
     CHILD_PATH, CmdRunPolicy, WRITE_ONLY_PROGRAMS, dangerous_env_reason, is_program_runner,
+    leads_to_program_runner,
 };
 use super::private::check_private_reads;
 
@@ -249,6 +250,10 @@ pub fn check_command(policy: &CmdRunPolicy, command: &str) -> Result<CheckedComm
     let found = find_on_child_path(&program);
     if argv0.contains('/') {
         check_same_file(policy, argv0, &program, found.as_deref())?;
+    }
+    // An allowed name that is a link to a runner (`editor` to vim) is one.
+    if found.as_deref().is_some_and(leads_to_program_runner) {
+        return Err(CmdRefusal::ProgramRunner { program });
     }
     if WRITE_ONLY_PROGRAMS.contains(&program.as_str()) && !policy.allow_writes {
         // The guard below still runs when writes are on: a write-only program

@@ -53,7 +53,7 @@ pub use check::{CheckedCommand, CmdRefusal, check_command, check_command_async};
 pub use exec::{child_environment, truncation_marker};
 pub use policy::{
     CHILD_PATH, CmdRunPolicy, DEFAULT_ALLOWLIST, INHERITED_ENV, PROGRAM_RUNNERS, PolicyError,
-    WRITE_ONLY_PROGRAMS, is_program_runner,
+    WRITE_ONLY_PROGRAMS, is_program_runner, leads_to_program_runner,
 };
 pub use private::PROC_READABLE;
 

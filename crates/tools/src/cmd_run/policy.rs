@@ -145,6 +145,7 @@ pub const PROGRAM_RUNNERS: &[&str] = &[
     "nice",
     "nix-shell",
     "node",
+    "nodejs",
     "nohup",
     "npm",
     "npx",
@@ -177,6 +178,7 @@ pub const PROGRAM_RUNNERS: &[&str] = &[
     "Rscript",
     "rsync",
     "ruby",
+    "run-parts",
     "runcon",
     "runuser",
     "scala",
@@ -236,8 +238,28 @@ pub fn is_program_runner(program: &str) -> bool {
     }
     let base =
         program.trim_end_matches(|c: char| c.is_ascii_digit() || matches!(c, '.' | '-' | '_'));
-    base != program && PROGRAM_RUNNERS.contains(&base)
+    // Debian's suffixed builds: `vim.basic`, `vim.tiny`.
+    let stem = program.split('.').next().unwrap_or(program);
+    (base != program && PROGRAM_RUNNERS.contains(&base))
+        || (stem != program && PROGRAM_RUNNERS.contains(&stem))
 }
+
+/// Whether the file `path` leads to (its links followed: `editor` →
+/// /etc/alternatives/editor → `vim.basic`) is a program runner by its own
+/// name.
+/// A multi-call binary (busybox, toybox: what `ls` is on Alpine or
+/// OpenWrt) acts as the name it is run by, and is not counted by its own.
+pub fn leads_to_program_runner(path: &std::path::Path) -> bool {
+    std::fs::canonicalize(path).is_ok_and(|target| {
+        target
+            .file_name()
+            .and_then(|name| name.to_str())
+            .is_some_and(|name| !MULTI_CALL.contains(&name) && is_program_runner(name))
+    })
+}
+
+/// Binaries that act as the name they are run by.
+const MULTI_CALL: &[&str] = &["busybox", "toybox"];
 
 /// Programs whose only purpose is to change files: refused unless
 /// `allow_writes` is on, even when a configuration lists them.
