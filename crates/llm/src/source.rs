@@ -352,7 +352,9 @@ struct Source {
     backend: Backend,
     permits: Option<Arc<Semaphore>>,
     in_flight: Arc<AtomicUsize>,
-    state: Mutex<SourceState>,
+    /// Shared with the streams the source gives, which report a failure
+    /// after their opening (see [`SourceStream`]).
+    state: Arc<Mutex<SourceState>>,
 }
 
 impl std::fmt::Debug for Source {
@@ -436,11 +438,28 @@ impl Source {
     /// counted once (seven requests failing together doubled the cooldown
     /// seven times).
     fn failed(&self, options: &FallbackOptions, at_least: Option<Duration>, asked: Instant) {
+        record_failure(&self.state, options, at_least, asked);
+    }
+
+    fn disable(&self, reason: String) {
+        tracing::warn!(source = %self.name, "{reason}");
+        self.state().disabled = Some(reason);
+    }
+}
+
+/// [`Source::failed`] on a source's shared state.
+fn record_failure(
+    state: &Mutex<SourceState>,
+    options: &FallbackOptions,
+    at_least: Option<Duration>,
+    asked: Instant,
+) {
+    {
         // A server's wait is honoured up to a day: one header of years
         // would put a source behind every other for good (and one past
         // what the clock can add gave no cooldown at all).
         let at_least = at_least.map(|wait| wait.min(MAX_SERVER_COOLDOWN));
-        let mut state = self.state();
+        let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
         if state.cooled_at.is_some_and(|cooled| asked < cooled) {
             if let Some(at_least) = at_least {
                 let now = Instant::now();
@@ -459,11 +478,6 @@ impl Source {
         let now = Instant::now();
         state.cooldown_until = Some(now.checked_add(cooldown).unwrap_or(now));
         state.cooled_at = Some(now);
-    }
-
-    fn disable(&self, reason: String) {
-        tracing::warn!(source = %self.name, "{reason}");
-        self.state().disabled = Some(reason);
     }
 }
 
@@ -526,10 +540,10 @@ impl Sources {
                 backend,
                 permits: config.max_concurrent.map(|n| Arc::new(Semaphore::new(n))),
                 in_flight: Arc::new(AtomicUsize::new(0)),
-                state: Mutex::new(SourceState {
+                state: Arc::new(Mutex::new(SourceState {
                     disabled: missing,
                     ..SourceState::default()
-                }),
+                })),
             });
         }
         sources.sort_by(|a, b| b.priority.cmp(&a.priority).then(a.name.cmp(&b.name)));
@@ -708,6 +722,11 @@ impl Sources {
                                 first: Some(first),
                                 inner: stream,
                                 hold: Some(guard),
+                                health: Some(StreamHealth {
+                                    state: Arc::clone(&source.state),
+                                    options: self.options.clone(),
+                                    asked: Instant::now(),
+                                }),
                             });
                         }
                         Err(error) => error,
@@ -839,6 +858,18 @@ pub struct SourceStream {
     first: Option<StreamEvent>,
     inner: EventStream,
     hold: Option<Hold>,
+    /// Where a failure after the opening is counted against the source.
+    health: Option<StreamHealth>,
+}
+
+/// A stream's way back to its source's health: a source whose streams
+/// break after their first content (a proxy that cuts them, an idle
+/// timeout mid-answer) cools down like one that fails before, instead of
+/// staying first, every turn failing and the backup never asked.
+struct StreamHealth {
+    state: Arc<Mutex<SourceState>>,
+    options: FallbackOptions,
+    asked: Instant,
 }
 
 impl std::fmt::Debug for SourceStream {
@@ -880,6 +911,16 @@ impl Stream for SourceStream {
         if matches!(item, Poll::Ready(None | Some(Err(_)))) {
             // Ended: give the permit back now, not when the caller drops us.
             self.hold = None;
+            if let (Poll::Ready(Some(Err(error))), Some(health)) = (&item, self.health.take())
+                && (error.is_retryable() || error.is_source_fault())
+            {
+                record_failure(
+                    &health.state,
+                    &health.options,
+                    error.retry_after(),
+                    health.asked,
+                );
+            }
         }
         item
     }

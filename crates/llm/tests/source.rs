@@ -466,6 +466,45 @@ async fn a_huge_retry_after_cools_the_source_for_a_day_at_most() {
     }
 }
 
+/// A source whose stream breaks after its first content (an overloaded
+/// upstream reporting so mid-answer) cools down like one that fails before
+/// it: the next request goes to the backup, not to it again.
+#[tokio::test]
+async fn a_stream_that_breaks_after_its_opening_cools_its_source() {
+    let breaking = Canned {
+        status: 200,
+        headers: vec![("content-type", "text/event-stream".into())],
+        body: concat!(
+            "data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,",
+            "\"delta\":{\"role\":\"assistant\",\"content\":\"half an\"},\"finish_reason\":null}]}\n\n",
+            "data: {\"error\":{\"message\":\"upstream overloaded\",\"type\":\"server_error\",\"code\":503}}\n\n",
+        )
+        .into(),
+    };
+    let server = tiny(vec![breaking, ok()]).await;
+    let answering = tiny(vec![ok(), ok()]).await;
+    let set = sources(
+        vec![
+            source("main", &server.url, 10),
+            source("backup", &answering.url, 0),
+        ],
+        fast(),
+    );
+    let (name, stream) = set
+        .stream(&mut chat(), CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(name, "main");
+    let read = stream.collect().await;
+    assert!(read.is_err(), "{read:?}");
+    let (name, _) = set
+        .stream(&mut chat(), CancellationToken::new())
+        .await
+        .unwrap();
+    assert_eq!(name, "backup", "the broken source was asked first again");
+    assert_eq!(server.hits(), 1);
+}
+
 #[tokio::test]
 async fn retry_after_is_honoured() {
     let mut limited = error(429);
