@@ -223,6 +223,7 @@ pub fn build(
         transport: Options {
             stream_idle_timeout: config.llm.stream_idle_timeout.as_duration(),
             connect_timeout: config.llm.connect_timeout.as_duration(),
+            request_timeout: config.llm.request_timeout.as_duration(),
             extra_ca_pem: loaded.ca_certificates(),
             ..Options::default()
         },

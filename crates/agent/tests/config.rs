@@ -1196,3 +1196,24 @@ fn an_mcp_entrys_debug_shows_no_secret_of_its_url() {
         assert!(!shown.contains(secret), "{secret} in {shown}");
     }
 }
+
+/// `llm.request_timeout` bounds one model answer's whole body; 30 minutes
+/// unless set, and 0 is refused as every other timeout is.
+#[test]
+fn the_request_timeout_is_half_an_hour_unless_set_and_never_zero() {
+    assert_eq!(
+        parse("").unwrap().llm.request_timeout.as_duration(),
+        std::time::Duration::from_secs(30 * 60)
+    );
+    assert_eq!(
+        parse("[llm]\nrequest_timeout = \"2h\"\n")
+            .unwrap()
+            .llm
+            .request_timeout
+            .as_duration(),
+        std::time::Duration::from_secs(2 * 3600)
+    );
+    let (key, message) = invalid_key("[llm]\nrequest_timeout = \"0s\"\n");
+    assert_eq!(key, "llm.request_timeout");
+    assert!(message.contains("30m"), "{message}");
+}

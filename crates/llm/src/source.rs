@@ -438,7 +438,7 @@ impl Source {
     /// counted once (seven requests failing together doubled the cooldown
     /// seven times).
     fn failed(&self, options: &FallbackOptions, at_least: Option<Duration>, asked: Instant) {
-        record_failure(&self.state, options, at_least, asked);
+        record_failure(&self.state, Cooldowns::of(options), at_least, asked);
     }
 
     fn disable(&self, reason: String) {
@@ -447,10 +447,27 @@ impl Source {
     }
 }
 
+/// A source's cooldown settings (of its [`FallbackOptions`]): what a
+/// stream carries to count a failure after its opening.
+#[derive(Debug, Clone, Copy)]
+struct Cooldowns {
+    cooldown_base: Duration,
+    cooldown_max: Duration,
+}
+
+impl Cooldowns {
+    fn of(options: &FallbackOptions) -> Cooldowns {
+        Cooldowns {
+            cooldown_base: options.cooldown_base,
+            cooldown_max: options.cooldown_max,
+        }
+    }
+}
+
 /// [`Source::failed`] on a source's shared state.
 fn record_failure(
     state: &Mutex<SourceState>,
-    options: &FallbackOptions,
+    options: Cooldowns,
     at_least: Option<Duration>,
     asked: Instant,
 ) {
@@ -724,7 +741,7 @@ impl Sources {
                                 hold: Some(guard),
                                 health: Some(StreamHealth {
                                     state: Arc::clone(&source.state),
-                                    options: self.options.clone(),
+                                    options: Cooldowns::of(&self.options),
                                     asked: Instant::now(),
                                 }),
                             });
@@ -868,7 +885,7 @@ pub struct SourceStream {
 /// staying first, every turn failing and the backup never asked.
 struct StreamHealth {
     state: Arc<Mutex<SourceState>>,
-    options: FallbackOptions,
+    options: Cooldowns,
     asked: Instant,
 }
 
@@ -916,7 +933,7 @@ impl Stream for SourceStream {
             {
                 record_failure(
                     &health.state,
-                    &health.options,
+                    health.options,
                     error.retry_after(),
                     health.asked,
                 );

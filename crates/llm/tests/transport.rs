@@ -171,6 +171,45 @@ async fn err_is_a_status_500_with_the_mocks_message(protocol: Protocol) {
     server.shutdown().await.unwrap();
 }
 
+/// A body that keeps coming (keep-alive pings, comments, empty chunks, or
+/// an answer slower than anyone waits for) reset the idle timer with every
+/// byte and was read for ever: the whole body is bounded too
+/// (`llm.request_timeout`), with an error that names the setting.
+#[tokio::test]
+async fn a_body_that_keeps_coming_is_cut_at_the_request_timeout() {
+    let server = start_mock(ServerConfig {
+        chunk_delay_ms: 150,
+        ..ServerConfig::default()
+    })
+    .await;
+    let total = Duration::from_millis(500);
+    let options = Options {
+        stream_idle_timeout: Duration::from_secs(30),
+        request_timeout: total,
+        ..Options::default()
+    };
+    let provider = provider(&server.url(), Protocol::Openai, options);
+    let started = Instant::now();
+    let mut stream = provider
+        .stream(&chat("!text"), CancellationToken::new())
+        .await
+        .unwrap();
+    let (mut content, mut error) = (0, None);
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(_) => content += 1,
+            Err(err) => error = Some(err),
+        }
+    }
+    assert!(content > 0, "some of the answer came first");
+    assert_eq!(error, Some(ProviderError::RequestTimeout { after: total }));
+    assert!(started.elapsed() >= total, "{:?}", started.elapsed());
+    let message = error.unwrap().to_string();
+    assert!(message.contains("llm.request_timeout"), "{message}");
+    drop(stream);
+    server.shutdown().await.unwrap();
+}
+
 async fn hang_is_cut_by_the_idle_timeout(protocol: Protocol) {
     let server = start_mock(ServerConfig::default()).await;
     let idle = Duration::from_millis(300);

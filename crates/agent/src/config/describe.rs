@@ -56,9 +56,10 @@ pub fn describe(loaded: &LoadedConfig) -> String {
     }
     let _ = writeln!(
         out,
-        "  stream idle timeout {}, connect timeout {}, adapter dir {}",
+        "  stream idle timeout {}, connect timeout {}, request timeout {}, adapter dir {}",
         config.llm.stream_idle_timeout,
         config.llm.connect_timeout,
+        config.llm.request_timeout,
         loaded.adapter_dir().display()
     );
     for certificate in loaded.ca_certificates() {

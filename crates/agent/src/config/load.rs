@@ -553,6 +553,11 @@ impl Config {
             llm.connect_timeout,
         )?;
         positive(
+            "llm.request_timeout".into(),
+            self.llm.request_timeout,
+            llm.request_timeout,
+        )?;
+        positive(
             "tools.cmd_run.timeout".into(),
             self.tools.cmd_run.timeout,
             CmdRunSection::default().timeout,

@@ -14,7 +14,7 @@ use homeagent_llm::SourceConfig;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::duration::HumanDuration;
+use super::duration::{DurationUnit, HumanDuration};
 use super::secret::Secret;
 
 /// The name of the agent used when none is given.
@@ -196,6 +196,9 @@ pub struct LlmSection {
     pub stream_idle_timeout: HumanDuration,
     /// Time allowed to connect to a model server.
     pub connect_timeout: HumanDuration,
+    /// The longest one model answer is read, however steadily it comes (a
+    /// server sending keep-alives and nothing else is cut then).
+    pub request_timeout: HumanDuration,
     /// Extra CA certificates (PEM files) trusted for model servers, e.g. a
     /// home lab's own CA. Relative paths are read from the config file's
     /// directory.
@@ -215,6 +218,7 @@ impl Default for LlmSection {
         LlmSection {
             stream_idle_timeout: HumanDuration::seconds(60),
             connect_timeout: HumanDuration::seconds(10),
+            request_timeout: HumanDuration::new(30, DurationUnit::Minutes),
             ca_certificates: Vec::new(),
             adapter_dir: None,
             sources: Vec::new(),

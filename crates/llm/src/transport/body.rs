@@ -230,16 +230,23 @@ pub(super) struct BodyWatch {
     timer: Pin<Box<tokio::time::Sleep>>,
     idle: Duration,
     last_piece: tokio::time::Instant,
+    /// The whole body's time (see [`ProviderError::RequestTimeout`]), and
+    /// when it runs out: the same timer waits for the nearer of the two.
+    total: Duration,
+    ends_at: tokio::time::Instant,
 }
 
 impl BodyWatch {
-    pub(super) fn new(cancel: CancellationToken, idle: Duration) -> BodyWatch {
+    pub(super) fn new(cancel: CancellationToken, idle: Duration, total: Duration) -> BodyWatch {
         let now = tokio::time::Instant::now();
+        let ends_at = deadline(now, total);
         BodyWatch {
             cancelled: Box::pin(cancel.cancelled_owned()),
-            timer: Box::pin(tokio::time::sleep_until(deadline(now, idle))),
+            timer: Box::pin(tokio::time::sleep_until(deadline(now, idle).min(ends_at))),
             idle,
             last_piece: now,
+            total,
+            ends_at,
         }
     }
 
@@ -285,12 +292,16 @@ impl BodyWatch {
         }
         loop {
             std::task::ready!(self.timer.as_mut().poll(cx));
+            let now = tokio::time::Instant::now();
+            if now >= self.ends_at {
+                return Poll::Ready(Err(ProviderError::RequestTimeout { after: self.total }));
+            }
             let due = deadline(self.last_piece, self.idle);
-            if tokio::time::Instant::now() >= due {
+            if now >= due {
                 return Poll::Ready(Err(ProviderError::IdleTimeout { after: self.idle }));
             }
             // A piece came since the timer was set.
-            self.timer.as_mut().reset(due);
+            self.timer.as_mut().reset(due.min(self.ends_at));
         }
     }
 }

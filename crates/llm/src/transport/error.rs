@@ -38,6 +38,14 @@ pub enum ProviderError {
          long prompt) may need a longer `llm.stream_idle_timeout` in the configuration"
     )]
     IdleTimeout { after: Duration },
+    /// The body was still coming after this long (a server that sends
+    /// keep-alives and nothing else, an answer slower than anyone waits
+    /// for): the whole of a request's body is bounded too.
+    #[error(
+        "the model's answer was still coming after {after:?}; a model that really needs longer \
+         needs a longer `llm.request_timeout` in the configuration"
+    )]
+    RequestTimeout { after: Duration },
     /// The response ended early: before the wire's end marker, without a
     /// finish reason (Gemini), before any content, or the connection broke
     /// mid-body.
@@ -69,6 +77,7 @@ impl ProviderError {
             ProviderError::Codec(CodecError::ProviderReported { transient, .. }) => *transient,
             ProviderError::Unauthorized { .. }
             | ProviderError::Codec(_)
+            | ProviderError::RequestTimeout { .. }
             | ProviderError::Cancelled => false,
         }
     }
@@ -94,6 +103,9 @@ impl ProviderError {
             // An answer the wire cannot read: the server's fault, which
             // another source need not share.
             | ProviderError::Codec(CodecError::MalformedResponse { .. })
+            // Still coming after the longest anyone waits: asking it again
+            // would wait as long.
+            | ProviderError::RequestTimeout { .. }
         )
     }
 

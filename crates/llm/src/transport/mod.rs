@@ -80,6 +80,8 @@ use url_memo::UrlMemo;
 pub const DEFAULT_STREAM_IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long establishing a connection (TCP and TLS) may take, by default.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+/// See [`Options::request_timeout`].
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 /// The largest whole (non-streamed) response body read, by default.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
 /// Error bodies are read up to this size; the provider's message is at the
@@ -94,6 +96,9 @@ pub struct Options {
     pub stream_idle_timeout: Duration,
     /// Time allowed to establish a connection. Default 15 s.
     pub connect_timeout: Duration,
+    /// The longest a response's body is read, however steadily it comes
+    /// ([`ProviderError::RequestTimeout`]). Default 30 min.
+    pub request_timeout: Duration,
     /// PEM files of extra CA certificates (each may hold several), trusted
     /// in addition to the platform's roots.
     pub extra_ca_pem: Vec<PathBuf>,
@@ -107,6 +112,7 @@ impl Default for Options {
         Options {
             stream_idle_timeout: DEFAULT_STREAM_IDLE_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
             extra_ca_pem: Vec::new(),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
         }
@@ -214,7 +220,11 @@ impl HttpProvider {
             // Gemini's body ends where its stream ends; the others say so.
             has_end_marker: self.codec.protocol() != Protocol::Gemini,
             protocol: self.codec.protocol(),
-            watch: BodyWatch::new(cancel, self.options.stream_idle_timeout),
+            watch: BodyWatch::new(
+                cancel,
+                self.options.stream_idle_timeout,
+                self.options.request_timeout,
+            ),
             frame_buf: Vec::new(),
             events: VecDeque::new(),
             error: None,
@@ -241,7 +251,11 @@ impl HttpProvider {
         let mut response = reqwest::Body::from(self.send(&request, &cancel).await?);
         let limit = self.options.max_body_bytes;
         let mut body = Vec::new();
-        let mut watch = BodyWatch::new(cancel, self.options.stream_idle_timeout);
+        let mut watch = BodyWatch::new(
+            cancel,
+            self.options.stream_idle_timeout,
+            self.options.request_timeout,
+        );
         while let Some(chunk) = watch.next_chunk(&mut response).await? {
             if body.len() + chunk.len() > limit {
                 return Err(ProviderError::Codec(CodecError::MalformedResponse {
@@ -355,7 +369,11 @@ impl HttpProvider {
             .and_then(|value| parse_retry_after(value, SystemTime::now()));
         let mut response = reqwest::Body::from(response);
         let mut body = Vec::new();
-        let mut watch = BodyWatch::new(cancel.clone(), self.options.stream_idle_timeout);
+        let mut watch = BodyWatch::new(
+            cancel.clone(),
+            self.options.stream_idle_timeout,
+            self.options.request_timeout,
+        );
         loop {
             match watch.next_chunk(&mut response).await {
                 Ok(Some(chunk)) => {
