@@ -711,10 +711,11 @@ impl Sources {
         let mut last = None;
         for attempt in 0..tries {
             if attempt > 0 {
-                let backoff = self
-                    .options
-                    .backoff_base
-                    .saturating_mul(1u32 << (attempt - 1).min(20));
+                let backoff = jittered(
+                    self.options
+                        .backoff_base
+                        .saturating_mul(1u32 << (attempt - 1).min(20)),
+                );
                 let wait = match last.as_ref().and_then(ProviderError::retry_after) {
                     // Longer than this side waits: asking before it would
                     // only be refused again. The next source, and the
@@ -1039,6 +1040,23 @@ pub const API_KEY_ENV_HELP: &str = "is not an environment variable name (letters
      `_`; the value is not shown, in case it is the key itself): write the variable's name, \
      e.g. api_key_env = \"OPENAI_API_KEY\", and put the key in that variable";
 
+/// `backoff` and up to half of it again, spread by the clock's nanoseconds:
+/// requests that failed together (a 503 to all of them) do not all come
+/// back at the same instant. Never shorter than `backoff`.
+fn jittered(backoff: Duration) -> Duration {
+    let spread = backoff / 2;
+    let nanos = u64::from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .subsec_nanos(),
+    );
+    // A cheap mix, so consecutive calls do not move in step with the clock.
+    let mixed = nanos.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 11;
+    let max = u64::try_from(spread.as_nanos()).unwrap_or(u64::MAX);
+    backoff + Duration::from_nanos(if max == 0 { 0 } else { mixed % max })
+}
+
 /// The longest a server's `Retry-After` cools its source.
 const MAX_SERVER_COOLDOWN: Duration = Duration::from_secs(86_400);
 
@@ -1135,4 +1153,28 @@ fn build_backend(
         }
     };
     Ok((Backend::Http(provider), model))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A backoff waits at least itself and at most half as long again, and
+    /// not the same every time.
+    #[test]
+    fn a_backoff_is_spread_above_itself() {
+        let base = Duration::from_millis(200);
+        let waits: Vec<Duration> = (0..64)
+            .map(|_| {
+                std::thread::sleep(Duration::from_micros(37));
+                jittered(base)
+            })
+            .collect();
+        assert!(
+            waits.iter().all(|w| *w >= base && *w < base * 3 / 2),
+            "{waits:?}"
+        );
+        assert!(waits.iter().any(|w| *w != waits[0]), "{waits:?}");
+        assert_eq!(jittered(Duration::ZERO), Duration::ZERO);
+    }
 }
