@@ -380,7 +380,11 @@ impl Runtime {
             if control.interrupt.is_cancelled() {
                 return Err(Frame::error(
                     "preempted",
-                    "interrupted by a newer input after its tools finished",
+                    if requests == 0 {
+                        "interrupted by a newer input before it asked the model anything"
+                    } else {
+                        "interrupted by a newer input after its tools finished"
+                    },
                 ));
             }
             if batches >= self.settings.max_tool_turns {
