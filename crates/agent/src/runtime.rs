@@ -691,8 +691,37 @@ fn check_request(
         reserved,
     );
     if built.is_ok() {
-        assert_eq!(messages, fresh, "a kept request strayed from the history");
+        // The same up to the fresh ids chosen for reused ones: a kept list
+        // remints a reused id without knowing the turns to come, and a
+        // later call may come with the id it chose (`X`, `X` → `X_2`, then
+        // the model's own `X_2`), which a build afresh, knowing every turn,
+        // names otherwise. Both lists are valid; only their ids differ.
+        assert_eq!(
+            with_ids_numbered(messages),
+            with_ids_numbered(&fresh),
+            "a kept request strayed from the history"
+        );
     }
+}
+
+/// `messages` with every call id replaced by the order it first appears
+/// in (for [`check_request`]).
+#[cfg(debug_assertions)]
+fn with_ids_numbered(messages: &[Message]) -> Vec<Message> {
+    let mut seen: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+    let mut number = |id: &mut String| {
+        let next = format!("#{}", seen.len());
+        *id = seen.entry(std::mem::take(id)).or_insert(next).clone();
+    };
+    let mut numbered = messages.to_vec();
+    for message in &mut numbered {
+        match message {
+            Message::Assistant(turn) => turn.tool_calls.iter_mut().for_each(|c| number(&mut c.id)),
+            Message::Tool(result) => number(&mut result.tool_call_id),
+            _ => {}
+        }
+    }
+    numbered
 }
 
 fn store_frame(error: StoreError) -> Frame {
@@ -762,4 +791,55 @@ fn next_batch() -> u64 {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(1);
     NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use homeagent_core::{AssistantMessage, ToolCall, ToolMessage};
+
+    use super::*;
+    use crate::context::{CountedHistory, RequestMessages};
+
+    fn calls(id: &str) -> [Message; 2] {
+        [
+            Message::Assistant(AssistantMessage {
+                tool_calls: vec![ToolCall {
+                    id: id.into(),
+                    name: "t".into(),
+                    arguments: serde_json::json!({}),
+                    raw_arguments: "{}".into(),
+                }],
+                ..AssistantMessage::default()
+            }),
+            Message::Tool(ToolMessage {
+                tool_call_id: id.into(),
+                name: "t".into(),
+                content: "ok".into(),
+                success: true,
+            }),
+        ]
+    }
+
+    /// The model reuses `X`, which the kept list remints `X_2`; it then
+    /// sends `X_2` itself, which the kept list remints again while a build
+    /// afresh (knowing every turn) names the earlier one otherwise. The
+    /// debug check takes both as the same request; it panicked.
+    #[test]
+    fn a_kept_request_whose_reminted_id_the_model_reused_passes_the_check() {
+        let settings = AgentSettings::default();
+        let mut history = CountedHistory::default();
+        let mut sent = RequestMessages::default();
+        let mut request = Vec::new();
+        history.push(Message::user("go"));
+        for id in ["X", "X", "X_2"] {
+            sent.update(&mut request, "prompt", &history, settings.context_tokens, 0)
+                .unwrap();
+            check_request(&request, "prompt", &history, &settings, 0);
+            history.extend(calls(id));
+        }
+        sent.update(&mut request, "prompt", &history, settings.context_tokens, 0)
+            .unwrap();
+        check_request(&request, "prompt", &history, &settings, 0);
+    }
 }
