@@ -129,9 +129,7 @@ impl KeptRequests {
         let Some(lineage) = lineage else {
             return;
         };
-        // The messages, about as much again for the codec's text, and the
-        // history.
-        let bytes = kept.request.encoded_size_hint() * 3;
+        let bytes = held_bytes(&kept);
         let mut inner = self.lock();
         if let Some(old) = inner.entries.remove(session) {
             inner.bytes -= old.bytes;
@@ -180,6 +178,21 @@ impl KeptRequests {
         // Every change to the map is made in one step under the lock.
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// About what a kept request holds: its messages and as much again for the
+/// codec's text, and the whole history it continues, which is longer than
+/// the request once older turns are left out of it (its stored JSON,
+/// counted as the token estimate was, twice for the values it is read
+/// into).
+fn held_bytes(kept: &KeptRequest) -> usize {
+    let history: usize = kept
+        .history
+        .tokens()
+        .iter()
+        .map(|tokens| tokens.saturating_sub(4) * 4)
+        .sum();
+    kept.request.encoded_size_hint() * 2 + history * 2
 }
 
 #[cfg(test)]
@@ -241,10 +254,33 @@ mod tests {
         assert_eq!(requests.reuses(), 1);
     }
 
+    /// A session whose history is far longer than the request sent from
+    /// it (older turns left out) counts its history: 20 such sessions of
+    /// 10 MB each were kept as about 400 kB each.
+    #[test]
+    fn a_long_history_counts_toward_the_bound() {
+        let base = RequestBase::bare("p");
+        let mut long = kept("x");
+        long.history = CountedHistory::new(
+            (0..2_000)
+                .map(|n| Message::user(format!("an old message {n:04} {}", "y".repeat(100))))
+                .collect(),
+        );
+        let request_only = long.request.encoded_size_hint() * 3;
+        assert!(
+            held_bytes(&long) > 100 * request_only,
+            "{}",
+            held_bytes(&long)
+        );
+        let requests = KeptRequests::new(request_only * 10);
+        requests.keep("s", Some(1), Arc::clone(&base), long);
+        assert_eq!(requests.len(), 0, "past the bound on its own");
+    }
+
     #[test]
     fn past_the_bound_the_least_recently_kept_go_first() {
         let base = RequestBase::bare("p");
-        let size = kept("x").request.encoded_size_hint() * 3;
+        let size = held_bytes(&kept("x"));
         let requests = KeptRequests::new(size * 4);
         for session in ["a", "b", "c", "d"] {
             requests.keep(session, Some(1), Arc::clone(&base), kept("x"));
