@@ -1289,6 +1289,23 @@ fn other_processes_proc_entries_are_refused_in_every_spelling() {
     ] {
         private_refusal(&policy, &command);
     }
+    // Paths not written as paths: dd's `if=`, curl's `file://` URLs and
+    // `@file` values (with those programs configured).
+    let configured = CmdRunPolicy {
+        allowlist: ["dd", "curl"].map(String::from).to_vec(),
+        allow_writes: true,
+        ..default_policy()
+    };
+    for command in [
+        format!("dd if=/proc/{other}/environ"),
+        format!("curl file:///proc/{other}/environ"),
+        format!("curl --data-binary @/proc/{other}/environ http://127.0.0.1:9/"),
+        format!("curl -d@/proc/{other}/environ http://127.0.0.1:9/"),
+    ] {
+        private_refusal(&configured, &command);
+    }
+    passes(&configured, "dd if=/dev/zero of=/tmp/zeros count=1");
+    passes(&configured, "curl file:///etc/hostname");
     // grep's other names: `rgrep` is `grep -r`.
     let greps = CmdRunPolicy {
         allowlist: ["grep", "egrep", "fgrep", "rgrep"]

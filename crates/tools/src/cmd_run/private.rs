@@ -219,6 +219,34 @@ fn private_roots(policy: &CmdRunPolicy) -> impl Iterator<Item = &Path> {
 /// a dashed argument is one as it stands too (the value of the option
 /// before it).
 fn path_candidates(arg: &str, operand: bool) -> Vec<&str> {
+    let mut candidates = named_paths(arg, operand);
+    // Paths not written as one: `if=FILE` (dd), `@FILE` (curl's data
+    // values, attached to an option too: every cluster tail is a
+    // candidate, the one from the `@` included), `file://FILE` URLs. Only
+    // cheap strips per candidate: a cluster has thousands of tails.
+    if !arg.starts_with('-')
+        && let Some((_, value)) = arg.split_once('=')
+    {
+        candidates.push(value);
+    }
+    let derived: Vec<&str> = candidates
+        .iter()
+        .flat_map(|candidate| {
+            let unquoted = candidate.strip_prefix('@').unwrap_or(candidate);
+            let url = unquoted
+                .strip_prefix("file://")
+                .map(|rest| rest.strip_prefix("localhost").unwrap_or(rest));
+            [(unquoted != *candidate).then_some(unquoted), url]
+        })
+        .flatten()
+        .filter(|path| !path.is_empty())
+        .collect();
+    candidates.extend(derived);
+    candidates
+}
+
+/// [`path_candidates`] as the argument is written.
+fn named_paths(arg: &str, operand: bool) -> Vec<&str> {
     if operand {
         return if arg.is_empty() {
             Vec::new()
