@@ -1305,6 +1305,28 @@ fn other_processes_proc_entries_are_refused_in_every_spelling() {
         private_refusal(&configured, &command);
     }
     passes(&configured, "dd if=/dev/zero of=/tmp/zeros count=1");
+    // Programs other than grep that read below where they start.
+    let readers = CmdRunPolicy {
+        allowlist: ["rg", "diff", "cp"].map(String::from).to_vec(),
+        allow_writes: true,
+        ..default_policy()
+    };
+    for command in [
+        "rg -uuu api_key /",
+        "diff -rN / /tmp",
+        "cp -r / /tmp/copy",
+        "cp -a / /tmp/copy",
+    ] {
+        let refused = refusal(&readers, command);
+        assert!(
+            matches!(&refused, CmdRefusal::PrivatePath { .. })
+                && refused.to_string().contains("recursive read"),
+            "{command}: {refused:?}"
+        );
+    }
+    passes(&readers, "rg key /var/log");
+    passes(&readers, "diff /etc/hostname /etc/hosts");
+    passes(&readers, "cp /etc/hostname /tmp/hostname-copy");
     passes(&configured, "curl file:///etc/hostname");
     // grep's other names: `rgrep` is `grep -r`.
     let greps = CmdRunPolicy {

@@ -104,7 +104,7 @@ pub(super) fn check_private_reads(
         ));
     }
     let recursive = match grep_recursion(program, args) {
-        Ok(Recursion::None) => false,
+        Ok(Recursion::None) => reads_recursively(program, args),
         Ok(Recursion::Physical) => true,
         Ok(Recursion::FollowsEveryLink(arg)) => {
             return Err(refuse(
@@ -165,7 +165,7 @@ pub(super) fn check_private_reads(
                 return Err(refuse(
                     arg,
                     format!(
-                        "a recursive grep from {} would read {}",
+                        "a recursive read from {} would read {}",
                         start.display(),
                         inside.display()
                     ),
@@ -613,6 +613,28 @@ fn ps_takes_next_as_value(option: &str) -> bool {
     // A BSD group ending with a value-taking letter (`axo`, `p`).
     let letters = bsd_options(option);
     letters.len() == option.len() && letters.ends_with(|c: char| BSD_VALUED.contains(c))
+}
+
+/// Whether a program other than grep reads files below the directories it
+/// is given (or the working directory), when configured: ripgrep and its
+/// kin always, `diff -r` and `cp -r` (a copy is readable where it lands)
+/// when told to. Checked as a recursive grep is: no start above or in a
+/// private directory.
+fn reads_recursively(program: &str, args: &[String]) -> bool {
+    let flagged = |short: &[char], long: &[&str]| {
+        args.iter().any(|arg| match arg.strip_prefix("--") {
+            Some(name) => long.contains(&name.split('=').next().unwrap_or(name)),
+            None => arg
+                .strip_prefix('-')
+                .is_some_and(|cluster| cluster.chars().any(|c| short.contains(&c))),
+        })
+    };
+    match program {
+        "rg" | "ripgrep" | "ag" | "ack" | "ack-grep" => true,
+        "diff" => flagged(&['r'], &["recursive"]),
+        "cp" => flagged(&['r', 'R', 'a'], &["recursive", "archive"]),
+        _ => false,
+    }
 }
 
 /// How a `grep` command recurses into directories.
