@@ -195,6 +195,15 @@ pub trait WireCodec: Send + Sync {
         let _ = body;
         status == 401
     }
+
+    /// Whether an error status says this source cannot answer at all,
+    /// whatever the request (tried next: another source may). A status
+    /// says so by itself (403, 404, ...; `ProviderError::is_source_fault`);
+    /// this is for what a protocol says in the body. None by default.
+    fn source_unavailable(&self, status: u16, body: &[u8]) -> bool {
+        let _ = (status, body);
+        false
+    }
 }
 
 /// A temperature as JSON, through its shortest decimal form: `0.7f32`

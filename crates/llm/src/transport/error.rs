@@ -27,6 +27,11 @@ pub enum ProviderError {
         /// The server's `Retry-After` (seconds or an HTTP date), when sent.
         retry_after: Option<Duration>,
     },
+    /// The server says this source cannot answer, whatever the request
+    /// (Gemini's 400 `FAILED_PRECONDITION`: the caller's region is not
+    /// served): the next source is tried, as for a 403.
+    #[error("the model server cannot answer for this source: {message}")]
+    Unavailable { status: u16, message: String },
     /// HTTP 401 or 403: the credentials are missing, wrong or not allowed.
     /// Retrying will not help; the source should be disabled.
     #[error("the model server refused the credentials: {message}")]
@@ -76,6 +81,7 @@ impl ProviderError {
             }
             ProviderError::Codec(CodecError::ProviderReported { transient, .. }) => *transient,
             ProviderError::Unauthorized { .. }
+            | ProviderError::Unavailable { .. }
             | ProviderError::Codec(_)
             | ProviderError::RequestTimeout { .. }
             | ProviderError::Cancelled => false,
@@ -106,6 +112,7 @@ impl ProviderError {
             // Still coming after the longest anyone waits: asking it again
             // would wait as long.
             | ProviderError::RequestTimeout { .. }
+            | ProviderError::Unavailable { .. }
         )
     }
 

@@ -401,6 +401,8 @@ impl HttpProvider {
         // (`is_source_fault`), which does not disable it for good.
         if self.codec.refused_key(status, &body) {
             ProviderError::Unauthorized { status, message }
+        } else if self.codec.source_unavailable(status, &body) {
+            ProviderError::Unavailable { status, message }
         } else {
             ProviderError::Status {
                 status,

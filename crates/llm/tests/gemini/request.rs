@@ -297,6 +297,21 @@ fn a_refused_key_is_told_by_its_reason() {
     assert!(GeminiCodec.refused_key(401, b""));
 }
 
+/// A region Gemini does not serve (400 FAILED_PRECONDITION) is the
+/// source's: another source may answer. Other 400s are the request's.
+#[test]
+fn an_unserved_region_is_the_source_s_fault() {
+    let region = br#"{"error": {"code": 400, "message": "User location is not supported for the API use.", "status": "FAILED_PRECONDITION"}}"#;
+    assert!(GeminiCodec.source_unavailable(400, region));
+    let wrong = br#"{"error": {"code": 400, "message": "Invalid JSON payload", "status": "INVALID_ARGUMENT"}}"#;
+    assert!(!GeminiCodec.source_unavailable(400, wrong));
+    let unavailable = homeagent_llm::ProviderError::Unavailable {
+        status: 400,
+        message: "HTTP 400: FAILED_PRECONDITION: User location is not supported".into(),
+    };
+    assert!(unavailable.is_source_fault() && !unavailable.is_retryable());
+}
+
 #[test]
 fn http_error_bodies_become_status_and_message() {
     let body = br#"{

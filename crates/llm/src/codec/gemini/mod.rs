@@ -136,6 +136,20 @@ impl WireCodec for GeminiCodec {
             })
     }
 
+    /// `FAILED_PRECONDITION`: the request cannot be served here (the
+    /// caller's region, an API not set up), whatever it asks.
+    fn source_unavailable(&self, status: u16, body: &[u8]) -> bool {
+        status == 400
+            && serde_json::from_slice::<Value>(body).is_ok_and(|parsed| {
+                let error = match &parsed {
+                    Value::Array(items) => items.first().and_then(|first| first.get("error")),
+                    other => other.get("error"),
+                };
+                error.and_then(|e| e.get("status")).and_then(Value::as_str)
+                    == Some("FAILED_PRECONDITION")
+            })
+    }
+
     fn error_message(&self, status: u16, body: &[u8]) -> String {
         let parsed: Option<Value> = serde_json::from_slice(body).ok();
         let error = parsed.as_ref().and_then(|v| match v {
