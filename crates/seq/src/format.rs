@@ -93,7 +93,7 @@ pub enum FormatError {
 
 /// Parses a sequence from its JSON text.
 pub fn parse_sequence(text: &str) -> Result<Sequence, FormatError> {
-    let value: Value = serde_json::from_str(text).map_err(|e| FormatError::Json {
+    let value: Value = crate::strict_json::from_str(text).map_err(|e| FormatError::Json {
         detail: e.to_string(),
     })?;
     parse_sequence_value(&value)
@@ -268,7 +268,7 @@ pub fn parse_tools(text: &str, at: &str) -> Result<Vec<ToolStep>, FormatError> {
             position: piece.position,
             message,
         };
-        let value: Value = serde_json::from_str(piece.text).map_err(|e| {
+        let value: Value = crate::strict_json::from_str(piece.text).map_err(|e| {
             bad(format!(
                 "not a JSON object: {e} (text: {})",
                 crate::display::cut(piece.text, 120)

@@ -29,6 +29,7 @@ mod nesting;
 pub mod report;
 pub mod split;
 pub mod store;
+mod strict_json;
 pub mod subst;
 pub mod tools;
 

@@ -150,6 +150,28 @@ fn json_type_mistakes_get_actionable_messages() {
     ));
 }
 
+/// A key given twice is an author's slip that would silently change what
+/// runs (the second `args`, the last `on_error`): refused, naming the key,
+/// in a tool's text and in a sequence's own JSON.
+#[test]
+fn a_key_given_twice_is_refused() {
+    let twice = r#"{"tool":"cmd_run","args":{"command":"ls"},"args":{"command":"rm -rf /tmp/x"}} ;"#;
+    match err(group(json!({ "tools": twice }))) {
+        FormatError::BadTool { message, .. } => {
+            assert!(message.contains("`args` is given twice"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
+    let file = r#"{"name":"s","groups":[{"name":"g","on_error":"abort","on_error":"continue",
+        "tools":"{\"tool\":\"demo_echo\",\"args\":{}} ;"}]}"#;
+    match parse_sequence(file) {
+        Err(FormatError::Json { detail }) => {
+            assert!(detail.contains("`on_error` is given twice"), "{detail}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 fn splitting_errors_surface_with_the_group_and_position() {
     match err(group(
