@@ -61,7 +61,17 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli)) {
+    let signals = signals_ended_here(&cli.command);
+    let ran = runtime.block_on(async {
+        match signals {
+            Some(interrupt) => ending_on_signals(interrupt, run(cli)).await,
+            None => run(cli).await,
+        }
+    });
+    // Dropped before the process exits, so that what the command's tasks
+    // started (`cmd_run`'s programs, stdio MCP servers) is killed with them.
+    drop(runtime);
+    match ran {
         Ok(code) => code,
         Err(error) => {
             // One line with the whole cause chain ("cannot load the adapter
@@ -70,6 +80,54 @@ fn main() -> std::process::ExitCode {
             eprintln!("error: {}", one_line(&error));
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+/// Which termination signals `command` is ended on by [`ending_on_signals`]
+/// (`Some(true)`: SIGINT too), or `None` for a command that handles its own
+/// (`serve`, `mock-llm` and `waiter` shut down gracefully; `bench` stops
+/// what it started).
+fn signals_ended_here(command: &Command) -> Option<bool> {
+    match command {
+        Command::Serve(_) | Command::MockLlm(_) | Command::Waiter(_) | Command::Bench(_) => None,
+        // Their Ctrl-C stops the input first (`interrupts`).
+        Command::Run(_) | Command::Chat(_) => Some(false),
+        _ => Some(true),
+    }
+}
+
+/// Runs `work` until it ends, or until SIGTERM, SIGHUP or (with
+/// `interrupt`) SIGINT comes: then `work` is dropped and the exit code is
+/// 128 + the signal's number. The programs a command's tools start lead
+/// their own process groups, so the terminal's signal never reaches them,
+/// and a process the signal itself ends runs no destructor: they were left
+/// running (a `seq run` stopped with Ctrl-C, a `run` a job's timeout ended).
+/// Ended here, everything the command held is dropped, and they with it.
+async fn ending_on_signals(
+    interrupt: bool,
+    work: impl std::future::Future<Output = anyhow::Result<std::process::ExitCode>>,
+) -> anyhow::Result<std::process::ExitCode> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut hangup = signal(SignalKind::hangup())?;
+    let mut interrupted = if interrupt {
+        Some(signal(SignalKind::interrupt())?)
+    } else {
+        None
+    };
+    let interrupts = async {
+        match interrupted.as_mut() {
+            Some(signal) => {
+                signal.recv().await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        done = work => done,
+        _ = terminate.recv() => Ok(std::process::ExitCode::from(128 + 15)),
+        _ = hangup.recv() => Ok(std::process::ExitCode::from(128 + 1)),
+        () = interrupts => Ok(std::process::ExitCode::from(interrupts::INTERRUPTED)),
     }
 }
 

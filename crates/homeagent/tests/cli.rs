@@ -325,7 +325,7 @@ fn bench_scale_is_refused_past_a_hundred_before_anything_starts() {
 }
 
 /// The processes `bench` starts (its mock and its agent) under this one.
-fn children_of(pid: u32) -> Vec<u32> {
+pub(crate) fn children_of(pid: u32) -> Vec<u32> {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
         return Vec::new();
     };
@@ -341,7 +341,7 @@ fn children_of(pid: u32) -> Vec<u32> {
 }
 
 /// Whether `pid` still runs (a zombie, dead but not yet reaped, does not).
-fn alive(pid: u32) -> bool {
+pub(crate) fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
         stat.rsplit_once(") ")
             .is_some_and(|(_, rest)| !rest.starts_with('Z'))

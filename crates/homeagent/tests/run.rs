@@ -1191,3 +1191,72 @@ fn ctrl_c_stops_the_input_and_its_frame_says_so() {
     assert_eq!(last["type"], "error", "{rest:?}");
     assert_eq!(last["code"], "stopped", "{rest:?}");
 }
+
+/// A command ended by a signal (a job's timeout sends SIGTERM; Ctrl-C in
+/// `seq run`; a closed terminal) takes the programs its tools started with
+/// it: they lead their own process groups, so the terminal's signal never
+/// reaches them, and a process killed by the signal itself runs no
+/// destructor to kill them.
+#[test]
+fn a_signal_ends_the_programs_a_command_started() {
+    let setup = setup("[tools.cmd_run]\nallowlist = [\"sleep\"]\n");
+    let sequence = json!({"name": "w", "description": "sleeps", "groups": [
+        {"name": "g", "out": {"r": "object"},
+         "tools": "{\"tool\":\"cmd_run\",\"args\":{\"command\":\"sleep 600\",\"timeout\":\"300s\"},\"as\":\"r\"} ;"}
+    ]});
+    let created = seq_create(&setup, &sequence);
+    assert!(created.status.success(), "{created:?}");
+    let calls =
+        r#"!calls [{"name":"cmd_run","arguments":{"command":"sleep 600","timeout":"300s"}}]"#;
+    for (command, signal) in [
+        (vec!["seq", "run", "w"], "-TERM"),
+        (vec!["seq", "run", "w"], "-INT"),
+        (vec!["run", calls], "-TERM"),
+    ] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_homeagent"))
+            .arg("--config")
+            .arg(&setup.config)
+            .arg("--data-dir")
+            .arg(&setup.dir)
+            .args(&command)
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("HOMEAGENT_CONFIG")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let started = std::time::Instant::now();
+        let sleeping = loop {
+            let found: Vec<u32> = crate::cli::children_of(child.id())
+                .into_iter()
+                .filter(|pid| {
+                    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                        .is_ok_and(|name| name.trim() == "sleep")
+                })
+                .collect();
+            if let Some(pid) = found.first() {
+                break *pid;
+            }
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(60),
+                "{command:?}: no sleep started"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let sent = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let status = child.wait().unwrap();
+        assert!(!status.success(), "{command:?} {signal}: {status:?}");
+        let waited = std::time::Instant::now();
+        while crate::cli::alive(sleeping) {
+            assert!(
+                waited.elapsed() < std::time::Duration::from_secs(20),
+                "{command:?} {signal}: sleep {sleeping} outlived the command"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}

@@ -155,7 +155,8 @@ fn json_type_mistakes_get_actionable_messages() {
 /// in a tool's text and in a sequence's own JSON.
 #[test]
 fn a_key_given_twice_is_refused() {
-    let twice = r#"{"tool":"cmd_run","args":{"command":"ls"},"args":{"command":"rm -rf /tmp/x"}} ;"#;
+    let twice =
+        r#"{"tool":"cmd_run","args":{"command":"ls"},"args":{"command":"rm -rf /tmp/x"}} ;"#;
     match err(group(json!({ "tools": twice }))) {
         FormatError::BadTool { message, .. } => {
             assert!(message.contains("`args` is given twice"), "{message}")
