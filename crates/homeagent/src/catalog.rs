@@ -147,7 +147,8 @@ fn print_agent_tools(
             }
             items.push(item);
         }
-        writeln!(out, "{}", serde_json::to_string_pretty(&items)?)?;
+        // One JSON value on one line, as every `--json` output.
+        writeln!(out, "{}", serde_json::to_string(&items)?)?;
         return Ok(());
     }
 

@@ -14,7 +14,7 @@ use crate::view::TextView;
 
 pub async fn run(args: RunArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode> {
     let loaded = setup::load(global)?;
-    let options = BuildOptions {
+    let mut options = BuildOptions {
         approval: if args.yes {
             Approval::Granted
         } else {
@@ -22,6 +22,13 @@ pub async fn run(args: RunArgs, global: &GlobalArgs) -> anyhow::Result<ExitCode>
         },
         ..BuildOptions::default()
     };
+    if args.json {
+        // Stdout holds only the frames, a JSON value a line: what the agent
+        // sends to the console goes to stderr.
+        options.console = std::sync::Arc::new(homeagent_tools::ConsoleChannel::with_writer(
+            std::sync::Arc::new(std::sync::Mutex::new(std::io::stderr())),
+        ));
+    }
     let agent = setup::agent(&loaded, options)?;
     setup::mcp_started(&agent).await;
     // On stderr, which never mixes with `--json`'s lines: a program reading

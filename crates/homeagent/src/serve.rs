@@ -56,7 +56,13 @@ pub async fn run(
     }
     // Scripts (and tests) read the address from this line: with port 0 it
     // is the only way to learn the port.
-    println!("HomeAgent listening on http://{addr}");
+    {
+        use std::io::Write as _;
+        let mut stdout = std::io::stdout();
+        writeln!(stdout, "HomeAgent listening on http://{addr}")
+            .and_then(|()| stdout.flush())
+            .context("cannot write the listening address to stdout (is it closed?)")?;
+    }
     let state = ServerState::new(
         agent,
         ServerOptions {

@@ -264,11 +264,19 @@ async fn daemonize(args: &WaiterArgs, global: &GlobalArgs) -> anyhow::Result<Exi
         }
         tokio::time::sleep(std::time::Duration::from_millis(25)).await;
     }
-    println!(
+    let started = format!(
         "waiter running in the background: pid {}, log {}",
         child.id(),
         log_path.display()
     );
+    // The waiter runs whether or not this can be said: a closed stdout
+    // moves the line to stderr instead of failing a start that worked.
+    {
+        use std::io::Write as _;
+        if writeln!(std::io::stdout(), "{started}").is_err() {
+            eprintln!("{started}");
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -108,6 +108,8 @@ fn homeagent_fresh(args: &[&str]) -> Output {
 fn tools_json_lists_every_tool_with_its_source_and_flags() {
     let output = homeagent_fresh(&["tools", "--json"]);
     assert!(output.status.success());
+    // One JSON value on one line, as every `--json` output.
+    assert_eq!(stdout(&output).lines().count(), 1, "{}", stdout(&output));
     let tools: Vec<Value> =
         serde_json::from_str(&stdout(&output)).expect("tools --json is a JSON array");
     let flags: Vec<(&str, &str, bool, bool)> = tools

@@ -1260,3 +1260,35 @@ fn a_signal_ends_the_programs_a_command_started() {
         }
     }
 }
+
+/// With `--json` stdout holds only JSON, a line each: what the agent sends
+/// to the console channel goes to stderr (it was a bare line among the
+/// frames, and a line-by-line reader failed on it).
+#[test]
+fn run_json_keeps_the_console_channel_off_stdout() {
+    let setup = setup("");
+    let calls =
+        r#"!calls [{"name":"output_send__console","arguments":{"text":"hello from the agent"}}]"#;
+    let output = Command::new(env!("CARGO_BIN_EXE_homeagent"))
+        .arg("--config")
+        .arg(&setup.config)
+        .arg("--data-dir")
+        .arg(&setup.dir)
+        .args(["run", "--json", calls])
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("HOMEAGENT_CONFIG")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    for line in stdout.lines() {
+        assert!(
+            serde_json::from_str::<Value>(line).is_ok(),
+            "not JSON on stdout: {line:?}"
+        );
+    }
+    assert!(
+        String::from_utf8_lossy(&output.stderr).contains("hello from the agent"),
+        "{output:?}"
+    );
+}
