@@ -342,6 +342,33 @@ pub(crate) fn children_of(pid: u32) -> Vec<u32> {
         .collect()
 }
 
+/// Sends `signal` (`-TERM`, `-INT`) to `process`, waits for it to end (not
+/// successfully), then for every one of `children` to be gone within
+/// `within`; `what` names the case in failures.
+pub(crate) fn signal_and_outlive_none(
+    process: &mut std::process::Child,
+    signal: &str,
+    children: &[u32],
+    within: std::time::Duration,
+    what: &str,
+) {
+    let sent = Command::new("kill")
+        .args([signal, &process.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let status = process.wait().unwrap();
+    assert!(!status.success(), "{what} {signal}: {status:?}");
+    let waited = std::time::Instant::now();
+    while children.iter().any(|pid| alive(*pid)) {
+        assert!(
+            waited.elapsed() < within,
+            "{what} {signal}: {children:?} outlived it"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// Whether `pid` still runs (a zombie, dead but not yet reaped, does not).
 pub(crate) fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
@@ -380,21 +407,13 @@ fn a_bench_stopped_by_a_signal_stops_the_processes_it_started() {
             );
             std::thread::sleep(std::time::Duration::from_millis(20));
         };
-        let sent = Command::new("kill")
-            .args([signal, &bench.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(sent.success());
-        let status = bench.wait().unwrap();
-        assert!(!status.success(), "{signal}: {status:?}");
-        let waited = std::time::Instant::now();
-        while children.iter().any(|pid| alive(*pid)) {
-            assert!(
-                waited.elapsed() < std::time::Duration::from_secs(30),
-                "{signal}: {children:?} outlived the bench"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+        signal_and_outlive_none(
+            &mut bench,
+            signal,
+            &children,
+            std::time::Duration::from_secs(30),
+            "bench",
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1243,21 +1243,13 @@ fn a_signal_ends_the_programs_a_command_started() {
             );
             std::thread::sleep(std::time::Duration::from_millis(20));
         };
-        let sent = Command::new("kill")
-            .args([signal, &child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(sent.success());
-        let status = child.wait().unwrap();
-        assert!(!status.success(), "{command:?} {signal}: {status:?}");
-        let waited = std::time::Instant::now();
-        while crate::cli::alive(sleeping) {
-            assert!(
-                waited.elapsed() < std::time::Duration::from_secs(20),
-                "{command:?} {signal}: sleep {sleeping} outlived the command"
-            );
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+        crate::cli::signal_and_outlive_none(
+            &mut child,
+            signal,
+            &[sleeping],
+            std::time::Duration::from_secs(20),
+            &format!("{command:?}"),
+        );
     }
 }
 
