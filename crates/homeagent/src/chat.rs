@@ -56,15 +56,20 @@ impl Approver for TerminalApprover {
 fn stdin_lines() -> mpsc::UnboundedReceiver<String> {
     let (tx, rx) = mpsc::unbounded_channel();
     std::thread::spawn(move || {
-        let stdin = std::io::stdin();
-        let mut line = String::new();
+        use std::io::BufRead as _;
+        let mut stdin = std::io::stdin().lock();
+        let mut line = Vec::new();
         loop {
             line.clear();
-            match stdin.read_line(&mut line) {
+            // Bytes, read as UTF-8 as well as they can be: a line from a
+            // Latin-1 terminal is still a line (`read_line` failed on it,
+            // and the chat ended there, every later line lost).
+            match stdin.read_until(b'\n', &mut line) {
                 Ok(0) | Err(_) => return,
                 Ok(_) => {
+                    let text = String::from_utf8_lossy(&line);
                     if tx
-                        .send(line.trim_end_matches(['\n', '\r']).to_owned())
+                        .send(text.trim_end_matches(['\n', '\r']).to_owned())
                         .is_err()
                     {
                         return;

@@ -19,7 +19,13 @@ pub async fn run(args: MockLlmArgs, out: &mut impl Write) -> anyhow::Result<()> 
     };
     let server = MockServer::start(&args.listen, config)
         .await
-        .with_context(|| format!("cannot listen on {}", args.listen))?;
+        .with_context(|| {
+            format!(
+                "cannot listen on {} (use HOST:PORT, e.g. 127.0.0.1:9099; give another port \
+                 with --listen, or port 0 for a free one)",
+                args.listen
+            )
+        })?;
     let url = server.url();
     writeln!(
         out,

@@ -274,3 +274,25 @@ fn a_line_typed_twice_is_answered_twice_even_with_a_dedup_window() {
     assert!(!out.contains("duplicate"), "{out}");
     chat.send("/quit");
 }
+
+/// A line that is not UTF-8 (a Latin-1 terminal) is read as well as it
+/// can be, and the chat goes on: it ended there, silently, with exit 0,
+/// and every later line was lost.
+#[test]
+fn a_line_that_is_not_utf8_does_not_end_the_chat() {
+    let dir = std::env::temp_dir().join(format!("homeagent-chat-latin1-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut child = chat_in(&dir, "").stderr(Stdio::piped()).spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"caf\xe9\n!text\n/quit\n")
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{out}");
+    assert!(out.contains("plain text reply"), "the line after it: {out}");
+}

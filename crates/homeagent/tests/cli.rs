@@ -417,3 +417,15 @@ fn a_bench_stopped_by_a_signal_stops_the_processes_it_started() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// An address that cannot be listened on says how to give another.
+#[test]
+fn a_listen_address_that_cannot_be_used_says_how_to_fix_it() {
+    let output = homeagent(&["mock-llm", "--listen", "9099"]);
+    assert!(!output.status.success(), "{output:?}");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("9099") && stderr.contains("HOST:PORT") && stderr.contains("--listen"),
+        "{stderr}"
+    );
+}

@@ -123,7 +123,10 @@ pub enum ServeError {
         "cannot resolve the listen address {addr:?}: {detail}; use HOST:PORT, e.g. 127.0.0.1:8080"
     )]
     BadAddress { addr: String, detail: String },
-    #[error("cannot listen on {addr}: {source}")]
+    #[error(
+        "cannot listen on {addr}: {source}; pass another address with --listen (or set \
+         server.listen), or stop what holds this one"
+    )]
     Bind {
         addr: String,
         source: std::io::Error,
