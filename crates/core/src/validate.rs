@@ -472,7 +472,7 @@ fn how_to_send(t: JsonType) -> &'static str {
 }
 
 /// The type a model would call the value: whole numbers are integers.
-pub(crate) fn json_type_name(value: &Value) -> &'static str {
+pub fn json_type_name(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "boolean",

@@ -471,31 +471,29 @@ fn record_failure(
     at_least: Option<Duration>,
     asked: Instant,
 ) {
-    {
-        // A server's wait is honoured up to a day: one header of years
-        // would put a source behind every other for good (and one past
-        // what the clock can add gave no cooldown at all).
-        let at_least = at_least.map(|wait| wait.min(MAX_SERVER_COOLDOWN));
-        let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
-        if state.cooled_at.is_some_and(|cooled| asked < cooled) {
-            if let Some(at_least) = at_least {
-                let now = Instant::now();
-                let until = now.checked_add(at_least).unwrap_or(now);
-                state.cooldown_until = state.cooldown_until.max(Some(until));
-            }
-            return;
+    // A server's wait is honoured up to a day: one header of years
+    // would put a source behind every other for good (and one past
+    // what the clock can add gave no cooldown at all).
+    let at_least = at_least.map(|wait| wait.min(MAX_SERVER_COOLDOWN));
+    let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+    if state.cooled_at.is_some_and(|cooled| asked < cooled) {
+        if let Some(at_least) = at_least {
+            let now = Instant::now();
+            let until = now.checked_add(at_least).unwrap_or(now);
+            state.cooldown_until = state.cooldown_until.max(Some(until));
         }
-        state.failures = state.failures.saturating_add(1);
-        let doublings = state.failures.saturating_sub(1).min(20);
-        let cooldown = options
-            .cooldown_base
-            .saturating_mul(1u32 << doublings)
-            .min(options.cooldown_max)
-            .max(at_least.unwrap_or_default());
-        let now = Instant::now();
-        state.cooldown_until = Some(now.checked_add(cooldown).unwrap_or(now));
-        state.cooled_at = Some(now);
+        return;
     }
+    state.failures = state.failures.saturating_add(1);
+    let doublings = state.failures.saturating_sub(1).min(20);
+    let cooldown = options
+        .cooldown_base
+        .saturating_mul(1u32 << doublings)
+        .min(options.cooldown_max)
+        .max(at_least.unwrap_or_default());
+    let now = Instant::now();
+    state.cooldown_until = Some(now.checked_add(cooldown).unwrap_or(now));
+    state.cooled_at = Some(now);
 }
 
 /// The configured model sources, in the order they are tried.

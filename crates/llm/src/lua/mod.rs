@@ -407,9 +407,9 @@ impl LuaAdapter {
                         return Err(self.bad_output(
                             NAME,
                             format!(
-                                "header `{}` must be a string, it is {}",
+                                "header `{}` must be a string, it is a JSON {}",
                                 shown_name(&name),
-                                json_type(&other)
+                                homeagent_core::validate::json_type_name(&other)
                             ),
                         ));
                     }
@@ -623,18 +623,6 @@ fn shown_name(name: &str) -> String {
         .take(64)
         .flat_map(char::escape_default)
         .collect()
-}
-
-/// A JSON value's type with its article, for messages.
-fn json_type(value: &serde_json::Value) -> &'static str {
-    match value {
-        serde_json::Value::Null => "null",
-        serde_json::Value::Bool(_) => "a boolean",
-        serde_json::Value::Number(_) => "a number",
-        serde_json::Value::String(_) => "a string",
-        serde_json::Value::Array(_) => "an array",
-        serde_json::Value::Object(_) => "an object",
-    }
 }
 
 /// Whether `error` is (or was caused by) the Lua state running out of its
