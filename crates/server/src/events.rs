@@ -333,9 +333,24 @@ impl Subscriber {
     }
 }
 
+/// The subscriber's next event, or `None` once `ended` is cancelled and
+/// every event published before that has been read: a subscriber with
+/// events to read has them at once, and it is asked first.
+async fn next_until(
+    subscriber: &mut Subscriber,
+    ended: &homeagent_core::CancellationToken,
+) -> Option<Read> {
+    tokio::select! {
+        biased;
+        read = subscriber.next() => read,
+        () = ended.cancelled() => None,
+    }
+}
+
 /// `GET /api/v1/events`: SSE of every frame as `{"session", "frame"}` with
 /// its `id:`; `Last-Event-ID` resumes after that id (a `gap` event first
-/// when some of what followed is gone). Ends when the server shuts down.
+/// when some of what followed is gone). Ends when the server shuts down,
+/// once the turns it stopped have sent their last frames.
 pub async fn stream(
     axum::extract::State(state): axum::extract::State<crate::state::ServerState>,
     headers: axum::http::HeaderMap,
@@ -361,14 +376,10 @@ pub async fn stream(
         },
     };
     let subscriber = state.events().subscribe(last_seen);
-    let shutdown = state.shutdown_token().clone();
-    let events = futures_util::stream::unfold(
-        (subscriber, shutdown),
-        |(mut subscriber, shutdown)| async move {
-            let read = tokio::select! {
-                read = subscriber.next() => read?,
-                () = shutdown.cancelled() => return None,
-            };
+    let ended = state.turns_ended_token().clone();
+    let events =
+        futures_util::stream::unfold((subscriber, ended), |(mut subscriber, ended)| async move {
+            let read = next_until(&mut subscriber, &ended).await?;
             let event = match read {
                 Read::Gap { from, to } => Event::default().event("gap").data(gap_data(from, to)),
                 Read::Event(numbered) => Event::default()
@@ -377,10 +388,9 @@ pub async fn stream(
             };
             Some((
                 Ok::<_, std::convert::Infallible>(event),
-                (subscriber, shutdown),
+                (subscriber, ended),
             ))
-        },
-    );
+        });
     Sse::new(events)
         .keep_alive(KeepAlive::default())
         .into_response()
@@ -427,6 +437,35 @@ mod tests {
         for _ in 0..10 {
             tokio::task::yield_now().await;
         }
+    }
+
+    #[tokio::test]
+    async fn a_stream_that_ended_still_reads_what_was_published_before() {
+        let hub = EventHub::starting_at(16, 1);
+        let ended = homeagent_core::CancellationToken::new();
+        let mut subscriber = hub.subscribe(Some(0));
+        for n in 0..20 {
+            hub.publish(
+                "s",
+                &Frame::ContentDelta {
+                    text: n.to_string(),
+                },
+            );
+        }
+        ended.cancel();
+        // The ring keeps 16 of the 20: ids 1 to 4 are a gap, then 5 to 20,
+        // then the end. (Asked in either order, a cancelled end would win
+        // about every other read.)
+        let mut reads = Vec::new();
+        while let Some(read) = next_until(&mut subscriber, &ended).await {
+            reads.push(match read {
+                Read::Gap { from, to } => format!("gap {from}-{to}"),
+                Read::Event(event) => event.id.to_string(),
+            });
+        }
+        let mut expected = vec!["gap 1-4".to_owned()];
+        expected.extend((5..=20).map(|id: u64| id.to_string()));
+        assert_eq!(reads, expected);
     }
 
     #[tokio::test]

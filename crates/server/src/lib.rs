@@ -32,10 +32,11 @@
 //! # Shutdown
 //!
 //! [`serve`] runs until its shutdown future completes, then stops accepting,
-//! ends event streams, gives running turns [`ServerOptions::shutdown_grace`]
-//! to finish, stops the ones still running and returns once they have
-//! ended, their outcomes committed (so the stored history stays paired),
-//! or after a linger. A turn counts whether or not its client is still
+//! gives running turns [`ServerOptions::shutdown_grace`] to finish, stops
+//! the ones still running and returns once they have ended, their outcomes
+//! committed (so the stored history stays paired), or after a linger.
+//! Event streams end when the turns have: a dashboard then sees every
+//! stopped call end, which a server started later cannot tell it. A turn counts whether or not its client is still
 //! connected: one whose client left is stopped at once, and its commit
 //! may still be waiting for the disk or another writer.
 
@@ -235,7 +236,10 @@ pub async fn serve_threads(
     let server =
         threads::serve_on_threads(listener, app, threads, head_timeout, token.clone(), release);
     tokio::pin!(server);
-    let turns = stop_turns(&state, &token);
+    let turns = async {
+        stop_turns(&state, &token).await;
+        state.turns_ended_token().cancel();
+    };
     tokio::pin!(turns);
     tokio::select! {
         // Every connection closed after the shutdown began: turns whose

@@ -103,6 +103,10 @@ struct Inner {
     transcripts: Transcripts,
     started: Instant,
     shutdown: CancellationToken,
+    /// Cancelled once shutdown has let every turn end (or given up on
+    /// them): the event streams end then, not when shutdown begins, so
+    /// they carry what the stopping turns still send.
+    turns_ended: CancellationToken,
     turns: Mutex<Turns>,
     next_id: AtomicU64,
     /// Workers of the runtime the state was made on (the agent's), for
@@ -159,6 +163,7 @@ impl ServerState {
                 transcripts: Transcripts::default(),
                 started: Instant::now(),
                 shutdown: CancellationToken::new(),
+                turns_ended: CancellationToken::new(),
                 turns: Mutex::new(Turns::default()),
                 next_id: AtomicU64::new(1),
                 workers: tokio::runtime::Handle::try_current()
@@ -250,6 +255,12 @@ impl ServerState {
     /// Cancelled when the server starts shutting down: streams end on it.
     pub fn shutdown_token(&self) -> &CancellationToken {
         &self.inner.shutdown
+    }
+
+    /// Cancelled when, after shutdown began, the turns have ended (or the
+    /// linger for them ran out): the event stream ends on it.
+    pub fn turns_ended_token(&self) -> &CancellationToken {
+        &self.inner.turns_ended
     }
 
     /// A fresh id (sessions of stateless completions, completion ids).

@@ -62,11 +62,29 @@ async fn stops_a_turn_after_the_grace_period(threads: usize) {
     let last = json(&rest.last().unwrap().data);
     assert_eq!(last["type"], "error");
     assert_eq!(last["code"], "stopped");
-    // The event stream ended with the server.
-    let all = tokio::time::timeout(Duration::from_secs(30), events.all())
+    // The event stream ended with the server, after the frames the turn
+    // sent while it was being stopped: the calls' ends and the turn's own.
+    let (all, cut) = tokio::time::timeout(Duration::from_secs(30), events.all_and_end())
         .await
         .expect("the event stream did not end");
-    assert!(!all.is_empty());
+    // Ended by the server, not cut off when it went away.
+    assert_eq!(cut, None);
+    let frames: Vec<serde_json::Value> =
+        all.iter().map(|e| json(&e.data)["frame"].clone()).collect();
+    let ended: Vec<&serde_json::Value> = frames
+        .iter()
+        .filter(|f| f["type"] == "tool_call" && f["phase"] == "end")
+        .collect();
+    // Every call ends in the stream; the one still sleeping (the others'
+    // sleeps are over demo_sleep's maximum) as stopped.
+    assert_eq!(ended.len(), 3, "{frames:#?}");
+    let cancelled = ended.iter().filter(|f| f["status"] == "cancelled").count();
+    assert_eq!(cancelled, 1, "{ended:#?}");
+    let last = frames.last().unwrap();
+    assert_eq!(
+        (&last["type"], &last["code"]),
+        (&json!("error"), &json!("stopped"))
+    );
     // New connections are refused.
     assert!(server.get("/api/v1/status").send().await.is_err());
     // The store on disk has the turn, paired: 3 calls, 3 cancelled results.

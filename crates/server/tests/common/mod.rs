@@ -198,6 +198,8 @@ pub struct SseEvent {
 pub struct SseReader {
     response: reqwest::Response,
     buffer: String,
+    /// Why the body ended, when it was cut off instead of ending.
+    cut: Option<String>,
 }
 
 impl SseReader {
@@ -205,6 +207,7 @@ impl SseReader {
         SseReader {
             response,
             buffer: String::new(),
+            cut: None,
         }
     }
 
@@ -230,7 +233,13 @@ impl SseReader {
                 event.data = data.join("\n");
                 return Some(event);
             }
-            let chunk = self.response.chunk().await.ok()??;
+            let chunk = match self.response.chunk().await {
+                Ok(chunk) => chunk?,
+                Err(error) => {
+                    self.cut = Some(format!("{error:?}"));
+                    return None;
+                }
+            };
             self.buffer.push_str(&String::from_utf8_lossy(&chunk));
         }
     }
@@ -243,12 +252,18 @@ impl SseReader {
             .expect("no event in time")
     }
 
-    pub async fn all(mut self) -> Vec<SseEvent> {
+    pub async fn all(self) -> Vec<SseEvent> {
+        self.all_and_end().await.0
+    }
+
+    /// Every event, and why the body was cut off if it did not end as a
+    /// body ends (a server that went away mid-stream).
+    pub async fn all_and_end(mut self) -> (Vec<SseEvent>, Option<String>) {
         let mut out = Vec::new();
         while let Some(event) = self.next().await {
             out.push(event);
         }
-        out
+        (out, self.cut)
     }
 
     /// A streamed chat completion's text: every chunk's content delta,
