@@ -16,7 +16,15 @@ stacked fails the check. The replies must state executed=4 and executed=2
 (counted by the model's script from the tool results). Finally it loads the
 page through a proxy, starts a long call and cuts the connection: the reply
 must say the connection was lost, and no call may stay drawn as running.
-Saves a screenshot.
+Then, through another proxy: the key given three times while the server
+is away opens one event stream once it is back; a 401 while a reply
+streams asks for the key again, and given, the stream resumes where it
+stopped (a batch run meanwhile is drawn) and the streaming reply is kept.
+Last, seven tabs on one server (one more than the connections a browser
+opens to it) share one event stream: one tab reads it, the seventh loads
+and chats, and a tab that neither reads it nor ran the batch draws the
+batch, also after the reading tab closes and another takes over. Saves a
+screenshot.
 
 The browser and the driver are the system's: /usr/bin/chromium and
 /usr/bin/chromedriver are named explicitly, so selenium never runs
@@ -30,6 +38,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 
 from selenium import webdriver
 from selenium.common.exceptions import TimeoutException, WebDriverException
@@ -48,6 +57,11 @@ EPSILON_PX = 0.5
 FAILING_CALLS = '!calls [{"name": "no_such_tool", "arguments": {}}, {"name": "demo_echo", "arguments": {"tag": "x"}}]'
 MESSAGES = ["!slowbatch4", "!serialbatch2", FAILING_CALLS, "!cut"]
 SLOW_CALL = '!calls [{"name": "demo_sleep", "arguments": {"ms": 20000}}]'
+# Long enough to log in again while it runs, short enough to wait for.
+SLOWISH_CALL = '!calls [{"name": "demo_sleep", "arguments": {"ms": 8000}}]'
+# Tabs opened at once on one server: one more than the six connections a
+# browser opens to one HTTP/1.1 server.
+TABS = 7
 
 # Each bar of a batch: its tool, status, painted background and whether its
 # tooltip carries an error; run in the page.
@@ -139,16 +153,25 @@ class DroppingProxy:
     """A TCP proxy on a free loopback port in front of `base` whose
     `drop_all` cuts every connection it carries, as a lost network or a
     restarted server would (Chromium's offline emulation leaves a stream
-    already being read alone)."""
+    already being read alone).
+
+    `refusing` makes it answer every *new* connection itself instead:
+    `"401"` with a 401 (as a server whose key changed would), `"closed"` by
+    closing it (as a server that is down would). `drop_where(test)` cuts
+    only the connections whose latest request line passes `test`, and
+    `requests` counts request lines seen, so a check can tell which
+    requests a page made and keep one stream while it cuts the others."""
 
     def __init__(self, base):
         host, port = base.split("//", 1)[1].split(":")
         self.upstream = (host, int(port.rstrip("/")))
         self.listener = socket.socket()
         self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(16)
+        self.listener.listen(64)
         self.url = "http://127.0.0.1:%d" % self.listener.getsockname()[1]
-        self.sockets = []
+        self.refusing = None
+        self.connections = []  # [client, server, latest request line]
+        self.requests = []
         self.lock = threading.Lock()
         threading.Thread(target=self.accept, daemon=True).start()
 
@@ -158,16 +181,39 @@ class DroppingProxy:
                 client, _ = self.listener.accept()
             except OSError:
                 return
+            refusing = self.refusing
+            if refusing == "closed":
+                client.close()
+                continue
+            if refusing == "401":
+                threading.Thread(target=self.refuse, args=(client,), daemon=True).start()
+                continue
             server = socket.create_connection(self.upstream)
+            connection = [client, server, ""]
             with self.lock:
-                self.sockets += [client, server]
-            for a, b in ((client, server), (server, client)):
-                threading.Thread(target=self.pump, args=(a, b), daemon=True).start()
+                self.connections.append(connection)
+            threading.Thread(target=self.pump, args=(client, server, connection), daemon=True).start()
+            threading.Thread(target=self.pump, args=(server, client, None), daemon=True).start()
 
     @staticmethod
-    def pump(source, sink):
+    def refuse(client):
+        try:
+            client.recv(65536)
+            client.sendall(b"HTTP/1.1 401 Unauthorized\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+        except OSError:
+            pass
+        client.close()
+
+    def pump(self, source, sink, connection):
         try:
             while data := source.recv(65536):
+                if connection is not None:
+                    # A fetch sends its request head in one segment.
+                    line = data.split(b"\r\n", 1)[0].decode("latin-1")
+                    if line.endswith(" HTTP/1.1"):
+                        with self.lock:
+                            connection[2] = line
+                            self.requests.append(line)
                 sink.sendall(data)
         except OSError:
             pass
@@ -177,15 +223,24 @@ class DroppingProxy:
             except OSError:
                 pass
 
-    def drop_all(self):
+    def drop_where(self, test):
         with self.lock:
-            dropped, self.sockets = self.sockets, []
-        for s in dropped:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            s.close()
+            dropped = [c for c in self.connections if test(c[2])]
+            self.connections = [c for c in self.connections if not test(c[2])]
+        for client, server, _ in dropped:
+            for s in (client, server):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                s.close()
+
+    def drop_all(self):
+        self.drop_where(lambda _line: True)
+
+    def count(self, needle):
+        with self.lock:
+            return sum(needle in line for line in self.requests)
 
     def __enter__(self):
         return self
@@ -215,6 +270,42 @@ def reply_containing(needle):
             if needle in msg.text:
                 return msg.text
         return None
+
+    return find
+
+
+def eventually(driver, predicate, seconds):
+    """`predicate(driver)` once it is truthy, or None after `seconds`: for
+    a check that must be able to fail without ending the run."""
+    try:
+        return WebDriverWait(driver, seconds, poll_frequency=0.2).until(lambda d: predicate(d))
+    except TimeoutException:
+        return None
+
+
+def status(base, key):
+    request = urllib.request.Request(base + "/api/v1/status", headers={"authorization": "Bearer " + key})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.load(response)
+
+
+def run_turn(base, key, session, text):
+    """Runs `text` on `session` straight against the server, as another
+    client would, and returns the frames of its answer."""
+    request = urllib.request.Request(
+        f"{base}/api/v1/sessions/{session}/messages",
+        data=json.dumps({"text": text}).encode(),
+        headers={"authorization": "Bearer " + key, "content-type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=WAIT_S) as response:
+        body = response.read().decode()
+    return [json.loads(line[5:]) for line in body.splitlines() if line.startswith("data:")]
+
+
+def batch_drawn(batch_id):
+    def find(driver):
+        return driver.find_elements(By.CSS_SELECTOR, f'#timeline .batch[data-batch="{batch_id}"] .call')
 
     return find
 
@@ -417,6 +508,141 @@ def run(driver, base, key, screenshot, check):
     check("no call is left drawn as running after the connection dropped", "running" not in statuses,
           json.dumps(statuses))
 
+    check_reconnects(driver, base, key, check)
+    check_tabs_share_one_stream(driver, base, key, check)
+
+
+def check_reconnects(driver, base, key, check):
+    """Giving the key while the server is unreachable, then again after a
+    401 while a turn streams: one event stream, resumed where it stopped,
+    and the streaming reply kept."""
+    with DroppingProxy(base) as proxy:
+        driver.get(proxy.url + "/")
+        token = wait_for(driver, "the page through a new proxy to ask for the key",
+                         lambda d: visible(d, "token") and d.find_element(By.ID, "token"))
+        # The server goes away after the page loaded; the key is given
+        # three times while it is away.
+        proxy.refusing = "closed"
+        proxy.drop_all()
+        token.send_keys(key, Keys.ENTER)
+        wait_for(driver, "the page to say the server cannot be reached",
+                 lambda d: "cannot be reached" in d.find_element(By.ID, "login-error").text)
+        for _ in range(2):
+            time.sleep(0.3)
+            token.send_keys(Keys.ENTER)
+        time.sleep(0.5)
+        proxy.refusing = None
+        wait_for(driver, "the app once the server is back", lambda d: visible(d, "app"))
+        wait_for(driver, "the event stream once the server is back",
+                 lambda d: d.find_element(By.ID, "conn").text == "live")
+        # Two retry periods: a second attempt still pending would connect again.
+        time.sleep(5)
+        streams = proxy.count("GET /api/v1/events ")
+        check("a key given three times while the server was away opens one event stream", streams == 1,
+              f"{streams} event streams were opened")
+
+        # The key is refused while a turn streams (the server's key changed):
+        # the page asks for it again; meanwhile another client runs a batch.
+        send(driver, SLOWISH_CALL)
+        wait_for(driver, "the slowish call to be drawn running",
+                 lambda d: d.find_elements(By.CSS_SELECTOR, '#timeline .call[data-status="running"]'))
+        proxy.refusing = "401"
+        proxy.drop_where(lambda line: "/messages " not in line)
+        wait_for(driver, "the page to ask for the key again after a 401",
+                 lambda d: visible(d, "login") and "refused" in d.find_element(By.ID, "login-error").text)
+        frames = run_turn(base, key, "dashboard-check-other",
+                          '!calls [{"name": "demo_echo", "arguments": {"tag": "while-away"}}]')
+        batch_ids = {f["batch_id"] for f in frames if f.get("type") == "tool_call"}
+        proxy.refusing = None
+        token = driver.find_element(By.ID, "token")
+        token.clear()
+        token.send_keys(key, Keys.ENTER)
+        wait_for(driver, "the app after the key was given again", lambda d: visible(d, "app"))
+        missed = len(batch_ids) == 1 and eventually(driver, batch_drawn(next(iter(batch_ids))), 20)
+        check("after logging in again the stream resumes and draws a batch run while logged out",
+              bool(missed), f"batches {batch_ids} not drawn")
+        reply = eventually(driver, reply_containing("tool results"), 60)
+        check("logging in again keeps the reply that was streaming", reply is not None,
+              json.dumps([m.text for m in driver.find_elements(By.CSS_SELECTOR, "#conversation .msg")]))
+        check("logging in again does not redraw the conversation", user_messages(driver) == [SLOWISH_CALL],
+              json.dumps(user_messages(driver)))
+
+
+def check_tabs_share_one_stream(driver, base, key, check):
+    """More dashboard tabs than a browser opens connections to one server:
+    they share one event stream, so the last tab still loads and chats,
+    every tab draws every batch, and closing the tab that reads the stream
+    hands it to another."""
+    driver.get(base + "/")
+    wait_for(driver, "the app on the server again", lambda d: visible(d, "app"))
+
+    def subscribers_become(n):
+        return eventually(driver, lambda _d: status(base, key)["events"]["subscribers"] == n, 20)
+
+    for tab in range(1, TABS):
+        driver.switch_to.new_window("tab")
+        driver.get(base + "/")
+        token = wait_for(driver, f"tab {tab + 1} to ask for the key",
+                         lambda d: visible(d, "token") and d.find_element(By.ID, "token"))
+        token.send_keys(key, Keys.ENTER)
+        wait_for(driver, f"tab {tab + 1}'s app", lambda d: visible(d, "app"))
+        wait_for(driver, f"tab {tab + 1}'s event stream", lambda d: d.find_element(By.ID, "conn").text == "live")
+        if tab == 2 and not check("three tabs share one event stream", subscribers_become(1),
+                                  f"{status(base, key)['events']['subscribers']} streams are open"):
+            return
+    tabs = driver.window_handles
+
+    def readers(handles):
+        """The tabs among `handles` that read the stream themselves."""
+        found = []
+        for handle in handles:
+            driver.switch_to.window(handle)
+            if driver.execute_script("return Boolean(events && events.reading)"):
+                found.append(handle)
+        return found
+
+    def run_in(tab, tag):
+        driver.switch_to.window(tab)
+        replies = len(driver.find_elements(By.CSS_SELECTOR, "#conversation .msg.assistant"))
+        send(driver, f'!calls [{{"name": "demo_echo", "arguments": {{"tag": "{tag}"}}}}]')
+        wait_for(driver, f"the reply to {tag}", lambda d: any(
+            "tool results" in m.text for m in d.find_elements(By.CSS_SELECTOR, "#conversation .msg.assistant")[replies:]))
+        return driver.find_element(By.CSS_SELECTOR, "#timeline .batch").get_attribute("data-batch")
+
+    def drawn_elsewhere(reader, runner, batch):
+        """Whether a tab that neither reads the stream nor ran the batch
+        draws it: only what the reader passes on can get it there."""
+        watcher = next(t for t in tabs if t not in (reader, runner) and t in driver.window_handles)
+        driver.switch_to.window(watcher)
+        return bool(eventually(driver, batch_drawn(batch), 20))
+
+    reader = readers(tabs)
+    if not check("exactly one tab reads the stream", len(reader) == 1, f"{len(reader)} tabs read it"):
+        return
+    reader = reader[0]
+    runner = next(t for t in reversed(tabs) if t != reader)
+    batch = run_in(runner, "from-one-tab")
+    check("a batch run in one tab is drawn in a tab that does not read the stream",
+          drawn_elsewhere(reader, runner, batch), batch)
+    # The tab reading the stream closes: another takes it over.
+    driver.switch_to.window(reader)
+    driver.close()
+    rest = [t for t in tabs if t != reader]
+    deadline = time.monotonic() + 20
+    while len(taken := readers(rest)) != 1 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if not check("closing the tab that read the stream hands it to another", len(taken) == 1,
+                 f"{len(taken)} tabs read it"):
+        return
+    batch = run_in(runner, "after-close")
+    check("after the handover a batch is still drawn in a tab that does not read the stream",
+          drawn_elsewhere(taken[0], runner, batch), batch)
+    check("after the handover the tabs still share one stream", subscribers_become(1),
+          f"{status(base, key)['events']['subscribers']} streams are open")
+    for handle in rest[1:]:
+        driver.switch_to.window(handle)
+        driver.close()
+    driver.switch_to.window(rest[0])
 
 if __name__ == "__main__":
     sys.exit(main())
