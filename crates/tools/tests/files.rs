@@ -371,6 +371,63 @@ async fn lists_name_kind_and_size() {
     );
 }
 
+/// Root reads every directory whatever its mode, so as root this test
+/// runs itself again in a process without the capabilities that allow it
+/// (`setpriv`, from util-linux), and that copy does the check.
+#[tokio::test]
+async fn an_unreadable_subdirectory_is_named_and_the_rest_listed() {
+    const COPY: &str = "HOMEAGENT_TEST_WITHOUT_DAC_CAPABILITIES";
+    let root_user =
+        std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap()) == 0;
+    if root_user && std::env::var_os(COPY).is_none() {
+        let status = std::process::Command::new("setpriv")
+            .arg("--bounding-set=-dac_override,-dac_read_search")
+            .arg(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "files::an_unreadable_subdirectory_is_named_and_the_rest_listed",
+                "--nocapture",
+            ])
+            .env(COPY, "1")
+            .status()
+            .expect("running this test as root needs setpriv (util-linux)");
+        assert!(status.success(), "the copy without the capabilities failed");
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let sandbox = Sandbox::new("unreadable");
+    let root = sandbox.root();
+    std::fs::write(root.join("a.txt"), "1").unwrap();
+    std::fs::create_dir(root.join("open")).unwrap();
+    std::fs::write(root.join("open/b.txt"), "22").unwrap();
+    std::fs::create_dir(root.join("locked")).unwrap();
+    std::fs::write(root.join("locked/c.txt"), "333").unwrap();
+    let mode = |mode| {
+        std::fs::set_permissions(root.join("locked"), std::fs::Permissions::from_mode(mode))
+            .unwrap()
+    };
+    mode(0o000);
+    let deep = sandbox.call("files_list", json!({"recursive": true})).await;
+    let itself = sandbox.call("files_list", json!({"path": "locked"})).await;
+    mode(0o755);
+    assert_eq!(
+        deep.unwrap(),
+        json!({"path": ".", "count": 4, "truncated": false, "entries": [
+            {"name": "a.txt", "kind": "file", "size": 1},
+            {"name": "locked", "kind": "dir", "size": null},
+            {"name": "open", "kind": "dir", "size": null},
+            {"name": "open/b.txt", "kind": "file", "size": 2},
+        ], "unreadable": [
+            {"name": "locked", "error": "cannot list locked: permission denied"},
+        ]})
+    );
+    // The directory asked for is still an error of the call.
+    assert_eq!(
+        itself.unwrap_err().detail,
+        "cannot list locked: permission denied"
+    );
+}
+
 #[tokio::test]
 async fn dot_dot_escapes_are_refused() {
     let sandbox = Sandbox::new("dotdot");

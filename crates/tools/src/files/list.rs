@@ -6,10 +6,14 @@
 //! the listed directory and never descends into symlinks: a link may point
 //! outside the root or back up the tree, and listing must neither leak nor
 //! loop. At most [`MAX_LIST_ENTRIES`] entries come back, with `truncated`
-//! saying whether more were left out.
+//! saying whether more were left out. A subdirectory that cannot be read
+//! (a `lost+found` the agent's user may not open) is listed, named again
+//! under `unreadable` with why, and the walk goes on: one locked directory
+//! must not hide everything else. The directory asked for is different:
+//! failing to read it fails the call.
 
 use std::collections::{BinaryHeap, VecDeque};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use homeagent_core::{Registry, RegistryError, ToolContext, ToolDef, ToolError};
@@ -24,7 +28,8 @@ pub(super) fn register(registry: &Registry, shared: Arc<Shared>) -> Result<(), R
             format!(
                 "Lists a directory under the files root (the root itself by default): entries with \
                  name, kind (file/dir/symlink) and size in bytes for files. recursive: true walks \
-                 subdirectories (symlinks are listed, not followed). At most {MAX_LIST_ENTRIES} \
+                 subdirectories (symlinks are listed, not followed; a subdirectory that cannot be \
+                 read is named under unreadable, with why). At most {MAX_LIST_ENTRIES} \
                  entries. Read-only and parallel-safe."
             ),
         )
@@ -42,49 +47,46 @@ pub(super) fn register(registry: &Registry, shared: Arc<Shared>) -> Result<(), R
     )
 }
 
+/// What a walk found.
+struct Listing {
+    entries: Vec<Entry>,
+    /// More entries were left out.
+    truncated: bool,
+    /// Subdirectories that could not be read: their names and why.
+    unreadable: Vec<(String, String)>,
+}
+
 /// Lists `dir` (and, when `recursive`, the directories below it), at most
-/// [`MAX_LIST_ENTRIES`] entries; the flag says whether more were left out.
+/// [`MAX_LIST_ENTRIES`] entries.
 ///
 /// Each directory is opened through [`super::Root::open_inside`] and listed
 /// through its open descriptor, so a directory swapped for a symlink after
 /// the check is caught, not listed.
-fn walk(shared: &Shared, dir: PathBuf, recursive: bool) -> Result<(Vec<Entry>, bool), ToolError> {
-    let mut entries: Vec<Entry> = Vec::new();
+fn walk(shared: &Shared, dir: PathBuf, recursive: bool) -> Result<Listing, ToolError> {
+    let mut listing = Listing {
+        entries: Vec::new(),
+        truncated: false,
+        unreadable: Vec::new(),
+    };
     // (directory on disk, its name relative to the listed directory)
     let mut pending: VecDeque<(PathBuf, String)> = VecDeque::from([(dir, String::new())]);
     while let Some((current, prefix)) = pending.pop_front() {
-        let (handle, _) = shared
-            .root
-            .open_inside(&current, Access::Read, Expect::Directory)
-            .map_err(|refusal| shared.refused("list", &current, refusal))?;
-        let reader = std::fs::read_dir(descriptor_path(&handle))
-            .map_err(|e| shared.io_error("list", &current, &e))?;
-        // Only what can still be listed is kept: the smallest names, in a
-        // heap of at most `room + 1` (one more says the listing is cut),
-        // and only those are measured. A directory of millions of files
-        // costs a read of its names, not a vector and a stat of each.
-        let room = MAX_LIST_ENTRIES - entries.len();
-        let mut kept: BinaryHeap<Found> = BinaryHeap::with_capacity(room.min(1024) + 1);
-        for item in reader {
-            let item = item.map_err(|e| shared.io_error("list", &current, &e))?;
-            // Neither file_type() of an entry follows a symlink, which is
-            // the point.
-            let Ok(file_type) = item.file_type() else {
-                continue;
-            };
-            let name = format!("{prefix}{}", item.file_name().to_string_lossy());
-            if kept.len() > room && kept.peek().is_some_and(|last| name >= last.name) {
+        let kept = match read_names(
+            shared,
+            &current,
+            &prefix,
+            MAX_LIST_ENTRIES - listing.entries.len(),
+        ) {
+            Ok(kept) => kept,
+            // The listed directory itself is the call's error.
+            Err(error) if prefix.is_empty() => return Err(error),
+            Err(error) => {
+                let name = prefix.trim_end_matches('/').to_owned();
+                listing.unreadable.push((name, error.detail));
                 continue;
             }
-            kept.push(Found {
-                name,
-                item,
-                file_type,
-            });
-            if kept.len() > room + 1 {
-                kept.pop();
-            }
-        }
+        };
+        let room = MAX_LIST_ENTRIES - listing.entries.len();
         let cut = kept.len() > room;
         for found in kept.into_sorted_vec().into_iter().take(room) {
             let Found {
@@ -105,13 +107,56 @@ fn walk(shared: &Shared, dir: PathBuf, recursive: bool) -> Result<(Vec<Entry>, b
             if kind == "dir" && recursive && !shared.root.is_private(&below) {
                 pending.push_back((below, format!("{name}/")));
             }
-            entries.push(Entry { name, kind, size });
+            listing.entries.push(Entry { name, kind, size });
         }
         if cut {
-            return Ok((entries, true));
+            listing.truncated = true;
+            return Ok(listing);
         }
     }
-    Ok((entries, false))
+    Ok(listing)
+}
+
+/// The entries of `current` with the smallest names, named `prefix` +
+/// their name: at most `room + 1` (one more says the listing is cut).
+fn read_names(
+    shared: &Shared,
+    current: &Path,
+    prefix: &str,
+    room: usize,
+) -> Result<BinaryHeap<Found>, ToolError> {
+    let (handle, _) = shared
+        .root
+        .open_inside(current, Access::Read, Expect::Directory)
+        .map_err(|refusal| shared.refused("list", current, refusal))?;
+    let reader = std::fs::read_dir(descriptor_path(&handle))
+        .map_err(|e| shared.io_error("list", current, &e))?;
+    // Only what can still be listed is kept: the smallest names, in a heap
+    // of at most `room + 1`, and only those are measured. A directory of
+    // millions of files costs a read of its names, not a vector and a stat
+    // of each.
+    let mut kept: BinaryHeap<Found> = BinaryHeap::with_capacity(room.min(1024) + 1);
+    for item in reader {
+        let item = item.map_err(|e| shared.io_error("list", current, &e))?;
+        // Neither file_type() of an entry follows a symlink, which is the
+        // point.
+        let Ok(file_type) = item.file_type() else {
+            continue;
+        };
+        let name = format!("{prefix}{}", item.file_name().to_string_lossy());
+        if kept.len() > room && kept.peek().is_some_and(|last| name >= last.name) {
+            continue;
+        }
+        kept.push(Found {
+            name,
+            item,
+            file_type,
+        });
+        if kept.len() > room + 1 {
+            kept.pop();
+        }
+    }
+    Ok(kept)
 }
 
 struct Entry {
@@ -153,13 +198,16 @@ async fn list(shared: Arc<Shared>, ctx: ToolContext) -> Result<Value, ToolError>
     let dir = shared.resolve(user_path)?;
     let shown = shared.shown(&dir);
     let walker = Arc::clone(&shared);
-    let (mut entries, truncated) =
-        tokio::task::spawn_blocking(move || walk(&walker, dir, recursive))
-            .await
-            .map_err(|e| ToolError::execution(format!("cannot list {shown}: {e}")))??;
+    let Listing {
+        mut entries,
+        truncated,
+        unreadable,
+    } = tokio::task::spawn_blocking(move || walk(&walker, dir, recursive))
+        .await
+        .map_err(|e| ToolError::execution(format!("cannot list {shown}: {e}")))??;
     entries.sort_by(|a, b| a.name.cmp(&b.name));
     let count = entries.len();
-    Ok(json!({
+    let mut listing = json!({
         "path": shown,
         "entries": entries
             .into_iter()
@@ -167,5 +215,14 @@ async fn list(shared: Arc<Shared>, ctx: ToolContext) -> Result<Value, ToolError>
             .collect::<Vec<_>>(),
         "count": count,
         "truncated": truncated,
-    }))
+    });
+    // Only when there are some: most listings have none, and each field
+    // costs the model tokens.
+    if !unreadable.is_empty() {
+        listing["unreadable"] = unreadable
+            .into_iter()
+            .map(|(name, error)| json!({"name": name, "error": error}))
+            .collect();
+    }
+    Ok(listing)
 }
