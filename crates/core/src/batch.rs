@@ -599,18 +599,17 @@ impl Executor {
             batch_id: batch.batch_id.clone(),
             extras: Arc::clone(&batch.extras),
         };
+        // The source's own refusal (the gate's) comes first: a hook never
+        // acts on a call that cannot run, and an argument error would show
+        // the schema of a tool the caller may not use.
+        if let Some(error) = inner.source.refusal(&info) {
+            return fail(error);
+        }
         if let Some(def) = &def {
             match def.compiled_schema().prepare(name, &mut info.arguments) {
                 Ok(w) => w.into_iter().for_each(|w| notes.push_warning(w)),
                 Err(error) => return fail(error),
             }
-        }
-        // The source's own refusal (the gate's) comes before any hook:
-        // a hook never acts on a call that cannot run.
-        if inner.pre_hooks.iter().any(|hook| hook.sees(name))
-            && let Some(error) = inner.source.refusal(&info)
-        {
-            return fail(error);
         }
         for hook in inner.pre_hooks.iter().filter(|hook| hook.sees(name)) {
             let hook_name = hook.name().to_owned();

@@ -93,8 +93,10 @@ pub trait ToolSource: Send + Sync + 'static {
     }
     /// Why the call `call` would be refused before it runs (a gated source
     /// asks its gate, with the call's agent and arguments), or `None`. The
-    /// executor asks before any pre-hook sees the call, so a hook never acts
-    /// on (nor asks the person about) a call that cannot run;
+    /// executor asks first, before it checks the arguments and before any
+    /// hook sees the call, so a hook never acts on (nor asks the person
+    /// about) a call that cannot run, and an argument error never shows
+    /// the schema of a tool the caller may not use;
     /// [`invoke`](Self::invoke) still decides, after hooks may have
     /// rewritten the arguments.
     fn refusal(&self, call: &crate::CallInfo) -> Option<ToolError> {

@@ -262,6 +262,18 @@ impl GatedSource {
     }
 }
 
+/// A call to `tool`, which needs approval, where nobody can be asked.
+fn approval_refused(tool: &str) -> ToolError {
+    ToolError::new(
+        ErrorReason::Denied,
+        format!("`{tool}` requires approval and nobody could be asked"),
+    )
+    .with_hint(
+        "approve it in `homeagent chat`, pass --yes to `homeagent run` or \
+         `homeagent mcp-serve`, or remove it from tools.require_approval",
+    )
+}
+
 impl ToolSource for GatedSource {
     fn definition(&self, name: &str) -> Option<Arc<ToolDef>> {
         self.inner.definition(name)
@@ -276,8 +288,15 @@ impl ToolSource for GatedSource {
     }
 
     fn refusal(&self, call: &homeagent_core::CallInfo) -> Option<ToolError> {
-        self.authorized(&call.tool, &call.extras, &call.arguments)
-            .err()
+        if let Err(error) = self.authorized(&call.tool, &call.extras, &call.arguments) {
+            return Some(error);
+        }
+        match self.approval {
+            Approval::Refused if self.gate.needs_approval(&call.tool) => {
+                Some(approval_refused(&call.tool))
+            }
+            _ => None,
+        }
     }
 
     fn invoke(&self, name: &str, ctx: ToolContext) -> ToolFuture {
@@ -304,16 +323,7 @@ impl ToolSource for GatedSource {
         let tool = name.to_owned();
         match &self.approval {
             Approval::Granted => self.inner.invoke(name, ctx),
-            Approval::Refused => Box::pin(async move {
-                Err(ToolError::new(
-                    ErrorReason::Denied,
-                    format!("`{tool}` requires approval and nobody could be asked"),
-                )
-                .with_hint(
-                    "approve it in `homeagent chat`, pass --yes to `homeagent run` or \
-                     `homeagent mcp-serve`, or remove it from tools.require_approval",
-                ))
-            }),
+            Approval::Refused => Box::pin(async move { Err(approval_refused(&tool)) }),
             Approval::Ask(approver) => {
                 // The handler is not even created before the answer.
                 let asked = approver.approve(&agent, name, &ctx.arguments);

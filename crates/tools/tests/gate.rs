@@ -405,6 +405,94 @@ async fn a_refused_call_reaches_no_pre_hook() {
     assert_eq!(ran.0.load(Ordering::SeqCst), 1);
 }
 
+/// Counts the calls its post-hook saw.
+struct WatchingAfter(AtomicUsize);
+
+impl homeagent_core::PostToolHook for WatchingAfter {
+    fn name(&self) -> &str {
+        "watching-after"
+    }
+    fn after(
+        &self,
+        _call: &homeagent_core::CallInfo,
+        _outcome: &homeagent_core::ToolOutcome,
+    ) -> homeagent_core::hooks::HookFuture<Option<Value>> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async { Ok(None) })
+    }
+}
+
+/// A call the gate refuses reaches no hook at all, a post-hook included
+/// and whether or not a pre-hook is configured, and is told it is refused
+/// before its arguments are checked: an argument error would quote the
+/// schema of a tool the agent may not see, and a client that fixed its
+/// arguments would only be refused then. A call that needs approval where
+/// nobody can be asked is refused the same way.
+#[tokio::test]
+async fn a_refused_call_reaches_no_hook_and_no_argument_check() {
+    let ran = Arc::new(Ran::default());
+    let inner = registry(&ran);
+    inner
+        .register(
+            ToolDef::new("secret_op", "a tool the reader may not see").with_parameters(json!({
+                "type": "object",
+                "properties": {"target": {"type": "string", "description": "the hidden target"}},
+                "required": ["target"]
+            })),
+            |_ctx: ToolContext| async { Ok::<Value, ToolError>(json!({})) },
+        )
+        .unwrap();
+    let source: Arc<dyn ToolSource> =
+        Arc::new(GatedSource::new(inner, Arc::new(gate()), Approval::Refused));
+    let after = Arc::new(WatchingAfter(AtomicUsize::new(0)));
+    let post_only = Executor::new(Arc::clone(&source)).with_post_hook(Arc::clone(&after) as _);
+    let before = Arc::new(Watching(AtomicUsize::new(0)));
+    let both = Executor::new(source)
+        .with_pre_hook(Arc::clone(&before) as _)
+        .with_post_hook(Arc::clone(&after) as _);
+    for executor in [&post_only, &both] {
+        for (agent, tool, reason) in [
+            ("reader", "secret_op", ErrorReason::Unauthorized),
+            ("reader", "files_write", ErrorReason::Unauthorized),
+            ("ops", "danger", ErrorReason::Denied),
+        ] {
+            let batch = BatchContext {
+                batch_id: "b".into(),
+                extras: extras(agent).into(),
+                cancel: CancellationToken::new(),
+            };
+            let outcome = executor
+                .run(&turn(tool, &json!({})), &batch)
+                .await
+                .outcomes
+                .remove(0);
+            let error = outcome.error.unwrap();
+            assert_eq!(error.reason, reason, "{agent} {tool}: {error:?}");
+            assert!(
+                !format!("{error:?}").contains("target"),
+                "{agent} {tool}: {error:?}"
+            );
+        }
+    }
+    assert_eq!(before.0.load(Ordering::SeqCst), 0);
+    assert_eq!(after.0.load(Ordering::SeqCst), 0);
+    assert_eq!(ran.0.load(Ordering::SeqCst), 0);
+    // One the gate lets through is seen by both.
+    let batch = BatchContext {
+        batch_id: "b".into(),
+        extras: extras("reader").into(),
+        cancel: CancellationToken::new(),
+    };
+    assert!(
+        both.run(&turn("files_read", &json!({})), &batch)
+            .await
+            .outcomes[0]
+            .success
+    );
+    assert_eq!(before.0.load(Ordering::SeqCst), 1);
+    assert_eq!(after.0.load(Ordering::SeqCst), 1);
+}
+
 /// A name that is no tool is answered with the closest tools the agent
 /// may use: never one its grant refuses (the next call would only be
 /// refused), and never a hint that shows it what exists beyond its grant.
