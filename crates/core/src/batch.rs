@@ -792,8 +792,10 @@ impl Executor {
         };
         // A task-local does not follow a spawn: the handler's task gets the
         // call's notes explicitly.
-        let notes = notes.clone();
-        let mut handle = AbortOnDrop(tokio::spawn(async move { notes.scope(future).await }));
+        let handler_notes = notes.clone();
+        let mut handle = AbortOnDrop(tokio::spawn(
+            async move { handler_notes.scope(future).await },
+        ));
         enum Ended {
             Joined(Result<Result<Value, ToolError>, tokio::task::JoinError>),
             TimedOut,
@@ -803,7 +805,7 @@ impl Executor {
             biased;
             joined = &mut handle.0 => Ended::Joined(joined),
             () = batch_cancel.cancelled() => Ended::Stopped,
-            () = tokio::time::sleep(timeout) => Ended::TimedOut,
+            () = run_out(timeout, notes) => Ended::TimedOut,
         };
         match ended {
             Ended::Joined(Ok(result)) => result,
@@ -863,6 +865,23 @@ impl Executor {
             // thread, and is abandoned.
             Err(_) => Halted::Stopped { abandoned: true },
         }
+    }
+}
+
+/// Ends once a call has run for `timeout`, not counting the time its clock
+/// was stopped ([`crate::call_notes::pause_clock`]: a person's answer
+/// awaited). Without a pause it is one sleep.
+async fn run_out(timeout: Duration, notes: &CallNotes) {
+    let start = tokio::time::Instant::now();
+    let mut until = start + timeout;
+    loop {
+        tokio::time::sleep_until(until).await;
+        let now = tokio::time::Instant::now();
+        let due = start + timeout + notes.paused_for(now);
+        if due <= now {
+            return;
+        }
+        until = due;
     }
 }
 

@@ -81,6 +81,41 @@ pub fn set_text(text: impl Into<String>) -> bool {
         .is_ok()
 }
 
+/// Stops the current call's clock (its timeout) until the returned guard
+/// is dropped: the time a person takes to approve a call is not the
+/// tool's, and a call whose answer came late has not run too long. `None`
+/// outside any call's scope, where there is no clock to stop.
+pub fn pause_clock() -> Option<ClockPause> {
+    CURRENT
+        .try_with(|notes| {
+            let mut locked = notes.lock();
+            if locked.pauses == 0 {
+                locked.paused_since = Some(tokio::time::Instant::now());
+            }
+            locked.pauses += 1;
+            drop(locked);
+            ClockPause(notes.clone())
+        })
+        .ok()
+}
+
+/// Keeps the call's clock stopped while it lives ([`pause_clock`]).
+#[derive(Debug)]
+#[must_use = "the clock runs again when this is dropped"]
+pub struct ClockPause(CallNotes);
+
+impl Drop for ClockPause {
+    fn drop(&mut self) {
+        let mut notes = self.0.lock();
+        notes.pauses = notes.pauses.saturating_sub(1);
+        if notes.pauses == 0
+            && let Some(since) = notes.paused_since.take()
+        {
+            notes.paused_for += since.elapsed();
+        }
+    }
+}
+
 /// One call's notes, shared by everything that serves the call.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct CallNotes(Arc<Mutex<Notes>>);
@@ -89,6 +124,11 @@ pub(crate) struct CallNotes(Arc<Mutex<Notes>>);
 pub(crate) struct Notes {
     warnings: Vec<String>,
     text: Option<String>,
+    /// Live [`ClockPause`]s, since when the first of them, and the time
+    /// the clock was stopped before that.
+    pauses: u32,
+    paused_since: Option<tokio::time::Instant>,
+    paused_for: std::time::Duration,
 }
 
 impl CallNotes {
@@ -118,5 +158,54 @@ impl CallNotes {
 
     pub(crate) fn take_text(&self) -> Option<String> {
         self.lock().text.take()
+    }
+
+    /// How long the call's clock has been stopped, up to `now`.
+    pub(crate) fn paused_for(&self, now: tokio::time::Instant) -> std::time::Duration {
+        let notes = self.lock();
+        notes.paused_for
+            + notes
+                .paused_since
+                .map_or(std::time::Duration::ZERO, |since| {
+                    now.saturating_duration_since(since)
+                })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    /// The clock stops from the first pause to the last one's end, and
+    /// the stopped time adds up over separate pauses.
+    #[tokio::test(start_paused = true)]
+    async fn paused_time_adds_up_from_the_first_pause_to_the_last_end() {
+        let notes = CallNotes::default();
+        let start = tokio::time::Instant::now();
+        let step = |ms| tokio::time::advance(Duration::from_millis(ms));
+        let outer = notes.sync_scope(pause_clock).unwrap();
+        step(100).await;
+        let inner = notes.sync_scope(pause_clock).unwrap();
+        step(50).await;
+        drop(outer);
+        step(25).await;
+        // Still stopped: one pause is live.
+        assert_eq!(
+            notes.paused_for(tokio::time::Instant::now()),
+            Duration::from_millis(175)
+        );
+        drop(inner);
+        step(1000).await;
+        let _again = notes.sync_scope(pause_clock).unwrap();
+        step(10).await;
+        assert_eq!(
+            notes.paused_for(tokio::time::Instant::now()),
+            Duration::from_millis(185)
+        );
+        assert_eq!(start.elapsed(), Duration::from_millis(1185));
+        // Outside a call there is no clock.
+        assert!(pause_clock().is_none());
     }
 }

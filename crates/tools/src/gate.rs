@@ -325,11 +325,16 @@ impl ToolSource for GatedSource {
             Approval::Granted => self.inner.invoke(name, ctx),
             Approval::Refused => Box::pin(async move { Err(approval_refused(&tool)) }),
             Approval::Ask(approver) => {
-                // The handler is not even created before the answer.
+                // The handler is not even created before the answer, and
+                // the person's time is not the tool's: the call's clock
+                // (its timeout) stops until they answer.
+                let paused = homeagent_core::call_notes::pause_clock();
                 let asked = approver.approve(&agent, name, &ctx.arguments);
                 let inner = Arc::clone(&self.inner);
                 Box::pin(async move {
-                    if asked.await {
+                    let yes = asked.await;
+                    drop(paused);
+                    if yes {
                         inner.invoke(&tool, ctx).await
                     } else {
                         Err(ToolError::new(

@@ -493,6 +493,78 @@ async fn a_refused_call_reaches_no_hook_and_no_argument_check() {
     assert_eq!(after.0.load(Ordering::SeqCst), 1);
 }
 
+/// Answers after a while, as a person does.
+struct SlowPerson(std::time::Duration);
+
+impl Approver for SlowPerson {
+    fn approve(
+        &self,
+        _agent: &str,
+        _tool: &str,
+        _args: &Value,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + 'static>> {
+        let after = self.0;
+        Box::pin(async move {
+            tokio::time::sleep(after).await;
+            true
+        })
+    }
+}
+
+/// The time a person takes to answer is not the tool's: a call whose
+/// answer came after its timeout runs (it timed out before it started),
+/// and its timeout still bounds the tool itself once it runs.
+#[tokio::test]
+async fn waiting_for_approval_does_not_count_against_the_timeout() {
+    let timeout = std::time::Duration::from_millis(300);
+    let answer_after = std::time::Duration::from_millis(700);
+    let registry = Arc::new(Registry::new());
+    registry
+        .register(
+            ToolDef::new("danger", "a test tool"),
+            |ctx: ToolContext| async move {
+                let ms = ctx.arguments["sleep_ms"].as_u64().unwrap_or(0);
+                tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+                Ok::<Value, ToolError>(json!({"slept_ms": ms}))
+            },
+        )
+        .unwrap();
+    let source: Arc<dyn ToolSource> = Arc::new(GatedSource::new(
+        registry,
+        Arc::new(gate()),
+        Approval::Ask(Arc::new(SlowPerson(answer_after))),
+    ));
+    let executor = Executor::new(source).with_options(homeagent_core::ExecutorOptions {
+        default_timeout: timeout,
+        ..homeagent_core::ExecutorOptions::default()
+    });
+    let run = |sleep_ms: u64| {
+        let executor = &executor;
+        async move {
+            let batch = BatchContext {
+                batch_id: "b".into(),
+                extras: extras("ops").into(),
+                cancel: CancellationToken::new(),
+            };
+            let began = std::time::Instant::now();
+            let outcome = executor
+                .run(&turn("danger", &json!({"sleep_ms": sleep_ms})), &batch)
+                .await
+                .outcomes
+                .remove(0);
+            (outcome, began.elapsed())
+        }
+    };
+    let (outcome, _) = run(0).await;
+    assert!(outcome.success, "{:?}", outcome.error);
+    assert_eq!(outcome.value, json!({"slept_ms": 0}));
+    // A tool that runs past its timeout once approved is still stopped,
+    // and no sooner than the answer plus the timeout.
+    let (outcome, took) = run(5_000).await;
+    assert_eq!(outcome.error.map(|e| e.reason), Some(ErrorReason::Timeout));
+    assert!(took >= answer_after + timeout, "{took:?}");
+}
+
 /// A name that is no tool is answered with the closest tools the agent
 /// may use: never one its grant refuses (the next call would only be
 /// refused), and never a hint that shows it what exists beyond its grant.
