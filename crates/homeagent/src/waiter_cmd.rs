@@ -99,6 +99,7 @@ fn prepare(args: &WaiterArgs, global: &GlobalArgs) -> anyhow::Result<Prepared> {
     };
     let (config, policy) = WaiterPolicy::load(config_file.as_deref(), args.device_authorized)
         .context("the waiter's config is not usable")?;
+    let policy = policy.protecting(homeagents_own_files(global)?);
 
     let server = args.server.clone().or(config.server.clone()).context(
         "no server to connect to: pass --server ws://HOST:PORT (or set `server` in waiter.toml)",
@@ -148,6 +149,24 @@ fn prepare(args: &WaiterArgs, global: &GlobalArgs) -> anyhow::Result<Prepared> {
         options,
         config_file,
     })
+}
+
+/// HomeAgent's data directory and config file as a server run by this
+/// user would find them: the ones this command resolves (`--data-dir`,
+/// `$HOMEAGENT_DATA_DIR`, `$HOMEAGENT_CONFIG`), and the default ones when
+/// `--data-dir` names another. The config holds the API key and device
+/// tokens, the data directory every session's history: on the server's
+/// own machine (the usual one-box set-up) a device command must not read
+/// them, as `cmd_run` may not.
+fn homeagents_own_files(global: &GlobalArgs) -> anyhow::Result<Vec<PathBuf>> {
+    let resolved = ConfigPaths::resolve(None, global.data_dir.clone(), &setup::env)?;
+    let mut files = vec![resolved.data_dir, resolved.config_file];
+    if global.data_dir.is_some()
+        && let Ok(default) = ConfigPaths::resolve(None, None, &setup::env)
+    {
+        files.extend([default.data_dir, default.config_file]);
+    }
+    Ok(files)
 }
 
 fn data_dir(global: &GlobalArgs) -> anyhow::Result<PathBuf> {

@@ -188,6 +188,73 @@ async fn the_foreground_waiter_enforces_the_configured_allowlist() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A waiter on the server's own machine, run by the same user (the usual
+/// one-box set-up), reaches the same data directory and config file as
+/// the server: device commands may not read them, as `cmd_run` may not
+/// (the config holds the API key and device tokens, the data directory
+/// every session's history). Other files stay readable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn device_commands_may_not_read_homeagents_data_or_config() {
+    let (dir, config) = setup("private", "device_cmd_allowlist = [\"cat\"]\n");
+    let elsewhere = dir.with_extension("elsewhere");
+    let _ = std::fs::remove_dir_all(&elsewhere);
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    std::fs::write(
+        dir.join("homeagent.toml"),
+        "[server]\napi_key = \"secret\"\n",
+    )
+    .unwrap();
+    std::fs::write(
+        elsewhere.join("named.toml"),
+        "[server]\napi_key = \"secret\"\n",
+    )
+    .unwrap();
+    std::fs::write(elsewhere.join("notes.txt"), "fine\n").unwrap();
+    let (listener, url) = listen().await;
+    let mut child = waiter_command(&dir, &["--server", &url, "--device-id", "cli-private"])
+        .arg("--config")
+        .arg(&config)
+        .env("HOMEAGENT_DEVICE_TOKEN", TOKEN)
+        .env("HOMEAGENT_CONFIG", elsewhere.join("named.toml"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let guard = KillOnDrop(child.id());
+    let mut ws = bind(&listener, "cli-private").await;
+    let path = |p: PathBuf| p.display().to_string();
+    let (status, stdout, detail) = run(
+        &mut ws,
+        1,
+        &format!("cat {}", path(elsewhere.join("notes.txt"))),
+    )
+    .await;
+    assert_eq!(
+        (status, stdout.as_str()),
+        (CmdStatus::Ok, "fine\n"),
+        "{detail}"
+    );
+    for (req_id, private) in [
+        (2, dir.join("homeagent.toml")),
+        (3, dir.join("homeagent.db")),
+        (4, elsewhere.join("named.toml")),
+    ] {
+        let (status, stdout, detail) =
+            run(&mut ws, req_id, &format!("cat {}", path(private.clone()))).await;
+        assert_eq!(
+            status,
+            CmdStatus::Refused,
+            "{}: {stdout} {detail}",
+            private.display()
+        );
+        assert!(!stdout.contains("secret"), "{stdout}");
+    }
+    drop(guard);
+    assert!(child.wait().unwrap().success());
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(&elsewhere).unwrap();
+}
+
 /// A token given with `--token` does not stay on the command line, where
 /// `ps -ef` (which the waiter's own allowlist lets the agent run) would
 /// show it: the waiter starts itself again with the token in its

@@ -39,6 +39,20 @@ impl Default for WaiterPolicy {
 }
 
 impl WaiterPolicy {
+    /// Also refuses commands that read `paths` (or anything under them):
+    /// HomeAgent's own files on this machine, which a waiter run by the
+    /// server's user reaches as the server does. Each is taken as far as
+    /// it exists, symlinks resolved, as `cmd_run`'s are.
+    pub fn protecting(mut self, paths: impl IntoIterator<Item = std::path::PathBuf>) -> Self {
+        for path in paths {
+            let resolved = homeagent_tools::files::resolved_as_far_as_it_exists(&path);
+            if !self.cmd.private_paths.contains(&resolved) {
+                self.cmd.private_paths.push(resolved);
+            }
+        }
+        self
+    }
+
     /// The one way from a config file to a policy, used by every start
     /// path (foreground and `--daemon`). `path: None` means no file: the
     /// defaults. `authorized` is `--device-authorized`, which wins over
