@@ -100,6 +100,59 @@ async fn a_refusal_that_may_pass_later_is_retried() {
     waiter.abort();
 }
 
+/// Another waiter holding the id for good (two machines with the same
+/// hostname, so the same default id) is not waited out for ever: a waiter
+/// refused as a duplicate retries for a while (the other link may be its
+/// own stale one), then ends saying so, instead of taking the id over
+/// whenever the other machine's link drops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_id_is_retried_for_a_while_then_ends_the_waiter() {
+    let (listener, url) = listen().await;
+    let mut options = fast_options(&url);
+    let patience = Duration::from_millis(600);
+    options.duplicate_patience = patience;
+    let began = std::time::Instant::now();
+    let mut waiter = start_waiter(options, WaiterPolicy::default());
+    let mut refused = 0;
+    let deadline = tokio::time::sleep(Duration::from_secs(30));
+    tokio::pin!(deadline);
+    let ended = loop {
+        tokio::select! {
+            ended = &mut waiter => break ended.unwrap(),
+            accepted = listener.accept() => {
+                let (tcp, _) = accepted.unwrap();
+                let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
+                hello_and_bind(&mut ws).await;
+                send(
+                    &mut ws,
+                    &ServerFrame::Refused {
+                        code: RefusalCode::DuplicateId,
+                        reason: "test-device is already connected".into(),
+                        retry: true,
+                    },
+                )
+                .await;
+                refused += 1;
+            }
+            () = &mut deadline => panic!("the waiter retried for ever"),
+        }
+    };
+    let error = ended.unwrap_err();
+    assert!(
+        matches!(
+            &error,
+            WaiterError::Refused {
+                code: RefusalCode::DuplicateId,
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("device-id"), "{error}");
+    assert!(refused >= 2, "retried {refused} time(s)");
+    assert!(began.elapsed() >= patience);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ping_before_bound_does_not_break_the_bind() {
     // The seed's old waiter closed the link on a ping that came before the

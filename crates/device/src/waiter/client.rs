@@ -69,11 +69,19 @@ pub struct WaiterOptions {
     pub backoff_min: Duration,
     pub backoff_max: Duration,
     pub max_concurrent_cmds: usize,
+    /// How long a waiter refused because its id is connected already
+    /// keeps trying. The other link may be this waiter's own, from before
+    /// a restart, which the server closes once it has been silent (45 s);
+    /// past that it is another machine with the same id, and taking the
+    /// id over whenever that machine's link drops would send its commands
+    /// here.
+    pub duplicate_patience: Duration,
 }
 
 impl WaiterOptions {
     /// The defaults: ping every 20 s, dead after 60 s, connect within 10 s,
-    /// back off 0.5 s → 30 s, 8 commands at once.
+    /// back off 0.5 s → 30 s, 8 commands at once, a duplicate id tried
+    /// for 2 min.
     pub fn new(server: impl Into<String>, token: Secret, hello: Hello) -> WaiterOptions {
         WaiterOptions {
             server: server.into(),
@@ -86,6 +94,7 @@ impl WaiterOptions {
             backoff_min: Duration::from_millis(500),
             backoff_max: Duration::from_secs(30),
             max_concurrent_cmds: 8,
+            duplicate_patience: Duration::from_secs(120),
         }
     }
 }
@@ -93,7 +102,8 @@ impl WaiterOptions {
 /// Why the waiter stopped. Match on the variant.
 #[derive(Debug, thiserror::Error)]
 pub enum WaiterError {
-    /// The server refused the bind and said retrying cannot help.
+    /// The server refused the bind and said retrying cannot help, or
+    /// kept refusing it because another link holds the device id.
     #[error("the server refused this device: {reason} ({}); {}", code_name(*code), refusal_hint(*code))]
     Refused { code: RefusalCode, reason: String },
     #[error("bad server address `{url}`: {why}")]
@@ -167,10 +177,33 @@ pub async fn run_waiter(
     };
     tracing::info!(server = %target.url, device_id = %options.hello.device_id, "waiter starting");
     let mut failures: u32 = 0;
+    // Since when every bind was refused as a duplicate.
+    let mut duplicate_since: Option<Instant> = None;
     loop {
         let started = Instant::now();
-        match session(&target, tls.clone(), &options, &policy).await {
+        let ended = session(&target, tls.clone(), &options, &policy).await;
+        duplicate_since = match &ended {
+            End::Duplicate(_) => duplicate_since.or(Some(started)),
+            _ => None,
+        };
+        match ended {
             End::Fatal(error) => return Err(error),
+            End::Duplicate(error)
+                if duplicate_since
+                    .is_some_and(|since| since.elapsed() >= options.duplicate_patience) =>
+            {
+                return Err(error);
+            }
+            End::Duplicate(error) => {
+                failures = failures.saturating_add(1);
+                let delay = backoff(
+                    failures.saturating_sub(1),
+                    options.backoff_min,
+                    options.backoff_max,
+                );
+                tracing::warn!(%error, delay_ms = delay.as_millis() as u64, "another link holds this device id (perhaps this waiter's own, from before a restart); trying again");
+                tokio::time::sleep(delay).await;
+            }
             End::Lost { why, was_bound } => {
                 failures =
                     failures_after(failures, was_bound, started.elapsed(), options.backoff_max);
@@ -202,7 +235,13 @@ fn failures_after(failures: u32, was_bound: bool, lasted: Duration, backoff_max:
 /// How a session ended.
 enum End {
     Fatal(WaiterError),
-    Lost { why: String, was_bound: bool },
+    /// Refused because the id is connected already; tried again for
+    /// [`WaiterOptions::duplicate_patience`].
+    Duplicate(WaiterError),
+    Lost {
+        why: String,
+        was_bound: bool,
+    },
 }
 
 fn lost(why: impl Into<String>, was_bound: bool) -> End {
@@ -300,11 +339,13 @@ async fn session(
             reason,
             retry,
         }) => {
+            let duplicate = code == RefusalCode::DuplicateId;
             let error = WaiterError::Refused { code, reason };
-            if retry {
-                return lost(error.to_string(), false);
-            }
-            return End::Fatal(error);
+            return match (retry, duplicate) {
+                (true, true) => End::Duplicate(error),
+                (true, false) => lost(error.to_string(), false),
+                (false, _) => End::Fatal(error),
+            };
         }
         Ok(ServerFrame::Cmd { .. } | ServerFrame::Cancel { .. }) => {
             return lost("the server sent a command before `bound`", false);
