@@ -27,27 +27,58 @@ pub fn number(text: &str) -> Option<Number> {
     text.trim().parse().ok()
 }
 
-/// [`number`], when it is whole (`20` and `20.0` alike), as the JSON
-/// integer it stands for.
+/// [`number`], when it is whole (`20`, `20.0` and `2e1` alike), as the
+/// JSON integer it stands for exactly. Written with a point or an
+/// exponent, it is read as a float: whole only when its digits say so
+/// (`0.99999999999999999` becomes the float 1.0, but is no integer) and
+/// only up to 2^53 ([`integral`]).
 pub fn integer(text: &str) -> Option<Value> {
-    integral(&number(text)?)
+    let number = number(text)?;
+    if number.is_i64() || number.is_u64() {
+        return Some(Value::Number(number));
+    }
+    if !whole_as_written(text.trim()) {
+        return None;
+    }
+    integral(&number)
 }
 
-/// `20` and `20.0` as a JSON integer; `None` when there is a fraction.
+/// Below this (2^53) a float holds every integer exactly; from it on,
+/// `9007199254740993.0` is read as 2^53 itself, so 2^53 is not trusted
+/// either.
+const EXACT_FLOAT_INTEGERS: f64 = 9_007_199_254_740_992.0;
+
+/// `20` and `20.0` as a JSON integer; `None` when there is a fraction, or
+/// when a float is 2^53 or more and may not be the integer that was
+/// written.
 pub fn integral(number: &Number) -> Option<Value> {
     if number.is_i64() || number.is_u64() {
         return Some(Value::Number(number.clone()));
     }
     let f = number.as_f64()?;
-    if !f.is_finite() || f.fract() != 0.0 {
-        return None;
-    }
-    // i64::MAX as f64 rounds up to 2^63, hence the strict upper bound.
-    if f >= i64::MIN as f64 && f < i64::MAX as f64 {
-        Some(Value::from(f as i64))
+    // Within ±2^53 the cast is exact.
+    (f.is_finite() && f.fract() == 0.0 && f.abs() < EXACT_FLOAT_INTEGERS)
+        .then(|| Value::from(f as i64))
+}
+
+/// Whether a number in JSON's grammar stands for a whole number, judged
+/// on its digits: every digit the exponent leaves after the point is 0.
+fn whole_as_written(text: &str) -> bool {
+    let unsigned = text.strip_prefix('-').unwrap_or(text);
+    let (mantissa, exponent) = match unsigned.split_once(['e', 'E']) {
+        Some((mantissa, exponent)) => match exponent.parse::<i64>() {
+            Ok(exponent) => (mantissa, exponent),
+            Err(_) => return false,
+        },
+        None => (unsigned, 0),
+    };
+    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let zero = |d: u8| d == b'0';
+    let shift = usize::try_from(exponent.unsigned_abs()).unwrap_or(usize::MAX);
+    if exponent >= 0 {
+        fraction.bytes().skip(shift).all(zero)
     } else {
-        // Too large for i64 but integral: jsonschema still counts it as an integer.
-        Some(Value::Number(number.clone()))
+        fraction.bytes().all(zero) && whole.bytes().rev().take(shift).all(zero)
     }
 }
 
@@ -82,10 +113,53 @@ mod tests {
             integer("18446744073709551615"),
             Some(json!(18_446_744_073_709_551_615_u64))
         );
-        // 2^63 written with a fraction is whole, but no i64: kept as the
-        // number it is, not clamped to i64::MAX.
-        let two_to_63 = integer("9223372036854775808.0").unwrap();
-        assert_ne!(two_to_63, json!(i64::MAX));
-        assert_eq!(two_to_63.as_f64(), Some(9_223_372_036_854_775_808.0));
+        // Written as a float, a number is read as one: whole only up to
+        // 2^53, where floats stop holding every integer (…993.0 reads as
+        // …992), and judged on its digits, not on the float it became.
+        assert_eq!(
+            integer("9007199254740991.0"),
+            Some(json!(9_007_199_254_740_991_i64))
+        );
+        for changed in [
+            "9007199254740992.0",
+            "9007199254740993.0",
+            "9223372036854775808.0",
+            "12345678901234567890123",
+            "0.99999999999999999",
+            "1e20",
+        ] {
+            assert_eq!(integer(changed), None, "{changed}");
+        }
+        // An exponent that leaves no fraction is whole.
+        assert_eq!(integer("1e3"), Some(json!(1000)));
+        assert_eq!(integer("1.5e1"), Some(json!(15)));
+        assert_eq!(integer("-100e-2"), Some(json!(-1)));
+        assert_eq!(integer("0.0e5"), Some(json!(0)));
+        for fraction in [
+            "1.25e1",
+            "150e-2",
+            "1e-1",
+            "5e99999999999999999999",
+            // 1.00000000000000000001, which a float reads as 1.0.
+            "100000000000000000001e-20",
+            "100.00000000000000001e-2",
+        ] {
+            assert_eq!(integer(fraction), None, "{fraction}");
+        }
+    }
+
+    #[test]
+    fn a_float_is_whole_up_to_two_to_the_53() {
+        let float = |f: f64| Number::from_f64(f).unwrap();
+        assert_eq!(integral(&float(100.0)), Some(json!(100)));
+        assert!(integral(&float(100.0)).unwrap().is_i64());
+        assert_eq!(
+            integral(&float(-9_007_199_254_740_991.0)),
+            Some(json!(-9_007_199_254_740_991_i64))
+        );
+        assert_eq!(integral(&float(9_007_199_254_740_992.0)), None);
+        assert_eq!(integral(&float(1.5)), None);
+        assert_eq!(integral(&float(1e20)), None);
+        assert_eq!(integral(&float(18_014_398_509_481_984.0)), None);
     }
 }

@@ -521,6 +521,17 @@ fn coerce(schema: &Value, value: &mut Value, depth: usize) {
                 *value = coerced;
             }
         }
+        // `100.0` passes an `integer` schema (JSON Schema counts it as
+        // one), and a tool reading an integer would refuse it.
+        Value::Number(n) if n.is_f64() => {
+            if let Some(types) = plain_types(schema)
+                && types.contains(&"integer")
+                && !types.contains(&"number")
+                && let Some(whole) = lenient::integral(n)
+            {
+                *value = whole;
+            }
+        }
         _ => {}
     }
 }
@@ -634,11 +645,12 @@ fn coerce_string(schema: &Value, s: &str) -> Option<Value> {
     if !wants_integer && !wants_number {
         return None;
     }
-    let number = lenient::number(s)?;
-    if let Some(integral) = lenient::integral(&number) {
-        return Some(integral);
+    if let Some(whole) = lenient::integer(s) {
+        return Some(whole);
     }
-    wants_number.then_some(Value::Number(number))
+    wants_number
+        .then(|| lenient::number(s).map(Value::Number))
+        .flatten()
 }
 
 #[cfg(test)]
@@ -1264,11 +1276,34 @@ mod tests {
         assert_eq!(err.field.as_deref(), Some("a~/b"));
     }
 
+    /// A number no float holds exactly, or a fraction the float rounds
+    /// away, is not made an integer: the tool would get another number
+    /// than the model wrote.
     #[test]
-    fn huge_integral_string_for_integer_is_accepted() {
+    fn a_string_no_integer_stands_for_exactly_fails_as_type() {
         let schema = json!({"type": "object", "properties": {"n": {"type": "integer"}}});
-        let (_, args) = pass(schema, json!({"n": "1e20"}));
-        assert_eq!(args["n"].as_f64(), Some(1e20));
+        for changed in ["1e20", "12345678901234567890123", "0.99999999999999999"] {
+            let err = fail(schema.clone(), json!({"n": changed}));
+            assert_eq!(err.reason, ErrorReason::Type, "{changed}");
+        }
+    }
+
+    /// A whole number sent as a float (`100.0`) passes an `integer` schema
+    /// (JSON Schema counts it as one), so it is made the integer the
+    /// tools read, as `"100.0"` is; a `number` keeps its float.
+    #[test]
+    fn a_whole_float_for_an_integer_becomes_an_integer() {
+        let (_, args) = pass(
+            read_file_schema(),
+            json!({"path": "a", "count": 100.0, "ratio": 2.0, "files": [{"name": "x", "size": 3.0}]}),
+        );
+        assert_eq!(args["count"].as_u64(), Some(100));
+        assert!(args["count"].is_i64());
+        assert_eq!(args["files"][0]["size"].as_u64(), Some(3));
+        assert!(args["ratio"].is_f64());
+        // Past 2^53 it stays as sent (a float no longer holds every integer).
+        let (_, args) = pass(read_file_schema(), json!({"path": "a", "count": 1e19}));
+        assert!(args["count"].is_f64());
     }
 
     /// `normalized` on its own: each spelling it rewrites, each it must
