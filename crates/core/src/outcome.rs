@@ -212,14 +212,23 @@ impl ToolOutcome {
     }
 
     /// Replaces the structured value (an after-hook did) and re-renders the
-    /// text and success from it, so text and value never disagree.
+    /// text and success from it, so text and value never disagree. A
+    /// failure reworded in a shape that names no kind (`{"error":
+    /// "redacted"}`) keeps the kind it had: a timeout stays a timeout.
     pub fn replace_value(&mut self, value: Value) {
         let warnings = std::mem::take(&mut self.warnings);
+        let earlier = self.error.take();
         *self = ToolOutcome::from_value(
             std::mem::take(&mut self.call_id),
             std::mem::take(&mut self.tool),
             value,
         );
+        if let (Some(earlier), Some(error)) = (earlier, &mut self.error)
+            && serialized_tool_error(&self.value).is_none()
+        {
+            error.reason = earlier.reason;
+            self.text = error.render(&self.tool);
+        }
         self.warnings = warnings;
     }
 }
@@ -228,24 +237,15 @@ impl ToolOutcome {
 ///
 /// Error shapes: a serialised [`ToolError`] (exactly its keys),
 /// `{"error": non-empty string}`,
-/// `{"error": object}`, `{"isError": true}`. Everything else is success,
+/// `{"error": non-empty object}`, `{"isError": true}`, and `error: true`,
+/// a number other than 0 or a non-empty list. Everything else is success,
 /// including strings that mention "error", `{"error": null}` and non-zero
 /// exit codes (a command that ran and exited 1 is a successful call).
 pub fn error_in_value(value: &Value) -> Option<ToolError> {
     let Value::Object(map) = value else {
         return None;
     };
-    // Only a value with both keys, and no key a ToolError lacks, is a
-    // serialised ToolError (a sensor's `{"reason", "detail", "temperature"}`
-    // is data); checking first keeps large successful values from being
-    // cloned.
-    if map.contains_key("reason")
-        && map.contains_key("detail")
-        && map
-            .keys()
-            .all(|k| matches!(k.as_str(), "reason" | "detail" | "field" | "hint"))
-        && let Ok(err) = serde_json::from_value::<ToolError>(value.clone())
-    {
+    if let Some(err) = serialized_tool_error(value) {
         return Some(err);
     }
     if map.get("isError") == Some(&Value::Bool(true)) {
@@ -255,16 +255,17 @@ pub fn error_in_value(value: &Value) -> Option<ToolError> {
     }
     match map.get("error") {
         Some(Value::String(s)) if !s.trim().is_empty() => Some(ToolError::execution(s.trim())),
-        Some(obj @ Value::Object(inner)) => {
+        Some(obj @ Value::Object(inner)) if !inner.is_empty() => {
             let detail = inner
                 .get("message")
                 .and_then(Value::as_str)
-                .map(str::to_owned)
-                .unwrap_or_else(|| compact_json(obj));
+                .map(str::trim)
+                .filter(|message| !message.is_empty())
+                .map_or_else(|| compact_json(obj), str::to_owned);
             Some(ToolError::execution(detail))
         }
         // Legacy plugins say it other ways too; each kind's own "none"
-        // (`false`, `0`, `[]`) is no error.
+        // (`false`, `0`, `[]`, `{}`) is no error.
         Some(Value::Bool(true)) => Some(ToolError::execution(
             detail_of_other_keys(map).unwrap_or_else(|| "the tool reported error: true".into()),
         )),
@@ -281,6 +282,25 @@ pub fn error_in_value(value: &Value) -> Option<ToolError> {
         }
         _ => None,
     }
+}
+
+/// `value` when it is a serialised [`ToolError`]. Only a value with both
+/// keys, and no key a ToolError lacks, is one (a sensor's `{"reason",
+/// "detail", "temperature"}` is data); checking the keys first keeps
+/// large successful values from being cloned.
+fn serialized_tool_error(value: &Value) -> Option<ToolError> {
+    let Value::Object(map) = value else {
+        return None;
+    };
+    if map.contains_key("reason")
+        && map.contains_key("detail")
+        && map
+            .keys()
+            .all(|k| matches!(k.as_str(), "reason" | "detail" | "field" | "hint"))
+    {
+        return serde_json::from_value::<ToolError>(value.clone()).ok();
+    }
+    None
 }
 
 /// A message beside an `error: true`: the value's `message`, `msg` or

@@ -13,7 +13,7 @@ fn failure_shapes_are_failures() {
         json!({"error": "disk full"}),
         json!({"error": "  permission denied  ", "path": "/x"}),
         json!({"error": {"code": 404, "message": "no such page"}}),
-        json!({"error": {}}),
+        json!({"error": {"code": 500}}),
         json!({"isError": true, "content": [{"type": "text", "text": "server says no"}]}),
         json!({"isError": true}),
         json!({"reason": "execution", "detail": "exploded"}),
@@ -46,6 +46,12 @@ fn failure_shapes_are_failures() {
     );
     let nested = error_in_value(&json!({"error": {"code": 404, "message": "no such page"}}));
     assert_eq!(nested.map(|e| e.detail), Some("no such page".to_owned()));
+    // An object with an empty message is shown whole, not as nothing.
+    let blank = error_in_value(&json!({"error": {"code": 7, "message": " "}}));
+    assert_eq!(
+        blank.map(|e| e.detail),
+        Some(r#"{"code":7,"message":" "}"#.to_owned())
+    );
     let typed = error_in_value(
         &serde_json::to_value(ToolError::new(ErrorReason::Timeout, "slow")).unwrap(),
     );
@@ -73,6 +79,8 @@ fn success_shapes_are_successes() {
         json!({"error": false, "data": 1}),
         json!({"error": 0}),
         json!({"error": []}),
+        // `{}` is an object's own "none", as `false`, `0` and `[]` are.
+        json!({"value": 3, "error": {}}),
         json!({"reason": "fine", "status": "ok"}),
         // A sensor's own report that happens to use these two words: more
         // keys than a ToolError has, so it is the tool's data.
@@ -196,4 +204,29 @@ fn warnings_follow_the_text_after_a_blank_line_or_stand_alone() {
     let mut untouched = "result".to_owned();
     homeagent_core::outcome::append_warnings(&mut untouched, &[]);
     assert_eq!(untouched, "result");
+}
+
+/// A post-hook that rewords a failure (`{"error": "redacted"}`) changes
+/// what the model reads, not what kind of failure it was: a timeout stays
+/// a timeout in events and on the dashboard. A hook that sends a whole
+/// error of its own says its kind itself.
+#[test]
+fn a_reworded_failure_keeps_its_kind() {
+    let mut outcome =
+        ToolOutcome::failure("c", "t", ToolError::new(ErrorReason::Timeout, "too slow"));
+    outcome.replace_value(json!({"error": "redacted"}));
+    assert_eq!(outcome.status(), CallStatus::Timeout);
+    let error = outcome.error.clone().unwrap();
+    assert_eq!(
+        (error.reason, error.detail.as_str()),
+        (ErrorReason::Timeout, "redacted")
+    );
+    assert_eq!(outcome.text, error.render("t"));
+    assert!(!outcome.success);
+    outcome.replace_value(serde_json::to_value(ToolError::new(ErrorReason::Denied, "no")).unwrap());
+    assert_eq!(outcome.status(), CallStatus::Denied);
+    // A success reworded as a failure is an execution failure.
+    let mut ok = ToolOutcome::from_value("c", "t", json!({"v": 1}));
+    ok.replace_value(json!({"error": "hidden"}));
+    assert_eq!(ok.error.map(|e| e.reason), Some(ErrorReason::Execution));
 }
