@@ -176,15 +176,29 @@ impl Runtime {
 
     /// An executor over the gated tools whose events go to `events`.
     pub fn executor(&self, events: Option<Arc<dyn homeagent_core::EventSink>>) -> Executor {
-        let source: Arc<dyn homeagent_core::ToolSource> = Arc::clone(&self.tools) as _;
-        let executor = self
-            .settings
-            .hooks
-            .attach(Executor::new(source).with_options(self.settings.executor.clone()));
+        let executor = self.executor_with(self.settings.executor.clone());
         match events {
             Some(sink) => executor.with_events(sink),
             None => executor,
         }
+    }
+
+    /// [`Runtime::executor`] for a client that is not a model (the tools
+    /// `mcp-serve` offers): a result's text is cut at `text_cap`, not at
+    /// the cap that keeps a model's context small; such a client reads the
+    /// result whole and sets its own limits.
+    pub fn client_executor(&self, text_cap: usize) -> Executor {
+        self.executor_with(ExecutorOptions {
+            result_text_cap: text_cap,
+            ..self.settings.executor.clone()
+        })
+    }
+
+    fn executor_with(&self, options: ExecutorOptions) -> Executor {
+        let source: Arc<dyn homeagent_core::ToolSource> = Arc::clone(&self.tools) as _;
+        self.settings
+            .hooks
+            .attach(Executor::new(source).with_options(options))
     }
 
     /// The tools `agent` may see, as an input starting now would send them

@@ -14,6 +14,12 @@ use homeagent_core::ToolSource;
 use homeagent_mcp::{ToolServer, serve_stdio};
 use homeagent_tools::{DEFAULT_AGENT, ToolApi};
 
+/// The most of a result's text an MCP client gets (the model's own cap is
+/// 32 KiB): the whole of what the files tools and `cmd_run` return under
+/// their default caps, even escaped as JSON, and far inside the 16 MiB an
+/// MCP message may take with the structured value beside it.
+const MCP_RESULT_TEXT_CAP: usize = 1024 * 1024;
+
 /// Serves `agent`'s tools until the MCP client closes the connection.
 ///
 /// Build `agent` with an approval policy that does not read the terminal
@@ -22,7 +28,7 @@ pub async fn run(agent: &homeagent_agent::Agent) -> anyhow::Result<()> {
     let runtime = agent.runtime.clone();
     let tools: Arc<dyn ToolSource> = runtime.tools().clone();
     let gate = runtime.tools().gate().clone();
-    let api = ToolApi::new(Arc::new(runtime.executor(None)));
+    let api = ToolApi::new(Arc::new(runtime.client_executor(MCP_RESULT_TEXT_CAP)));
     let server = ToolServer::new(api, tools, DEFAULT_AGENT).with_gate(gate);
     serve_stdio(server)
         .await
