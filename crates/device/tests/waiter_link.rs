@@ -153,6 +153,60 @@ async fn a_duplicate_id_is_retried_for_a_while_then_ends_the_waiter() {
     assert!(began.elapsed() >= patience);
 }
 
+/// A command's timeout counts from when it reaches the waiter, as the
+/// server counts it from when it sent it: the time it waits for one of
+/// the device's command slots comes out of it. (The server gives up five
+/// seconds after the timeout and cancels the command; one that waited for
+/// a slot and then got a whole timeout to run was cut off mid-run.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_s_timeout_counts_from_its_arrival() {
+    let (listener, url) = listen().await;
+    let mut options = fast_options(&url);
+    options.max_concurrent_cmds = 1;
+    let policy = policy_from_toml("device_cmd_allowlist = [\"sleep\"]\n");
+    let waiter = start_waiter(options, policy);
+    let mut ws = bind(&listener).await;
+    let cmd = |req_id, command: &str, timeout_ms| ServerFrame::Cmd {
+        req_id,
+        argv: None,
+        command: Some(command.into()),
+        timeout_ms,
+    };
+    // 1 holds the one slot for 0.8 s (the pauses only let it take the
+    // slot first); 2 arrives 0.2 s in with 1 s in all, so at most 0.4 s
+    // are left to run a 0.5 s sleep; 3 arrives 0.3 s in with 0.3 s and
+    // waits at least 0.5 s for the slot, so it never runs.
+    send(&mut ws, &cmd(1, "sleep 0.8", 10_000)).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    send(&mut ws, &cmd(2, "sleep 0.5", 1_000)).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    send(&mut ws, &cmd(3, "sleep 0", 300)).await;
+    let mut outcomes = std::collections::BTreeMap::new();
+    for _ in 0..3 {
+        let frame = recv(&mut ws).await;
+        let homeagent_device::protocol::DeviceFrame::CmdResult { req_id, .. } = &frame else {
+            panic!("not a result: {frame:?}");
+        };
+        let req_id = *req_id;
+        outcomes.insert(req_id, Outcome::from(frame, req_id));
+    }
+    assert!(outcomes[&1].is_ok(), "{:?}", outcomes[&1]);
+    for req_id in [2, 3] {
+        assert_eq!(
+            outcomes[&req_id].status,
+            homeagent_device::CmdStatus::Timeout,
+            "{req_id}: {:?}",
+            outcomes[&req_id]
+        );
+    }
+    assert!(
+        outcomes[&3].detail.contains("did not run"),
+        "{:?}",
+        outcomes[&3]
+    );
+    waiter.abort();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ping_before_bound_does_not_break_the_bind() {
     // The seed's old waiter closed the link on a ping that came before the

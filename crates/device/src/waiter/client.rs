@@ -416,9 +416,10 @@ async fn serve(
                         }
                         let policy = Arc::clone(policy);
                         let permits = Arc::clone(&permits);
+                        let arrived = Instant::now();
                         let handle = tasks.spawn(async move {
                             let _permit = permits.acquire_owned().await;
-                            handle_cmd(&policy, req_id, argv, command, timeout_ms).await
+                            handle_cmd(&policy, req_id, argv, command, timeout_ms, arrived).await
                         });
                         running.insert(handle.id(), req_id);
                         aborts.insert(req_id, handle);

@@ -174,8 +174,11 @@ impl WaiterPolicy {
 
 /// Runs one `cmd` under `policy` and answers it. Exactly one of `argv` and
 /// `command` must be set; `timeout_ms` 0 means the policy's default, and
-/// anything above `max_timeout` is capped to it. Never fails: every problem
-/// is a result with a status, a detail and (for refusals) a hint.
+/// anything above `max_timeout` is capped to it. The timeout counts from
+/// `arrived`, when the command reached the waiter, as the server counts it
+/// from when it sent it: the time it waited for a command slot and its
+/// check come out of it. Never fails: every problem is a result with a
+/// status, a detail and (for refusals) a hint.
 ///
 /// Dropping the returned future kills a running child (`kill_on_drop`),
 /// which is how the client stops commands whose link went away.
@@ -185,6 +188,7 @@ pub async fn handle_cmd(
     argv: Option<Vec<String>>,
     command: Option<String>,
     timeout_ms: u64,
+    arrived: std::time::Instant,
 ) -> DeviceFrame {
     if !policy.authorized {
         return refused(
@@ -214,7 +218,22 @@ pub async fn handle_cmd(
     // cmd_run's own check, here to word a refusal for a device (which
     // file, on which machine). Off the waiter's one async worker: a path
     // on a dead mount blocks its check, and would stop every command.
-    let checked = match check_command_async(&policy.cmd, &command, timeout).await {
+    let left = || Some(timeout.saturating_sub(arrived.elapsed())).filter(|left| !left.is_zero());
+    let did_not_run = |what: &str| {
+        failed(
+            req_id,
+            CmdStatus::Timeout,
+            format!(
+                "the command {what} for {} ms, its whole timeout, and did not run; the device is \
+                 busy, try again when fewer commands run there",
+                arrived.elapsed().as_millis()
+            ),
+        )
+    };
+    let Some(check_within) = left() else {
+        return did_not_run("waited for one of the device's command slots");
+    };
+    let checked = match check_command_async(&policy.cmd, &command, check_within).await {
         Ok(checked) => checked,
         Err(refusal) => {
             tracing::info!(%refusal, "waiter refused a command");
@@ -222,7 +241,10 @@ pub async fn handle_cmd(
             return refused(req_id, detail, hint);
         }
     };
-    match run_checked(&checked, &policy.cmd, timeout, std::future::pending()).await {
+    let Some(run_within) = left() else {
+        return did_not_run("waited for a command slot and its check");
+    };
+    match run_checked(&checked, &policy.cmd, run_within, std::future::pending()).await {
         Ok(value) => ran(req_id, &value),
         Err(error) => {
             let status = match error.reason {
