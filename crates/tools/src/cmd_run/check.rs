@@ -20,6 +20,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use super::guard::{Hardening, guard_arguments};
+use super::off_thread::{ThreadBudget, off_thread};
 use super::policy::{
     CHILD_PATH, CmdRunPolicy, WRITE_ONLY_PROGRAMS, dangerous_env_reason, is_program_runner,
     leads_to_program_runner,
@@ -158,27 +159,35 @@ impl CmdRefusal {
     }
 }
 
-/// [`check_command`] on the blocking pool, given at most `within`.
+/// Checks whose commands stopped waiting for them, still blocked: at most
+/// this many threads are left to the kernel at once.
+static CHECKS: ThreadBudget = ThreadBudget::new(16);
+
+/// [`check_command`] on a thread of its own, given at most `within`.
 ///
 /// The check resolves paths (each argument's `realpath`, the program on
 /// PATH), and a path on an unresponsive mount — a hard NFS mount whose
 /// server is gone, a dead sshfs — blocks that call in the kernel for as
 /// long as the mount is gone. On an async worker it stopped every other
 /// task of that worker with it (the waiter has one: every command, their
-/// timeouts, the link's pings). Here only the command waits, and only
-/// until `within` (its timeout) has passed; the blocked thread is left to
-/// the kernel.
+/// timeouts, the link's pings); on tokio's blocking pool it kept one of
+/// its few threads for good, which the store and DNS lookups need
+/// ([`off_thread`]). Here only the command waits, and only until `within`
+/// (its timeout) has passed; the blocked thread is left to the kernel,
+/// and once 16 are, commands are refused at once until some return.
 pub async fn check_command_async(
     policy: &CmdRunPolicy,
     command: &str,
     within: std::time::Duration,
 ) -> Result<CheckedCommand, CmdRefusal> {
     let (policy, command) = (policy.clone(), command.to_owned());
-    let check = tokio::task::spawn_blocking(move || check_command(&policy, &command));
+    let check = off_thread(&CHECKS, "cmd-check", move || {
+        check_command(&policy, &command)
+    });
     match tokio::time::timeout(within, check).await {
         Ok(Ok(checked)) => checked,
         Ok(Err(failed)) => Err(CmdRefusal::Unchecked {
-            why: format!("the check failed ({failed})"),
+            why: format!("the check could not run: {failed}"),
         }),
         Err(_) => Err(CmdRefusal::Unchecked {
             why: format!(

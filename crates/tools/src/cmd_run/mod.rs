@@ -38,6 +38,7 @@
 mod check;
 mod exec;
 mod guard;
+mod off_thread;
 mod options;
 mod policy;
 mod private;
