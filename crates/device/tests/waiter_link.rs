@@ -57,6 +57,45 @@ async fn a_wrong_token_ends_the_waiter_without_retrying() {
     assert!(!connects_within(&listener, Duration::from_secs(1)).await);
 }
 
+/// An address that answers the WebSocket handshake with a 4xx (a wrong
+/// path, a proxy that wants its own login) will answer the same next
+/// time: the waiter ends saying so, instead of retrying for ever while
+/// `--daemon` reports it running. A 5xx (a server restarting behind its
+/// proxy) is still retried.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handshake_refused_with_a_4xx_ends_the_waiter_and_a_5xx_is_retried() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    async fn answer(listener: &tokio::net::TcpListener, status: &str) {
+        let (mut tcp, _) = tokio::time::timeout(Duration::from_secs(10), listener.accept())
+            .await
+            .expect("the waiter did not connect")
+            .unwrap();
+        let mut head = [0u8; 4096];
+        let _ = tcp.read(&mut head).await.unwrap();
+        tcp.write_all(
+            format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .unwrap();
+    }
+    let (listener, url) = listen().await;
+    let waiter = start_waiter(fast_options(&url), WaiterPolicy::default());
+    answer(&listener, "503 Service Unavailable").await;
+    answer(&listener, "404 Not Found").await;
+    let ended = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter kept going after a 404")
+        .unwrap();
+    let error = ended.unwrap_err();
+    assert!(
+        matches!(&error, WaiterError::HandshakeRefused { status: 404, .. }),
+        "{error:?}"
+    );
+    assert!(error.to_string().contains("/api/v1/device/ws"), "{error}");
+    assert!(!connects_within(&listener, Duration::from_secs(1)).await);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_link_reconnects_and_serves_again() {
     let (listener, url) = listen().await;

@@ -205,7 +205,7 @@ async fn foreground(prepared: Prepared, detached: bool) -> anyhow::Result<ExitCo
     }
     tokio::select! {
         ended = run_waiter(options, Arc::new(policy)) => match ended {
-            Err(error @ WaiterError::Refused { .. }) => {
+            Err(error @ (WaiterError::Refused { .. } | WaiterError::HandshakeRefused { .. })) => {
                 eprintln!("error: {error}");
                 Ok(ExitCode::from(EXIT_REFUSED))
             }

@@ -38,7 +38,7 @@ use tokio::task::JoinSet;
 use tokio_tungstenite::tungstenite::{self, Message};
 
 use super::config::Secret;
-use super::link::{Socket, Target, connect};
+use super::link::{ConnectFailure, Socket, Target, connect};
 use super::policy::{WaiterPolicy, failed, handle_cmd};
 use super::tls;
 use crate::protocol::{
@@ -108,6 +108,11 @@ pub enum WaiterError {
     Refused { code: RefusalCode, reason: String },
     #[error("bad server address `{url}`: {why}")]
     BadServerUrl { url: String, why: String },
+    /// The address answered the WebSocket handshake with a 4xx, which it
+    /// will answer again: the URL or something in front of the server is
+    /// wrong.
+    #[error("{url} answered the device link with HTTP {status}; {}", handshake_hint(*status))]
+    HandshakeRefused { url: String, status: u16 },
     #[error(
         "bad device id `{id}`: use 1–64 characters from A-Z, a-z, 0-9, `.`, `_` and `-` \
          (--device-id or device_id in waiter.toml)"
@@ -129,6 +134,19 @@ fn code_name(code: RefusalCode) -> &'static str {
         RefusalCode::DuplicateId => "duplicate_id",
         RefusalCode::Protocol => "protocol",
         RefusalCode::Disabled => "disabled",
+    }
+}
+
+fn handshake_hint(status: u16) -> &'static str {
+    match status {
+        401 | 403 | 407 => {
+            "something in front of the server (a proxy) wants its own login: let the device \
+             path through to `homeagent serve` without it"
+        }
+        _ => {
+            "check --server: `homeagent serve`'s address, with no path or its device path \
+             /api/v1/device/ws"
+        }
     }
 }
 
@@ -297,7 +315,13 @@ async fn session(
 ) -> End {
     let socket = match tokio::time::timeout(options.connect_timeout, connect(target, tls)).await {
         Ok(Ok(socket)) => socket,
-        Ok(Err(why)) => return lost(why, false),
+        Ok(Err(ConnectFailure::Lost(why))) => return lost(why, false),
+        Ok(Err(ConnectFailure::Refused { status })) => {
+            return End::Fatal(WaiterError::HandshakeRefused {
+                url: target.url.clone(),
+                status,
+            });
+        }
         Err(_) => return lost(format!("connecting to {} timed out", target.url), false),
     };
     let (mut sink, mut stream) = socket.split();

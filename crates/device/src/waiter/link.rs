@@ -65,10 +65,26 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
 
 pub(super) type Socket = tokio_tungstenite::WebSocketStream<Box<dyn Io>>;
 
+/// Why a link could not be opened.
+pub(super) enum ConnectFailure {
+    /// The WebSocket handshake was answered with an HTTP status that
+    /// retrying will not change: a 4xx other than 408 and 429 (a wrong
+    /// path, a proxy wanting its own login).
+    Refused { status: u16 },
+    /// Anything that may pass: no connection, TLS, a 5xx, a timeout.
+    Lost(String),
+}
+
+impl From<String> for ConnectFailure {
+    fn from(why: String) -> Self {
+        ConnectFailure::Lost(why)
+    }
+}
+
 pub(super) async fn connect(
     target: &Target,
     tls: Option<Arc<rustls::ClientConfig>>,
-) -> Result<Socket, String> {
+) -> Result<Socket, ConnectFailure> {
     let tcp = TcpStream::connect((target.host.as_str(), target.port))
         .await
         .map_err(|e| format!("cannot connect to {}:{}: {e}", target.host, target.port))?;
@@ -91,7 +107,20 @@ pub(super) async fn connect(
     let (socket, _response) =
         tokio_tungstenite::client_async_with_config(target.url.as_str(), stream, Some(config))
             .await
-            .map_err(|e| format!("WebSocket handshake with {} failed: {e}", target.url))?;
+            .map_err(|e| match e {
+                tokio_tungstenite::tungstenite::Error::Http(response)
+                    if response.status().is_client_error()
+                        && !matches!(response.status().as_u16(), 408 | 429) =>
+                {
+                    ConnectFailure::Refused {
+                        status: response.status().as_u16(),
+                    }
+                }
+                e => ConnectFailure::Lost(format!(
+                    "WebSocket handshake with {} failed: {e}",
+                    target.url
+                )),
+            })?;
     Ok(socket)
 }
 
