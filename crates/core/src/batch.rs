@@ -602,7 +602,11 @@ impl Executor {
         // The source's own refusal (the gate's) comes first: a hook never
         // acts on a call that cannot run, and an argument error would show
         // the schema of a tool the caller may not use.
-        if let Some(error) = inner.source.refusal(&info) {
+        if let Some(error) = inner
+            .source
+            .refusal(&info)
+            .or_else(|| inner.source.approval_refusal(&info))
+        {
             return fail(error);
         }
         if let Some(def) = &def {

@@ -61,6 +61,16 @@ pub fn integral(number: &Number) -> Option<Value> {
         .then(|| Value::from(f as i64))
 }
 
+/// Whether `number` is whole, as JSON Schema counts integers: `3`, `3.0`
+/// and `1e19` are.
+pub fn is_whole(number: &Number) -> bool {
+    number.is_i64()
+        || number.is_u64()
+        || number
+            .as_f64()
+            .is_some_and(|f| f.is_finite() && f.fract() == 0.0)
+}
+
 /// Whether a number in JSON's grammar stands for a whole number, judged
 /// on its digits: every digit the exponent leaves after the point is 0.
 fn whole_as_written(text: &str) -> bool {

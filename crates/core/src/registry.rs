@@ -103,6 +103,15 @@ pub trait ToolSource: Send + Sync + 'static {
         let _ = call;
         None
     }
+    /// Why the call `call`, which its caller may make, would still be
+    /// refused: it needs a person's approval and nobody can be asked. Asked
+    /// by the executor right after [`refusal`](Self::refusal), and apart
+    /// from it, so that a check of a grant alone (a sequence's author's)
+    /// does not blame the grant for it.
+    fn approval_refusal(&self, call: &crate::CallInfo) -> Option<ToolError> {
+        let _ = call;
+        None
+    }
 }
 
 /// Why a tool could not be registered.

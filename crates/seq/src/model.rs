@@ -187,8 +187,10 @@ fn scalar_accepts(kind: &str, value: &Value) -> bool {
     match (kind, value) {
         (_, Value::Null) => true,
         ("string", v) => v.is_string(),
-        // As JSON Schema counts them: 3.0 is an integer.
-        ("integer", Value::Number(n)) => lenient::integral(n).is_some(),
+        // As JSON Schema counts them: 3.0 and 1e19 are integers (what the
+        // tool's own schema takes; only turning one into an integer, which
+        // the argument coercion does, stops at 2^53).
+        ("integer", Value::Number(n)) => lenient::is_whole(n),
         ("integer", Value::String(s)) => lenient::integer(s).is_some(),
         ("number", Value::String(s)) => lenient::number(s).is_some(),
         ("number", v) => v.is_number(),

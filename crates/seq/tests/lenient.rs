@@ -123,6 +123,9 @@ fn values_that_are_already_json_scalars_are_taken_by_their_type() {
     assert!(accepts("number", json!(3)));
     assert!(accepts("integer", json!(3)));
     assert!(accepts("integer", json!(3.0)));
+    // Whole however large, as a tool's `integer` schema takes it: a
+    // sequence must not refuse what the tool it feeds accepts.
+    assert!(accepts("integer", json!(1e19)));
     assert!(!accepts("integer", json!(3.5)));
     assert!(accepts("boolean", json!(false)));
     assert!(!accepts("boolean", json!(0)));

@@ -288,9 +288,11 @@ impl ToolSource for GatedSource {
     }
 
     fn refusal(&self, call: &homeagent_core::CallInfo) -> Option<ToolError> {
-        if let Err(error) = self.authorized(&call.tool, &call.extras, &call.arguments) {
-            return Some(error);
-        }
+        self.authorized(&call.tool, &call.extras, &call.arguments)
+            .err()
+    }
+
+    fn approval_refusal(&self, call: &homeagent_core::CallInfo) -> Option<ToolError> {
         match self.approval {
             Approval::Refused if self.gate.needs_approval(&call.tool) => {
                 Some(approval_refused(&call.tool))

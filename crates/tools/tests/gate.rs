@@ -477,6 +477,25 @@ async fn a_refused_call_reaches_no_hook_and_no_argument_check() {
     assert_eq!(before.0.load(Ordering::SeqCst), 0);
     assert_eq!(after.0.load(Ordering::SeqCst), 0);
     assert_eq!(ran.0.load(Ordering::SeqCst), 0);
+    // The grant and the approval are asked apart: a sequence checks its
+    // author's grant alone, and must not blame the author for an approval
+    // nobody can give (the call itself is refused for that, saying so).
+    let info = |agent: &str, tool: &str| homeagent_core::CallInfo {
+        call_id: "c".into(),
+        tool: tool.into(),
+        arguments: json!({}),
+        batch_id: "b".into(),
+        extras: extras(agent).into(),
+    };
+    let gated = GatedSource::new(registry(&ran), Arc::new(gate()), Approval::Refused);
+    assert!(gated.refusal(&info("ops", "danger")).is_none());
+    assert_eq!(
+        gated.approval_refusal(&info("ops", "danger")).map(|e| e.reason),
+        Some(ErrorReason::Denied)
+    );
+    assert!(gated.approval_refusal(&info("ops", "cmd_run")).is_none());
+    let granted = GatedSource::new(registry(&ran), Arc::new(gate()), Approval::Granted);
+    assert!(granted.approval_refusal(&info("ops", "danger")).is_none());
     // One the gate lets through is seen by both.
     let batch = BatchContext {
         batch_id: "b".into(),

@@ -235,6 +235,11 @@ pub async fn handle_cmd(
     };
     let checked = match check_command_async(&policy.cmd, &command, check_within).await {
         Ok(checked) => checked,
+        // A check cut short because the wait for a slot left it too
+        // little time says nothing of the machine's mounts.
+        Err(CmdRefusal::Unchecked { .. }) if left().is_none() => {
+            return did_not_run("waited for a command slot and its check");
+        }
         Err(refusal) => {
             tracing::info!(%refusal, "waiter refused a command");
             let (detail, hint) = explain(policy, &refusal);

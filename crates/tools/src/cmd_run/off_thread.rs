@@ -100,6 +100,10 @@ struct AbandonOnDrop {
 
 impl Drop for AbandonOnDrop {
     fn drop(&mut self) {
+        // The usual end: the work returned (its result was read).
+        if self.state.load(Ordering::SeqCst) == DONE {
+            return;
+        }
         // Counted first, so the thread's own decrement (when it returns
         // right now) never comes before it.
         self.budget.stuck.fetch_add(1, Ordering::SeqCst);
