@@ -113,15 +113,12 @@ async fn a_dropped_link_reconnects_and_serves_again() {
     waiter.abort();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_refusal_that_may_pass_later_is_retried() {
-    let (listener, url) = listen().await;
-    let waiter = start_waiter(fast_options(&url), WaiterPolicy::default());
-
-    let mut ws = accept(&listener).await;
-    hello_and_bind(&mut ws).await;
+/// Reads the waiter's hello and bind, and refuses it as a duplicate id
+/// (which may pass later: `retry`).
+async fn refuse_as_duplicate(ws: &mut Ws) {
+    hello_and_bind(ws).await;
     send(
-        &mut ws,
+        ws,
         &ServerFrame::Refused {
             code: RefusalCode::DuplicateId,
             reason: "test-device is already connected".into(),
@@ -129,6 +126,15 @@ async fn a_refusal_that_may_pass_later_is_retried() {
         },
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_that_may_pass_later_is_retried() {
+    let (listener, url) = listen().await;
+    let waiter = start_waiter(fast_options(&url), WaiterPolicy::default());
+
+    let mut ws = accept(&listener).await;
+    refuse_as_duplicate(&mut ws).await;
     drop(ws);
     let mut again = bind(&listener).await;
     assert_eq!(
@@ -161,16 +167,7 @@ async fn a_duplicate_id_is_retried_for_a_while_then_ends_the_waiter() {
             accepted = listener.accept() => {
                 let (tcp, _) = accepted.unwrap();
                 let mut ws = tokio_tungstenite::accept_async(tcp).await.unwrap();
-                hello_and_bind(&mut ws).await;
-                send(
-                    &mut ws,
-                    &ServerFrame::Refused {
-                        code: RefusalCode::DuplicateId,
-                        reason: "test-device is already connected".into(),
-                        retry: true,
-                    },
-                )
-                .await;
+                refuse_as_duplicate(&mut ws).await;
                 refused += 1;
             }
             () = &mut deadline => panic!("the waiter retried for ever"),

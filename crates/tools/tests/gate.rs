@@ -490,7 +490,9 @@ async fn a_refused_call_reaches_no_hook_and_no_argument_check() {
     let gated = GatedSource::new(registry(&ran), Arc::new(gate()), Approval::Refused);
     assert!(gated.refusal(&info("ops", "danger")).is_none());
     assert_eq!(
-        gated.approval_refusal(&info("ops", "danger")).map(|e| e.reason),
+        gated
+            .approval_refusal(&info("ops", "danger"))
+            .map(|e| e.reason),
         Some(ErrorReason::Denied)
     );
     assert!(gated.approval_refusal(&info("ops", "cmd_run")).is_none());

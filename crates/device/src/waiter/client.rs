@@ -214,28 +214,30 @@ pub async fn run_waiter(
             }
             End::Duplicate(error) => {
                 failures = failures.saturating_add(1);
-                let delay = backoff(
-                    failures.saturating_sub(1),
-                    options.backoff_min,
-                    options.backoff_max,
+                let why = format!(
+                    "{error} (the other link may be this waiter's own, from before a restart)"
                 );
-                tracing::warn!(%error, delay_ms = delay.as_millis() as u64, "another link holds this device id (perhaps this waiter's own, from before a restart); trying again");
-                tokio::time::sleep(delay).await;
+                back_off(failures, &options, &why).await;
             }
             End::Lost { why, was_bound } => {
                 failures =
                     failures_after(failures, was_bound, started.elapsed(), options.backoff_max);
-                // The first loss waits the least.
-                let delay = backoff(
-                    failures.saturating_sub(1),
-                    options.backoff_min,
-                    options.backoff_max,
-                );
-                tracing::warn!(%why, delay_ms = delay.as_millis() as u64, "no link to the server; reconnecting");
-                tokio::time::sleep(delay).await;
+                back_off(failures, &options, &why).await;
             }
         }
     }
+}
+
+/// Waits before the next link, longer after each failure in a row (the
+/// first waits the least), saying why.
+async fn back_off(failures: u32, options: &WaiterOptions, why: &str) {
+    let delay = backoff(
+        failures.saturating_sub(1),
+        options.backoff_min,
+        options.backoff_max,
+    );
+    tracing::warn!(%why, delay_ms = delay.as_millis() as u64, "no link to the server; reconnecting");
+    tokio::time::sleep(delay).await;
 }
 
 /// The failure count after a session that ended: a link that bound and
