@@ -172,7 +172,7 @@ static CHECKS: ThreadBudget = ThreadBudget::new(16);
 /// task of that worker with it (the waiter has one: every command, their
 /// timeouts, the link's pings); on tokio's blocking pool it kept one of
 /// its few threads for good, which the store and DNS lookups need
-/// ([`off_thread`]). Here only the command waits, and only until `within`
+/// (`off_thread`). Here only the command waits, and only until `within`
 /// (its timeout) has passed; the blocked thread is left to the kernel,
 /// and once 16 are, commands are refused at once until some return.
 pub async fn check_command_async(
