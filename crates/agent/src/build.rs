@@ -427,6 +427,7 @@ pub fn build(
         hooks,
     };
     let runtime = Arc::new(Runtime::new(sources, tools, store, settings));
+    notices.extend(crowded_budgets(config, &runtime));
     // Filled exactly once, here, before anything can call a sequence tool.
     let _ = seq_backend.set(SeqBackend::new(Arc::new(runtime.executor(None))));
     let scheduler = Scheduler::new(
@@ -641,4 +642,32 @@ impl ToolNames {
         known.extend(self.mcp_prefixes.iter().map(|p| format!("{p}*")));
         known.join(", ")
     }
+}
+
+/// A notice for each agent whose system prompt and tool definitions (the
+/// built-in tools; an MCP server's come later) take half of
+/// `agent.context_tokens` or more: they go out with every request, and
+/// what they leave is all the history there is room for, often only the
+/// current turn.
+fn crowded_budgets(config: &crate::config::Config, runtime: &Runtime) -> Vec<String> {
+    let budget = config.agent.context_tokens as usize;
+    let mut names: Vec<&str> = config.agents.iter().map(|a| a.name.as_str()).collect();
+    if names.is_empty() {
+        names.push(homeagent_tools::DEFAULT_AGENT);
+    }
+    names
+        .into_iter()
+        .filter_map(|name| {
+            let reserved = runtime.reserved_tokens(name);
+            (reserved.saturating_mul(2) >= budget).then(|| {
+                format!(
+                    "agent `{name}`: the system prompt and the tool definitions take about \
+                     {reserved} of agent.context_tokens = {budget} tokens in every request, \
+                     leaving {} for the conversation; raise agent.context_tokens toward the \
+                     model's window, or give the agent fewer tools (allow_tools, deny_tools)",
+                    budget.saturating_sub(reserved)
+                )
+            })
+        })
+        .collect()
 }

@@ -201,6 +201,13 @@ impl Runtime {
             .attach(Executor::new(source).with_options(options))
     }
 
+    /// The tokens `agent`'s system prompt and tool definitions take from
+    /// `agent.context_tokens` in every request (estimated as the history's
+    /// are), for the tools there are now.
+    pub fn reserved_tokens(&self, agent: &str) -> usize {
+        self.request_base(agent).reserved_tokens
+    }
+
     /// The tools `agent` may see, as an input starting now would send them
     /// to the model.
     pub fn tool_specs(&self, agent: &str) -> Vec<ToolSpec> {

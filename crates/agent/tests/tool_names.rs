@@ -373,3 +373,36 @@ async fn a_files_root_that_climbs_back_into_the_data_directory_is_refused() {
         built.err()
     );
 }
+
+/// The system prompt and the tool definitions go out with every request
+/// and come out of `agent.context_tokens` before any history: a budget
+/// they take most of leaves a conversation of one turn, which nothing
+/// said. The start says so, naming the agent and the numbers; a budget
+/// they leave room in says nothing.
+#[tokio::test]
+async fn a_context_budget_the_tools_take_most_of_is_a_notice() {
+    let tight = built_with("[agent]\ncontext_tokens = 1024\n", BuildOptions::default()).unwrap();
+    let named: Vec<&String> = tight
+        .notices
+        .iter()
+        .filter(|n| n.contains("agent.context_tokens"))
+        .collect();
+    assert_eq!(named.len(), 1, "{:?}", tight.notices);
+    let reserved = tight.runtime.reserved_tokens("main");
+    assert!(reserved > 512, "{reserved}");
+    assert!(
+        named[0].contains("`main`")
+            && named[0].contains(&format!("about {reserved} of agent.context_tokens = 1024")),
+        "{}",
+        named[0]
+    );
+    let roomy = built_with("", BuildOptions::default()).unwrap();
+    assert!(
+        !roomy
+            .notices
+            .iter()
+            .any(|n| n.contains("agent.context_tokens")),
+        "{:?}",
+        roomy.notices
+    );
+}
