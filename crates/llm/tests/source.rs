@@ -149,6 +149,32 @@ fn sources(configs: Vec<SourceConfig>, options: FallbackOptions) -> Sources {
     Sources::from_config(configs, &fake_env, options).unwrap()
 }
 
+/// `main` (priority 10) in front of `backup` (priority 0), fast options.
+fn main_then_backup(main_url: &str, backup_url: &str) -> Sources {
+    sources(
+        vec![
+            source("main", main_url, 10),
+            source("backup", backup_url, 0),
+        ],
+        fast(),
+    )
+}
+
+/// The source that answers the next request.
+async fn answered_by(set: &Sources) -> String {
+    let (name, _) = set
+        .stream(&mut chat(), CancellationToken::new())
+        .await
+        .unwrap();
+    name
+}
+
+/// How long source `name` cools down for (zero when it does not).
+fn cooling_of(set: &Sources, name: &str) -> Duration {
+    let health = set.health().into_iter().find(|h| h.name == name).unwrap();
+    health.cooling_down_for.unwrap_or_default()
+}
+
 fn chat() -> ChatRequest {
     ChatRequest {
         model: String::new(),
@@ -199,10 +225,7 @@ async fn a_500_source_falls_back_to_the_next_one() {
     assert_eq!(health[1].failures, 0);
 
     // While it cools down, the first source is skipped.
-    let (name, _) = set
-        .stream(&mut chat(), CancellationToken::new())
-        .await
-        .unwrap();
+    let name = answered_by(&set).await;
     assert_eq!(name, "second");
     assert_eq!(failing.hits(), 2);
 }
@@ -257,10 +280,7 @@ async fn a_401_source_is_disabled_named_and_not_touched_again() {
         ],
         fast(),
     );
-    let (name, _) = set
-        .stream(&mut chat(), CancellationToken::new())
-        .await
-        .unwrap();
+    let name = answered_by(&set).await;
     assert_eq!(name, "backup");
     assert_eq!(refusing.hits(), 1, "a 401 is never retried");
     let reason = set.health()[0].disabled.clone().unwrap();
@@ -269,10 +289,7 @@ async fn a_401_source_is_disabled_named_and_not_touched_again() {
         "{reason}"
     );
 
-    let (name, _) = set
-        .stream(&mut chat(), CancellationToken::new())
-        .await
-        .unwrap();
+    let name = answered_by(&set).await;
     assert_eq!(name, "backup");
     assert_eq!(refusing.hits(), 1, "a disabled source is not tried again");
     assert_eq!(stat(&mock, "requests").await, json!(2));
@@ -288,13 +305,7 @@ async fn a_source_that_cannot_answer_falls_back_and_is_not_disabled() {
     for status in [402, 403, 404] {
         let refusing = tiny(vec![error(status), ok()]).await;
         let answering = tiny(vec![ok()]).await;
-        let set = sources(
-            vec![
-                source("main", &refusing.url, 10),
-                source("backup", &answering.url, 0),
-            ],
-            fast(),
-        );
+        let set = main_then_backup(&refusing.url, &answering.url);
         let (name, _) = set
             .stream(&mut chat(), CancellationToken::new())
             .await
@@ -337,13 +348,7 @@ async fn a_redirecting_or_malformed_source_falls_back() {
     for (what, canned) in [("redirect", redirect), ("oversized frame", oversized)] {
         let failing = tiny(vec![canned]).await;
         let answering = tiny(vec![ok()]).await;
-        let set = sources(
-            vec![
-                source("main", &failing.url, 10),
-                source("backup", &answering.url, 0),
-            ],
-            fast(),
-        );
+        let set = main_then_backup(&failing.url, &answering.url);
         let (name, _) = set
             .stream(&mut chat(), CancellationToken::new())
             .await
@@ -408,21 +413,11 @@ async fn a_retry_after_past_the_wait_cap_moves_on_and_cools_the_source_that_long
     limited.headers.push(("retry-after", "3600".into()));
     let server = tiny(vec![limited, ok()]).await;
     let answering = tiny(vec![ok()]).await;
-    let set = sources(
-        vec![
-            source("main", &server.url, 10),
-            source("backup", &answering.url, 0),
-        ],
-        fast(),
-    );
-    let (name, _) = set
-        .stream(&mut chat(), CancellationToken::new())
-        .await
-        .unwrap();
+    let set = main_then_backup(&server.url, &answering.url);
+    let name = answered_by(&set).await;
     assert_eq!(name, "backup");
     assert_eq!(server.hits(), 1, "not asked again before its Retry-After");
-    let main = set.health().into_iter().find(|h| h.name == "main").unwrap();
-    let cooling = main.cooling_down_for.unwrap_or_default();
+    let cooling = cooling_of(&set, "main");
     assert!(
         cooling > Duration::from_secs(3590),
         "cooling down for {cooling:?}, less than the server's hour"
@@ -439,28 +434,15 @@ async fn a_huge_retry_after_cools_the_source_for_a_day_at_most() {
         limited.headers.push(("retry-after", value.into()));
         let server = tiny(vec![limited, ok()]).await;
         let answering = tiny(vec![ok(), ok()]).await;
-        let set = sources(
-            vec![
-                source("main", &server.url, 10),
-                source("backup", &answering.url, 0),
-            ],
-            fast(),
-        );
-        let (name, _) = set
-            .stream(&mut chat(), CancellationToken::new())
-            .await
-            .unwrap();
+        let set = main_then_backup(&server.url, &answering.url);
+        let name = answered_by(&set).await;
         assert_eq!(name, "backup");
-        let main = set.health().into_iter().find(|h| h.name == "main").unwrap();
-        let cooling = main.cooling_down_for.unwrap_or_default();
+        let cooling = cooling_of(&set, "main");
         assert!(
             cooling > Duration::from_secs(86_000) && cooling <= Duration::from_secs(86_400),
             "{value}: cooling down for {cooling:?}"
         );
-        let (name, _) = set
-            .stream(&mut chat(), CancellationToken::new())
-            .await
-            .unwrap();
+        let name = answered_by(&set).await;
         assert_eq!(name, "backup", "{value}: asked again while cooling");
         assert_eq!(server.hits(), 1, "{value}");
     }
@@ -483,13 +465,7 @@ async fn a_stream_that_breaks_after_its_opening_cools_its_source() {
     };
     let server = tiny(vec![breaking, ok()]).await;
     let answering = tiny(vec![ok(), ok()]).await;
-    let set = sources(
-        vec![
-            source("main", &server.url, 10),
-            source("backup", &answering.url, 0),
-        ],
-        fast(),
-    );
+    let set = main_then_backup(&server.url, &answering.url);
     let (name, stream) = set
         .stream(&mut chat(), CancellationToken::new())
         .await
@@ -497,10 +473,7 @@ async fn a_stream_that_breaks_after_its_opening_cools_its_source() {
     assert_eq!(name, "main");
     let read = stream.collect().await;
     assert!(read.is_err(), "{read:?}");
-    let (name, _) = set
-        .stream(&mut chat(), CancellationToken::new())
-        .await
-        .unwrap();
+    let name = answered_by(&set).await;
     assert_eq!(name, "backup", "the broken source was asked first again");
     assert_eq!(server.hits(), 1);
 }
@@ -680,13 +653,7 @@ async fn the_hold_before_the_first_content_is_bounded() {
     );
     assert_eq!(server.hits(), 1, "not retried");
     let answering = tiny(vec![ok()]).await;
-    let set = sources(
-        vec![
-            source("main", &server.url, 10),
-            source("backup", &answering.url, 0),
-        ],
-        fast(),
-    );
+    let set = main_then_backup(&server.url, &answering.url);
     let (name, _) = set
         .stream(&mut chat(), CancellationToken::new())
         .await
@@ -789,13 +756,7 @@ async fn the_cooldown_doubles_with_each_failure_up_to_its_cap() {
 async fn failures_in_flight_together_count_once() {
     let failing = tiny(vec![error(503)]).await;
     let answering = tiny(vec![ok()]).await;
-    let set = std::sync::Arc::new(sources(
-        vec![
-            source("main", &failing.url, 10),
-            source("backup", &answering.url, 0),
-        ],
-        fast(),
-    ));
+    let set = std::sync::Arc::new(main_then_backup(&failing.url, &answering.url));
     let requests: Vec<_> = (0..7)
         .map(|_| {
             let set = std::sync::Arc::clone(&set);
