@@ -9,35 +9,7 @@
 
 use homeagent_core::{IdReminter, Message, PairingError, check_pairing};
 
-/// Roughly four bytes of JSON per token, plus a little per message for the
-/// wire's framing. Good enough to stay under a budget, not a tokenizer.
-pub fn approx_tokens(message: &Message) -> usize {
-    // Counts the JSON's bytes without building the string: this runs for
-    // every message of the history before every model request.
-    let mut bytes = ByteCount(0);
-    let counted = serde_json::to_writer(&mut bytes, message).map_or(0, |()| bytes.0);
-    tokens_for_json_bytes(counted)
-}
-
-/// [`approx_tokens`] of a message whose JSON is `bytes` long (the store's
-/// body for it: [`QueuedAppend::json_bytes`](crate::store::QueuedAppend::json_bytes)).
-pub fn tokens_for_json_bytes(bytes: usize) -> usize {
-    bytes / 4 + 4
-}
-
-/// A writer that only counts what it is given.
-struct ByteCount(usize);
-
-impl std::io::Write for ByteCount {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0 += buf.len();
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
+pub use crate::tokens::approx_tokens;
 
 /// What is left of the history after fitting.
 #[derive(Debug, Clone, PartialEq)]
@@ -95,20 +67,6 @@ impl CountedHistory {
 
     pub fn push(&mut self, message: Message) {
         self.tokens.push(approx_tokens(&message));
-        self.messages.push(message);
-    }
-
-    /// [`CountedHistory::push`] of a message whose JSON is `json_bytes`
-    /// long, known from writing it to the store: it is not serialized
-    /// again. `None` counts it.
-    pub fn push_stored(&mut self, message: Message, json_bytes: Option<usize>) {
-        let tokens = json_bytes.map_or_else(|| approx_tokens(&message), tokens_for_json_bytes);
-        debug_assert_eq!(
-            tokens,
-            approx_tokens(&message),
-            "the stored JSON is not the JSON approx_tokens counts"
-        );
-        self.tokens.push(tokens);
         self.messages.push(message);
     }
 

@@ -21,6 +21,7 @@ mod request_base;
 pub mod runtime;
 pub mod scheduler;
 pub mod store;
+pub mod tokens;
 
 pub use build::{Agent, BuildError, BuildOptions, DEMO_NOTICE, build, tool_source_of};
 pub use demo_model::DemoModel;

@@ -52,6 +52,7 @@ use crate::request_base::{Built, RequestBase, RequestBases};
 use crate::store::{
     EventRow, HeldWrite, KnownHistory, OpenedInput, SessionClaim, Store, StoreError,
 };
+use crate::tokens::definition_tokens;
 
 /// The loop's knobs (from `[agent]` and `[tools]`).
 #[derive(Debug, Clone)]
@@ -234,8 +235,9 @@ impl Runtime {
                     .collect();
                 // What the system prompt and the tools take from the context
                 // budget.
-                let reserved_tokens =
-                    approx_tokens(&Message::system(prompt.clone())) + tool_tokens(&tools) + 64;
+                let reserved_tokens = approx_tokens(&Message::system(prompt.clone()))
+                    + definition_tokens(&tools)
+                    + 64;
                 Built {
                     prompt,
                     tools,
@@ -334,7 +336,7 @@ impl Runtime {
             .store
             .hold_append_creating(&claim, &input.agent, std::slice::from_ref(&user))
             .map_err(store_frame)?;
-        history.push_stored(user, held.json_bytes().first().copied());
+        history.push(user);
         let mut pending = Some(held);
         let outcome = self
             .run_turns(
@@ -449,14 +451,13 @@ impl Runtime {
             if turn.calls.is_empty() {
                 let incomplete = Incomplete::of_turn(&turn, self.settings.max_tokens);
                 let message = Message::Assistant(turn.message());
-                let appended = self
-                    .store
+                self.store
                     .append_after(pending.take(), claim, std::slice::from_ref(&message))
                     .await
                     .map_err(store_frame)?;
                 // Committed, carrying every earlier write of the input: the
                 // history as the store now holds it.
-                history.push_stored(message, appended.json_bytes.first().copied());
+                history.push(message);
                 self.kept_requests.keep(
                     &input.session,
                     lineage,
@@ -501,20 +502,19 @@ impl Runtime {
             let changes_nothing = self.changes_nothing(&executor, &message.tool_calls);
             let assistant = Message::Assistant(message);
             let calls = std::slice::from_ref(&assistant);
-            let (json_bytes, held_calls) = if changes_nothing {
+            let held_calls = if changes_nothing {
                 let held = self
                     .store
                     .hold_after(pending.take(), claim, calls)
                     .await
                     .map_err(store_frame)?;
-                (held.json_bytes().first().copied(), Some(held))
+                Some(held)
             } else {
-                let appended = self
-                    .store
+                self.store
                     .append_after(pending.take(), claim, calls)
                     .await
                     .map_err(store_frame)?;
-                (appended.json_bytes.first().copied(), None)
+                None
             };
             // The calls run from the message that took them, which then
             // joins the history: only the outcomes are wanted, and their
@@ -526,7 +526,7 @@ impl Runtime {
             let (_, outcomes) = executor
                 .run_message_calls(tool_calls, &argument_errors, &batch)
                 .await;
-            history.push_stored(assistant, json_bytes);
+            history.push(assistant);
             let results: Vec<Message> = outcomes
                 .into_iter()
                 .map(|outcome| Message::Tool(outcome.into_message()))
@@ -538,10 +538,7 @@ impl Runtime {
                 .hold_results_after(held_calls, claim, &results, recorded.take())
                 .await
                 .map_err(store_frame)?;
-            let json_bytes = held.json_bytes();
-            for (i, result) in results.into_iter().enumerate() {
-                history.push_stored(result, json_bytes.get(i).copied());
-            }
+            history.extend(results);
             *pending = Some(held);
         }
     }
@@ -761,15 +758,6 @@ async fn settle(pending: &mut Option<HeldWrite>) -> Result<(), Frame> {
         Some(held) => held.committed().await.map(|_| ()).map_err(store_frame),
         None => Ok(()),
     }
-}
-
-/// The tokens the tool definitions take in a request, roughly (4 bytes a
-/// token, as `approx_tokens` counts).
-fn tool_tokens(tools: &[ToolSpec]) -> usize {
-    tools
-        .iter()
-        .map(|t| (t.name().len() + t.description().len() + t.parameters().get().len()) / 4)
-        .sum()
 }
 
 /// The tool events of the batch in flight, in the order the executor

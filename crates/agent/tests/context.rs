@@ -13,7 +13,6 @@ use crate::common;
 use common::{Recorder, local_runtime};
 use homeagent_agent::context::{
     CountedHistory, RequestMessages, approx_tokens, elision_note, fit_history,
-    tokens_for_json_bytes,
 };
 use homeagent_agent::store::Store;
 use homeagent_agent::{AgentSettings, DemoModel, Frame, FrameSink, TurnControl, TurnInput};
@@ -48,51 +47,6 @@ fn exchange(n: usize) -> Vec<Message> {
             ..AssistantMessage::default()
         }),
     ]
-}
-
-/// The agent counts a message it has just stored from the length of the
-/// store's JSON for it (`QueuedAppend::json_bytes`), not by serializing it
-/// again: that JSON is exactly what `approx_tokens` counts, escapes and
-/// non-ASCII text included.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stored_message_is_counted_from_the_json_the_store_keeps() {
-    let dir = std::env::temp_dir().join(format!(
-        "homeagent-context-stored-{}-{:?}",
-        std::process::id(),
-        std::time::SystemTime::now()
-    ));
-    let store = Arc::new(Store::open(&dir.join("homeagent.db")).unwrap());
-    store.ensure_session("s", "main").unwrap();
-    let mut messages = exchange(7);
-    messages.push(Message::user(
-        "quotes \" and \\ and a\nnewline, naïve café ☕",
-    ));
-    messages.push(Message::Tool(ToolMessage {
-        tool_call_id: "call_x".into(),
-        name: "demo_echo".into(),
-        content: r#"{"error":{"reason":"failed","detail":"ünïcode \"quoted\""}}"#.into(),
-        success: false,
-    }));
-    let queued = store.queue_append("s", &messages, Vec::new()).unwrap();
-    let written: Vec<usize> = messages
-        .iter()
-        .map(|m| serde_json::to_string(m).unwrap().len())
-        .collect();
-    assert_eq!(queued.json_bytes(), written);
-    for (message, bytes) in messages.iter().zip(queued.json_bytes()) {
-        assert_eq!(tokens_for_json_bytes(bytes), approx_tokens(message));
-    }
-    let range = queued.committed().await.unwrap();
-    assert_eq!(range, 1..=6);
-
-    let mut stored = CountedHistory::default();
-    let mut counted = CountedHistory::default();
-    for (message, &bytes) in messages.iter().zip(written.iter()) {
-        stored.push_stored(message.clone(), Some(bytes));
-        counted.push(message.clone());
-    }
-    assert_eq!(stored, counted);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 #[test]
@@ -355,14 +309,6 @@ fn no_note_when_nothing_was_left_out() {
     };
     assert_eq!(content, "agent prompt\n\nYou are PIRATE.");
     assert_eq!(request[1..], all[1..]);
-}
-
-#[test]
-fn tokens_are_about_a_quarter_of_the_json_plus_framing() {
-    let message = Message::user("abcd".repeat(25));
-    // {"role":"user","content":"<100 chars>"} is 26 + 100 + 2 = 128 bytes.
-    assert_eq!(serde_json::to_string(&message).unwrap().len(), 128);
-    assert_eq!(approx_tokens(&message), 128 / 4 + 4);
 }
 
 fn temp_dir() -> PathBuf {

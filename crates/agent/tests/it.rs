@@ -16,5 +16,6 @@ mod open_input;
 mod scheduler;
 mod session_claim;
 mod store;
+mod tokens;
 mod tool_list;
 mod tool_names;

@@ -97,9 +97,9 @@ impl Store {
             .await
     }
 
-    /// [`Store::append_async`] in two steps, for a caller that wants
-    /// [`QueuedAppend::json_bytes`] before it waits: the write is queued
-    /// and its commit set going now, as `append_async` would.
+    /// [`Store::append_async`] in two steps: the write is queued and its
+    /// commit set going now, as `append_async` would, and waited for
+    /// later.
     pub fn queue_append(
         self: &Arc<Self>,
         session: &str,
@@ -281,14 +281,6 @@ pub struct QueuedAppend {
 }
 
 impl QueuedAppend {
-    /// The length of each message's JSON as the store keeps it, in order:
-    /// what [`approx_tokens`](crate::context::approx_tokens) counts, known
-    /// here without serializing the message again
-    /// ([`CountedHistory::push_stored`](crate::context::CountedHistory::push_stored)).
-    pub fn json_bytes(&self) -> Vec<usize> {
-        self.job.json_bytes()
-    }
-
     /// Waits for the commit; the sequence numbers the messages got.
     pub async fn committed(self) -> Result<RangeInclusive<i64>, StoreError> {
         appended(self.job.answered().await?)

@@ -91,16 +91,6 @@ pub(super) enum WriteOp {
 }
 
 impl WriteOp {
-    /// The length of each message's stored JSON, in order.
-    pub(super) fn json_bytes(&self) -> Vec<usize> {
-        match self {
-            WriteOp::EnsureSession { .. } => Vec::new(),
-            WriteOp::CreateSeeded { rows, .. } | WriteOp::Append { rows, .. } => {
-                rows.iter().map(MessageRow::json_bytes).collect()
-            }
-        }
-    }
-
     /// The bytes of JSON the write stores: its messages' and its events'.
     pub(super) fn stored_bytes(&self) -> usize {
         match self {
@@ -200,12 +190,6 @@ pub(super) struct Job {
 }
 
 impl Job {
-    /// The length of each message's stored JSON, in order (see
-    /// `QueuedAppend::json_bytes`).
-    pub(super) fn json_bytes(&self) -> Vec<usize> {
-        self.op.json_bytes()
-    }
-
     fn answer(&self, result: Result<WriteDone, StoreError>) {
         // Let go before the answer can be seen (a caller may read it
         // without waiting to be woken): an input that ends once its last

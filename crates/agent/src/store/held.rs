@@ -101,7 +101,6 @@ fn claimed(mut op: WriteOp, claim: &SessionClaim) -> WriteOp {
 pub struct HeldWrite {
     store: Arc<Store>,
     slot: Arc<Mutex<Slot>>,
-    json_bytes: Vec<usize>,
 }
 
 #[derive(Debug)]
@@ -119,20 +118,9 @@ enum Slot {
 pub struct Appended {
     /// The `seq` numbers of the messages it was given.
     pub seqs: RangeInclusive<i64>,
-    /// The length of each of those messages' JSON as the store keeps it
-    /// (see [`HeldWrite::json_bytes`]).
-    pub json_bytes: Vec<usize>,
 }
 
 impl HeldWrite {
-    /// The length of each held message's JSON as the store keeps it, in
-    /// order: what [`approx_tokens`](crate::context::approx_tokens) counts,
-    /// known here without serializing the message again
-    /// ([`CountedHistory::push_stored`](crate::context::CountedHistory::push_stored)).
-    pub fn json_bytes(&self) -> &[usize] {
-        &self.json_bytes
-    }
-
     /// Commits the write now if it is still held, and waits for its
     /// commit: for an input that ends, or writes nothing the held write
     /// could join.
@@ -190,13 +178,11 @@ impl Store {
         messages: &[Message],
     ) -> Result<Appended, StoreError> {
         let next = claimed(append_op(claim.session(), messages, Vec::new())?, claim);
-        let json_bytes = next.json_bytes();
         let op = self.behind(held, next).await?;
         let all = self.start_commit(op).committed().await?;
         let first = all.end() - messages.len() as i64 + 1;
         Ok(Appended {
             seqs: first..=*all.end(),
-            json_bytes,
         })
     }
 
@@ -236,17 +222,15 @@ impl Store {
         self.hold_behind(held, next, self.hold_at_most).await
     }
 
-    /// Holds `next` behind `held`, queued at once above `at_most` bytes;
-    /// [`HeldWrite::json_bytes`] are `next`'s.
+    /// Holds `next` behind `held`, queued at once above `at_most` bytes.
     async fn hold_behind(
         self: &Arc<Self>,
         held: Option<HeldWrite>,
         next: WriteOp,
         at_most: usize,
     ) -> Result<HeldWrite, StoreError> {
-        let json_bytes = next.json_bytes();
         let op = self.behind(held, next).await?;
-        Ok(self.hold_with(op, json_bytes, at_most))
+        Ok(self.hold_with(op, at_most))
     }
 
     /// `next` as the write to make after `held`: one write with it while
@@ -279,23 +263,16 @@ impl Store {
     /// Holds `op`, and sets its hold running; queues it at once when it
     /// is larger than the store's hold limit.
     fn hold(self: &Arc<Self>, op: WriteOp) -> HeldWrite {
-        let json_bytes = op.json_bytes();
-        self.hold_with(op, json_bytes, self.hold_at_most)
+        self.hold_with(op, self.hold_at_most)
     }
 
-    /// [`Store::hold`], with the lengths [`HeldWrite::json_bytes`] gives,
-    /// queuing `op` at once when it is larger than `at_most` bytes.
-    fn hold_with(
-        self: &Arc<Self>,
-        op: WriteOp,
-        json_bytes: Vec<usize>,
-        at_most: usize,
-    ) -> HeldWrite {
+    /// [`Store::hold`], queuing `op` at once when it is larger than
+    /// `at_most` bytes.
+    fn hold_with(self: &Arc<Self>, op: WriteOp, at_most: usize) -> HeldWrite {
         if op.stored_bytes() > at_most {
             return HeldWrite {
                 store: Arc::clone(self),
                 slot: Arc::new(Mutex::new(Slot::Queued(self.start_commit_after_yield(op)))),
-                json_bytes,
             };
         }
         let slot = Arc::new(Mutex::new(Slot::Held(op)));
@@ -318,7 +295,6 @@ impl Store {
         HeldWrite {
             store: Arc::clone(self),
             slot,
-            json_bytes,
         }
     }
 }
@@ -374,10 +350,6 @@ mod tests {
             .store
             .hold_append_creating(&s, "main", &[user("first")])
             .unwrap();
-        assert_eq!(
-            held.json_bytes(),
-            [r#"{"role":"user","content":"first"}"#.len()]
-        );
         let next = [user("second"), user("third")];
         let appended = temp
             .store
@@ -385,11 +357,6 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(appended.seqs, 2..=3);
-        let expected: Vec<usize> = next
-            .iter()
-            .map(|m| serde_json::to_string(m).unwrap().len())
-            .collect();
-        assert_eq!(appended.json_bytes, expected);
         assert_eq!(commits(&temp), 1);
         assert_eq!(temp.store.write_stats().writes, 1);
         assert_eq!(
@@ -628,8 +595,8 @@ mod tests {
             // Just under the limit (the JSON around the text counts): held.
             let wrapping = r#"{"role":"user","content":""}"#.len();
             let small = user(&"x".repeat(limit - wrapping));
+            assert_eq!(serde_json::to_string(&small).unwrap().len(), limit);
             let held = temp.store.hold_results(&s, &[small], Vec::new()).unwrap();
-            assert_eq!(held.json_bytes(), [limit]);
             temp.store
                 .append_after(Some(held), &s, &[user("reply")])
                 .await
@@ -724,11 +691,6 @@ mod tests {
             .hold_after(Some(first), &s, &[user("calls")])
             .await
             .unwrap();
-        assert_eq!(
-            calls.json_bytes(),
-            [serde_json::to_string(&user("calls")).unwrap().len()],
-            "the held calls' own lengths, not the user message's"
-        );
         let start = ToolEvent::Start {
             call_id: "c1".into(),
             tool: "demo_echo".into(),
@@ -747,10 +709,6 @@ mod tests {
             )
             .await
             .unwrap();
-        assert_eq!(
-            results.json_bytes(),
-            [serde_json::to_string(&user("result")).unwrap().len()]
-        );
         assert_eq!(commits(&temp), 0, "nothing committed before the reply");
         let appended = temp
             .store
