@@ -49,6 +49,7 @@ use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use nix::errno::Errno;
 use nix::fcntl::{FcntlArg, fcntl};
@@ -98,6 +99,8 @@ pub(super) struct ClaimTable {
     /// Sessions held through this handle, readable without the lock: the
     /// inputs running in this process (see [`ClaimTable::held`]).
     held: AtomicUsize,
+    /// Woken whenever a session is released.
+    released: tokio::sync::Notify,
 }
 
 #[derive(Debug, Default)]
@@ -122,6 +125,7 @@ impl ClaimTable {
             path,
             state: Mutex::new(ClaimState::default()),
             held: AtomicUsize::new(0),
+            released: tokio::sync::Notify::new(),
         }
     }
 
@@ -175,10 +179,22 @@ impl ClaimTable {
         self.held.load(Ordering::SeqCst)
     }
 
+    /// Whether this handle holds `session`.
+    fn holds(&self, session: &str) -> bool {
+        self.held() > 0
+            && self
+                .state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .sessions
+                .contains(session)
+    }
+
     fn release(&self, session: &str, slot: i64) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         if state.sessions.remove(session) {
             self.held.fetch_sub(1, Ordering::SeqCst);
+            self.released.notify_waiters();
         }
         match state.slots.get_mut(&slot) {
             Some(held) if *held > 1 => {
@@ -213,6 +229,31 @@ impl Store {
     pub fn claim_session(&self, session: &str) -> Result<SessionClaim, StoreError> {
         validate_session_id(session)?;
         self.claims.claim(session, claim_slot(session))
+    }
+
+    /// Waits, at most `patience`, while this handle itself holds
+    /// `session`. The scheduler runs a session's inputs one at a time, so
+    /// in this process only a write an earlier input left held or queued
+    /// can hold it (the input panicked, or its future was dropped), and the
+    /// write lets go once committed: the next input then loads a history
+    /// that has it. Refused at once instead, it was told the session was
+    /// busy in another process. A claim another handle or process holds
+    /// is not waited for (see the module docs).
+    pub(super) async fn own_claim_released(&self, session: &str, patience: Duration) {
+        let deadline = tokio::time::Instant::now() + patience;
+        loop {
+            let released = self.claims.released.notified();
+            tokio::pin!(released);
+            // Registered before the check, so a release between the two
+            // still wakes it.
+            released.as_mut().enable();
+            if !self.claims.holds(session) {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, released).await.is_err() {
+                return;
+            }
+        }
     }
 }
 

@@ -477,6 +477,36 @@ mod tests {
         assert_eq!(temp.store.history("s").unwrap(), [user("left held")]);
     }
 
+    /// An input that ends with its write still held (its task panicked,
+    /// or its future was dropped) keeps its session until that write
+    /// commits; the session's next input in this process waits for it and
+    /// loads a history that has it, instead of being refused as busy in
+    /// another process.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_next_input_waits_for_a_write_its_session_left_held() {
+        let hold = Duration::from_millis(300);
+        let temp = temp_store_holding("held-left", hold, Durability::Full);
+        let claim = temp.store.claim_session("s").unwrap();
+        let held = temp
+            .store
+            .hold_append_creating(&claim, "main", &[user("left held")])
+            .unwrap();
+        let left = Instant::now();
+        drop(held);
+        drop(claim);
+        // Woken by the release, not by its patience running out.
+        tokio::time::timeout(
+            Duration::from_secs(60),
+            temp.store
+                .own_claim_released("s", Duration::from_secs(24 * 3600)),
+        )
+        .await
+        .expect("never woken by the release");
+        assert!(left.elapsed() >= hold, "woken before the write committed");
+        let opened = temp.store.open_input_async("s", "main").await.unwrap();
+        assert_eq!(opened.history.messages(), [user("left held")]);
+    }
+
     /// Once an input's last write is answered, the write holds its
     /// session no longer: the input that ends then releases it, and the
     /// session's next input claims it at once.
