@@ -18,7 +18,7 @@
 //!   other clients queued on the same session.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -199,6 +199,10 @@ struct Inner {
     permits: Arc<Semaphore>,
     counts: Counts,
     next_input: AtomicU64,
+    /// Inputs that have ended, their session's `running` cleared, whose
+    /// terminal frame is not sent yet: the scheduler is not idle while
+    /// there are any ([`Scheduler::idle`]).
+    ending: AtomicUsize,
 }
 
 /// Runs inputs through a [`Runtime`]. Cheap to clone.
@@ -228,6 +232,7 @@ impl Scheduler {
                 permits,
                 counts: Counts::default(),
                 next_input: AtomicU64::new(0),
+                ending: AtomicUsize::new(0),
             }),
         }
     }
@@ -435,6 +440,14 @@ impl Scheduler {
 
     /// The sessions with an input running or queued, whoever submitted
     /// it (a server's client may have gone away while its input runs on).
+    /// Whether nothing runs or waits: no input queued or running, and
+    /// every ended input's terminal frame sent.
+    pub fn idle(&self) -> bool {
+        // `ending` counts up before `running` is cleared and down after
+        // the frame is sent, so one of the two always shows the input.
+        self.busy_sessions().is_empty() && self.inner.ending.load(Ordering::SeqCst) == 0
+    }
+
     pub fn busy_sessions(&self) -> Vec<String> {
         self.sessions()
             .iter()
@@ -473,6 +486,23 @@ fn lock(
     // Every critical section leaves the map consistent: a panic elsewhere
     // cannot leave it half-updated.
     sessions.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// An ended input counted in [`Inner::ending`] until dropped, after its
+/// terminal frame is sent (however the worker gets there).
+struct Ending<'a>(&'a Inner);
+
+impl<'a> Ending<'a> {
+    fn start(inner: &'a Inner) -> Self {
+        inner.ending.fetch_add(1, Ordering::SeqCst);
+        Ending(inner)
+    }
+}
+
+impl Drop for Ending<'_> {
+    fn drop(&mut self) {
+        self.0.ending.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// A session's worker: runs its queue to empty, one input at a time.
@@ -529,6 +559,7 @@ async fn work(inner: Arc<Inner>, session: String) {
                 )
             }
         };
+        let ending = Ending::start(&inner);
         {
             let mut sessions = lock(&inner.sessions);
             if let Some(entry) = sessions.get_mut(&session) {
@@ -555,6 +586,7 @@ async fn work(inner: Arc<Inner>, session: String) {
         }
         inner.counts.executed.fetch_add(1, Ordering::SeqCst);
         pending.frames.send(terminal);
+        drop(ending);
         drop(permit);
     }
 }

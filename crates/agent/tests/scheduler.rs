@@ -722,3 +722,33 @@ async fn a_stop_that_comes_too_late_to_stop_anything_is_not_counted() {
     assert_eq!(scheduler.counters().executed, 1);
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// Until an input's terminal frame has gone out, the scheduler is not
+/// idle: a server shutting down ends its event streams once the scheduler
+/// is idle, and a terminal frame sent after that would never reach them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scheduler_is_not_idle_until_the_terminal_frame_is_out() {
+    let dir = temp_dir();
+    let store = Arc::new(Store::open(&dir.join("homeagent.db")).unwrap());
+    let runtime = runtime_over(
+        demo_sources(),
+        Arc::new(PanicsOnCue),
+        store,
+        AgentSettings::default(),
+    );
+    let scheduler = Scheduler::new(Arc::new(runtime), SchedulerOptions::default());
+    let idle_at_terminal = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (watched, seen) = (scheduler.clone(), Arc::clone(&idle_at_terminal));
+    scheduler.observe(Arc::new(move |_, frame| {
+        if frame.is_terminal() {
+            seen.lock().unwrap().push(watched.idle());
+        }
+    }));
+    for text in ["hello", "!panic"] {
+        let frames = drain(scheduler.submit(submission("s", text))).await;
+        assert!(frames.last().is_some_and(Frame::is_terminal), "{frames:?}");
+    }
+    assert_eq!(*idle_at_terminal.lock().unwrap(), [false, false]);
+    assert!(scheduler.idle());
+    std::fs::remove_dir_all(dir).unwrap();
+}

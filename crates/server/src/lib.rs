@@ -274,8 +274,11 @@ async fn stop_turns(state: &ServerState, token: &homeagent_core::CancellationTok
         sessions.dedup();
         sessions
     };
+    // `idle` also waits for the terminal frames of inputs that have just
+    // ended: the event streams end after this, and would miss them.
+    let ended = || busy().is_empty() && state.scheduler().idle();
     let until = |deadline: tokio::time::Instant| async move {
-        while !busy().is_empty() && tokio::time::Instant::now() < deadline {
+        while !ended() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     };
