@@ -19,6 +19,7 @@ pub mod files;
 pub mod gate;
 pub mod get_tools;
 pub mod hooks;
+mod off_thread;
 pub mod output;
 mod process_group;
 pub mod tool_api;

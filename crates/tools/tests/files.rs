@@ -1283,3 +1283,52 @@ async fn a_data_directory_made_after_the_tools_is_still_private() {
     assert_eq!(refused.reason, ErrorReason::Denied, "{refused:?}");
     assert!(refused.detail.contains("HomeAgent's own"), "{refused:?}");
 }
+
+/// The files tools never wait for tokio's blocking pool: a path on an
+/// unresponsive mount (a hard NFS mount whose server is gone) blocks a
+/// file system call in the kernel for as long as the mount is gone, and a
+/// pool thread so blocked was lost for good; a few such calls took every
+/// thread the store's reads and commits need. Here the pool's only thread
+/// is taken for the whole test, and every tool still answers.
+#[test]
+fn the_tools_answer_while_the_blocking_pool_is_taken() {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .max_blocking_threads(1)
+        .build()
+        .unwrap();
+    let sandbox = Sandbox::new("pool-taken");
+    let (release, taken) = std::sync::mpsc::channel::<()>();
+    let (started, pool_busy) = std::sync::mpsc::channel::<()>();
+    let blocker = runtime.spawn_blocking(move || {
+        started.send(()).unwrap();
+        let _ = taken.recv();
+    });
+    pool_busy.recv().unwrap();
+    let answered = runtime.block_on(async {
+        let within = std::time::Duration::from_secs(20);
+        let mut answered = Vec::new();
+        for (tool, arguments) in [
+            (
+                "files_write",
+                json!({"path": "a/b.txt", "content": "one", "create_dirs": true}),
+            ),
+            (
+                "files_write",
+                json!({"path": "a/b.txt", "content": " two", "append": true}),
+            ),
+            ("files_read", json!({"path": "a/b.txt"})),
+            ("files_list", json!({"path": "a", "recursive": true})),
+        ] {
+            match tokio::time::timeout(within, sandbox.call(tool, arguments)).await {
+                Ok(result) => answered.push(result.unwrap()),
+                Err(_) => panic!("{tool} waited for the blocking pool"),
+            }
+        }
+        answered
+    });
+    release.send(()).unwrap();
+    runtime.block_on(blocker).unwrap();
+    assert_eq!(answered[2]["content"], "one two");
+    assert_eq!(answered[3]["entries"][0]["name"], "b.txt");
+}

@@ -20,12 +20,12 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use super::guard::{Hardening, guard_arguments};
-use super::off_thread::{ThreadBudget, off_thread};
 use super::policy::{
     CHILD_PATH, CmdRunPolicy, WRITE_ONLY_PROGRAMS, dangerous_env_reason, is_program_runner,
     leads_to_program_runner,
 };
 use super::private::check_private_reads;
+use crate::off_thread::{ThreadBudget, off_thread};
 
 /// A command that passed every check, ready to run.
 #[derive(Debug, Clone, PartialEq, Eq)]

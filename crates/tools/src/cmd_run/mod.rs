@@ -38,7 +38,6 @@
 mod check;
 mod exec;
 mod guard;
-mod off_thread;
 mod options;
 mod policy;
 mod private;

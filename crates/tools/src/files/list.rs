@@ -19,7 +19,9 @@ use std::sync::Arc;
 use homeagent_core::{Registry, RegistryError, ToolContext, ToolDef, ToolError};
 use serde_json::{Value, json};
 
-use super::{Access, Expect, MAX_LIST_ENTRIES, Shared, bool_arg, descriptor_path, string_arg};
+use super::{
+    Access, Expect, MAX_LIST_ENTRIES, Shared, bool_arg, descriptor_path, on_own_thread, string_arg,
+};
 
 pub(super) fn register(registry: &Registry, shared: Arc<Shared>) -> Result<(), RegistryError> {
     registry.register(
@@ -43,7 +45,10 @@ pub(super) fn register(registry: &Registry, shared: Arc<Shared>) -> Result<(), R
         }))
         .parallel_safe()
         .read_only(),
-        move |ctx: ToolContext| list(shared.clone(), ctx),
+        move |ctx: ToolContext| {
+            let shared = Arc::clone(&shared);
+            on_own_thread("files_list", move || list(&shared, &ctx.arguments))
+        },
     )
 }
 
@@ -192,19 +197,17 @@ impl Ord for Found {
     }
 }
 
-async fn list(shared: Arc<Shared>, ctx: ToolContext) -> Result<Value, ToolError> {
-    let user_path = string_arg(&ctx.arguments, "path", false)?.unwrap_or("");
-    let recursive = bool_arg(&ctx.arguments, "recursive")?;
+/// The call, blocking: on its own thread ([`on_own_thread`]).
+fn list(shared: &Shared, arguments: &Value) -> Result<Value, ToolError> {
+    let user_path = string_arg(arguments, "path", false)?.unwrap_or("");
+    let recursive = bool_arg(arguments, "recursive")?;
     let dir = shared.resolve(user_path)?;
     let shown = shared.shown(&dir);
-    let walker = Arc::clone(&shared);
     let Listing {
         mut entries,
         truncated,
         unreadable,
-    } = tokio::task::spawn_blocking(move || walk(&walker, dir, recursive))
-        .await
-        .map_err(|e| ToolError::execution(format!("cannot list {shown}: {e}")))??;
+    } = walk(shared, dir, recursive)?;
     entries.sort_by(|a, b| a.name.cmp(&b.name));
     let count = entries.len();
     let mut listing = json!({

@@ -27,6 +27,8 @@ use std::sync::Arc;
 use homeagent_core::{ErrorReason, Registry, RegistryError, ToolError};
 use serde_json::Value;
 
+use crate::off_thread::{OffThreadError, ThreadBudget, off_thread};
+
 pub use root::{
     Access, Expect, OpenRefusal, PathRefusal, Root, descriptor_path, resolved_as_far_as_it_exists,
 };
@@ -79,6 +81,35 @@ pub enum FilesSetupError {
     Registry(#[from] RegistryError),
 }
 
+/// Files tools' calls whose callers stopped waiting, still blocked: at
+/// most this many threads are left to the kernel at once.
+static FILE_CALLS: ThreadBudget = ThreadBudget::new(16);
+
+/// Runs `work`, the whole of one files tool's call, on a thread of its own
+/// (`off_thread`): resolving a path, opening it, reading, listing and
+/// writing may each block in the kernel for ever on an unresponsive mount,
+/// which must cost neither an async worker nor a thread of the blocking
+/// pool the store needs. A call that times out leaves its thread behind;
+/// once 16 are, calls are refused at once until some return.
+pub(crate) async fn on_own_thread(
+    tool: &'static str,
+    work: impl FnOnce() -> Result<Value, ToolError> + Send + 'static,
+) -> Result<Value, ToolError> {
+    match off_thread(&FILE_CALLS, tool, work).await {
+        Ok(answer) => answer,
+        Err(error @ OffThreadError::TooManyStuck { .. }) => Err(ToolError::execution(format!(
+            "{tool} could not run: {error}"
+        ))
+        .with_hint(
+            "ask the machine's operator to check its mounts (a network mount whose server is \
+             gone hangs every program that touches it)",
+        )),
+        Err(error) => Err(ToolError::execution(format!(
+            "{tool} could not run: {error}"
+        ))),
+    }
+}
+
 /// What every handler shares: the root and the limits.
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -126,20 +157,13 @@ impl Shared {
     /// file's own path still inside the root, only regular files), and
     /// refuses to append to a file with other hard links (which may be
     /// outside the root).
-    pub(crate) async fn open_checked(
+    pub(crate) fn open_checked(
         &self,
         action: &'static str,
         resolved: &Path,
         access: Access,
-    ) -> Result<tokio::fs::File, ToolError> {
-        let root = self.root.clone();
-        let path = resolved.to_owned();
-        let opened =
-            tokio::task::spawn_blocking(move || root.open_inside(&path, access, Expect::File))
-                .await
-                .map_err(|e| {
-                    ToolError::execution(format!("cannot {action} {}: {e}", self.shown(resolved)))
-                })?;
+    ) -> Result<std::fs::File, ToolError> {
+        let opened = self.root.open_inside(resolved, access, Expect::File);
         let (file, meta) = opened.map_err(|refusal| self.refused(action, resolved, refusal))?;
         if access == Access::Append {
             use std::os::unix::fs::MetadataExt;
@@ -159,7 +183,7 @@ impl Shared {
                 ));
             }
         }
-        Ok(tokio::fs::File::from_std(file))
+        Ok(file)
     }
 
     /// The error the model reads for a refused [`Root::open_inside`].

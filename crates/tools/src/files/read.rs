@@ -10,10 +10,11 @@
 use std::sync::Arc;
 
 use homeagent_core::{ErrorReason, Registry, RegistryError, ToolContext, ToolDef, ToolError};
-use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncSeekExt};
+use std::io::{Read, Seek};
 
-use super::{Access, Shared, string_arg, u64_arg};
+use serde_json::{Value, json};
+
+use super::{Access, Shared, on_own_thread, string_arg, u64_arg};
 
 pub(super) fn register(registry: &Registry, shared: Arc<Shared>) -> Result<(), RegistryError> {
     let max = shared.policy.max_read_bytes;
@@ -38,24 +39,27 @@ pub(super) fn register(registry: &Registry, shared: Arc<Shared>) -> Result<(), R
         }))
         .parallel_safe()
         .read_only(),
-        move |ctx: ToolContext| read(shared.clone(), ctx),
+        move |ctx: ToolContext| {
+            let shared = Arc::clone(&shared);
+            on_own_thread("files_read", move || read(&shared, &ctx.arguments))
+        },
     )
 }
 
-async fn read(shared: Arc<Shared>, ctx: ToolContext) -> Result<Value, ToolError> {
-    let user_path = string_arg(&ctx.arguments, "path", true)?.unwrap_or_default();
-    let offset = u64_arg(&ctx.arguments, "offset")?.unwrap_or(0);
+/// The call, blocking: on its own thread ([`on_own_thread`]).
+fn read(shared: &Shared, arguments: &Value) -> Result<Value, ToolError> {
+    let user_path = string_arg(arguments, "path", true)?.unwrap_or_default();
+    let offset = u64_arg(arguments, "offset")?.unwrap_or(0);
     let cap = shared.policy.max_read_bytes;
-    let limit = u64_arg(&ctx.arguments, "max_bytes")?
+    let limit = u64_arg(arguments, "max_bytes")?
         .unwrap_or(cap)
         .clamp(1, cap);
     let path = shared.resolve(user_path)?;
     let shown = shared.shown(&path);
 
-    let mut file = shared.open_checked("read", &path, Access::Read).await?;
+    let mut file = shared.open_checked("read", &path, Access::Read)?;
     let meta = file
         .metadata()
-        .await
         .map_err(|e| shared.io_error("read", &path, &e))?;
     let size = meta.len();
     if offset > size {
@@ -66,13 +70,11 @@ async fn read(shared: Arc<Shared>, ctx: ToolContext) -> Result<Value, ToolError>
         .with_field("offset"));
     }
     file.seek(std::io::SeekFrom::Start(offset))
-        .await
         .map_err(|e| shared.io_error("read", &path, &e))?;
     let mut buffer = Vec::new();
     (&mut file)
         .take(limit)
         .read_to_end(&mut buffer)
-        .await
         .map_err(|e| shared.io_error("read", &path, &e))?;
 
     if offset > 0 && buffer.first().is_some_and(|b| is_continuation(*b)) {

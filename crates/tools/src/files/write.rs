@@ -18,10 +18,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use homeagent_core::{ErrorReason, Registry, RegistryError, ToolContext, ToolDef, ToolError};
-use serde_json::{Value, json};
-use tokio::io::AsyncWriteExt;
+use std::io::Write;
 
-use super::{Access, OpenRefusal, Root, Shared, bool_arg, string_arg};
+use serde_json::{Value, json};
+
+use super::{Access, OpenRefusal, Root, Shared, bool_arg, on_own_thread, string_arg};
 
 /// Prefix of temporary files, so a leftover from a crash is recognisable.
 pub const TEMP_PREFIX: &str = ".homeagent-write-";
@@ -49,15 +50,19 @@ pub(super) fn register(registry: &Registry, shared: Arc<Shared>) -> Result<(), R
             "additionalProperties": false
         }))
         .serial(),
-        move |ctx: ToolContext| write(shared.clone(), ctx),
+        move |ctx: ToolContext| {
+            let shared = Arc::clone(&shared);
+            on_own_thread("files_write", move || write(&shared, &ctx.arguments))
+        },
     )
 }
 
-async fn write(shared: Arc<Shared>, ctx: ToolContext) -> Result<Value, ToolError> {
-    let user_path = string_arg(&ctx.arguments, "path", true)?.unwrap_or_default();
-    let content = string_arg(&ctx.arguments, "content", true)?.unwrap_or_default();
-    let append = bool_arg(&ctx.arguments, "append")?;
-    let create_dirs = bool_arg(&ctx.arguments, "create_dirs")?;
+/// The call, blocking: on its own thread ([`on_own_thread`]).
+fn write(shared: &Shared, arguments: &Value) -> Result<Value, ToolError> {
+    let user_path = string_arg(arguments, "path", true)?.unwrap_or_default();
+    let content = string_arg(arguments, "content", true)?.unwrap_or_default();
+    let append = bool_arg(arguments, "append")?;
+    let create_dirs = bool_arg(arguments, "create_dirs")?;
     let max = shared.policy.max_write_bytes;
     if content.len() as u64 > max {
         return Err(ToolError::new(
@@ -81,7 +86,7 @@ async fn write(shared: Arc<Shared>, ctx: ToolContext) -> Result<Value, ToolError
                 .with_hint(shared.root_hint()),
         );
     };
-    match tokio::fs::metadata(parent).await {
+    match std::fs::metadata(parent) {
         Ok(meta) if meta.is_dir() => {}
         Ok(_) => {
             return Err(ToolError::execution(format!(
@@ -91,13 +96,7 @@ async fn write(shared: Arc<Shared>, ctx: ToolContext) -> Result<Value, ToolError
             .with_field("path"));
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && create_dirs => {
-            let (root, dir) = (shared.root.canonical().to_owned(), parent.to_owned());
-            let made = tokio::task::spawn_blocking(move || create_dirs_in_root(&root, &dir))
-                .await
-                .unwrap_or_else(|join| {
-                    Err(ReplaceError::Io(std::io::Error::other(join.to_string())))
-                });
-            match made {
+            match create_dirs_in_root(shared.root.canonical(), parent) {
                 Ok(()) => {}
                 Err(ReplaceError::NotRegular) => return Err(not_regular(&shown)),
                 Err(ReplaceError::Io(e)) => {
@@ -127,21 +126,18 @@ async fn write(shared: Arc<Shared>, ctx: ToolContext) -> Result<Value, ToolError
         }
         Err(e) => return Err(shared.io_error("write", &path, &e)),
     }
-    if tokio::fs::metadata(&path).await.is_ok_and(|m| m.is_dir()) {
+    if std::fs::metadata(&path).is_ok_and(|m| m.is_dir()) {
         return Err(
             ToolError::execution(format!("cannot write {shown}: it is a directory"))
                 .with_field("path"),
         );
     }
 
-    let existed = tokio::fs::symlink_metadata(&path).await.is_ok();
+    let existed = std::fs::symlink_metadata(&path).is_ok();
     let length = content.len();
     if append {
-        let mut file = shared
-            .open_checked("append to", &path, Access::Append)
-            .await?;
+        let mut file = shared.open_checked("append to", &path, Access::Append)?;
         append_to(&mut file, content.as_bytes())
-            .await
             .map_err(|e| shared.io_error("append to", &path, &e))?;
     } else {
         let Some(name) = path.file_name().map(OsStr::to_owned) else {
@@ -150,15 +146,7 @@ async fn write(shared: Arc<Shared>, ctx: ToolContext) -> Result<Value, ToolError
                     .with_field("path"),
             );
         };
-        let (root, dir) = (shared.root.clone(), parent.to_owned());
-        let bytes = content.as_bytes().to_vec();
-        let written =
-            tokio::task::spawn_blocking(move || replace_in_dir(&root, &dir, &name, &bytes))
-                .await
-                .unwrap_or_else(|join| {
-                    Err(ReplaceError::Io(std::io::Error::other(join.to_string())))
-                });
-        match written {
+        match replace_in_dir(&shared.root, parent, &name, content.as_bytes()) {
             Ok(()) => {}
             Err(ReplaceError::NotRegular) => return Err(not_regular(&shown)),
             Err(ReplaceError::Io(e)) => return Err(shared.io_error("write", &path, &e)),
@@ -185,9 +173,9 @@ async fn write(shared: Arc<Shared>, ctx: ToolContext) -> Result<Value, ToolError
     }))
 }
 
-async fn append_to(file: &mut tokio::fs::File, bytes: &[u8]) -> std::io::Result<()> {
-    file.write_all(bytes).await?;
-    file.sync_all().await
+fn append_to(file: &mut std::fs::File, bytes: &[u8]) -> std::io::Result<()> {
+    file.write_all(bytes)?;
+    file.sync_all()
 }
 
 /// Why replacing a file failed.

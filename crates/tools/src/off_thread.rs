@@ -1,18 +1,21 @@
 //! Work that may block in the kernel for ever, on a thread of its own.
 //!
-//! A command's check resolves paths, and a path on an unresponsive mount
-//! (a hard NFS mount whose server is gone, a dead sshfs) blocks that call
-//! for as long as the mount is gone; nothing can interrupt it. On tokio's
-//! blocking pool each such check kept one of the pool's few threads (8 in
-//! the agent and the waiter) for good, so a handful of retried commands
-//! took every thread, and with them everything else the pool serves: the
-//! store's reads and commits, a reconnecting waiter's DNS lookup.
+//! A file system call on an unresponsive mount (a hard NFS mount whose
+//! server is gone, a dead sshfs) blocks for as long as the mount is gone;
+//! nothing can interrupt it. `cmd_run`'s checks resolve paths and the files
+//! tools read, list and write them. On an async worker such a call stopped
+//! every other task of that worker with it; on tokio's blocking pool it
+//! kept one of the pool's few threads (8 in the agent and the waiter) for
+//! good, so a handful of retried calls took every thread, and with them
+//! everything else the pool serves: the store's reads and commits, a
+//! reconnecting waiter's DNS lookup.
 //!
 //! Here each piece of work gets a thread of its own, so the pool never
 //! holds one. A caller that stops waiting (its timeout) leaves the thread
 //! to the kernel, and the thread is counted as stuck until its call
 //! returns; past [`ThreadBudget::max_stuck`] such threads, new work is
-//! refused at once instead of leaving one more behind.
+//! refused at once instead of leaving one more behind. Each kind of work
+//! has its own budget, so blocked file calls do not refuse commands.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -44,8 +47,8 @@ impl ThreadBudget {
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum OffThreadError {
     #[error(
-        "{stuck} earlier checks are still blocked (a path on an unresponsive mount?), the most \
-         left waiting at once"
+        "{stuck} earlier calls of its kind are still blocked in the kernel (a path on an \
+         unresponsive mount?), the most left waiting at once"
     )]
     TooManyStuck { stuck: usize },
     #[error("no thread could be started for it: {0}")]
