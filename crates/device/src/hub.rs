@@ -112,6 +112,10 @@ pub enum DeviceError {
         "device {device_id:?} disconnected before answering; whether the command ran is unknown"
     )]
     Disconnected { device_id: String },
+    /// The link was closing and took no command: it never reached the
+    /// device.
+    #[error("device {device_id:?} disconnected before the command was sent; it did not run")]
+    NotSent { device_id: String },
     #[error("device {device_id:?} did not answer within {} ms", .waited.as_millis())]
     NoAnswer { device_id: String, waited: Duration },
     #[error("the call was stopped before device {device_id:?} answered")]
@@ -309,7 +313,7 @@ impl DeviceHub {
         let waited = timeout + self.inner.options.answer_grace;
         let exchange = async {
             if outbound.send(frame).await.is_err() {
-                return Err(DeviceError::Disconnected {
+                return Err(DeviceError::NotSent {
                     device_id: device_id.to_owned(),
                 });
             }
@@ -334,6 +338,8 @@ impl DeviceHub {
                 device_id: device_id.to_owned(),
             }),
         };
+        // A command the link did not take stays armed: the guard takes it
+        // out of the pending ones (the link is bound until it is dropped).
         if matches!(result, Ok(_) | Err(DeviceError::Disconnected { .. })) {
             waiting.armed = false;
         }
@@ -583,6 +589,33 @@ mod tests {
         assert_eq!(answer.stdout, "Linux\n");
         assert_eq!(answer.status, CmdStatus::Ok);
         let _link = device.await.unwrap();
+        assert_eq!(hub.list()[0].in_flight, 0);
+    }
+
+    /// A link whose sending side is gone (its connection ending) takes no
+    /// command: the call says the command did not run, which is known,
+    /// not that whether it ran is unknown.
+    #[tokio::test]
+    async fn a_command_the_link_could_not_take_did_not_run() {
+        let hub = DeviceHub::new(HubOptions::default());
+        let (_link, outbound) = hub.attach(&hello("pi")).unwrap();
+        drop(outbound);
+        let err = hub
+            .run(
+                "pi",
+                "reboot",
+                Duration::from_secs(5),
+                &CancellationToken::new(),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err,
+            DeviceError::NotSent {
+                device_id: "pi".into()
+            }
+        );
+        assert!(err.to_string().contains("did not run"), "{err}");
         assert_eq!(hub.list()[0].in_flight, 0);
     }
 

@@ -176,6 +176,10 @@ fn device_error(err: &DeviceError) -> ToolError {
             .with_hint("call device_list for the connected devices; a waiter reconnects by itself"),
         DeviceError::Disconnected { .. } => ToolError::execution(detail)
             .with_hint("check the device with device_list before running the command again"),
+        DeviceError::NotSent { .. } => ToolError::execution(detail).with_hint(
+            "its link was closing; check it with device_list and run the command again once it \
+             is back",
+        ),
         DeviceError::NoAnswer { .. } => ToolError::new(ErrorReason::Timeout, detail)
             .with_hint("the device may be overloaded or its link stalled; try device_list"),
         DeviceError::Cancelled { .. } => ToolError::new(ErrorReason::Cancelled, detail),
