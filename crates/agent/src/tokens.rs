@@ -106,100 +106,37 @@ pub fn definition_tokens(tools: &[ToolSpec]) -> usize {
 #[derive(Debug, Default)]
 struct TokenCount {
     eighths: usize,
-    /// The class of the last character seen in the current text.
-    prev: Class,
-    /// How many digits the current run of digits has had.
-    digits: usize,
-    /// How many letters the current word has had.
-    letters: usize,
-}
-
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-enum Class {
-    /// The start of a text.
-    #[default]
-    Start,
-    Lower,
-    Upper,
-    Digit,
-    Space,
-    Other,
+    /// What the bytes so far of the current text end in: its row of
+    /// [`STEP`].
+    row: u8,
 }
 
 impl TokenCount {
     /// Counts `text`, which starts a new word whatever came before.
     fn text(&mut self, text: &str) {
-        self.prev = Class::Start;
+        self.row = row_of(OTHER);
         self.bytes(text.as_bytes());
     }
 
     /// Counts `value` as its compact JSON text, without building it.
     fn json(&mut self, value: &serde_json::Value) {
-        self.prev = Class::Start;
+        self.row = row_of(OTHER);
         // Writing to this counter cannot fail; a value that could not be
         // written would only be counted short.
         let _ = serde_json::to_writer(&mut *self, value);
     }
 
     fn bytes(&mut self, bytes: &[u8]) {
+        // Two table reads a byte, both indexed by a `u8` into 256 entries
+        // (no bounds check): this runs over every message once, a batch's
+        // calls and results included.
+        let (mut row, mut eighths) = (self.row, self.eighths);
         for &byte in bytes {
-            let (class, cost) = match byte {
-                b'a'..=b'z' => {
-                    let start = !matches!(self.prev, Class::Lower | Class::Upper);
-                    let glued = self.prev == Class::Digit;
-                    (Class::Lower, self.letter(start) + glue(glued))
-                }
-                b'A'..=b'Z' => {
-                    let start = self.prev != Class::Upper;
-                    let glued = matches!(self.prev, Class::Lower | Class::Digit);
-                    (Class::Upper, self.letter(start) + glue(glued))
-                }
-                b'0'..=b'9' => {
-                    self.digits = if self.prev == Class::Digit {
-                        self.digits + 1
-                    } else {
-                        1
-                    };
-                    // Tokenizers group digits by three.
-                    let group = if self.digits % 3 == 1 { DIGIT_GROUP } else { 0 };
-                    let glued = matches!(self.prev, Class::Lower | Class::Upper);
-                    (Class::Digit, group + glue(glued))
-                }
-                // A space joins the word after it; a second one does not.
-                b' ' => (
-                    Class::Space,
-                    if self.prev == Class::Space { BREAK } else { 0 },
-                ),
-                b'\n' | b'\r' | b'\t' => (Class::Other, BREAK),
-                0x00..=0x7F => (Class::Other, MARK),
-                // A continuation byte: its character was counted at its
-                // first byte.
-                0x80..=0xBF => continue,
-                0xC0..=0xDF => (Class::Other, TWO_BYTE_CHAR),
-                0xE0..=0xEF => (Class::Other, THREE_BYTE_CHAR),
-                0xF0..=0xFF => (Class::Other, FOUR_BYTE_CHAR),
-            };
-            self.eighths += cost;
-            self.prev = class;
+            let entry = STEP[usize::from(row.wrapping_add(BYTE_CLASS[usize::from(byte)]))];
+            eighths += usize::from(entry & 0xFF);
+            row = (entry >> 8) as u8;
         }
-    }
-
-    /// A letter's cost, `start` when it begins a word. A letter after a
-    /// letter of either case is part of the same run for its length
-    /// (`wordWord` is one run of eight), though an upper-case one after a
-    /// lower-case one starts another word.
-    fn letter(&mut self, start: bool) -> usize {
-        self.letters = if matches!(self.prev, Class::Lower | Class::Upper) {
-            self.letters + 1
-        } else {
-            1
-        };
-        let letter = if self.letters >= LONG_WORD_FROM {
-            LONG_WORD_LETTER
-        } else {
-            LETTER
-        };
-        letter + word(start)
+        (self.row, self.eighths) = (row, eighths);
     }
 
     fn tokens(&self) -> usize {
@@ -207,13 +144,139 @@ impl TokenCount {
     }
 }
 
-fn word(start: bool) -> usize {
-    if start { WORD } else { 0 }
+// What a byte is.
+const LOWER_BYTE: u8 = 0;
+const UPPER_BYTE: u8 = 1;
+const DIGIT_BYTE: u8 = 2;
+const SPACE_BYTE: u8 = 3;
+const BREAK_BYTE: u8 = 4;
+const MARK_BYTE: u8 = 5;
+/// The second to fourth byte of a UTF-8 character.
+const CONTINUATION_BYTE: u8 = 6;
+/// The first byte of a two-, three- or four-byte character.
+const LEAD2_BYTE: u8 = 7;
+const LEAD3_BYTE: u8 = 8;
+const LEAD4_BYTE: u8 = 9;
+const BYTE_CLASSES: usize = 10;
+
+const fn byte_class(byte: u8) -> u8 {
+    match byte {
+        b'a'..=b'z' => LOWER_BYTE,
+        b'A'..=b'Z' => UPPER_BYTE,
+        b'0'..=b'9' => DIGIT_BYTE,
+        b' ' => SPACE_BYTE,
+        b'\n' | b'\r' | b'\t' => BREAK_BYTE,
+        0x00..=0x7F => MARK_BYTE,
+        0x80..=0xBF => CONTINUATION_BYTE,
+        0xC0..=0xDF => LEAD2_BYTE,
+        0xE0..=0xEF => LEAD3_BYTE,
+        0xF0..=0xFF => LEAD4_BYTE,
+    }
 }
 
-fn glue(glued: bool) -> usize {
-    if glued { GLUED } else { 0 }
+static BYTE_CLASS: [u8; 256] = {
+    let mut table = [0; 256];
+    let mut byte = 0;
+    while byte < 256 {
+        table[byte] = byte_class(byte as u8);
+        byte += 1;
+    }
+    table
+};
+
+// What the text so far ends in: its start, or anything none of the others
+// is; a space; the k-th letter (1..=LONG_WORD_FROM, the last standing for
+// every later one too) of a run whose last letter is lower or upper case;
+// the k-th digit (1..=3) of a group of three.
+const OTHER: u8 = 0;
+const SPACE: u8 = 1;
+const LOWER: u8 = 2;
+const RUN: u8 = LONG_WORD_FROM as u8;
+const UPPER: u8 = LOWER + RUN;
+const DIGIT: u8 = UPPER + RUN;
+const STATES: usize = DIGIT as usize + 3;
+
+/// The state after a byte of `class` in `state`, and what the byte costs:
+/// the counting rules, which [`STEP`] tabulates.
+const fn step(state: u8, class: u8) -> (u8, u8) {
+    let after_lower = state >= LOWER && state < UPPER;
+    let after_upper = state >= UPPER && state < DIGIT;
+    let after_letter = after_lower || after_upper;
+    let after_digit = state >= DIGIT;
+    // The letter this byte would be in its run, the run's length counted
+    // up to RUN.
+    let letter = if after_lower {
+        state - LOWER + 2
+    } else if after_upper {
+        state - UPPER + 2
+    } else {
+        1
+    };
+    let letter = if letter > RUN { RUN } else { letter };
+    let letter_cost = if letter >= RUN {
+        LONG_WORD_LETTER
+    } else {
+        LETTER
+    };
+    match class {
+        LOWER_BYTE => {
+            let start = if after_letter { 0 } else { WORD };
+            let glued = if after_digit { GLUED } else { 0 };
+            (LOWER + letter - 1, (letter_cost + start + glued) as u8)
+        }
+        UPPER_BYTE => {
+            // An upper-case letter after a lower-case one starts a word.
+            let start = if after_upper { 0 } else { WORD };
+            let glued = if after_lower || after_digit { GLUED } else { 0 };
+            (UPPER + letter - 1, (letter_cost + start + glued) as u8)
+        }
+        DIGIT_BYTE => {
+            // Tokenizers group digits by three.
+            let place = if after_digit && state - DIGIT < 2 {
+                state - DIGIT + 2
+            } else {
+                1
+            };
+            let group = if place == 1 { DIGIT_GROUP } else { 0 };
+            let glued = if after_letter { GLUED } else { 0 };
+            (DIGIT + place - 1, (group + glued) as u8)
+        }
+        // A space joins the word after it; a second one does not.
+        SPACE_BYTE => (SPACE, if state == SPACE { BREAK as u8 } else { 0 }),
+        BREAK_BYTE => (OTHER, BREAK as u8),
+        MARK_BYTE => (OTHER, MARK as u8),
+        // Its character was counted at its first byte.
+        CONTINUATION_BYTE => (state, 0),
+        LEAD2_BYTE => (OTHER, TWO_BYTE_CHAR as u8),
+        LEAD3_BYTE => (OTHER, THREE_BYTE_CHAR as u8),
+        _ => (OTHER, FOUR_BYTE_CHAR as u8),
+    }
 }
+
+/// The first entry of `state`'s row in [`STEP`].
+const fn row_of(state: u8) -> u8 {
+    state * BYTE_CLASSES as u8
+}
+
+/// [`step`] for every state and byte class: the entry at `row_of(state) +
+/// class` holds the cost in its low byte and the next state's row in its
+/// high byte. 256 entries, the rest unused, so that a `u8` index needs no
+/// bounds check.
+static STEP: [u16; 256] = {
+    assert!(STATES * BYTE_CLASSES <= 256);
+    let mut table = [0; 256];
+    let mut state = 0;
+    while state < STATES {
+        let mut class = 0;
+        while class < BYTE_CLASSES {
+            let (next, cost) = step(state as u8, class as u8);
+            table[state * BYTE_CLASSES + class] = (row_of(next) as u16) << 8 | cost as u16;
+            class += 1;
+        }
+        state += 1;
+    }
+    table
+};
 
 impl std::io::Write for TokenCount {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
