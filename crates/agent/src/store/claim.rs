@@ -240,6 +240,11 @@ impl Store {
     /// busy in another process. A claim another handle or process holds
     /// is not waited for (see the module docs).
     pub(super) async fn own_claim_released(&self, session: &str, patience: Duration) {
+        // The usual case, asked without registering a waiter: every input
+        // opens through here.
+        if !self.claims.holds(session) {
+            return;
+        }
         let deadline = tokio::time::Instant::now() + patience;
         loop {
             let released = self.claims.released.notified();
