@@ -438,8 +438,6 @@ impl Scheduler {
         }
     }
 
-    /// The sessions with an input running or queued, whoever submitted
-    /// it (a server's client may have gone away while its input runs on).
     /// Whether nothing runs or waits: no input queued or running, and
     /// every ended input's terminal frame sent.
     pub fn idle(&self) -> bool {
@@ -448,6 +446,8 @@ impl Scheduler {
         self.busy_sessions().is_empty() && self.inner.ending.load(Ordering::SeqCst) == 0
     }
 
+    /// The sessions with an input running or queued, whoever submitted
+    /// it (a server's client may have gone away while its input runs on).
     pub fn busy_sessions(&self) -> Vec<String> {
         self.sessions()
             .iter()

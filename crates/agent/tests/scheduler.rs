@@ -563,13 +563,8 @@ impl homeagent_llm::LocalModel for PanicsOnCue {
     }
 }
 
-/// A panic while an input runs (a bug) ends that input with an error and
-/// leaves its session usable: the worker's task died with it, so the input
-/// got no terminal frame and every later input of the session waited for
-/// ever behind a worker that was gone.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_panic_while_an_input_runs_ends_it_with_an_error_and_the_session_goes_on() {
-    let dir = temp_dir();
+/// A scheduler over [`PanicsOnCue`], its store in `dir`.
+fn panicking_scheduler(dir: &std::path::Path) -> Scheduler {
     let store = Arc::new(Store::open(&dir.join("homeagent.db")).unwrap());
     let runtime = runtime_over(
         demo_sources(),
@@ -577,7 +572,17 @@ async fn a_panic_while_an_input_runs_ends_it_with_an_error_and_the_session_goes_
         store,
         AgentSettings::default(),
     );
-    let scheduler = Scheduler::new(Arc::new(runtime), SchedulerOptions::default());
+    Scheduler::new(Arc::new(runtime), SchedulerOptions::default())
+}
+
+/// A panic while an input runs (a bug) ends that input with an error and
+/// leaves its session usable: the worker's task died with it, so the input
+/// got no terminal frame and every later input of the session waited for
+/// ever behind a worker that was gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_while_an_input_runs_ends_it_with_an_error_and_the_session_goes_on() {
+    let dir = temp_dir();
+    let scheduler = panicking_scheduler(&dir);
     let frames = drain(scheduler.submit(submission("p", "!panic"))).await;
     assert!(
         matches!(frames.last(), Some(Frame::Error { .. })),
@@ -729,14 +734,7 @@ async fn a_stop_that_comes_too_late_to_stop_anything_is_not_counted() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scheduler_is_not_idle_until_the_terminal_frame_is_out() {
     let dir = temp_dir();
-    let store = Arc::new(Store::open(&dir.join("homeagent.db")).unwrap());
-    let runtime = runtime_over(
-        demo_sources(),
-        Arc::new(PanicsOnCue),
-        store,
-        AgentSettings::default(),
-    );
-    let scheduler = Scheduler::new(Arc::new(runtime), SchedulerOptions::default());
+    let scheduler = panicking_scheduler(&dir);
     let idle_at_terminal = Arc::new(std::sync::Mutex::new(Vec::new()));
     let (watched, seen) = (scheduler.clone(), Arc::clone(&idle_at_terminal));
     scheduler.observe(Arc::new(move |_, frame| {
