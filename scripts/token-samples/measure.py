@@ -2,7 +2,8 @@
 """Counts the tokens of each sample text under public tokenizers.
 
 Writes crates/agent/tests/data/token_samples/counts.json, which the agent's
-test `context::estimate_never_undercounts_the_samples` reads: the estimate
+test `tokens::the_estimate_is_never_below_the_tokenizers_nor_far_above`
+(crates/agent/tests/tokens.rs) reads: the estimate
 (`homeagent_agent::tokens`) must not fall below any of the modern
 tokenizers' counts, nor far above them. Run again after adding a sample.
 

@@ -57,9 +57,9 @@ pub fn text_tokens(text: &str) -> usize {
 /// The estimated tokens `message` takes in a model request: its texts,
 /// each counted once, and its framing. A call's arguments are counted from
 /// the text the model streamed (the wire sends them as one string), not
-/// also from their parsed copy; reasoning metadata (signatures sent back
-/// verbatim) is not counted, as providers do not count it against the
-/// context.
+/// also from their parsed copy. Reasoning metadata (signatures, redacted
+/// thinking: opaque data sent back verbatim) counts a quarter token a byte
+/// of its JSON: a provider may count what comes back within a tool loop.
 pub fn approx_tokens(message: &Message) -> usize {
     let mut count = TokenCount::default();
     let mut framing = PER_MESSAGE;
@@ -69,6 +69,9 @@ pub fn approx_tokens(message: &Message) -> usize {
             count.text(&assistant.content);
             for part in &assistant.reasoning {
                 count.text(&part.text);
+                if let Some(metadata) = &part.metadata {
+                    count.opaque(metadata);
+                }
             }
             for call in &assistant.tool_calls {
                 framing += PER_CALL;
@@ -124,6 +127,12 @@ impl TokenCount {
         // Writing to this counter cannot fail; a value that could not be
         // written would only be counted short.
         let _ = serde_json::to_writer(&mut *self, value);
+    }
+
+    /// Counts `value` as opaque data: a quarter token a byte of its JSON.
+    fn opaque(&mut self, value: &serde_json::Value) {
+        let bytes = serde_json::to_vec(value).map_or(0, |json| json.len());
+        self.eighths += 2 * bytes;
     }
 
     fn bytes(&mut self, bytes: &[u8]) {
@@ -306,7 +315,8 @@ mod tests {
 
     /// A word's first seven letters cost one eighth each, the rest six:
     /// "abcdefghij" is 6 + 7 × 1 + 3 × 6; "abcDefghij" (a second word
-    /// inside the run) adds a word start and no more.
+    /// inside the run) costs that plus a word start and the glue of an
+    /// upper-case letter after a lower-case one.
     #[test]
     fn long_words_cost_more_per_letter() {
         let mut count = TokenCount::default();

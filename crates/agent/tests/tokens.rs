@@ -12,7 +12,7 @@ use std::path::Path;
 
 use homeagent_agent::context::approx_tokens;
 use homeagent_agent::tokens::text_tokens;
-use homeagent_core::{AssistantMessage, Message, ToolCall, ToolMessage};
+use homeagent_core::{AssistantMessage, Message, ReasoningPart, ToolCall, ToolMessage};
 use serde::Deserialize;
 
 /// What each tokenizer counted for one sample. `claude2` is Anthropic's
@@ -127,4 +127,27 @@ fn a_result_counts_as_its_text() {
             "{name}: a result of {most} tokens estimated {whole}"
         );
     }
+}
+
+/// Reasoning sent back verbatim (a redacted thinking block's data, a
+/// signature) is counted, though it has no text: a provider may count it
+/// within a tool loop, and an estimate that skips it undercounts.
+#[test]
+fn opaque_reasoning_is_counted() {
+    let data = "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpP".repeat(10);
+    let with = |metadata: Option<serde_json::Value>| {
+        approx_tokens(&Message::Assistant(AssistantMessage {
+            reasoning: vec![ReasoningPart {
+                text: String::new(),
+                metadata,
+            }],
+            ..AssistantMessage::default()
+        }))
+    };
+    let added = with(Some(serde_json::json!({ "redacted_data": data }))) - with(None);
+    assert!(
+        added >= data.len() / 4,
+        "{added} tokens for {} bytes",
+        data.len()
+    );
 }

@@ -178,7 +178,6 @@ fn append_to(file: &mut std::fs::File, bytes: &[u8]) -> std::io::Result<()> {
     file.sync_all()
 }
 
-/// Why replacing a file failed.
 /// The refusal of a path that names a FIFO, a socket or a device.
 fn not_regular(shown: &str) -> ToolError {
     ToolError::execution(format!(
