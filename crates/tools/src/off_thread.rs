@@ -69,6 +69,38 @@ pub(crate) async fn off_thread<T: Send + 'static>(
     name: &str,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, OffThreadError> {
+    off_thread_watched(budget, name, move |_| work()).await
+}
+
+/// Whether the caller of [`off_thread_watched`] still waits for the work:
+/// work with effects asks before each, so that a call its caller gave up
+/// on (its timeout, a stop) does not go on to write once the mount comes
+/// back, after the caller was told it did not finish.
+#[derive(Debug, Clone)]
+pub(crate) struct Wanted(Arc<AtomicU8>);
+
+impl Wanted {
+    pub(crate) fn still(&self) -> bool {
+        self.0.load(Ordering::SeqCst) != ABANDONED
+    }
+
+    /// A caller that waits, or (`false`) one that gave up.
+    #[cfg(test)]
+    pub(crate) fn for_test(waiting: bool) -> Wanted {
+        Wanted(Arc::new(AtomicU8::new(if waiting {
+            RUNNING
+        } else {
+            ABANDONED
+        })))
+    }
+}
+
+/// [`off_thread`] for work that asks whether it is still [`Wanted`].
+pub(crate) async fn off_thread_watched<T: Send + 'static>(
+    budget: &'static ThreadBudget,
+    name: &str,
+    work: impl FnOnce(&Wanted) -> T + Send + 'static,
+) -> Result<T, OffThreadError> {
     let stuck = budget.stuck();
     if stuck >= budget.max_stuck {
         return Err(OffThreadError::TooManyStuck { stuck });
@@ -76,10 +108,11 @@ pub(crate) async fn off_thread<T: Send + 'static>(
     let state = Arc::new(AtomicU8::new(RUNNING));
     let (sender, receiver) = tokio::sync::oneshot::channel();
     let thread_state = Arc::clone(&state);
+    let wanted = Wanted(Arc::clone(&state));
     std::thread::Builder::new()
         .name(name.to_owned())
         .spawn(move || {
-            let result = std::panic::catch_unwind(AssertUnwindSafe(work));
+            let result = std::panic::catch_unwind(AssertUnwindSafe(|| work(&wanted)));
             if thread_state.swap(DONE, Ordering::SeqCst) == ABANDONED {
                 budget.stuck.fetch_sub(1, Ordering::SeqCst);
             }
@@ -175,6 +208,35 @@ mod tests {
         stuck_becomes(&BUDGET, 0).await;
         assert_eq!(off_thread(&BUDGET, "t", || 8).await.unwrap(), 8);
         assert_eq!(BUDGET.stuck(), 0);
+    }
+
+    /// Work learns when its caller stopped waiting: wanted while awaited,
+    /// not once the caller gave up.
+    #[tokio::test]
+    async fn work_knows_whether_it_is_still_wanted() {
+        static BUDGET: ThreadBudget = ThreadBudget::new(2);
+        assert!(
+            off_thread_watched(&BUDGET, "t", |wanted| wanted.still())
+                .await
+                .unwrap()
+        );
+        let (release, blocked) = mpsc::channel::<()>();
+        let (answer, asked) = mpsc::channel::<bool>();
+        let gave_up = tokio::time::timeout(
+            Duration::from_millis(50),
+            off_thread_watched(&BUDGET, "t", move |wanted| {
+                let _ = blocked.recv();
+                let _ = answer.send(wanted.still());
+            }),
+        )
+        .await;
+        assert!(gave_up.is_err());
+        release.send(()).unwrap();
+        assert!(
+            !asked.recv().unwrap(),
+            "still wanted after its caller gave up"
+        );
+        stuck_becomes(&BUDGET, 0).await;
     }
 
     #[tokio::test]

@@ -47,7 +47,7 @@ pub(super) fn register(registry: &Registry, shared: Arc<Shared>) -> Result<(), R
         .read_only(),
         move |ctx: ToolContext| {
             let shared = Arc::clone(&shared);
-            on_own_thread("files_list", move || list(&shared, &ctx.arguments))
+            on_own_thread("files_list", move |_| list(&shared, &ctx.arguments))
         },
     )
 }

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use homeagent_core::{ErrorReason, Registry, RegistryError, ToolError};
 use serde_json::Value;
 
-use crate::off_thread::{OffThreadError, ThreadBudget, off_thread};
+use crate::off_thread::{OffThreadError, ThreadBudget, Wanted, off_thread_watched};
 
 pub use root::{
     Access, Expect, OpenRefusal, PathRefusal, Root, descriptor_path, resolved_as_far_as_it_exists,
@@ -90,12 +90,14 @@ static FILE_CALLS: ThreadBudget = ThreadBudget::new(16);
 /// writing may each block in the kernel for ever on an unresponsive mount,
 /// which must cost neither an async worker nor a thread of the blocking
 /// pool the store needs. A call that times out leaves its thread behind;
-/// once 16 are, calls are refused at once until some return.
+/// once 16 are, calls are refused at once until some return. `work` is
+/// told whether its caller still waits ([`Wanted`]), so a write given up
+/// on does not happen later.
 pub(crate) async fn on_own_thread(
     tool: &'static str,
-    work: impl FnOnce() -> Result<Value, ToolError> + Send + 'static,
+    work: impl FnOnce(&Wanted) -> Result<Value, ToolError> + Send + 'static,
 ) -> Result<Value, ToolError> {
-    match off_thread(&FILE_CALLS, tool, work).await {
+    match off_thread_watched(&FILE_CALLS, tool, work).await {
         Ok(answer) => answer,
         Err(error @ OffThreadError::TooManyStuck { .. }) => Err(ToolError::execution(format!(
             "{tool} could not run: {error}"

@@ -41,7 +41,7 @@ pub(super) fn register(registry: &Registry, shared: Arc<Shared>) -> Result<(), R
         .read_only(),
         move |ctx: ToolContext| {
             let shared = Arc::clone(&shared);
-            on_own_thread("files_read", move || read(&shared, &ctx.arguments))
+            on_own_thread("files_read", move |_| read(&shared, &ctx.arguments))
         },
     )
 }

@@ -23,6 +23,7 @@ use std::io::Write;
 use serde_json::{Value, json};
 
 use super::{Access, OpenRefusal, Root, Shared, bool_arg, on_own_thread, string_arg};
+use crate::off_thread::Wanted;
 
 /// Prefix of temporary files, so a leftover from a crash is recognisable.
 pub const TEMP_PREFIX: &str = ".homeagent-write-";
@@ -52,13 +53,18 @@ pub(super) fn register(registry: &Registry, shared: Arc<Shared>) -> Result<(), R
         .serial(),
         move |ctx: ToolContext| {
             let shared = Arc::clone(&shared);
-            on_own_thread("files_write", move || write(&shared, &ctx.arguments))
+            on_own_thread("files_write", move |wanted| {
+                write(&shared, &ctx.arguments, wanted)
+            })
         },
     )
 }
 
 /// The call, blocking: on its own thread ([`on_own_thread`]).
-fn write(shared: &Shared, arguments: &Value) -> Result<Value, ToolError> {
+/// Before each effect it asks whether its caller still waits (`wanted`):
+/// a call given up on (its timeout, a stop) while a mount hung does not
+/// go on to write when the mount comes back.
+fn write(shared: &Shared, arguments: &Value, wanted: &Wanted) -> Result<Value, ToolError> {
     let user_path = string_arg(arguments, "path", true)?.unwrap_or_default();
     let content = string_arg(arguments, "content", true)?.unwrap_or_default();
     let append = bool_arg(arguments, "append")?;
@@ -96,9 +102,11 @@ fn write(shared: &Shared, arguments: &Value) -> Result<Value, ToolError> {
             .with_field("path"));
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && create_dirs => {
+            given_up(wanted)?;
             match create_dirs_in_root(shared.root.canonical(), parent) {
                 Ok(()) => {}
                 Err(ReplaceError::NotRegular) => return Err(not_regular(&shown)),
+                Err(ReplaceError::GivenUp) => return Err(given_up_error()),
                 Err(ReplaceError::Io(e)) => {
                     return Err(shared.io_error("create the directories of", &path, &e));
                 }
@@ -136,7 +144,9 @@ fn write(shared: &Shared, arguments: &Value) -> Result<Value, ToolError> {
     let existed = std::fs::symlink_metadata(&path).is_ok();
     let length = content.len();
     if append {
+        given_up(wanted)?;
         let mut file = shared.open_checked("append to", &path, Access::Append)?;
+        given_up(wanted)?;
         append_to(&mut file, content.as_bytes())
             .map_err(|e| shared.io_error("append to", &path, &e))?;
     } else {
@@ -146,9 +156,10 @@ fn write(shared: &Shared, arguments: &Value) -> Result<Value, ToolError> {
                     .with_field("path"),
             );
         };
-        match replace_in_dir(&shared.root, parent, &name, content.as_bytes()) {
+        match replace_in_dir(&shared.root, parent, &name, content.as_bytes(), wanted) {
             Ok(()) => {}
             Err(ReplaceError::NotRegular) => return Err(not_regular(&shown)),
+            Err(ReplaceError::GivenUp) => return Err(given_up_error()),
             Err(ReplaceError::Io(e)) => return Err(shared.io_error("write", &path, &e)),
             Err(ReplaceError::Outside(opened)) => {
                 return Err(ToolError::new(
@@ -178,6 +189,24 @@ fn append_to(file: &mut std::fs::File, bytes: &[u8]) -> std::io::Result<()> {
     file.sync_all()
 }
 
+/// Fails when the call's caller stopped waiting (see [`write`]).
+fn given_up(wanted: &Wanted) -> Result<(), ToolError> {
+    if wanted.still() {
+        Ok(())
+    } else {
+        Err(given_up_error())
+    }
+}
+
+/// Nobody reads it (the caller has gone); it ends the work before an
+/// effect.
+fn given_up_error() -> ToolError {
+    ToolError::new(
+        ErrorReason::Cancelled,
+        "files_write was given up on before it wrote anything",
+    )
+}
+
 /// The refusal of a path that names a FIFO, a socket or a device.
 fn not_regular(shown: &str) -> ToolError {
     ToolError::execution(format!(
@@ -194,6 +223,8 @@ enum ReplaceError {
     Outside(PathBuf),
     /// The path names a FIFO, a socket or a device: never replaced.
     NotRegular,
+    /// The caller stopped waiting before the rename: nothing replaced.
+    GivenUp,
     Io(std::io::Error),
 }
 
@@ -248,7 +279,13 @@ fn create_dirs_in_root(root: &Path, dir: &Path) -> Result<(), ReplaceError> {
 /// Replaces the file `name` in the directory `dir` with `bytes`, through a
 /// descriptor of `dir` opened by [`Root::open_directory_inside`]. Blocking:
 /// run it off the async workers.
-fn replace_in_dir(root: &Root, dir: &Path, name: &OsStr, bytes: &[u8]) -> Result<(), ReplaceError> {
+fn replace_in_dir(
+    root: &Root,
+    dir: &Path,
+    name: &OsStr,
+    bytes: &[u8],
+    wanted: &Wanted,
+) -> Result<(), ReplaceError> {
     use nix::fcntl::{AtFlags, renameat};
     use nix::sys::stat::{Mode, SFlag, fchmod, fstatat};
     use nix::unistd::{UnlinkatFlags, unlinkat};
@@ -280,6 +317,11 @@ fn replace_in_dir(root: &Root, dir: &Path, name: &OsStr, bytes: &[u8]) -> Result
         file.write_all(bytes)?;
         fchmod(&file, final_mode)?;
         file.sync_all()?;
+        // The last moment to give up: a caller told its call timed out
+        // must not find the file replaced after all.
+        if !wanted.still() {
+            return Err(ReplaceError::GivenUp);
+        }
         renameat(&dir_fd, temp.as_str(), &dir_fd, name)?;
         Ok(())
     })();
@@ -385,6 +427,42 @@ mod tests {
         (Dirs { base }, root, outside)
     }
 
+    /// A write whose caller gave up (its timeout, while a mount hung)
+    /// replaces nothing when it gets to the rename, and leaves no
+    /// temporary file.
+    #[test]
+    fn a_write_given_up_on_replaces_nothing() {
+        let (_dirs, root, _outside) = dirs("given-up");
+        std::fs::write(root.join("a.txt"), "old").unwrap();
+        let tree = Root::open(&root).unwrap();
+        let given_up = replace_in_dir(
+            &tree,
+            &root,
+            OsStr::new("a.txt"),
+            b"new",
+            &Wanted::for_test(false),
+        );
+        assert!(
+            matches!(given_up, Err(ReplaceError::GivenUp)),
+            "{given_up:?}"
+        );
+        assert_eq!(std::fs::read_to_string(root.join("a.txt")).unwrap(), "old");
+        assert_eq!(
+            std::fs::read_dir(&root).unwrap().count(),
+            1,
+            "a temporary file was left"
+        );
+        replace_in_dir(
+            &tree,
+            &root,
+            OsStr::new("a.txt"),
+            b"new",
+            &Wanted::for_test(true),
+        )
+        .unwrap();
+        assert_eq!(std::fs::read_to_string(root.join("a.txt")).unwrap(), "new");
+    }
+
     #[test]
     fn a_directory_that_leads_out_of_the_root_when_opened_is_refused() {
         let (_dirs, root, outside) = dirs("out");
@@ -393,7 +471,13 @@ mod tests {
         std::os::unix::fs::symlink(&outside, root.join("docs")).unwrap();
 
         let tree = Root::open(&root).unwrap();
-        let refused = replace_in_dir(&tree, &root.join("docs"), OsStr::new("a.txt"), b"x");
+        let refused = replace_in_dir(
+            &tree,
+            &root.join("docs"),
+            OsStr::new("a.txt"),
+            b"x",
+            &Wanted::for_test(true),
+        );
 
         // Refused at the open (the last component is never followed).
         match refused {
@@ -411,7 +495,13 @@ mod tests {
         // A swapped directory higher up is followed by the open, and then
         // caught by where the descriptor really is.
         std::fs::create_dir(outside.join("sub")).unwrap();
-        let refused = replace_in_dir(&tree, &root.join("docs/sub"), OsStr::new("a.txt"), b"x");
+        let refused = replace_in_dir(
+            &tree,
+            &root.join("docs/sub"),
+            OsStr::new("a.txt"),
+            b"x",
+            &Wanted::for_test(true),
+        );
         match refused {
             Err(ReplaceError::Outside(opened)) => assert_eq!(opened, outside.join("sub")),
             other => panic!("expected Outside, got {other:?}"),
@@ -428,7 +518,14 @@ mod tests {
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o750)).unwrap();
 
         let tree = Root::open(&root).unwrap();
-        replace_in_dir(&tree, &root, OsStr::new("run.sh"), b"new").unwrap();
+        replace_in_dir(
+            &tree,
+            &root,
+            OsStr::new("run.sh"),
+            b"new",
+            &Wanted::for_test(true),
+        )
+        .unwrap();
 
         assert_eq!(std::fs::read_to_string(&script).unwrap(), "new");
         let mode = std::fs::metadata(&script).unwrap().permissions().mode() & 0o7777;
@@ -490,7 +587,14 @@ mod tests {
             .mode()
             & 0o7777;
         let tree = Root::open(&root).unwrap();
-        replace_in_dir(&tree, &root, OsStr::new("new.txt"), b"x").unwrap();
+        replace_in_dir(
+            &tree,
+            &root,
+            OsStr::new("new.txt"),
+            b"x",
+            &Wanted::for_test(true),
+        )
+        .unwrap();
         let mode = std::fs::metadata(root.join("new.txt"))
             .unwrap()
             .permissions()
@@ -499,7 +603,14 @@ mod tests {
         // A symlink at the name is replaced by a new file, which does not
         // take the link's own mode (0777).
         std::os::unix::fs::symlink(root.join("by-std"), root.join("link")).unwrap();
-        replace_in_dir(&tree, &root, OsStr::new("link"), b"y").unwrap();
+        replace_in_dir(
+            &tree,
+            &root,
+            OsStr::new("link"),
+            b"y",
+            &Wanted::for_test(true),
+        )
+        .unwrap();
         let meta = std::fs::symlink_metadata(root.join("link")).unwrap();
         assert!(meta.file_type().is_file());
         assert_eq!(meta.permissions().mode() & 0o7777, usual);
@@ -507,7 +618,14 @@ mod tests {
         let tool = root.join("tool");
         std::fs::write(&tool, "old").unwrap();
         std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o4755)).unwrap();
-        replace_in_dir(&tree, &root, OsStr::new("tool"), b"new").unwrap();
+        replace_in_dir(
+            &tree,
+            &root,
+            OsStr::new("tool"),
+            b"new",
+            &Wanted::for_test(true),
+        )
+        .unwrap();
         let mode = std::fs::metadata(&tool).unwrap().permissions().mode();
         assert_eq!(mode & 0o7777, 0o755);
         // The temporary file's mode at creation, before anything is written.
