@@ -744,7 +744,7 @@ fn with_ids_numbered(messages: &[Message]) -> Vec<Message> {
 
 fn store_frame(error: StoreError) -> Frame {
     let code = match error {
-        StoreError::SessionBusy { .. } => "session_busy",
+        StoreError::SessionBusy { .. } | StoreError::SessionWriting { .. } => "session_busy",
         StoreError::AgentMismatch { .. } => "session_conflict",
         _ => "store",
     };

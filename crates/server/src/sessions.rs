@@ -48,7 +48,7 @@ fn store_error(e: StoreError) -> ApiError {
         }
         // Another process runs an input on it (a delete claims the session
         // as an input does): worth sending again once that has ended.
-        StoreError::SessionBusy { .. } => {
+        StoreError::SessionBusy { .. } | StoreError::SessionWriting { .. } => {
             ApiError::new(StatusCode::CONFLICT, "session_busy", e.to_string())
         }
         other => ApiError::internal(other.to_string()),

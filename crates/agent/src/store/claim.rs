@@ -232,18 +232,24 @@ impl Store {
     }
 
     /// Waits, at most `patience`, while this handle itself holds
-    /// `session`. The scheduler runs a session's inputs one at a time, so
-    /// in this process only a write an earlier input left held or queued
-    /// can hold it (the input panicked, or its future was dropped), and the
-    /// write lets go once committed: the next input then loads a history
-    /// that has it. Refused at once instead, it was told the session was
-    /// busy in another process. A claim another handle or process holds
-    /// is not waited for (see the module docs).
-    pub(super) async fn own_claim_released(&self, session: &str, patience: Duration) {
+    /// `session`, and fails with [`StoreError::SessionWriting`] if it
+    /// still does then. The scheduler runs a session's inputs one at a
+    /// time, so in this process the session is held by a write an earlier
+    /// input left held or queued (the input panicked, or its future was
+    /// dropped), which lets go once committed, or briefly by a seed or a
+    /// deletion: the next input then loads a history that has it. Refused
+    /// at once instead, it was told the session was busy in another
+    /// process. A claim another handle or process holds is not waited for
+    /// (see the module docs).
+    pub(super) async fn own_claim_released(
+        &self,
+        session: &str,
+        patience: Duration,
+    ) -> Result<(), StoreError> {
         // The usual case, asked without registering a waiter: every input
         // opens through here.
         if !self.claims.holds(session) {
-            return;
+            return Ok(());
         }
         let deadline = tokio::time::Instant::now() + patience;
         loop {
@@ -253,10 +259,12 @@ impl Store {
             // still wakes it.
             released.as_mut().enable();
             if !self.claims.holds(session) {
-                return;
+                return Ok(());
             }
             if tokio::time::timeout_at(deadline, released).await.is_err() {
-                return;
+                return Err(StoreError::SessionWriting {
+                    id: session.to_owned(),
+                });
             }
         }
     }

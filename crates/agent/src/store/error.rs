@@ -86,6 +86,14 @@ pub enum StoreError {
          wait for it to finish, or use another session id"
     )]
     SessionBusy { id: String },
+    /// A write an earlier input of the session left behind in this
+    /// process (it ended early) has not committed within the wait for it
+    /// (see `Store::own_claim_released`).
+    #[error(
+        "session {id} still has a write of its previous input, in this process, that is not on \
+         disk yet (a slow or stalled disk?); send the input again in a moment"
+    )]
+    SessionWriting { id: String },
     /// The session claims file (`Store::claims_file`) could not be opened
     /// or locked.
     #[error("cannot claim the session through {path}: {source}")]

@@ -501,10 +501,36 @@ mod tests {
                 .own_claim_released("s", Duration::from_secs(24 * 3600)),
         )
         .await
-        .expect("never woken by the release");
+        .expect("never woken by the release")
+        .unwrap();
         assert!(left.elapsed() >= hold, "woken before the write committed");
         let opened = temp.store.open_input_async("s", "main").await.unwrap();
         assert_eq!(opened.history.messages(), [user("left held")]);
+    }
+
+    /// A write left behind that does not commit within the wait's
+    /// patience (a stalled disk) is named for what it is, not as an input
+    /// running in another process.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_left_behind_too_long_is_named_as_such() {
+        let temp = long_hold("held-too-long");
+        let claim = temp.store.claim_session("s").unwrap();
+        let held = temp
+            .store
+            .hold_append_creating(&claim, "main", &[user("left held")])
+            .unwrap();
+        drop(claim);
+        let waited = temp
+            .store
+            .own_claim_released("s", Duration::from_millis(50))
+            .await;
+        assert!(
+            matches!(&waited, Err(StoreError::SessionWriting { id }) if id == "s"),
+            "{waited:?}"
+        );
+        let text = waited.unwrap_err().to_string();
+        assert!(text.contains("this process"), "{text}");
+        held.committed().await.unwrap();
     }
 
     /// Once an input's last write is answered, the write holds its

@@ -21,7 +21,7 @@ use super::{BUSY_TIMEOUT, Store, StoreError, validate_session_id};
 /// How long an input waits for a write its session's earlier input left
 /// behind in this process ([`Store::own_claim_released`]): a commit takes
 /// milliseconds, but a slow disk's fsync may take seconds. After it, the
-/// session is refused as busy.
+/// input is refused ([`StoreError::SessionWriting`]).
 const OWN_WRITE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// What an input starts from.
@@ -98,7 +98,7 @@ impl Store {
         agent: &str,
         known: Option<KnownHistory>,
     ) -> Result<OpenedInput, StoreError> {
-        self.own_claim_released(session, OWN_WRITE_PATIENCE).await;
+        self.own_claim_released(session, OWN_WRITE_PATIENCE).await?;
         if let Some(opened) = self.open_input_here(session, agent, known) {
             return Ok(opened);
         }
