@@ -68,7 +68,25 @@ use super::{Store, StoreError, validate_session_id};
 /// has it, instead of writing before it.
 #[derive(Debug, Clone)]
 #[must_use = "the session is released when the claim is dropped"]
-pub struct SessionClaim(Arc<Claimed>);
+pub struct SessionClaim {
+    claimed: Arc<Claimed>,
+    /// Set on the input's own handle and its clones, not on a write's
+    /// ([`SessionClaim::for_write`]): while one is alive, the input runs.
+    _input: Option<Arc<InputMark>>,
+}
+
+/// Marks a session's input as running in this process until dropped.
+#[derive(Debug)]
+struct InputMark {
+    table: Arc<ClaimTable>,
+    session: String,
+}
+
+impl Drop for InputMark {
+    fn drop(&mut self) {
+        self.table.input_ended(&self.session);
+    }
+}
 
 #[derive(Debug)]
 struct Claimed {
@@ -80,7 +98,17 @@ struct Claimed {
 impl SessionClaim {
     /// The session claimed.
     pub fn session(&self) -> &str {
-        &self.0.session
+        &self.claimed.session
+    }
+
+    /// The claim a write of the input keeps until it has committed: it
+    /// holds the session, but does not count as the input running
+    /// ([`Store::own_claim_released`] waits for it, not for an input).
+    pub(super) fn for_write(&self) -> SessionClaim {
+        SessionClaim {
+            claimed: Arc::clone(&self.claimed),
+            _input: None,
+        }
     }
 }
 
@@ -107,6 +135,8 @@ pub(super) struct ClaimTable {
 struct ClaimState {
     file: Option<File>,
     sessions: HashSet<String>,
+    /// The sessions whose input (not only its writes) still holds them.
+    inputs: HashSet<String>,
     /// Claims per locked byte (more than one only on a hash collision).
     slots: HashMap<i64, usize>,
 }
@@ -164,12 +194,19 @@ impl ClaimTable {
         }
         *state.slots.entry(slot).or_insert(0) += 1;
         state.sessions.insert(session.to_owned());
+        state.inputs.insert(session.to_owned());
         self.held.fetch_add(1, Ordering::SeqCst);
-        Ok(SessionClaim(Arc::new(Claimed {
-            table: Arc::clone(self),
-            session: session.to_owned(),
-            slot,
-        })))
+        Ok(SessionClaim {
+            claimed: Arc::new(Claimed {
+                table: Arc::clone(self),
+                session: session.to_owned(),
+                slot,
+            }),
+            _input: Some(Arc::new(InputMark {
+                table: Arc::clone(self),
+                session: session.to_owned(),
+            })),
+        })
     }
 
     /// How many sessions this handle holds: one per input running through
@@ -179,15 +216,19 @@ impl ClaimTable {
         self.held.load(Ordering::SeqCst)
     }
 
-    /// Whether this handle holds `session`.
-    fn holds(&self, session: &str) -> bool {
-        self.held() > 0
-            && self
-                .state
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .sessions
-                .contains(session)
+    /// Whether this handle holds `session` through writes only, its
+    /// input gone (see [`Store::own_claim_released`]).
+    fn held_by_writes(&self, session: &str) -> bool {
+        if self.held() == 0 {
+            return false;
+        }
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.sessions.contains(session) && !state.inputs.contains(session)
+    }
+
+    fn input_ended(&self, session: &str) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.inputs.remove(session);
     }
 
     fn release(&self, session: &str, slot: i64) {
@@ -231,16 +272,15 @@ impl Store {
         self.claims.claim(session, claim_slot(session))
     }
 
-    /// Waits, at most `patience`, while this handle itself holds
-    /// `session`, and fails with [`StoreError::SessionWriting`] if it
-    /// still does then. The scheduler runs a session's inputs one at a
-    /// time, so in this process the session is held by a write an earlier
-    /// input left held or queued (the input panicked, or its future was
-    /// dropped), which lets go once committed, or briefly by a seed or a
-    /// deletion: the next input then loads a history that has it. Refused
-    /// at once instead, it was told the session was busy in another
-    /// process. A claim another handle or process holds is not waited for
-    /// (see the module docs).
+    /// Waits, at most `patience`, while this handle holds `session`
+    /// through the writes of an input that has ended, and fails with
+    /// [`StoreError::SessionWriting`] if it still does then. Such a write
+    /// was left held or queued by an input that ended early (it panicked,
+    /// or its future was dropped) and lets go once committed: the next
+    /// input then loads a history that has it. Refused at once instead, it
+    /// was told the session was busy in another process. A session whose
+    /// input is still running here, or held by another handle or process,
+    /// is not waited for (see the module docs).
     pub(super) async fn own_claim_released(
         &self,
         session: &str,
@@ -248,7 +288,7 @@ impl Store {
     ) -> Result<(), StoreError> {
         // The usual case, asked without registering a waiter: every input
         // opens through here.
-        if !self.claims.holds(session) {
+        if !self.claims.held_by_writes(session) {
             return Ok(());
         }
         let deadline = tokio::time::Instant::now() + patience;
@@ -258,7 +298,7 @@ impl Store {
             // Registered before the check, so a release between the two
             // still wakes it.
             released.as_mut().enable();
-            if !self.claims.holds(session) {
+            if !self.claims.held_by_writes(session) {
                 return Ok(());
             }
             if tokio::time::timeout_at(deadline, released).await.is_err() {

@@ -89,7 +89,7 @@ pub(super) fn hold_limit(durability: Durability) -> usize {
 /// claimed until it has committed (see [`SessionClaim`]).
 fn claimed(mut op: WriteOp, claim: &SessionClaim) -> WriteOp {
     if let WriteOp::Append { claim: slot, .. } = &mut op {
-        *slot = Some(claim.clone());
+        *slot = Some(claim.for_write());
     }
     op
 }
