@@ -44,7 +44,7 @@
 //! exclude each other there, and closing either drops the other's locks.
 //! The table still refuses what a handle holds itself.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -77,14 +77,11 @@ pub struct SessionClaim {
 
 /// Marks a session's input as running in this process until dropped.
 #[derive(Debug)]
-struct InputMark {
-    table: Arc<ClaimTable>,
-    session: String,
-}
+struct InputMark(Arc<Claimed>);
 
 impl Drop for InputMark {
     fn drop(&mut self) {
-        self.table.input_ended(&self.session);
+        self.0.table.input_ended(&self.0.session);
     }
 }
 
@@ -134,9 +131,9 @@ pub(super) struct ClaimTable {
 #[derive(Debug, Default)]
 struct ClaimState {
     file: Option<File>,
-    sessions: HashSet<String>,
-    /// The sessions whose input (not only its writes) still holds them.
-    inputs: HashSet<String>,
+    /// The sessions held, each with whether its input (not only its
+    /// writes) still holds it.
+    sessions: HashMap<String, bool>,
     /// Claims per locked byte (more than one only on a hash collision).
     slots: HashMap<i64, usize>,
 }
@@ -165,7 +162,7 @@ impl ClaimTable {
             id: session.to_owned(),
         };
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if state.sessions.contains(session) {
+        if state.sessions.contains_key(session) {
             return Err(busy());
         }
         if !state.slots.contains_key(&slot) {
@@ -193,19 +190,16 @@ impl ClaimTable {
             }
         }
         *state.slots.entry(slot).or_insert(0) += 1;
-        state.sessions.insert(session.to_owned());
-        state.inputs.insert(session.to_owned());
+        state.sessions.insert(session.to_owned(), true);
         self.held.fetch_add(1, Ordering::SeqCst);
+        let claimed = Arc::new(Claimed {
+            table: Arc::clone(self),
+            session: session.to_owned(),
+            slot,
+        });
         Ok(SessionClaim {
-            claimed: Arc::new(Claimed {
-                table: Arc::clone(self),
-                session: session.to_owned(),
-                slot,
-            }),
-            _input: Some(Arc::new(InputMark {
-                table: Arc::clone(self),
-                session: session.to_owned(),
-            })),
+            _input: Some(Arc::new(InputMark(Arc::clone(&claimed)))),
+            claimed,
         })
     }
 
@@ -223,17 +217,19 @@ impl ClaimTable {
             return false;
         }
         let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.sessions.contains(session) && !state.inputs.contains(session)
+        state.sessions.get(session) == Some(&false)
     }
 
     fn input_ended(&self, session: &str) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        state.inputs.remove(session);
+        if let Some(input_runs) = state.sessions.get_mut(session) {
+            *input_runs = false;
+        }
     }
 
     fn release(&self, session: &str, slot: i64) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if state.sessions.remove(session) {
+        if state.sessions.remove(session).is_some() {
             self.held.fetch_sub(1, Ordering::SeqCst);
             self.released.notify_waiters();
         }
